@@ -1,0 +1,9 @@
+// Each area of the native core registers its Python bindings here; the
+// binding files only convert types, check arguments and release the GIL.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace medretrieve::bindings {
+void bind_kernels(pybind11::module_& m);
+}  // namespace medretrieve::bindings

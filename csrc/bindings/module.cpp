@@ -1,0 +1,6 @@
+#include "bindings/bindings.h"
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "medretrieve native core: SIMD kernels, int8 HNSW, flat search, fused MMR/RRF";
+  medretrieve::bindings::bind_kernels(m);
+}

@@ -1,0 +1,46 @@
+// Distance kernels: float32 and int8, one implementation per SIMD level.
+//
+// The kernels know nothing about graphs or storage. Every level is compiled
+// into the same binary (each file with its own ISA flags) and the best level
+// the CPU supports is chosen once, at first use. MEDRETRIEVE_SIMD=scalar|avx2|
+// avx512|avx512_vnni caps the level so each one can be tested against scalar.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace medretrieve::kernels {
+
+enum class SimdLevel : int { Scalar = 0, AVX2 = 1, AVX512 = 2, AVX512VNNI = 3 };
+
+const char* level_name(SimdLevel level);
+
+struct KernelTable {
+  SimdLevel level;
+  // sum_i a[i] * b[i]
+  float (*dot_f32)(const float* a, const float* b, size_t n);
+  // sum_i (a[i] - b[i])^2
+  float (*l2sq_f32)(const float* a, const float* b, size_t n);
+  // sum_i a[i] * b[i] in exact int32 arithmetic. Codes are in [-127, 127]
+  // so n <= 2^17 cannot overflow (127 * 127 * 2^17 < 2^31).
+  int32_t (*dot_i8)(const int8_t* a, const int8_t* b, size_t n);
+};
+
+// Highest level this CPU and OS support (XSAVE-enabled register state).
+SimdLevel cpu_level();
+// The active table: min(cpu_level(), MEDRETRIEVE_SIMD) resolved once.
+const KernelTable& active();
+// A specific level, or nullptr when the CPU cannot run it or it was not built.
+const KernelTable* table_for(SimdLevel level);
+
+// Defined in one file per level; each returns its table.
+const KernelTable& scalar_table();
+#if defined(MEDRETRIEVE_X86)
+const KernelTable& avx2_table();
+const KernelTable& avx512_table();
+const KernelTable& avx512vnni_table();
+#endif
+
+constexpr size_t kMaxInt8Dim = size_t(1) << 17;
+
+}  // namespace medretrieve::kernels

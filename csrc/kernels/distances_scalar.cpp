@@ -1,0 +1,47 @@
+#include "kernels/distances.h"
+
+namespace medretrieve::kernels {
+namespace {
+
+float dot_f32(const float* a, const float* b, size_t n) {
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+  }
+  for (; i < n; ++i) s0 += a[i] * b[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
+float l2sq_f32(const float* a, const float* b, size_t n) {
+  float s0 = 0, s1 = 0;
+  size_t i = 0;
+  for (; i + 2 <= n; i += 2) {
+    float d0 = a[i] - b[i], d1 = a[i + 1] - b[i + 1];
+    s0 += d0 * d0;
+    s1 += d1 * d1;
+  }
+  for (; i < n; ++i) {
+    float d = a[i] - b[i];
+    s0 += d * d;
+  }
+  return s0 + s1;
+}
+
+int32_t dot_i8(const int8_t* a, const int8_t* b, size_t n) {
+  int32_t s = 0;
+  for (size_t i = 0; i < n; ++i) s += int32_t(a[i]) * int32_t(b[i]);
+  return s;
+}
+
+}  // namespace
+
+const KernelTable& scalar_table() {
+  static const KernelTable t{SimdLevel::Scalar, dot_f32, l2sq_f32, dot_i8};
+  return t;
+}
+
+}  // namespace medretrieve::kernels

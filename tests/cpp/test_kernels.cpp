@@ -1,0 +1,87 @@
+// Every kernel at every SIMD level this CPU runs, against a float64
+// reference, on awkward sizes (0, 1, primes, just below/above block sizes).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/distances.h"
+#include "kernels/quantizer.h"
+
+using namespace medretrieve::kernels;
+
+namespace {
+
+const size_t kSizes[] = {0, 1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 384, 767, 768, 1023, 1536};
+
+std::vector<const KernelTable*> levels() {
+  std::vector<const KernelTable*> out;
+  for (int l = 0; l <= int(SimdLevel::AVX512VNNI); ++l)
+    if (auto* t = table_for(SimdLevel(l))) out.push_back(t);
+  return out;
+}
+
+TEST(Kernels, FloatDotAndL2MatchFloat64Reference) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (const KernelTable* t : levels()) {
+    for (size_t n : kSizes) {
+      std::vector<float> a(n), b(n);
+      for (auto& v : a) v = nd(rng);
+      for (auto& v : b) v = nd(rng);
+      double dot = 0, l2 = 0, mag = 0;
+      for (size_t i = 0; i < n; ++i) {
+        dot += double(a[i]) * b[i];
+        l2 += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+        mag += std::fabs(double(a[i]) * b[i]);
+      }
+      double tol = 1e-5 * (mag + 1.0);
+      EXPECT_NEAR(t->dot_f32(a.data(), b.data(), n), dot, tol) << level_name(t->level) << " n=" << n;
+      EXPECT_NEAR(t->l2sq_f32(a.data(), b.data(), n), l2, 1e-5 * (l2 + 1.0)) << level_name(t->level) << " n=" << n;
+    }
+  }
+}
+
+TEST(Kernels, Int8DotIsExact) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> ud(-127, 127);
+  for (const KernelTable* t : levels()) {
+    for (size_t n : kSizes) {
+      std::vector<int8_t> a(n), b(n);
+      for (auto& v : a) v = int8_t(ud(rng));
+      for (auto& v : b) v = int8_t(ud(rng));
+      int64_t ref = 0;
+      for (size_t i = 0; i < n; ++i) ref += int64_t(a[i]) * b[i];
+      EXPECT_EQ(t->dot_i8(a.data(), b.data(), n), ref) << level_name(t->level) << " n=" << n;
+    }
+    // Extremes: all +-127 must not overflow or saturate.
+    std::vector<int8_t> hi(4096, 127), lo(4096, -127);
+    EXPECT_EQ(t->dot_i8(hi.data(), lo.data(), hi.size()), -127 * 127 * 4096);
+  }
+}
+
+TEST(Quantizer, RoundTripErrorIsBoundedByHalfAStep) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  for (size_t n : {size_t(1), size_t(5), size_t(768)}) {
+    std::vector<float> x(n), c(n), out(n);
+    std::vector<int8_t> code(n);
+    for (auto& v : x) v = nd(rng);
+    for (auto& v : c) v = nd(rng) * 0.1f;
+    float s = quantize_i8(x.data(), c.data(), n, code.data());
+    dequantize_i8(code.data(), s, c.data(), n, out.data());
+    for (size_t i = 0; i < n; ++i) EXPECT_LE(std::fabs(out[i] - x[i]), 0.5f * s + 1e-6f);
+  }
+  std::vector<float> zero(9, 0.f);
+  std::vector<int8_t> code(9, 5);
+  EXPECT_EQ(quantize_i8(zero.data(), nullptr, 9, code.data()), 0.f);
+  for (auto v : code) EXPECT_EQ(v, 0);
+}
+
+TEST(Dispatch, ActiveLevelIsSupported) {
+  EXPECT_LE(int(active().level), int(cpu_level()));
+  EXPECT_NE(table_for(SimdLevel::Scalar), nullptr);
+}
+
+}  // namespace
