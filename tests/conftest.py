@@ -1,0 +1,31 @@
+"""Shared test fixtures: paths to the public data beside the project."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+ROOT = TESTS_DIR.parent
+# Helpers shared by several test files (e.g. the fake OpenAI-compatible server).
+sys.path.insert(0, str(TESTS_DIR))
+
+SHARED_DATA = Path(os.environ.get("MEDRETRIEVE_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """``../shared/data``; tests that need it are skipped when it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"public data folder {SHARED_DATA} is absent")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def bioasq_files(shared_data: Path) -> list:
+    files = sorted((shared_data / "bioasq").glob("7B*_golden.json"))
+    if not files:
+        pytest.skip("no BioASQ golden files in shared data")
+    return files
