@@ -1,0 +1,423 @@
+"""Corpus readers: JSONL, MedRAG/MedCorp snippet JSONL, BioASQ golden JSON, PubMed/MEDLINE XML.
+
+Every reader yields :class:`Record` objects (one per source document). A
+malformed record is reported with its file and line / record number; with
+``errors="skip"`` it is skipped and listed in the :class:`ReadReport`, with
+``errors="raise"`` a :class:`SourceError` stops the read.
+
+Formats
+-------
+- ``jsonl``: one object per line, ``{"id", "title", "text"}`` plus optional
+  ``"sections"`` (a list of ``{"title"|"name", "text"}`` or a dict
+  ``{name: text}``); any other field is kept as ``metadata``.
+- ``medrag``: MedRAG / MedCorp snippets ``{"id", "title", "content", "contents"}``
+  (``contents`` is title + content and is dropped).
+- ``bioasq``: a BioASQ golden file ``{"questions": [...]}``; its snippets and
+  documents become the corpus: one record per document (id = PMID from the
+  URL), its distinct snippets as sections (named by ``beginSection``).
+- ``medline``: PubMed / MEDLINE citation XML (also ``.xml.gz``), read with
+  ``iterparse`` so huge baseline files stream; namespaces are ignored.
+  AbstractText elements with ``Label`` / ``NlmCategory`` become sections.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+FORMATS = ("auto", "jsonl", "medrag", "bioasq", "medline")
+PathLike = Union[str, "os.PathLike[str]"]
+SourceLike = Union[PathLike, Sequence[Any], Iterable[Any]]
+
+
+@dataclass
+class Section:
+    """One titled part of a document ("" title when the document has a single body)."""
+
+    title: str
+    text: str
+
+
+@dataclass
+class Record:
+    """One source document."""
+
+    id: str
+    title: str
+    sections: List[Section]
+    metadata: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(s.text for s in self.sections)
+
+
+class SourceError(ValueError):
+    """A malformed source record; ``where`` is ``file:line`` or ``file:record N``."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where}: {message}")
+        self.where = where
+        self.message = message
+
+
+@dataclass
+class ReadReport:
+    """What a read did: records yielded and every malformed record skipped."""
+
+    records: int = 0
+    skipped: List[Tuple[str, str]] = field(default_factory=list)  # (where, message)
+
+    @property
+    def n_skipped(self) -> int:
+        return len(self.skipped)
+
+    def summary(self) -> str:
+        s = f"{self.records} records read, {self.n_skipped} malformed skipped"
+        if self.skipped:
+            s += "; first: " + "; ".join(f"{w}: {m}" for w, m in self.skipped[:3])
+        return s
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _open_text(path: Path) -> IO[str]:
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
+    return open(path, "r", encoding="utf-8")
+
+
+def _open_binary(path: Path) -> IO[bytes]:
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def _str_id(value: Any, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise SourceError(where, f"'id' must be a string or integer, got {type(value).__name__}")
+    s = str(value).strip()
+    if not s:
+        raise SourceError(where, "'id' is empty")
+    return s
+
+
+def _sections_from(value: Any, where: str) -> List[Section]:
+    out: List[Section] = []
+    if isinstance(value, Mapping):
+        items = list(value.items())
+        for name, text in items:
+            if not isinstance(text, str):
+                raise SourceError(where, f"section {name!r} text must be a string")
+            out.append(Section(str(name), text))
+    elif isinstance(value, list):
+        for i, sec in enumerate(value):
+            if not isinstance(sec, Mapping):
+                raise SourceError(where, f"sections[{i}] must be an object with 'title'/'name' and 'text'")
+            text = sec.get("text")
+            if not isinstance(text, str):
+                raise SourceError(where, f"sections[{i}] has no string 'text'")
+            name = sec.get("title", sec.get("name", ""))
+            out.append(Section("" if name is None else str(name), text))
+    else:
+        raise SourceError(where, "'sections' must be a list of {title, text} or a {name: text} object")
+    return out
+
+
+def record_from_dict(obj: Any, where: str = "record") -> Record:
+    """Normalise one JSON object (generic or MedRAG form) into a :class:`Record`.
+
+    Raises :class:`SourceError` naming ``where`` when the object is malformed.
+    """
+    if not isinstance(obj, Mapping):
+        raise SourceError(where, f"expected a JSON object, got {type(obj).__name__}")
+    if "id" not in obj:
+        raise SourceError(where, "missing 'id'")
+    rid = _str_id(obj["id"], where)
+    title = obj.get("title", "")
+    if title is None:
+        title = ""
+    if not isinstance(title, str):
+        raise SourceError(where, "'title' must be a string")
+    sections: List[Section] = []
+    text = obj.get("text")
+    if text is None and "content" in obj:  # MedRAG / MedCorp snippet
+        text = obj["content"]
+    if text is not None:
+        if not isinstance(text, str):
+            raise SourceError(where, "'text' must be a string")
+        if text.strip():
+            sections.append(Section("", text))
+    if obj.get("sections") is not None:
+        sections.extend(_sections_from(obj["sections"], where))
+    sections = [s for s in sections if s.text.strip()]
+    if not sections:
+        raise SourceError(where, "no text: needs a non-empty 'text', 'content' or 'sections'")
+    known = {"id", "title", "text", "content", "contents", "sections"}
+    metadata = {k: v for k, v in obj.items() if k not in known}
+    return Record(rid, title.strip(), sections, metadata)
+
+
+class _Reader:
+    """Shared error policy for the readers below."""
+
+    def __init__(self, errors: str, report: ReadReport) -> None:
+        if errors not in ("skip", "raise"):
+            raise ValueError(f"errors must be 'skip' or 'raise', got {errors!r}")
+        self.errors = errors
+        self.report = report
+
+    def bad(self, err: SourceError) -> None:
+        if self.errors == "raise":
+            raise err
+        self.report.skipped.append((err.where, err.message))
+
+
+def _read_jsonl(path: Path, rd: _Reader, medrag: bool) -> Iterator[Record]:
+    with _open_text(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise SourceError(where, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+                if medrag and isinstance(obj, Mapping) and "content" not in obj:
+                    raise SourceError(where, "MedRAG record without 'content'")
+                rec = record_from_dict(obj, where)
+            except SourceError as err:
+                rd.bad(err)
+                continue
+            yield rec
+
+
+_PMID_RE = re.compile(r"(\d+)\s*/?\s*$")
+
+
+def pmid_from_url(url: str) -> str:
+    """``http://www.ncbi.nlm.nih.gov/pubmed/28293123`` -> ``"28293123"`` (ValueError if none)."""
+    m = _PMID_RE.search(url or "")
+    if not m:
+        raise ValueError(f"no PubMed id at the end of {url!r}")
+    return m.group(1)
+
+
+def _read_bioasq(path: Path, rd: _Reader) -> Iterator[Record]:
+    with _open_text(path) as fh:
+        try:
+            data = json.load(fh)
+        except json.JSONDecodeError as exc:
+            rd.bad(SourceError(f"{path}:{exc.lineno}", f"invalid JSON ({exc.msg})"))
+            return
+    questions = data.get("questions") if isinstance(data, Mapping) else None
+    if not isinstance(questions, list):
+        rd.bad(SourceError(str(path), "not a BioASQ file: no 'questions' list"))
+        return
+    # document id -> ordered distinct (section, text). Documents listed without
+    # any snippet have no text here and are left out.
+    docs: Dict[str, Dict[Tuple[str, str], None]] = {}
+    for qi, q in enumerate(questions):
+        where = f"{path}:question {qi}"
+        if not isinstance(q, Mapping):
+            rd.bad(SourceError(where, "question is not an object"))
+            continue
+        for si, snip in enumerate(q.get("snippets") or []):
+            w = f"{where} snippet {si}"
+            try:
+                if not isinstance(snip, Mapping) or not isinstance(snip.get("text"), str):
+                    raise SourceError(w, "snippet without string 'text'")
+                try:
+                    doc = pmid_from_url(str(snip.get("document", "")))
+                except ValueError as exc:
+                    raise SourceError(w, str(exc)) from None
+            except SourceError as err:
+                rd.bad(err)
+                continue
+            text = " ".join(snip["text"].split())
+            if not text:
+                continue
+            section = str(snip.get("beginSection") or "")
+            docs.setdefault(doc, {})[(section, text)] = None
+    for doc, parts in docs.items():
+        title = next((t for (s, t) in parts if s == "title"), "")
+        # every distinct snippet is a section (title snippets too: they are gold snippets)
+        sections = [Section(s, t) for (s, t) in parts]
+        yield Record(doc, title, sections, {"source": "bioasq"})
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1] if "}" in tag else tag
+
+
+def _child(elem: ET.Element, name: str) -> Optional[ET.Element]:
+    for c in elem:
+        if _local(c.tag) == name:
+            return c
+    return None
+
+
+def _text_of(elem: Optional[ET.Element]) -> str:
+    return " ".join("".join(elem.itertext()).split()) if elem is not None else ""
+
+
+def _medline_record(cit: ET.Element, where: str) -> Record:
+    pmid = _text_of(_child(cit, "PMID"))
+    if not pmid:
+        raise SourceError(where, "MedlineCitation without PMID")
+    article = _child(cit, "Article")
+    if article is None:
+        raise SourceError(where, f"PMID {pmid}: no Article element")
+    title = _text_of(_child(article, "ArticleTitle"))
+    sections: List[Section] = []
+    abstract = _child(article, "Abstract")
+    if abstract is not None:
+        for at in abstract:
+            if _local(at.tag) != "AbstractText":
+                continue
+            text = _text_of(at)
+            if not text:
+                continue
+            label = at.get("Label") or (at.get("NlmCategory") or "")
+            label = label.strip().lower() if label.upper() != "UNASSIGNED" else ""
+            sections.append(Section(label or "abstract", text))
+    if not sections and title:
+        sections.append(Section("title", title))
+    if not sections:
+        raise SourceError(where, f"PMID {pmid}: no title and no abstract")
+    meta: Dict[str, Any] = {"source": "medline"}
+    journal = _child(article, "Journal")
+    if journal is not None:
+        jt = _text_of(_child(journal, "Title"))
+        if jt:
+            meta["journal"] = jt
+        issue = _child(journal, "JournalIssue")
+        pub = _child(issue, "PubDate") if issue is not None else None
+        year = _text_of(_child(pub, "Year")) if pub is not None else ""
+        if year:
+            meta["year"] = year
+    return Record(pmid, title, sections, meta)
+
+
+def _read_medline(path: Path, rd: _Reader) -> Iterator[Record]:
+    n = 0
+    with _open_binary(path) as fh:
+        try:
+            for _event, elem in ET.iterparse(fh, events=("end",)):
+                if _local(elem.tag) != "MedlineCitation":
+                    continue
+                n += 1
+                try:
+                    rec = _medline_record(elem, f"{path}:record {n}")
+                except SourceError as err:
+                    rd.bad(err)
+                    rec = None
+                elem.clear()  # keep memory flat on huge files
+                if rec is not None:
+                    yield rec
+        except ET.ParseError as exc:
+            line, col = exc.position
+            rd.bad(SourceError(f"{path}:{line}", f"XML parse error at column {col}: {exc}"))
+
+
+def detect_format(path: PathLike) -> str:
+    """Guess the format of a file from its name and first bytes."""
+    p = Path(path)
+    name = p.name.lower().removesuffix(".gz")
+    if name.endswith(".xml"):
+        return "medline"
+    with _open_text(p) as fh:
+        head = fh.read(4096)
+    stripped = head.lstrip()
+    if stripped.startswith("<"):
+        return "medline"
+    if name.endswith(".jsonl") or name.endswith(".ndjson"):
+        first = stripped.splitlines()[0] if stripped else ""
+        return "medrag" if '"content"' in first and '"text"' not in first else "jsonl"
+    if stripped.startswith("{") and '"questions"' in head:
+        return "bioasq"
+    if name.endswith(".json") and stripped.startswith("{"):
+        # a single-line JSON object per line is still JSONL
+        return "jsonl"
+    if stripped.startswith("{"):
+        return "jsonl"
+    raise ValueError(f"cannot tell the format of {p}; pass format= one of {FORMATS[1:]}")
+
+
+def _read_path(path: Path, fmt: str, rd: _Reader) -> Iterator[Record]:
+    if not path.exists():
+        raise FileNotFoundError(f"source {path} does not exist")
+    if path.is_dir():
+        for child in sorted(path.iterdir()):
+            if child.is_file() and not child.name.startswith("."):
+                yield from _read_path(child, fmt, rd)
+        return
+    f = detect_format(path) if fmt == "auto" else fmt
+    if f == "jsonl":
+        yield from _read_jsonl(path, rd, medrag=False)
+    elif f == "medrag":
+        yield from _read_jsonl(path, rd, medrag=True)
+    elif f == "bioasq":
+        yield from _read_bioasq(path, rd)
+    elif f == "medline":
+        yield from _read_medline(path, rd)
+    else:  # pragma: no cover - checked in read_records
+        raise ValueError(f"unknown format {f!r}")
+
+
+def read_records(
+    source: SourceLike,
+    format: str = "auto",
+    errors: str = "skip",
+    report: Optional[ReadReport] = None,
+) -> Iterator[Record]:
+    """Yield the :class:`Record` objects of ``source``.
+
+    ``source`` is a file path, a directory (every file in it), a list of
+    paths, or an iterable of dicts / :class:`Record` objects. ``format`` is
+    ``auto`` (by extension and content) or one of ``jsonl | medrag | bioasq |
+    medline``. Malformed records are skipped and listed in ``report`` (pass a
+    :class:`ReadReport` to receive them) or, with ``errors="raise"``, raise
+    :class:`SourceError`. Duplicate ids within one read are malformed too.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    report = report if report is not None else ReadReport()
+    rd = _Reader(errors, report)
+    seen: set = set()
+    for rec in _iter_source(source, format, rd):
+        if rec.id in seen:
+            rd.bad(SourceError(f"record {rec.id}", "duplicate id (first one kept)"))
+            continue
+        seen.add(rec.id)
+        report.records += 1
+        yield rec
+
+
+def _iter_source(source: SourceLike, fmt: str, rd: _Reader) -> Iterator[Record]:
+    if isinstance(source, (str, os.PathLike)):
+        yield from _read_path(Path(source), fmt, rd)
+        return
+    if isinstance(source, (bytes, Mapping)):
+        raise TypeError("source must be a path, a list of paths or an iterable of records, not "
+                        f"{type(source).__name__}")
+    try:
+        items = iter(source)
+    except TypeError:
+        raise TypeError(f"source must be a path or an iterable, not {type(source).__name__}") from None
+    for i, item in enumerate(items):
+        if isinstance(item, Record):
+            yield item
+        elif isinstance(item, (str, os.PathLike)):
+            yield from _read_path(Path(item), fmt, rd)
+        else:
+            try:
+                yield record_from_dict(item, f"record {i}")
+            except SourceError as err:
+                rd.bad(err)
