@@ -1,0 +1,526 @@
+"""LLM backends behind one small interface.
+
+``backend.generate(messages, *, max_tokens=512, temperature=0.0, deadline_ms=None,
+response_format=None) -> str`` where ``messages`` is a chat list of
+``{"role": "system"|"user"|"assistant", "content": str}``.
+
+- :class:`OpenAIBackend` talks to any OpenAI-compatible chat-completions
+  server (vLLM, OpenAI, llama.cpp's server, Ollama) over ``httpx``.
+- :class:`TransformersBackend` runs a small local Hugging Face model
+  (optional extra: torch + transformers, imported only when it is built).
+
+Failures are typed: :class:`LLMTimeout` (deadline or per-request timeout),
+:class:`LLMUnavailable` (refused connection, 5xx / 429 after retries, auth),
+:class:`LLMBadResponse` (malformed reply, rejected request) and its subclass
+:class:`LLMContextTooLong` (prompt + max_tokens exceed the model context).
+All derive from :class:`LLMError` so callers can report them in one place.
+"""
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import random
+import re
+import threading
+import time
+from typing import Any, Optional, Protocol, Sequence, Union, runtime_checkable
+
+__all__ = [
+    "Backend",
+    "LLMError",
+    "LLMTimeout",
+    "LLMUnavailable",
+    "LLMBadResponse",
+    "LLMContextTooLong",
+    "OpenAIBackend",
+    "TransformersBackend",
+    "check_messages",
+    "normalize_response_format",
+]
+
+ResponseFormat = Union[None, str, dict]
+
+
+class LLMError(RuntimeError):
+    """Base class of every backend failure."""
+
+
+class LLMTimeout(LLMError):
+    """The deadline (or the per-request timeout) ran out before a reply came."""
+
+
+class LLMUnavailable(LLMError):
+    """The server cannot be used now: refused connection, 5xx/429 after retries, auth failure."""
+
+
+class LLMBadResponse(LLMError):
+    """The server replied with something unusable, or rejected the request as invalid."""
+
+
+class LLMContextTooLong(LLMBadResponse):
+    """The prompt plus ``max_tokens`` does not fit in the model's context window."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the generation pipeline needs from an LLM."""
+
+    def generate(
+        self,
+        messages: Sequence[dict],
+        *,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        deadline_ms: Optional[float] = None,
+        response_format: ResponseFormat = None,
+    ) -> str: ...
+
+
+_ROLES = ("system", "user", "assistant")
+
+
+def check_messages(messages: Sequence[dict]) -> list[dict]:
+    """Validate a chat message list; returns plain ``{"role", "content"}`` dicts.
+
+    Raises ``TypeError``/``ValueError`` naming the offending message.
+    """
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise TypeError("messages must be a list of {'role', 'content'} dicts")
+    if not messages:
+        raise ValueError("messages is empty")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise TypeError(f"messages[{i}] must be a dict, got {type(m).__name__}")
+        role, content = m.get("role"), m.get("content")
+        if role not in _ROLES:
+            raise ValueError(f"messages[{i}]['role'] must be one of {_ROLES}, got {role!r}")
+        if not isinstance(content, str):
+            raise TypeError(f"messages[{i}]['content'] must be a str, got {type(content).__name__}")
+        out.append({"role": role, "content": content})
+    return out
+
+
+def _check_generation_args(max_tokens: int, temperature: float, deadline_ms: Optional[float]) -> None:
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    if not isinstance(temperature, (int, float)) or not 0.0 <= temperature <= 2.0:
+        raise ValueError(f"temperature must be in [0, 2], got {temperature!r}")
+    if deadline_ms is not None and (not isinstance(deadline_ms, (int, float)) or deadline_ms != deadline_ms):
+        raise ValueError(f"deadline_ms must be a number of ms or None, got {deadline_ms!r}")
+
+
+def normalize_response_format(response_format: ResponseFormat) -> Optional[dict]:
+    """``"json"`` -> ``{"type": "json_object"}``; a dict passes through (e.g. a
+    ``{"type": "json_schema", "json_schema": {...}}``); ``None``/``"text"`` -> None."""
+    if response_format is None or response_format == "text":
+        return None
+    if response_format == "json":
+        return {"type": "json_object"}
+    if isinstance(response_format, dict) and isinstance(response_format.get("type"), str):
+        return response_format
+    raise ValueError(
+        f"response_format must be None, 'text', 'json' or a dict with a 'type', got {response_format!r}"
+    )
+
+
+# Phrases servers use for an over-long prompt (OpenAI, vLLM, llama.cpp, Ollama, TGI).
+_CONTEXT_PATTERNS = re.compile(
+    r"context[_ ]length|maximum context|context window|exceeds? (the )?(model'?s? )?context|"
+    r"too many tokens|prompt is too long|input is too long|max_model_len|n_ctx",
+    re.IGNORECASE,
+)
+
+
+def _deadline_at(deadline_ms: Optional[float]) -> Optional[float]:
+    return None if deadline_ms is None else time.monotonic() + deadline_ms / 1000.0
+
+
+def _left_s(deadline: Optional[float]) -> float:
+    return float("inf") if deadline is None else deadline - time.monotonic()
+
+
+def _parse_retry_after(value: Optional[str]) -> Optional[float]:
+    """Seconds from a Retry-After header (delta-seconds or HTTP date); None if absent/unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _error_message(response: Any) -> str:
+    """The server's error text (OpenAI ``{"error": {"message"}}`` or raw body), shortened."""
+    text = response.text
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text.strip()[:500]
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            msg = err.get("message") or err.get("detail") or json.dumps(err)
+            code = err.get("code")
+            return f"{msg} ({code})" if code else str(msg)[:500]
+        if isinstance(err, str):
+            return err[:500]
+        if "detail" in body:
+            return str(body["detail"])[:500]
+    return text.strip()[:500]
+
+
+def _message_text(content: Any) -> Optional[str]:
+    """Chat content as text: a str, or a list of parts ``{"type": "text", "text": ...}``."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type", "text") == "text"]
+        return "".join(parts)
+    return None
+
+
+class OpenAIBackend:
+    """Client for an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    ``base_url`` is the API root, e.g. ``http://127.0.0.1:8000/v1`` (a bare
+    ``http://host:port`` gets ``/v1`` appended; a URL ending in
+    ``/chat/completions`` is accepted too). The API key comes from ``api_key``,
+    else ``MEDRETRIEVE_LLM_API_KEY``, else ``OPENAI_API_KEY``; without one no
+    ``Authorization`` header is sent (local servers).
+
+    Each attempt waits at most ``timeout_s`` seconds; 429, 5xx and connection
+    errors are retried ``max_retries`` times with exponential backoff
+    (``backoff_s * 2**attempt``, jitter x0.5-1.5, capped at ``max_backoff_s``)
+    or the server's ``Retry-After``. ``deadline_ms`` caps the whole call,
+    retries and waits included. ``response_format`` (``"json"`` or an OpenAI
+    ``response_format`` dict) is sent when given; if the server rejects it
+    (400/422) the request is repeated once without it and the backend stops
+    sending it (prompts ask for JSON in words as well).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: Optional[str] = None,
+        timeout_s: float = 30.0,
+        max_retries: int = 2,
+        *,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 8.0,
+        max_retry_after_s: float = 60.0,
+        extra_body: Optional[dict] = None,
+    ) -> None:
+        import httpx  # optional extra "llm"
+
+        if not isinstance(base_url, str) or not re.match(r"^https?://[^/\s]+", base_url):
+            raise ValueError(f"base_url must be an http(s) URL like http://127.0.0.1:8000/v1, got {base_url!r}")
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError("model must be a non-empty model name")
+        if not timeout_s or timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+        if not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
+        url = base_url.rstrip("/")
+        if url.endswith("/chat/completions"):
+            url = url[: -len("/chat/completions")]
+        elif re.match(r"^https?://[^/]+$", url):
+            url += "/v1"
+        self.base_url = url
+        self.url = url + "/chat/completions"
+        self.model = model
+        self.timeout_s = float(timeout_s)
+        self.max_retries = max_retries
+        self.backoff_s = float(backoff_s)
+        self.max_backoff_s = float(max_backoff_s)
+        self.max_retry_after_s = float(max_retry_after_s)
+        self.extra_body = dict(extra_body or {})
+        key = api_key or os.environ.get("MEDRETRIEVE_LLM_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        self._httpx = httpx
+        self._client = httpx.Client(headers=headers, timeout=self.timeout_s)
+        self._response_format_ok = True
+        self._lock = threading.Lock()
+        #: finish_reason and usage of the last successful call ("length" = truncated at max_tokens).
+        self.last_finish_reason: Optional[str] = None
+        self.last_usage: Optional[dict] = None
+
+    def __repr__(self) -> str:
+        return f"OpenAIBackend({self.base_url!r}, model={self.model!r})"
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> "OpenAIBackend":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def generate(
+        self,
+        messages: Sequence[dict],
+        *,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        deadline_ms: Optional[float] = None,
+        response_format: ResponseFormat = None,
+    ) -> str:
+        """The assistant's reply text. Raises an :class:`LLMError` subclass on failure."""
+        msgs = check_messages(messages)
+        _check_generation_args(max_tokens, temperature, deadline_ms)
+        fmt = normalize_response_format(response_format)
+        deadline = _deadline_at(deadline_ms)
+        body: dict = {**self.extra_body, "model": self.model, "messages": msgs,
+                      "max_tokens": max_tokens, "temperature": float(temperature)}
+        if fmt is not None and self._response_format_ok:
+            body["response_format"] = fmt
+        response = self._post_with_retries(body, deadline)
+        if response.status_code in (400, 422) and "response_format" in body:
+            message = _error_message(response)
+            if not _CONTEXT_PATTERNS.search(message):
+                # The server does not do structured output: ask again in plain mode.
+                with self._lock:
+                    self._response_format_ok = False
+                body.pop("response_format")
+                response = self._post_with_retries(body, deadline)
+        return self._read_reply(response)
+
+    # -- internals ---------------------------------------------------------
+    def _post_with_retries(self, body: dict, deadline: Optional[float]) -> Any:
+        httpx = self._httpx
+        last_problem = ""
+        for attempt in range(self.max_retries + 1):
+            left = _left_s(deadline)
+            if left <= 0:
+                raise LLMTimeout(f"deadline passed before the LLM replied ({self._where()}){last_problem}")
+            per_try = min(self.timeout_s, left)
+            try:
+                response = self._client.post(self.url, json=body, timeout=per_try)
+            except httpx.TimeoutException as exc:
+                if _left_s(deadline) <= 0:
+                    raise LLMTimeout(
+                        f"no reply from {self._where()} within the deadline ({per_try * 1000:.0f} ms)"
+                    ) from exc
+                last_problem = f"; last attempt timed out after {per_try:.1f} s"
+                if attempt == self.max_retries:
+                    raise LLMTimeout(
+                        f"no reply from {self._where()} within timeout_s={self.timeout_s} s "
+                        f"({attempt + 1} attempts)"
+                    ) from exc
+                continue
+            except (httpx.TransportError, OSError) as exc:
+                wait = self._backoff(attempt)
+                if attempt == self.max_retries or wait >= _left_s(deadline):
+                    raise LLMUnavailable(
+                        f"cannot reach the LLM server at {self.url} ({attempt + 1} attempts): "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from exc
+                time.sleep(wait)
+                continue
+            status = response.status_code
+            if status == 429 or status >= 500:
+                message = _error_message(response)
+                last_problem = f"; last reply: HTTP {status}: {message}"
+                if attempt == self.max_retries:
+                    raise LLMUnavailable(
+                        f"LLM server {self._where()} answered HTTP {status} after {attempt + 1} attempts: {message}"
+                    )
+                retry_after = _parse_retry_after(response.headers.get("Retry-After"))
+                if retry_after is not None and retry_after > self.max_retry_after_s:
+                    raise LLMUnavailable(
+                        f"LLM server {self._where()} asks to retry after {retry_after:.0f} s "
+                        f"(more than max_retry_after_s={self.max_retry_after_s:.0f}): HTTP {status}: {message}"
+                    )
+                wait = retry_after if retry_after is not None else self._backoff(attempt)
+                if wait >= _left_s(deadline):
+                    raise LLMUnavailable(
+                        f"LLM server {self._where()} answered HTTP {status} and the retry wait "
+                        f"({wait:.2f} s) does not fit in the deadline: {message}"
+                    )
+                time.sleep(wait)
+                continue
+            return response
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _backoff(self, attempt: int) -> float:
+        return min(self.max_backoff_s, self.backoff_s * (2 ** attempt)) * random.uniform(0.5, 1.5)
+
+    def _where(self) -> str:
+        return f"{self.url} (model {self.model})"
+
+    def _read_reply(self, response: Any) -> str:
+        status = response.status_code
+        if status != 200:
+            message = _error_message(response)
+            if status in (400, 413, 422) and _CONTEXT_PATTERNS.search(message):
+                raise LLMContextTooLong(
+                    f"the prompt plus max_tokens does not fit in the context window of {self.model}: {message} "
+                    "(use fewer or shorter sources, or a smaller max_tokens)"
+                )
+            if status in (401, 403):
+                raise LLMUnavailable(
+                    f"LLM server {self._where()} refused the credentials (HTTP {status}): {message}; "
+                    "set MEDRETRIEVE_LLM_API_KEY or OPENAI_API_KEY"
+                )
+            if status == 404:
+                raise LLMUnavailable(
+                    f"LLM endpoint or model not found at {self._where()} (HTTP 404): {message}"
+                )
+            raise LLMBadResponse(f"LLM server {self._where()} rejected the request (HTTP {status}): {message}")
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise LLMBadResponse(
+                f"LLM server {self._where()} sent a reply that is not JSON: {response.text[:200]!r}"
+            ) from exc
+        try:
+            choice = data["choices"][0]
+            text = _message_text(choice["message"].get("content"))
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise LLMBadResponse(
+                f"LLM server {self._where()} sent JSON without choices[0].message.content: {str(data)[:200]}"
+            ) from exc
+        if text is None:
+            raise LLMBadResponse(f"LLM server {self._where()} sent an empty message (content is null)")
+        self.last_finish_reason = choice.get("finish_reason")
+        self.last_usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
+        return text
+
+
+class TransformersBackend:
+    """A local Hugging Face causal LM (small models; CPU by default).
+
+    ``model_dir`` holds a model and tokenizer saved with ``save_pretrained``;
+    nothing is downloaded (``local_files_only``). The tokenizer's chat
+    template formats the messages when it has one; otherwise a plain
+    ``System:/User:/Assistant:`` transcript is used. ``temperature=0`` is
+    greedy decoding. ``deadline_ms`` stops generation (``MaxTimeCriteria``) and
+    raises :class:`LLMTimeout` when it is hit. ``response_format`` cannot be
+    enforced here and is ignored (the prompts ask for the format in words).
+    Needs the optional extra ``torch`` + ``transformers``.
+    """
+
+    def __init__(
+        self,
+        model_dir: Union[str, os.PathLike],
+        *,
+        device: str = "cpu",
+        dtype: Optional[str] = None,
+        max_context: Optional[int] = None,
+        trust_remote_code: bool = False,
+    ) -> None:
+        try:
+            import torch
+            import transformers
+        except ImportError as exc:
+            raise ImportError(
+                "TransformersBackend needs torch and transformers (pip install 'medretrieve[export]')"
+            ) from exc
+        path = os.fspath(model_dir)
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"model_dir {path!r} is not a folder with a saved model")
+        self._torch = torch
+        self._transformers = transformers
+        self.model_dir = path
+        self.device = device
+        try:
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(
+                path, local_files_only=True, trust_remote_code=trust_remote_code
+            )
+            kwargs: dict = {"local_files_only": True, "trust_remote_code": trust_remote_code}
+            if dtype is not None:
+                kwargs["dtype"] = getattr(torch, dtype)
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        except (OSError, ValueError) as exc:
+            raise LLMUnavailable(f"cannot load a causal LM from {path!r}: {exc}") from exc
+        self.model.to(device)
+        self.model.eval()
+        cfg = self.model.config
+        self.max_context = int(
+            max_context
+            or getattr(cfg, "max_position_embeddings", None)
+            or getattr(cfg, "n_positions", None)
+            or 2048
+        )
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"TransformersBackend({self.model_dir!r}, device={self.device!r})"
+
+    def _prompt_ids(self, msgs: list[dict]) -> Any:
+        tok = self.tokenizer
+        if getattr(tok, "chat_template", None):
+            ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_tensors="pt")
+            if hasattr(ids, "keys"):  # newer transformers return a BatchEncoding
+                ids = ids["input_ids"]
+            return ids
+        transcript = "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in msgs) + "Assistant:"
+        return tok(transcript, return_tensors="pt")["input_ids"]
+
+    def generate(
+        self,
+        messages: Sequence[dict],
+        *,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        deadline_ms: Optional[float] = None,
+        response_format: ResponseFormat = None,
+    ) -> str:
+        """The model's continuation of the chat, decoded without special tokens."""
+        msgs = check_messages(messages)
+        _check_generation_args(max_tokens, temperature, deadline_ms)
+        normalize_response_format(response_format)  # validated, not enforceable locally
+        if deadline_ms is not None and deadline_ms <= 0:
+            raise LLMTimeout("deadline passed before generation started")
+        torch, transformers = self._torch, self._transformers
+        start = time.monotonic()
+        input_ids = self._prompt_ids(msgs).to(self.device)
+        n_prompt = int(input_ids.shape[-1])
+        if n_prompt + max_tokens > self.max_context:
+            raise LLMContextTooLong(
+                f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the context window "
+                f"of {self.max_context} tokens of {self.model_dir} (use fewer or shorter sources)"
+            )
+        gen_kwargs: dict = {
+            "max_new_tokens": max_tokens,
+            "attention_mask": torch.ones_like(input_ids),
+            "pad_token_id": self.tokenizer.pad_token_id
+            if self.tokenizer.pad_token_id is not None
+            else self.tokenizer.eos_token_id,
+        }
+        if temperature > 0:
+            gen_kwargs.update(do_sample=True, temperature=float(temperature))
+        else:
+            gen_kwargs.update(do_sample=False)
+        max_time = None
+        if deadline_ms is not None:
+            max_time = deadline_ms / 1000.0 - (time.monotonic() - start)
+            if max_time <= 0:
+                raise LLMTimeout("deadline passed while the prompt was being tokenized")
+            gen_kwargs["stopping_criteria"] = transformers.StoppingCriteriaList(
+                [transformers.MaxTimeCriteria(max_time=max_time)]
+            )
+        with self._lock, torch.no_grad():
+            try:
+                out = self.model.generate(input_ids, **gen_kwargs)
+            except RuntimeError as exc:
+                raise LLMBadResponse(f"local generation failed: {exc}") from exc
+        if max_time is not None and time.monotonic() - start >= deadline_ms / 1000.0:
+            raise LLMTimeout(
+                f"local generation stopped at the deadline ({deadline_ms:.0f} ms) after "
+                f"{int(out.shape[-1]) - n_prompt} tokens"
+            )
+        return self.tokenizer.decode(out[0, n_prompt:], skip_special_tokens=True)
