@@ -3,4 +3,5 @@
 PYBIND11_MODULE(_core, m) {
   m.doc() = "medretrieve native core: SIMD kernels, int8 HNSW, flat search, fused MMR/RRF";
   medretrieve::bindings::bind_kernels(m);
+  medretrieve::bindings::bind_fusion(m);
 }
