@@ -23,6 +23,7 @@ __all__ = [
     "INSUFFICIENT",
     "load_template",
     "format_sources",
+    "evidence_text",
     "option_letters",
     "bioasq_messages",
     "cite_messages",
@@ -91,7 +92,7 @@ def _field(item: Any, key: str) -> Any:
     return getattr(item, key, None)
 
 
-def _evidence_text(item: Evidence, where: str) -> tuple[str, str]:
+def evidence_text(item: Evidence, where: str = "evidence item") -> tuple[str, str]:
     """``(title, text)`` of a string / dict / Hit-like evidence item."""
     if isinstance(item, str):
         return "", item.strip()
@@ -111,7 +112,7 @@ def format_sources(items: Sequence[Evidence], label: str = "[{n}]", max_chars: O
         raise TypeError("evidence must be a list of strings, dicts with 'text', or Hits")
     blocks = []
     for n, item in enumerate(items, 1):
-        title, text = _evidence_text(item, f"evidence item {n}")
+        title, text = evidence_text(item, f"evidence item {n}")
         if max_chars is not None and len(text) > max_chars:
             text = text[:max_chars].rstrip() + " ..."
         head = label.format(n=n)
