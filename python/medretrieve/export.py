@@ -1,0 +1,457 @@
+"""Export a Hugging Face encoder to an ONNX model directory for :mod:`medretrieve.encoders`.
+
+Export-time only: torch and transformers are imported inside the functions,
+never by the run-time encoders. The graph outputs ``last_hidden_state`` (or
+the logit for a cross-encoder) with dynamic batch and sequence axes; pooling
+and normalisation happen in numpy after it, as the manifest says. Every
+export is checked against torch on sample texts (max abs difference of the
+fp32 outputs < 1e-4, else ValueError) and optionally converted to int8
+(onnxruntime dynamic quantization, for CPU) or fp16 (for GPU), recording the
+converted model's fidelity to fp32 in the manifest. The output directory
+appears only when complete (built beside it, then renamed).
+
+CLI::
+
+    medretrieve export-onnx SOURCE_DIR OUT_DIR --kind query|article|cross|symmetric \\
+        [--pooling cls|mean] [--normalize] [--quantize int8|fp16] [--max-length N]
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+
+import numpy as np
+
+from .encoders import (
+    DEFAULT_MAX_LENGTH, KINDS, MODEL_NAME, TOKENIZER_JSON, EncoderManifest, file_sha256, load_tokenizer,
+    pool, write_manifest,
+)
+
+PARITY_TOLERANCE = 1e-4
+OPSET = 17
+
+#: Sample inputs for the parity and fidelity checks: varied lengths, so batches carry padding.
+SAMPLE_TEXTS = [
+    "What causes central diabetes insipidus?",
+    "Metformin is the first-line drug for type 2 diabetes mellitus in adults without contraindications.",
+    "BRCA1",
+    "Which gene mutations are associated with hereditary breast and ovarian cancer syndrome, "
+    "and how is genetic testing recommended for relatives of carriers?",
+    "Aspirin irreversibly inhibits cyclooxygenase-1 and thereby platelet thromboxane A2 synthesis.",
+    "Is there a vaccine against respiratory syncytial virus for older adults?",
+    "Hypertension",
+    "The patient presented with fever, productive cough and right lower lobe consolidation on chest X-ray, "
+    "consistent with community-acquired pneumonia; sputum cultures grew Streptococcus pneumoniae.",
+]
+SAMPLE_TITLES = ["Diabetes insipidus", "Diabetes therapy", "", "Hereditary cancer", "Antiplatelet drugs",
+                 "RSV vaccines", "Blood pressure", "Pneumonia"]
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def _read_json(path: Path) -> Dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def sentence_transformers_settings(source: Path) -> Dict[str, Any]:
+    """Pooling, normalisation, max length and transformer subfolder of a sentence-transformers directory.
+
+    Empty when ``source`` has no ``modules.json``. ValueError for a pooling
+    mode the encoders cannot reproduce (max, mean-sqrt-len, weighted...).
+    """
+    modules_file = source / "modules.json"
+    if not modules_file.is_file():
+        return {}
+    settings: Dict[str, Any] = {"normalize": False, "subdir": ""}
+    for module in _read_json(modules_file):
+        kind = str(module.get("type", ""))
+        path = source / module.get("path", "")
+        if kind.endswith(".Transformer"):
+            settings["subdir"] = module.get("path", "")
+            cfg = path / "sentence_bert_config.json"
+            if cfg.is_file() and _read_json(cfg).get("max_seq_length"):
+                settings["max_length"] = int(_read_json(cfg)["max_seq_length"])
+        elif kind.endswith(".Pooling"):
+            cfg = _read_json(path / "config.json")
+            modes = [k for k, v in cfg.items() if k.startswith("pooling_mode") and v]
+            if modes == ["pooling_mode_cls_token"]:
+                settings["pooling"] = "cls"
+            elif modes == ["pooling_mode_mean_tokens"]:
+                settings["pooling"] = "mean"
+            else:
+                raise ValueError(f"{path / 'config.json'} uses pooling {modes}; only cls or mean tokens is supported")
+        elif kind.endswith(".Normalize"):
+            settings["normalize"] = True
+        else:
+            raise ValueError(f"{modules_file} has module {kind!r}; only Transformer, Pooling and Normalize "
+                             "can be exported")
+    return settings
+
+
+def _resolve_settings(kind: str, pooling: Optional[str], normalize: Optional[bool], max_length: Optional[int],
+                      st: Dict[str, Any], max_positions: int) -> Tuple[str, bool, int]:
+    if kind == "cross":
+        if pooling not in (None, "none"):
+            raise ValueError("a cross-encoder outputs one logit per pair; it takes no pooling")
+        if normalize:
+            raise ValueError("a cross-encoder's logit cannot be normalised")
+        pooling, normalize = "none", False
+    else:
+        if pooling is None:
+            pooling = st.get("pooling", "mean" if kind == "symmetric" else "cls")
+        if pooling not in ("cls", "mean"):
+            raise ValueError(f"pooling must be cls or mean, got {pooling!r}")
+        if normalize is None:
+            normalize = st.get("normalize", kind == "symmetric")
+    if max_length is None:
+        max_length = min(st.get("max_length", DEFAULT_MAX_LENGTH[kind]), max_positions)
+    elif not isinstance(max_length, int) or not 2 <= max_length <= max_positions:
+        raise ValueError(f"max_length must be an int in [2, {max_positions}] for this model, got {max_length!r}")
+    return pooling, bool(normalize), int(max_length)
+
+
+# --------------------------------------------------------------------------- torch side
+
+
+def _load_torch_model(model_dir: Union[str, Path], kind: str, local: bool):
+    import torch  # noqa: F401  (export-time extra)
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    cls = AutoModelForSequenceClassification if kind == "cross" else AutoModel
+    # Eager attention: plain MatMul/Softmax ops that every ONNX Runtime provider runs and fuses.
+    model = cls.from_pretrained(model_dir, attn_implementation="eager", local_files_only=local)
+    model.eval()
+    if kind == "cross" and getattr(model.config, "num_labels", 1) != 1:
+        raise ValueError(f"a cross-encoder must output one logit (num_labels=1); {model_dir} has "
+                         f"num_labels={model.config.num_labels}")
+    return model
+
+
+def _wrap(model, kind: str, input_names: List[str], mask_4d: bool):
+    """A module with positional (input_ids, attention_mask[, token_type_ids]) returning one tensor.
+
+    ``mask_4d`` hands BERT-like models a ready additive [b, 1, 1, s] mask: recent transformers
+    build masks from Python ints that tracing would freeze, breaking dynamic sequence lengths.
+    """
+    import torch
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args):
+            kwargs = dict(zip(input_names, args))
+            if mask_4d:
+                mask = kwargs["attention_mask"][:, None, None, :].to(torch.float32)
+                kwargs["attention_mask"] = (1.0 - mask) * torch.finfo(torch.float32).min
+            out = self.model(**kwargs)
+            return out.logits if kind == "cross" else out.last_hidden_state
+
+    return Wrapper().eval()
+
+
+def _torch_outputs(model, kind: str, feed: Dict[str, np.ndarray]) -> np.ndarray:
+    import torch
+
+    with torch.inference_mode():
+        out = model(**{k: torch.from_numpy(v) for k, v in feed.items()})
+    return (out.logits if kind == "cross" else out.last_hidden_state).float().numpy()
+
+
+def _export_graph(model, kind: str, input_names: List[str], path: Path, sample: Dict[str, np.ndarray],
+                  mask_4d: bool) -> None:
+    import warnings
+
+    import torch
+
+    output_name = "logits" if kind == "cross" else "last_hidden_state"
+    axes = {name: {0: "batch", 1: "sequence"} for name in input_names}
+    axes[output_name] = {0: "batch"} if kind == "cross" else {0: "batch", 1: "sequence"}
+    args = tuple(torch.from_numpy(sample[name]) for name in input_names)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer chatter about Python ints; parity is checked below
+        torch.onnx.export(_wrap(model, kind, input_names, mask_4d), args, str(path), dynamo=False,
+                          opset_version=OPSET, input_names=input_names, output_names=[output_name],
+                          dynamic_axes=axes, do_constant_folding=True)
+
+
+# --------------------------------------------------------------------------- sample inputs and checks
+
+
+def _sample_inputs(kind: str) -> List[Any]:
+    if kind == "article":
+        return list(zip(SAMPLE_TITLES, SAMPLE_TEXTS))
+    if kind == "cross":
+        return [(SAMPLE_TEXTS[0], t) for t in SAMPLE_TEXTS]
+    return list(SAMPLE_TEXTS)
+
+
+def _feed(tokenizer, inputs: List[Any], input_names: List[str], pad_id: int) -> Dict[str, np.ndarray]:
+    encodings = tokenizer.encode_batch(inputs)
+    b, s = len(encodings), max(len(e.ids) for e in encodings)
+    arrays = {"input_ids": np.full((b, s), pad_id, np.int64), "attention_mask": np.zeros((b, s), np.int64),
+              "token_type_ids": np.zeros((b, s), np.int64)}
+    for r, e in enumerate(encodings):
+        arrays["input_ids"][r, :len(e.ids)] = e.ids
+        arrays["attention_mask"][r, :len(e.ids)] = 1
+        arrays["token_type_ids"][r, :len(e.ids)] = e.type_ids
+    return {name: arrays[name] for name in input_names}
+
+
+def _run_onnx(path: Path, feed: Dict[str, np.ndarray], output: str) -> np.ndarray:
+    from .encoders import make_session
+
+    session = make_session(path, providers=["CPUExecutionProvider"])
+    return session.run([output], feed)[0].astype(np.float32)
+
+
+def _parity(reference: np.ndarray, got: np.ndarray, mask: Optional[np.ndarray], kind: str) -> float:
+    """Max abs difference over real tokens (padding rows are never pooled), or over logits."""
+    if kind == "cross" or mask is None:
+        return float(np.max(np.abs(reference - got)))
+    valid = mask.astype(bool)
+    return float(np.max(np.abs(reference[valid] - got[valid])))
+
+
+def _fidelity(kind: str, ref: np.ndarray, got: np.ndarray, mask: np.ndarray, pooling: str) -> Dict[str, Any]:
+    """How close a converted graph stays to fp32 on the sample inputs."""
+    if kind == "cross":
+        a, b = ref.reshape(-1), got.reshape(-1)
+        pearson = float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else float("nan")
+        return {"metric": "pearson", "value": pearson, "mean_abs_diff": float(np.mean(np.abs(a - b))),
+                "samples": int(a.size)}
+    va = pool(ref, mask, pooling, True)
+    vb = pool(got, mask, pooling, True)
+    cos = np.sum(va * vb, axis=1)
+    return {"metric": "mean_cosine", "value": float(cos.mean()), "min": float(cos.min()),
+            "samples": int(cos.size)}
+
+
+def _quantize_int8(src: Path, dst: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    # Per-tensor weight scales: ORT's CPU MatMulInteger kernels are fastest with them, and on
+    # encoder weights the fidelity (recorded in the manifest) stays high.
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=False)
+
+
+def _convert_fp16(src: Path, dst: Path) -> None:
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = onnx.load(str(src))
+    # keep_io_types: int64 ids in, float32 states out, so the encoders need no special casing.
+    converted = convert_float_to_float16(model, keep_io_types=True)
+    onnx.save(converted, str(dst))
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def export_onnx(source: Union[str, Path], out_dir: Union[str, Path], kind: str, pooling: Optional[str] = None,
+                normalize: Optional[bool] = None, quantize: Optional[str] = None,
+                max_length: Optional[int] = None, overwrite: bool = False) -> Path:
+    """Export ``source`` (a local Hugging Face model directory, or a hub id where there is network)
+    to ``out_dir`` for :class:`~medretrieve.encoders.QueryEncoder` / ``ArticleEncoder`` / ``CrossEncoder``.
+
+    ``kind``: query | article | cross | symmetric. ``pooling`` / ``normalize``
+    default to the source's sentence-transformers config when it has one,
+    else MedCPT's ([CLS], not normalised) for query/article and mean +
+    normalised for symmetric. ``quantize``: None, ``"int8"`` (CPU) or
+    ``"fp16"`` (GPU). ``max_length`` defaults to 64 for query, 512 for
+    article/cross, the sentence-transformers ``max_seq_length`` for symmetric.
+    Returns ``out_dir``. Raises ValueError when the fp32 graph differs from
+    torch by 1e-4 or more, FileExistsError when ``out_dir`` is not empty and
+    ``overwrite`` is False.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if quantize not in (None, "none", "int8", "fp16"):
+        raise ValueError(f"quantize must be int8, fp16 or None, got {quantize!r}")
+    out_dir = Path(out_dir).expanduser()
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
+        raise FileExistsError(f"{out_dir} exists and is not empty; pass overwrite=True (--overwrite)")
+    local = Path(source).expanduser().is_dir()
+    with _hub_offline(local):
+        return _export(source, out_dir, kind, pooling, normalize, quantize, max_length, local)
+
+
+@contextlib.contextmanager
+def _hub_offline(active: bool) -> Iterator[None]:
+    """HF_HUB_OFFLINE=1 while exporting a local directory: nothing may reach the hub (restored after)."""
+    saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    if active:
+        os.environ.update({k: "1" for k in saved})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _export(source: Union[str, Path], out_dir: Path, kind: str, pooling: Optional[str],
+            normalize: Optional[bool], quantize: Optional[str], max_length: Optional[int], local: bool) -> Path:
+    if local:
+        source_path = Path(source).expanduser().resolve()
+        st = sentence_transformers_settings(source_path)
+        model_dir: Union[str, Path] = source_path / st.get("subdir", "")
+    else:
+        if Path(source).expanduser().exists() or "/" not in str(source) or str(source).startswith((".", "/")):
+            raise FileNotFoundError(f"{source} is not a model directory (nor a hub id like org/name)")
+        st, model_dir = {}, str(source)
+
+    model = _load_torch_model(model_dir, kind, local)
+    max_positions = int(getattr(model.config, "max_position_embeddings", 512) or 512)
+    if getattr(model.config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        max_positions -= 2  # RoBERTa positions start after the padding index
+    pooling, normalize, max_length = _resolve_settings(kind, pooling, normalize, max_length, st, max_positions)
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-export-", dir=out_dir.parent))
+    try:
+        _save_tokenizer(model_dir, work, local)
+        tokenizer = load_tokenizer(work)
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length)
+        pad_id = int(getattr(model.config, "pad_token_id", None) or 0)
+        import inspect
+
+        accepted = inspect.signature(model.forward).parameters
+        input_names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in accepted]
+        output_name = "logits" if kind == "cross" else "last_hidden_state"
+        feed = _feed(tokenizer, _sample_inputs(kind), input_names, pad_id)
+        reference = _torch_outputs(model, kind, feed)
+        fp32 = work / "model.fp32.onnx"
+        diff, fp32_out = _export_with_parity(model, kind, input_names, fp32, feed, reference, output_name)
+
+        dim = 1 if kind == "cross" else int(reference.shape[-1])
+        quantization, fidelity = "none", None
+        final = work / MODEL_NAME
+        if quantize in ("int8", "fp16"):
+            (_quantize_int8 if quantize == "int8" else _convert_fp16)(fp32, final)
+            converted = _run_onnx(final, feed, output_name)
+            fidelity = _fidelity(kind, fp32_out, converted, feed.get("attention_mask"), pooling)
+            quantization = quantize
+            fp32.unlink()
+        else:
+            fp32.rename(final)
+        write_manifest(work, EncoderManifest(
+            kind=kind, pooling=pooling, normalize=normalize, max_length=max_length, dim=dim,
+            sha256=file_sha256(final), source=str(source), quantization=quantization,
+            parity={"max_abs_diff": diff, "tolerance": PARITY_TOLERANCE, "samples": len(_sample_inputs(kind)),
+                    "opset": OPSET},
+            fidelity=fidelity, input_names=input_names, output_name=output_name, pad_token_id=pad_id))
+        _publish(work, out_dir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out_dir
+
+
+def _export_with_parity(model, kind: str, input_names: List[str], path: Path, feed: Dict[str, np.ndarray],
+                        reference: np.ndarray, output_name: str) -> Tuple[float, np.ndarray]:
+    """Export with a ready 4-D mask (BERT-like models), else the model's own mask code; the first
+    graph within tolerance of torch wins: (max abs diff, its outputs). ValueError when none is."""
+    mask = feed.get("attention_mask")
+    diffs = []
+    for mask_4d in (True, False):
+        try:
+            _export_graph(model, kind, input_names, path, feed, mask_4d)
+            got = _run_onnx(path, feed, output_name)
+        except Exception as exc:  # a model that rejects 4-D masks fails here; try the other way
+            diffs.append(f"{'4-D' if mask_4d else '2-D'} mask: {type(exc).__name__}: {str(exc)[:200]}")
+            continue
+        diff = _parity(reference, got, mask, kind)
+        if diff < PARITY_TOLERANCE:
+            return diff, got
+        diffs.append(f"{'4-D' if mask_4d else '2-D'} mask: max abs diff {diff:.3g}")
+    raise ValueError(f"ONNX export does not match torch within {PARITY_TOLERANCE} ({'; '.join(diffs)})")
+
+
+def _save_tokenizer(model_dir: Union[str, Path], work: Path, local: bool) -> None:
+    """Put ``tokenizer.json`` (or, failing a fast tokenizer, ``vocab.txt``) into ``work``."""
+    if local:
+        model_dir = Path(model_dir)
+        for candidate in (model_dir / TOKENIZER_JSON, model_dir.parent / TOKENIZER_JSON):
+            if candidate.is_file():
+                shutil.copyfile(candidate, work / TOKENIZER_JSON)
+                return
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=local)
+    except Exception as exc:
+        vocab = Path(model_dir) / "vocab.txt" if local else None
+        if vocab is not None and vocab.is_file():
+            shutil.copyfile(vocab, work / "vocab.txt")
+            config = vocab.with_name("tokenizer_config.json")
+            if config.is_file():
+                shutil.copyfile(config, work / "tokenizer_config.json")
+            return
+        raise FileNotFoundError(f"no tokenizer in {model_dir}: {exc}") from exc
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None:
+        raise ValueError(f"{model_dir} has only a slow tokenizer; medretrieve needs tokenizer.json or vocab.txt")
+    backend.save(str(work / TOKENIZER_JSON))
+
+
+def _publish(work: Path, out_dir: Path) -> None:
+    """Move the finished directory into place; an old one is removed only after the new one is complete."""
+    stale = None
+    if out_dir.exists():
+        stale = out_dir.with_name(f".{out_dir.name}-old-{os.getpid()}")
+        os.replace(out_dir, stale)
+    os.replace(work, out_dir)
+    if stale is not None and stale.is_dir():
+        shutil.rmtree(stale, ignore_errors=True)
+    elif stale is not None:
+        stale.unlink()
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_cli(subparsers) -> None:
+    """Register ``medretrieve export-onnx``."""
+    p = subparsers.add_parser("export-onnx", help="export a Hugging Face encoder to an ONNX model directory",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("source", metavar="SOURCE_DIR", help="local Hugging Face model directory (or a hub id)")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="directory to create")
+    p.add_argument("--kind", required=True, choices=KINDS)
+    p.add_argument("--pooling", choices=("cls", "mean"), default=None,
+                   help="default: the sentence-transformers config, else cls (query/article) or mean (symmetric)")
+    p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                   help="L2-normalise vectors (default: as the source's config / the kind's convention)")
+    p.add_argument("--quantize", choices=("int8", "fp16"), default=None)
+    p.add_argument("--max-length", type=int, default=None, help="token limit (default 64 query, 512 article/cross)")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args: argparse.Namespace) -> int:
+    try:
+        out = export_onnx(args.source, args.out_dir, args.kind, pooling=args.pooling, normalize=args.normalize,
+                          quantize=args.quantize, max_length=args.max_length, overwrite=args.overwrite)
+    except (ValueError, FileNotFoundError, FileExistsError, ImportError) as exc:
+        print(f"medretrieve export-onnx: {exc}", file=sys.stderr)
+        return 2
+    manifest = _read_json(out / "medretrieve.json")
+    summary = {k: manifest[k] for k in ("kind", "pooling", "normalize", "max_length", "dim", "quantization",
+                                        "parity", "fidelity")}
+    print(f"exported {args.source} -> {out}")
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+__all__ = ["export_onnx", "sentence_transformers_settings", "add_cli", "SAMPLE_TEXTS", "PARITY_TOLERANCE"]

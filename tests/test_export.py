@@ -1,0 +1,203 @@
+"""medretrieve.export: torch -> ONNX export, parity with torch, manifest, quantization, CLI, errors."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from encoder_fixtures import export_tiny, make_tiny_bert_dir  # noqa: E402
+from medretrieve.encoders import MANIFEST_NAME, file_sha256, read_manifest  # noqa: E402
+from medretrieve.export import PARITY_TOLERANCE, export_onnx, sentence_transformers_settings  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("export")
+
+
+@pytest.mark.parametrize("kind,pooling,normalize,max_length,dim", [
+    ("query", "cls", False, 64, 32),
+    ("article", "cls", False, 512, 32),
+    ("cross", "none", False, 512, 1),
+    ("symmetric", "mean", True, 512, 32),
+])
+def test_manifest_follows_medcpt_conventions(tmp, kind, pooling, normalize, max_length, dim):
+    out = export_tiny(tmp, kind)
+    m = read_manifest(out)
+    assert (m.kind, m.pooling, m.normalize, m.max_length, m.dim) == (kind, pooling, normalize, max_length, dim)
+    assert m.sha256 == file_sha256(out / "model.onnx")
+    assert m.quantization == "none" and m.fidelity is None
+    assert 0 <= m.parity["max_abs_diff"] < PARITY_TOLERANCE and m.parity["samples"] >= 8
+    assert m.input_names == ["input_ids", "attention_mask", "token_type_ids"]
+    assert m.output_name == ("logits" if kind == "cross" else "last_hidden_state")
+    assert (out / "tokenizer.json").is_file()
+    # Only the finished directory is left beside it: no temp or fp32 leftovers.
+    assert sorted(p.name for p in out.iterdir()) == ["medretrieve.json", "model.onnx", "tokenizer.json"]
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_graph_has_dynamic_batch_and_sequence_axes(tmp):
+    import onnx
+
+    out = export_tiny(tmp, "query")
+    graph = onnx.load(str(out / "model.onnx")).graph
+    for value in list(graph.input) + list(graph.output):
+        dims = value.type.tensor_type.shape.dim
+        assert dims[0].dim_param and dims[1].dim_param, value.name
+    opset = {o.domain: o.version for o in onnx.load(str(out / "model.onnx")).opset_import}
+    assert opset[""] >= 14
+
+
+def test_options_override_defaults(tmp):
+    out = export_onnx(make_tiny_bert_dir(tmp, "query", seed=3), tmp / "q-mean", "query", pooling="mean",
+                      normalize=True, max_length=32)
+    m = read_manifest(out)
+    assert (m.pooling, m.normalize, m.max_length) == ("mean", True, 32)
+
+
+def test_sentence_transformers_config_is_read(tmp):
+    src = make_tiny_bert_dir(tmp, "symmetric", sentence_transformers="cls", seed=4)
+    assert sentence_transformers_settings(src) == {"normalize": True, "subdir": "", "max_length": 128,
+                                                   "pooling": "cls"}
+    m = read_manifest(export_onnx(src, tmp / "st-cls", "symmetric"))
+    assert (m.pooling, m.normalize, m.max_length) == ("cls", True, 128)
+    # Explicit arguments win over the source's config.
+    m = read_manifest(export_onnx(src, tmp / "st-mean", "symmetric", pooling="mean", normalize=False))
+    assert (m.pooling, m.normalize) == ("mean", False)
+
+
+def test_unsupported_sentence_transformers_pooling_is_refused(tmp):
+    src = make_tiny_bert_dir(tmp, "symmetric", sentence_transformers="mean", seed=5)
+    cfg = src / "1_Pooling" / "config.json"
+    data = json.loads(cfg.read_text())
+    data["pooling_mode_max_tokens"] = True
+    cfg.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="pooling"):
+        sentence_transformers_settings(src)
+
+
+@pytest.mark.parametrize("kind", ["query", "cross"])
+def test_int8_quantization_records_fidelity(tmp, kind):
+    fp32 = export_tiny(tmp, kind)
+    out = export_tiny(tmp, kind, quantize="int8")
+    m = read_manifest(out)
+    assert m.quantization == "int8" and m.parity["max_abs_diff"] < PARITY_TOLERANCE
+    if kind == "cross":
+        assert m.fidelity["metric"] == "pearson" and m.fidelity["value"] > 0.95
+        assert m.fidelity["mean_abs_diff"] > 0  # int8 really changed the numbers
+    else:
+        assert m.fidelity["metric"] == "mean_cosine" and 0.98 < m.fidelity["value"] < 1.0
+    # int8 weights: the file shrinks (tiny model: embeddings stay fp32, so not a full 4x).
+    assert (out / "model.onnx").stat().st_size < 0.8 * (fp32 / "model.onnx").stat().st_size
+
+
+def test_fp16_conversion_records_fidelity(tmp):
+    import onnx
+
+    out = export_tiny(tmp, "article", quantize="fp16")
+    m = read_manifest(out)
+    assert m.quantization == "fp16" and m.fidelity["value"] > 0.999
+    model = onnx.load(str(out / "model.onnx"))
+    fp16_weights = [t for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16]
+    assert fp16_weights, "no float16 initialisers after fp16 conversion"
+    # I/O types kept, so the encoders feed int64 ids and read float32 states unchanged.
+    assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+
+
+def test_vocab_only_source_exports(tmp):
+    src = make_tiny_bert_dir(tmp, "query", tokenizer="vocab", seed=6)
+    out = export_onnx(src, tmp / "vocab-only", "query")
+    assert (out / "model.onnx").is_file() and read_manifest(out).parity["max_abs_diff"] < PARITY_TOLERANCE
+
+
+def test_errors_name_the_problem(tmp):
+    src = make_tiny_bert_dir(tmp, "query", seed=7)
+    with pytest.raises(ValueError, match="kind"):
+        export_onnx(src, tmp / "bad-kind", "passage")
+    with pytest.raises(ValueError, match="quantize"):
+        export_onnx(src, tmp / "bad-q", "query", quantize="int4")
+    with pytest.raises(FileNotFoundError, match="not a model directory"):
+        export_onnx(tmp / "does-not-exist", tmp / "x", "query")
+    with pytest.raises(ValueError, match="max_length"):
+        export_onnx(src, tmp / "too-long", "query", max_length=4096)
+    cross_src = make_tiny_bert_dir(tmp, "cross", seed=7)
+    with pytest.raises(ValueError, match="pooling"):
+        export_onnx(cross_src, tmp / "cross-pool", "cross", pooling="mean")
+    busy = tmp / "busy"
+    busy.mkdir()
+    (busy / "keep.txt").write_text("user data")
+    with pytest.raises(FileExistsError, match="overwrite"):
+        export_onnx(src, busy, "query")
+    assert (busy / "keep.txt").read_text() == "user data"
+    # overwrite replaces it only once the new directory is complete.
+    export_onnx(src, busy, "query", overwrite=True)
+    assert (busy / MANIFEST_NAME).is_file() and not (busy / "keep.txt").exists()
+
+
+def test_parity_failure_is_an_error(tmp, monkeypatch):
+    """A graph that drifts from torch must be refused, not written."""
+    import medretrieve.export as export
+
+    real = export._run_onnx
+
+    def drifting(path, feed, output):
+        return real(path, feed, output) + 1e-3
+
+    monkeypatch.setattr(export, "_run_onnx", drifting)
+    src = make_tiny_bert_dir(tmp, "query", seed=8)
+    with pytest.raises(ValueError, match="does not match torch"):
+        export_onnx(src, tmp / "drift", "query")
+    assert not (tmp / "drift").exists()
+
+
+def test_cli_export(tmp, capsys):
+    from medretrieve.cli import main
+
+    src = make_tiny_bert_dir(tmp, "article", seed=9)
+    rc = main(["export-onnx", str(src), str(tmp / "cli-out"), "--kind", "article", "--pooling", "mean",
+               "--normalize", "--quantize", "int8", "--max-length", "128"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "cli-out" in printed and '"quantization": "int8"' in printed
+    m = read_manifest(tmp / "cli-out")
+    assert (m.kind, m.pooling, m.normalize, m.max_length, m.quantization) == ("article", "mean", True, 128, "int8")
+    # A user error is a message and exit status 2, not a traceback.
+    rc = main(["export-onnx", str(tmp / "missing"), str(tmp / "cli-out2"), "--kind", "query"])
+    assert rc == 2 and "not a model directory" in capsys.readouterr().err
+
+
+def test_export_restores_hub_environment(tmp, monkeypatch):
+    import os
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    export_tiny(tmp, "query", seed=10)
+    assert "HF_HUB_OFFLINE" not in os.environ
+
+
+def test_exported_states_match_torch_on_new_lengths(tmp):
+    """Dynamic axes really are dynamic: a batch shaped unlike the export sample matches torch."""
+    import onnxruntime as ort
+    import torch
+    from transformers import AutoModel
+
+    src = make_tiny_bert_dir(tmp, "query", seed=11)
+    out = export_onnx(src, tmp / "dyn", "query")
+    sess = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    model = AutoModel.from_pretrained(src).eval()
+    for b, s in [(1, 3), (5, 40), (2, 300)]:
+        ids = rng.integers(5, 100, size=(b, s)).astype(np.int64)
+        mask = np.ones_like(ids)
+        mask[0, s // 2:] = 0
+        types = np.zeros_like(ids)
+        got = sess.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})[0]
+        with torch.inference_mode():
+            ref = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                        token_type_ids=torch.from_numpy(types)).last_hidden_state.numpy()
+        valid = mask.astype(bool)
+        assert np.abs(got[valid] - ref[valid]).max() < PARITY_TOLERANCE
