@@ -1,0 +1,315 @@
+"""MedRGB: context composition (exact proportions, no leakage, seeding) and full scripted runs."""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import pytest
+
+from medretrieve.datasets import MCQuestion
+from medretrieve.medrgb import (
+    N_VALUES,
+    P_VALUES,
+    ContextDoc,
+    JsonlCache,
+    MedRGBRunner,
+    compose_context,
+    compose_robustness_context,
+    make_settings,
+    n_signal,
+)
+
+
+def _docs(qid: str, count: int) -> list[ContextDoc]:
+    return [ContextDoc(f"{qid}-c{i}", f"text {qid} {i}", source_id=f"{qid}-d{i}", question_id=qid) for i in range(count)]
+
+
+OWN = _docs("q0", 25)
+OTHERS = [d for q in ("q1", "q2", "q3") for d in _docs(q, 25)]
+# A chunk of another question that comes from one of q0's own source documents: never noise for q0.
+SHARED_SOURCE = ContextDoc("q1-extra", "shared", source_id="q0-d3", question_id="q1")
+POOL = OWN + OTHERS + [SHARED_SOURCE]
+
+
+@pytest.mark.parametrize("n", N_VALUES)
+@pytest.mark.parametrize("p", P_VALUES)
+def test_compose_context_exact_proportions_and_no_leakage(n, p):
+    ctx = compose_context(OWN, POOL, n, p, seed=7, question_id="q0")
+    k = round(n * p / 100)
+    assert len(ctx) == n
+    signal = [d for d in ctx if d.is_signal]
+    noise = [d for d in ctx if not d.is_signal]
+    assert len(signal) == k and len(noise) == n - k
+    assert {d.doc_id for d in signal} == {d.doc_id for d in OWN[:k]}  # the top-ranked signal documents
+    own_ids = {d.doc_id for d in OWN} | {d.source_id for d in OWN}
+    assert all(d.question_id != "q0" and d.doc_id not in own_ids and d.source_id not in own_ids for d in noise)
+    assert len({d.doc_id for d in ctx}) == n  # no duplicates
+
+
+def test_compose_context_is_seeded_and_shuffled():
+    a = compose_context(OWN, POOL, 20, 40, seed="s", question_id="q0")
+    b = compose_context(OWN, list(reversed(POOL)), 20, 40, seed="s", question_id="q0")
+    assert a == b  # same seed, same content (pool order does not matter)
+    c = compose_context(OWN, POOL, 20, 40, seed="other", question_id="q0")
+    assert [d.doc_id for d in a] != [d.doc_id for d in c]
+    assert [d.is_signal for d in a] != [True] * 8 + [False] * 12  # signal is not simply first
+
+
+def test_compose_context_errors():
+    with pytest.raises(ValueError, match="signal documents"):
+        compose_context(OWN[:2], POOL, 10, 40, seed=0, question_id="q0")
+    with pytest.raises(ValueError, match="noise documents"):
+        compose_context(OWN, OWN + _docs("q1", 2), 5, 0, seed=0, question_id="q0")
+    with pytest.raises(ValueError, match="p must be"):
+        compose_context(OWN, POOL, 5, 120, seed=0)
+    with pytest.raises(ValueError, match="n must be"):
+        compose_context(OWN, POOL, 0, 20, seed=0)
+    # exclude_ids removes more candidates
+    with pytest.raises(ValueError, match="noise documents"):
+        compose_context(OWN, _docs("q1", 3), 5, 40, seed=0, exclude_ids={"q1-c0"})
+
+
+def test_n_signal_rounding():
+    assert [n_signal(5, p) for p in P_VALUES] == [0, 1, 2, 3, 4, 5]
+    assert [n_signal(10, p) for p in P_VALUES] == [0, 2, 4, 6, 8, 10]
+    assert [n_signal(20, p) for p in P_VALUES] == [0, 4, 8, 12, 16, 20]
+
+
+@pytest.mark.parametrize("n", N_VALUES)
+@pytest.mark.parametrize("p", P_VALUES)
+def test_robustness_context(n, p):
+    cfs = {d.doc_id: ContextDoc(d.doc_id, "FAKE " + d.text, question_id="q0") for d in OWN}
+    ctx = compose_robustness_context(OWN, cfs, n, p, seed=3)
+    assert len(ctx) == n and {d.doc_id for d in ctx} == {d.doc_id for d in OWN[:n]}
+    fake = [d for d in ctx if d.counterfactual]
+    assert len(fake) == n - round(n * p / 100)
+    assert all(d.text.startswith("FAKE") for d in fake) and not any(d.text.startswith("FAKE") for d in ctx if not d.counterfactual)
+    assert ctx == compose_robustness_context(OWN, cfs, n, p, seed=3)
+
+
+def test_robustness_context_errors():
+    with pytest.raises(ValueError, match="need 5 signal"):
+        compose_robustness_context(OWN[:3], {}, 5, 40, seed=0)
+    with pytest.raises(ValueError, match="no counterfactual"):
+        compose_robustness_context(OWN, {}, 5, 40, seed=0)
+
+
+def test_make_settings():
+    settings = make_settings()
+    assert len(settings) == 2 + 3 * len(N_VALUES) * len(P_VALUES)
+    keys = [s.key for s in settings]
+    assert "standard-n5" in keys and "standard-n20" in keys and "robustness-n10-p60" in keys
+    assert len(set(keys)) == len(keys)
+    with pytest.raises(ValueError, match="unknown MedRGB scenario"):
+        make_settings(["fast"])
+
+
+def test_jsonl_cache_survives_a_torn_last_line(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"k": "a", "v": 1}\n{"k": "b", "v"')
+    cache = JsonlCache(path, lambda r: r["k"])
+    assert "a" in cache and "b" not in cache
+    cache.add({"k": "b", "v": 2})
+    again = JsonlCache(path, lambda r: r["k"])
+    assert again.get("b") == {"k": "b", "v": 2}
+    path.write_text('{"k": "a"\n{"k": "b"}\n')
+    with pytest.raises(ValueError, match="line 1"):
+        JsonlCache(path, lambda r: r["k"])
+
+
+# --------------------------------------------------------------------------- scripted full run
+
+GOLD = {"q1": "A", "q2": "B", "q3": "C"}
+QUESTIONS = [
+    MCQuestion(qid, f"Question {qid}: which option is right?", {"A": "a", "B": "b", "C": "c", "D": "d"}, ans, "test")
+    for qid, ans in GOLD.items()
+]
+
+
+def fake_search(query: str, k: int) -> list[dict]:
+    """Per question a corpus of 30 documents; topic j starts at document 3*j."""
+    qid = re.search(r"q\d", query).group(0)
+    m = re.search(r"topic (\d+)", query)
+    start = 3 * int(m.group(1)) if m else 0
+    return [
+        {"chunk_id": f"{qid}-c{i}", "document_id": f"{qid}-d{i}", "title": f"doc {qid} {i}",
+         "text": f"MARK-{qid}: the answer is {GOLD[qid]}."}
+        for i in range(start, min(start + k, 30))
+    ]
+
+
+def _documents(user: str) -> list[str]:
+    return re.split(r"\n\nDocument \[\d+\] ", "\n\n" + user.split("\n\nHere is")[0].split(":\n\n", 1)[1])[1:]
+
+
+def smart_llm(request: dict):
+    """Answers like a perfect model, reading only what the prompt shows."""
+    system = request["messages"][0]["content"]
+    user = request["messages"][-1]["content"]
+    if "medical librarian" in system:
+        qid = re.search(r"q\d", user).group(0)
+        n = int(re.search(r"Write (\d+)", user).group(1))
+        return json.dumps([f"{qid} topic {j}" for j in range(n)])
+    if "reading-comprehension" in system:
+        qid = re.search(r"Main question: Question (q\d)", user).group(1)
+        return json.dumps([{"question": f"Sub one of {qid}?", "answer": "alpha"},
+                           {"question": f"Sub two of {qid}?", "answer": "beta"}])
+    if "robustness test" in system:
+        return json.dumps({"counterfactual_answer": "D", "document": "FAKE: the answer is D."})
+    if "strict grader" in system:
+        return "SCORE: 1" if "Gold answer: alpha\n\nPredicted answer: alpha" in user or "beta\n\nPredicted answer: beta" in user else "SCORE: 0"
+    qid = re.search(r"Here is the (?:main )?question:\nQuestion (q\d)", user).group(1)
+    docs = _documents(user)
+    mine = [i + 1 for i, d in enumerate(docs) if f"MARK-{qid}" in d]
+    fake = [i + 1 for i, d in enumerate(docs) if "FAKE" in d]
+    reply = {"step_by_step_thinking": "read the documents"}
+    if "relevant_documents" in user:  # sufficiency
+        reply["relevant_documents"] = mine
+        reply["answer_choice"] = GOLD[qid] if mine else "insufficient information"
+    elif "document_analysis" in user:  # robustness
+        reply["document_analysis"] = [{"document": i + 1, "has_factual_error": i + 1 in fake,
+                                       "correction": "the answer is not D" if i + 1 in fake else ""} for i in range(len(docs))]
+        reply["answer_choice"] = GOLD[qid] if mine else "D"
+    elif "sub_answers" in user:  # integration
+        reply["sub_answers"] = [{"sub_question": "one", "answer": "alpha", "documents": mine[:1]},
+                                {"sub_question": "two", "answer": "beta", "documents": mine[:1]}]
+        reply["answer_choice"] = GOLD[qid]
+    else:
+        reply["answer_choice"] = GOLD[qid]
+    return json.dumps(reply)
+
+
+@pytest.fixture()
+def backend_factory():
+    from medretrieve.llm import OpenAIBackend
+
+    made = []
+
+    def make(url):
+        b = OpenAIBackend(url, "fake-model", timeout_s=10, max_retries=0)
+        made.append(b)
+        return b
+
+    yield make
+    for b in made:
+        b.close()
+
+
+SETTINGS = make_settings(n_values=[5], p_values=[40, 100], standard_n=[5])
+
+
+def _runner(backend, out, **kw):
+    return MedRGBRunner(backend, fake_search, out, dataset="test", model="fake-model", seed=1,
+                        max_workers=4, n_sub_questions=2, progress=False, **kw)
+
+
+def test_full_run_scores_a_perfect_model(tmp_path, backend_factory):
+    from llm_server import FakeLLMServer
+
+    with FakeLLMServer(smart_llm) as srv:
+        run = _runner(backend_factory(srv.base_url), tmp_path / "run").run(QUESTIONS, SETTINGS)
+        n_requests = len(srv.requests)
+    m = run.metrics
+    assert run.errors == []
+    assert len(run.items) == 3 * len(SETTINGS) == 21
+    assert m["standard-n5"]["accuracy"] == 1.0
+    # p=40: 2 signal + 3 noise; the perfect model picks out its own documents
+    assert m["sufficiency-n5-p40"]["accuracy"] == 1.0 and m["sufficiency-n5-p40"]["noise_detection_accuracy"] == 1.0
+    assert m["sufficiency-n5-p40"]["insufficient_share"] == 0.0
+    assert m["integration-n5-p40"]["sub_answer_em"] == 1.0 and m["integration-n5-p40"]["judge_score"] == 1.0
+    # robustness p=40: 3 of 5 documents rewritten, all flagged, no false alarm
+    assert m["robustness-n5-p40"]["fact_detection_rate"] == 1.0 and m["robustness-n5-p40"]["false_alarm_rate"] == 0.0
+    assert m["robustness-n5-p100"]["fact_detection_rate"] is None  # nothing to detect
+    for item in run.items:
+        kinds = Counter(item.doc_kinds)
+        if item.scenario in ("sufficiency", "integration"):
+            assert kinds["signal"] == round(5 * item.p / 100) and kinds["noise"] == 5 - kinds["signal"]
+        if item.scenario == "robustness":
+            assert kinds["counterfactual"] == 5 - round(5 * item.p / 100)
+    # 3 topic lists + 3 sub-QA + 3x5 counterfactuals + 21 answers + 6 integration items x 2 judge calls
+    assert n_requests == 3 + 3 + 15 + 21 + 12
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["settings"]["sufficiency-n5-p40"]["n"] == 5 and results["settings"]["sufficiency-n5-p40"]["p"] == 40
+
+
+def test_p0_makes_a_perfect_model_abstain(tmp_path, backend_factory):
+    from llm_server import FakeLLMServer
+
+    with FakeLLMServer(smart_llm) as srv:
+        run = _runner(backend_factory(srv.base_url), tmp_path).run(
+            QUESTIONS, make_settings(["sufficiency"], n_values=[5], p_values=[0]))
+    m = run.metrics["sufficiency-n5-p0"]
+    assert m["accuracy"] == 0.0 and m["insufficient_share"] == 1.0 and m["noise_detection_accuracy"] == 1.0
+
+
+def test_rerun_is_resumed_from_the_cache(tmp_path, backend_factory):
+    from llm_server import FakeLLMServer
+
+    out = tmp_path / "run"
+    with FakeLLMServer(smart_llm) as srv:
+        first = _runner(backend_factory(srv.base_url), out).run(QUESTIONS, SETTINGS)
+        before = len(srv.requests)
+        again = _runner(backend_factory(srv.base_url), out).run(QUESTIONS, SETTINGS)
+        assert len(srv.requests) == before  # nothing asked twice
+        assert again.metrics == first.metrics
+        # drop two answered items: only those two are asked again
+        items = out / "items.jsonl"
+        lines = items.read_text().splitlines()
+        items.write_text("\n".join(lines[:-2]) + "\n")
+        _runner(backend_factory(srv.base_url), out).run(QUESTIONS, SETTINGS)
+        asked = srv.requests[before:]
+        assert 2 <= len(asked) <= 2 + 2 * 2  # the two answers (+ judge calls if integration items)
+    with pytest.raises(ValueError, match="other options"):
+        MedRGBRunner(None, fake_search, out, dataset="test", model="fake-model", seed=2, progress=False).run(QUESTIONS, SETTINGS)
+
+
+def test_server_errors_are_counted_not_cached(tmp_path, backend_factory):
+    from llm_server import FakeLLMServer, error_reply
+
+    def flaky(request):
+        user = request["messages"][-1]["content"]
+        if "answer_choice" in user and "Question q2" in user:
+            return 503, error_reply("overloaded", "server_error"), 0.0
+        return smart_llm(request)
+
+    out = tmp_path / "run"
+    settings = make_settings(["standard", "sufficiency"], n_values=[5], p_values=[40], standard_n=[5])
+    with FakeLLMServer(flaky) as srv:
+        run = _runner(backend_factory(srv.base_url), out).run(QUESTIONS, settings)
+    assert len(run.errors) == 2 and all(e["question_id"] == "q2" and e["stage"] == "answer" for e in run.errors)
+    assert run.metrics["standard-n5"]["count"] == 2 and run.metrics["standard-n5"]["errors"] == 1
+    with FakeLLMServer(smart_llm) as srv:
+        run = _runner(backend_factory(srv.base_url), out).run(QUESTIONS, settings)
+        assert len(srv.requests) == 2  # only q2's two answers
+    assert run.errors == [] and run.metrics["standard-n5"]["count"] == 3
+
+
+def test_unreadable_reply_counts_as_wrong(tmp_path, backend_factory):
+    from llm_server import FakeLLMServer
+
+    def vague(request):
+        if "answer_choice" in request["messages"][-1]["content"]:
+            return "I am not sure."
+        return smart_llm(request)
+
+    with FakeLLMServer(vague) as srv:
+        run = _runner(backend_factory(srv.base_url), tmp_path).run(QUESTIONS, make_settings(["standard"], standard_n=[5]))
+    m = run.metrics["standard-n5"]
+    assert m["count"] == 3 and m["accuracy"] == 0.0 and m["unreadable"] == 3
+    assert all(i.parse_error and i.raw == "I am not sure." for i in run.items)
+
+
+def test_dead_backend_stops_the_run(tmp_path, backend_factory):
+    from llm_server import refused_base_url
+
+    runner = _runner(backend_factory(refused_base_url()), tmp_path, max_errors=2)
+    with pytest.raises(RuntimeError, match="LLM errors"):
+        runner.run(QUESTIONS * 1, SETTINGS)
+
+
+def test_jsonl_cache_terminates_a_complete_last_line(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"k": "a"}')
+    JsonlCache(path, lambda r: r["k"]).add({"k": "b"})
+    assert set(JsonlCache(path, lambda r: r["k"]).data) == {"a", "b"}
