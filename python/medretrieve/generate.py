@@ -518,9 +518,9 @@ def parse_judge(text: str) -> float:
         except (TypeError, ValueError):
             value = None
     if value is None:
-        m = re.search(r"score\s*[:=]?\s*\**\s*([01](?:\.\d+)?|\.5|1/2)", body, re.IGNORECASE)
+        m = re.search(r"score\s*[:=]?\s*\**\s*(1/2|[01](?:\.\d+)?|\.5)", body, re.IGNORECASE)
         if m is None:
-            m = re.match(r"^\s*\**\s*([01](?:\.\d+)?|\.5|1/2)\s*\**\s*$", body)
+            m = re.match(r"^\s*\**\s*(1/2|[01](?:\.\d+)?|\.5)\s*\**\s*$", body)
         if m:
             value = 0.5 if m.group(1) == "1/2" else float(m.group(1))
     if value is None:
@@ -697,8 +697,14 @@ def _cited_numbers(sentence: str) -> list[int]:
     return sorted(set(nums))
 
 
+_LEADING_CITES_RE = re.compile(r"^((?:\[[^\]]*\][\s.,;]*)+)(?=[A-Z])")
+
+
 def split_sentences(text: str) -> list[str]:
-    """Sentences of an answer; a citation-only fragment ("[2].") joins the sentence before it."""
+    """Sentences of an answer. Citations written after the full stop go with the
+    sentence before: a citation-only fragment ("[2].") and markers followed by a
+    capitalised word ("... in 2018. [1] Both ...") join the previous sentence,
+    while "[1] and [2] report ..." (a lower-case word follows) starts a new one."""
     pieces: list[str] = []
     for line in text.splitlines():
         line = _ITEM_PREFIX.sub("", line).strip()
@@ -714,8 +720,12 @@ def split_sentences(text: str) -> list[str]:
         for p in merged:
             if pieces and not _CITE_RE.sub("", p).strip(" .;,!?"):
                 pieces[-1] += " " + p
-            else:
-                pieces.append(p)
+                continue
+            lead = _LEADING_CITES_RE.match(p) if pieces else None
+            if lead:
+                pieces[-1] += " " + lead.group(1).strip()
+                p = p[lead.end():]
+            pieces.append(p)
     return pieces
 
 
