@@ -1,0 +1,463 @@
+"""``medretrieve eval retrieval | bioasq | medrgb``: evaluation runs with JSON results, markdown and plots.
+
+The evaluation functions take plain callables, so any retriever or pipeline
+can be measured (and tests need no index):
+
+- :func:`evaluate_retrieval` with ``search_fn(question, k) -> hits`` over BioASQ
+  questions: document- and snippet-level MAP@k, P@k, R@k, nDCG@k, MRR.
+- :func:`evaluate_bioasq_answers` with ``answer_fn(question) -> BioASQAnswer``:
+  exact-answer metrics per type and ROUGE-2 / ROUGE-SU4 of ideal answers.
+- MedRGB runs live in :mod:`medretrieve.medrgb`; the CLI wires a collection,
+  a retriever and an OpenAI-compatible backend to them.
+
+Ranked documents are the distinct ``document_id`` s of the hits in rank order
+(the first ``k``); ranked snippets are the first ``k`` hits' texts. So the
+retriever is asked for ``fetch_k`` (default ``3 * k``) hits, enough to fill
+``k`` distinct documents when several chunks of one document rank high.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from . import metrics
+from .datasets import BioASQQuestion, MCQuestion, load_bioasq, load_dataset
+
+SearchFn = Callable[[str, int], Sequence[Any]]
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def hit_snippet(hit: Any) -> metrics.SnippetRef:
+    """A retrieval hit as a snippet for matching.
+
+    Character offsets are used only when the hit's metadata carries BioASQ
+    section offsets (``offsetInBeginSection`` / ``offsetInEndSection``);
+    chunk offsets in other coordinates would give false matches, so those
+    hits are matched by text.
+    """
+    meta = _get(hit, "metadata", None) or {}
+    begin, end = meta.get("offsetInBeginSection"), meta.get("offsetInEndSection")
+    return metrics.SnippetRef(
+        document_id=str(_get(hit, "document_id", "")),
+        text=str(_get(hit, "text", "")),
+        section=str(meta.get("beginSection") or _get(hit, "section", "") or ""),
+        offset_begin=begin if isinstance(begin, int) else None,
+        offset_end=end if isinstance(end, int) else None,
+    )
+
+
+def _means(rows: Sequence[Mapping[str, float]]) -> dict[str, Any]:
+    if not rows:
+        return {"count": 0}
+    keys = {"ap": "map", "precision": "precision", "recall": "recall", "ndcg": "ndcg", "rr": "mrr"}
+    return {"count": len(rows), **{name: statistics.fmean(r[key] for r in rows) for key, name in keys.items()}}
+
+
+@dataclass
+class RetrievalResult:
+    """Means over questions (``document``, ``snippet``), per type, per question rows, search latency (ms)."""
+
+    k: int
+    document: dict[str, Any]
+    snippet: dict[str, Any]
+    by_type: dict[str, dict[str, Any]]
+    rows: list[dict[str, Any]]
+    latency_ms: dict[str, float]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def evaluate_retrieval(
+    search_fn: SearchFn,
+    questions: Sequence[BioASQQuestion],
+    k: int = 10,
+    fetch_k: Optional[int] = None,
+    min_overlap: float = 0.5,
+    progress: bool = False,
+) -> RetrievalResult:
+    """Score ``search_fn`` on BioASQ questions at document and snippet level.
+
+    ``search_fn(question_body, fetch_k)`` returns ranked hits with
+    ``document_id`` and ``text`` (``Hit`` objects or dicts). Questions without
+    gold documents (snippets) are left out of the document (snippet) means.
+    """
+    if not questions:
+        raise ValueError("no questions to evaluate")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    fetch_k = fetch_k or 3 * k
+    if fetch_k < k:
+        raise ValueError(f"fetch_k ({fetch_k}) must be >= k ({k})")
+    iterator: Any = questions
+    if progress:
+        from tqdm import tqdm
+
+        iterator = tqdm(questions, desc="retrieval", unit="q")
+    rows = []
+    latencies = []
+    for q in iterator:
+        t0 = time.perf_counter()
+        hits = list(search_fn(q.body, fetch_k))
+        latencies.append((time.perf_counter() - t0) * 1000.0)
+        ranked_docs = metrics._unique(str(_get(h, "document_id", "")) for h in hits)[:k]
+        row: dict[str, Any] = {
+            "id": q.id,
+            "type": q.type,
+            "gold_documents": len(q.documents),
+            "gold_snippets": len(q.snippets),
+            "retrieved_documents": ranked_docs,
+            "elapsed_ms": latencies[-1],
+            "document": None,
+            "snippet": None,
+        }
+        if q.documents:
+            row["document"] = metrics.retrieval_scores(ranked_docs, q.documents, k)
+        if q.snippets:
+            ranked, relevant = metrics.snippet_run([hit_snippet(h) for h in hits[:k]], q.snippets, min_overlap)
+            row["snippet"] = metrics.retrieval_scores(ranked, relevant, k)
+        rows.append(row)
+    by_type = {}
+    for t in sorted({r["type"] for r in rows}):
+        sub = [r for r in rows if r["type"] == t]
+        by_type[t] = {
+            "count": len(sub),
+            "document": _means([r["document"] for r in sub if r["document"]]),
+            "snippet": _means([r["snippet"] for r in sub if r["snippet"]]),
+        }
+    return RetrievalResult(
+        k=k,
+        document=_means([r["document"] for r in rows if r["document"]]),
+        snippet=_means([r["snippet"] for r in rows if r["snippet"]]),
+        by_type=by_type,
+        rows=rows,
+        latency_ms={
+            "mean": statistics.fmean(latencies),
+            "p50": _percentile(latencies, 0.5),
+            "p95": _percentile(latencies, 0.95),
+        },
+    )
+
+
+# --------------------------------------------------------------------------- BioASQ answers
+
+
+@dataclass
+class BioASQAnswer:
+    """A system's answer: ``exact`` is "yes"/"no", ranked candidates (factoid) or items (list); None for summary."""
+
+    exact: Any
+    ideal: str
+    raw: str = ""
+    error: str = ""
+
+
+def evaluate_bioasq_answers(
+    answer_fn: Callable[[BioASQQuestion], BioASQAnswer],
+    questions: Sequence[BioASQQuestion],
+    max_workers: int = 1,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Exact-answer metrics per type and ideal-answer ROUGE (best over the gold ideal answers).
+
+    ``answer_fn`` may raise: the question is then listed under ``errors`` and
+    left out of the means (so a dead backend does not read as a bad model).
+    An unreadable answer should come back as ``BioASQAnswer(None, "")`` and
+    counts as wrong.
+    """
+    if not questions:
+        raise ValueError("no questions to evaluate")
+    answers: dict[str, BioASQAnswer] = {}
+    errors: list[dict] = []
+
+    def work(q: BioASQQuestion) -> None:
+        try:
+            answers[q.id] = answer_fn(q)
+        except Exception as exc:  # recorded, reported, excluded from the means
+            errors.append({"id": q.id, "error": f"{type(exc).__name__}: {exc}"})
+
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(questions), desc="bioasq answers", unit="q")
+    with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
+        for _ in pool.map(work, questions):
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+
+    done = [q for q in questions if q.id in answers]
+    exact: dict[str, Any] = {}
+    yn = [q for q in done if q.type == "yesno"]
+    if yn:
+        exact["yesno"] = {"count": len(yn), **metrics.yesno_scores([_yesno(answers[q.id].exact) for q in yn], [q.exact_answer for q in yn])}
+    fa = [q for q in done if q.type == "factoid"]
+    if fa:
+        exact["factoid"] = {"count": len(fa), **metrics.factoid_scores([_strings(answers[q.id].exact) for q in fa], [q.exact_answer for q in fa])}
+    li = [q for q in done if q.type == "list"]
+    if li:
+        exact["list"] = {"count": len(li), **metrics.list_scores([_strings(answers[q.id].exact) for q in li], [q.exact_answer for q in li])}
+    with_ideal = [q for q in done if q.ideal_answer]
+    ideal = None
+    rows = []
+    rouge = {}
+    for q in with_ideal:
+        pred = answers[q.id].ideal or ""
+        rouge[q.id] = metrics.rouge_best(pred, q.ideal_answer) if pred.strip() else {"rouge2_f": 0.0, "rougesu4_f": 0.0}
+    if with_ideal:
+        ideal = {
+            "count": len(with_ideal),
+            "rouge2_f": statistics.fmean(r["rouge2_f"] for r in rouge.values()),
+            "rougesu4_f": statistics.fmean(r["rougesu4_f"] for r in rouge.values()),
+        }
+    for q in done:
+        a = answers[q.id]
+        rows.append({"id": q.id, "type": q.type, "exact": a.exact, "ideal": a.ideal, "gold_exact": q.exact_answer,
+                     "parse_error": a.error, **rouge.get(q.id, {})})
+    return {"count": len(done), "exact": exact, "ideal": ideal, "rows": rows, "errors": errors}
+
+
+def _yesno(value: Any) -> Optional[str]:
+    if isinstance(value, str):
+        return value
+    return None
+
+
+def _strings(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    out = []
+    for v in value:
+        if isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, (list, tuple)) and v:
+            out.append(str(v[0]))
+    return out
+
+
+def make_bioasq_answer_fn(search_fn: SearchFn, backend: Any, k: int = 10, max_tokens: int = 512,
+                          max_chars: Optional[int] = 1500) -> Callable[[BioASQQuestion], BioASQAnswer]:
+    """Phase A+ answering: retrieve ``k`` snippets, prompt with ``prompts.bioasq_messages``, parse with ``generate.parse_bioasq``."""
+    import threading
+
+    from . import generate, prompts
+
+    lock = threading.Lock()
+
+    def answer(q: BioASQQuestion) -> BioASQAnswer:
+        with lock:  # retrievers need not be thread-safe; the LLM calls run in parallel
+            hits = list(search_fn(q.body, k))[:k]
+        text = backend.generate(prompts.bioasq_messages(q.body, q.type, hits, phase="A+", max_chars=max_chars),
+                                max_tokens=max_tokens, temperature=0.0)
+        try:
+            parsed = generate.parse_bioasq(text, q.type)
+        except ValueError as exc:
+            return BioASQAnswer(None, "", raw=text, error=str(exc))
+        return BioASQAnswer(parsed.get("exact_answer"), parsed.get("ideal_answer") or "", raw=text)
+
+    return answer
+
+
+# --------------------------------------------------------------------------- CLI helpers
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+    tmp.replace(path)
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def retriever_search_fn(retriever: Any, deadline_ms: Optional[float] = None) -> SearchFn:
+    """``search_fn(query, k) -> hits`` over a ``medretrieve.retrieve.Retriever``."""
+
+    def search(query: str, k: int) -> Sequence[Any]:
+        kwargs: dict[str, Any] = {"k": k}
+        if deadline_ms is not None:
+            kwargs["deadline_ms"] = deadline_ms
+        return retriever.search(query, **kwargs).hits
+
+    return search
+
+
+def open_search_fn(collection_dir: str, deadline_ms: Optional[float] = None) -> SearchFn:
+    """``search_fn`` over a built collection with the default ``Retriever``."""
+    from .collection import Collection
+    from .retrieve import Retriever
+
+    return retriever_search_fn(Retriever(Collection.open(collection_dir)), deadline_ms)
+
+
+def _backend(args: argparse.Namespace) -> Any:
+    from .llm import OpenAIBackend
+
+    return OpenAIBackend(args.llm, args.model, api_key=args.api_key, timeout_s=args.timeout_s)
+
+
+def _limit(items: list, limit: Optional[int]) -> list:
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {limit}")
+    return items[:limit] if limit else items
+
+
+def cmd_retrieval(args: argparse.Namespace) -> int:
+    questions = _limit(load_bioasq(args.bioasq), args.limit)
+    search = open_search_fn(args.collection, args.deadline_ms)
+    result = evaluate_retrieval(search, questions, k=args.k, fetch_k=args.fetch_k, progress=not args.no_progress)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = {"collection": str(args.collection), "bioasq": [str(p) for p in args.bioasq], **result.to_dict()}
+    _write_json(out / "results.json", data)
+    md = retrieval_markdown_for(data)
+    _write_text(out / "results.md", md)
+    print(md)
+    return 0
+
+
+def retrieval_markdown_for(data: Mapping[str, Any]) -> str:
+    from .report import retrieval_markdown
+
+    return retrieval_markdown(data, label=Path(str(data.get("collection", ""))).name or None)
+
+
+def cmd_bioasq(args: argparse.Namespace) -> int:
+    from .report import bioasq_markdown
+
+    questions = _limit(load_bioasq(args.bioasq), args.limit)
+    search = open_search_fn(args.collection, args.deadline_ms)
+    backend = _backend(args)
+    answer_fn = make_bioasq_answer_fn(search, backend, k=args.k)
+    result = evaluate_bioasq_answers(answer_fn, questions, max_workers=args.workers, progress=not args.no_progress)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = {"collection": str(args.collection), "model": args.model, **result}
+    _write_json(out / "results.json", data)
+    md = bioasq_markdown(data)
+    _write_text(out / "results.md", md)
+    print(md)
+    return 0 if not result["errors"] else 1
+
+
+def load_datasets(specs: Sequence[str], limit: Optional[int] = None) -> list[tuple[str, list[MCQuestion]]]:
+    """Datasets from ``KIND:PATH`` specs; several specs of one kind are merged (e.g. several BioASQ files)."""
+    merged: dict[str, list[MCQuestion]] = {}
+    for spec in specs:
+        kind, qs = load_dataset(spec)
+        merged.setdefault(kind, []).extend(qs)
+    return [(kind, _limit(qs, limit)) for kind, qs in merged.items()]
+
+
+def cmd_medrgb(args: argparse.Namespace) -> int:
+    from .medrgb import MedRGBRunner, make_settings
+    from .report import medrgb_markdown, plot_accuracy_vs_p
+
+    datasets = load_datasets(args.dataset, args.limit)
+    settings = make_settings(args.scenarios, args.n, args.p, args.standard_n)
+    search = open_search_fn(args.collection, args.deadline_ms)
+    backend = _backend(args)
+    out = Path(args.out)
+    runs = []
+    for kind, questions in datasets:
+        runner = MedRGBRunner(
+            backend, search, out / kind, dataset=kind, model=args.model, collection=str(args.collection),
+            seed=args.seed, max_workers=args.workers, judge=not args.no_judge, progress=not args.no_progress,
+        )
+        run = runner.run(questions, settings)
+        runs.append({"label": args.label or args.model, **run.to_dict()})
+    _write_json(out / "results.json", {"runs": runs})
+    md = "## MedRGB\n\n" + medrgb_markdown(runs)
+    _write_text(out / "results.md", md)
+    plots = plot_accuracy_vs_p(runs, out)
+    print(md)
+    for p in plots:
+        print(f"plot: {p}")
+    return 0 if not any(r["errors"] for r in runs) else 1
+
+
+def _run(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def wrapped(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except (ValueError, FileNotFoundError, RuntimeError) as exc:
+            print(f"medretrieve eval: {exc}", file=sys.stderr)
+            return 2
+
+    return wrapped
+
+
+def add_cli(subparsers: Any) -> None:
+    """Register ``medretrieve eval retrieval | bioasq | medrgb``."""
+    parser = subparsers.add_parser("eval", help="evaluate retrieval (BioASQ), answers (BioASQ) or MedRGB scenarios")
+    sub = parser.add_subparsers(dest="eval_command", metavar="{retrieval,bioasq,medrgb}")
+    sub.required = True
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--out", required=True, help="output folder (results.json, results.md, plots, caches)")
+        p.add_argument("--limit", type=int, default=None, help="only the first N questions (per dataset)")
+        p.add_argument("--deadline-ms", type=float, default=None, help="retrieval deadline per search (ms)")
+        p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    def llm(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--llm", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
+        p.add_argument("--model", required=True, help="model name sent to the server")
+        p.add_argument("--api-key", default=None, help="API key (else MEDRETRIEVE_LLM_API_KEY / OPENAI_API_KEY)")
+        p.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout (s)")
+        p.add_argument("--workers", type=int, default=4, help="parallel LLM requests")
+
+    p = sub.add_parser("retrieval", help="BioASQ document/snippet MAP@k, recall@k, nDCG@k of a collection")
+    p.add_argument("collection", help="collection folder (medretrieve build)")
+    p.add_argument("--bioasq", nargs="+", required=True, help="BioASQ golden JSON file(s)")
+    p.add_argument("--k", type=int, default=10, help="cut-off (BioASQ: 10)")
+    p.add_argument("--fetch-k", type=int, default=None, help="hits asked from the retriever (default 3*k)")
+    common(p)
+    p.set_defaults(func=_run(cmd_retrieval))
+
+    p = sub.add_parser("bioasq", help="BioASQ Phase A+ answers: exact-answer metrics and ROUGE")
+    p.add_argument("collection", help="collection folder (medretrieve build)")
+    p.add_argument("--bioasq", nargs="+", required=True, help="BioASQ golden JSON file(s)")
+    p.add_argument("--k", type=int, default=10, help="snippets given to the LLM")
+    llm(p)
+    common(p)
+    p.set_defaults(func=_run(cmd_bioasq))
+
+    p = sub.add_parser("medrgb", help="MedRGB scenarios (standard, sufficiency, integration, robustness)")
+    p.add_argument("--dataset", nargs="+", action="extend", required=True,
+                   help="KIND:PATH with KIND mmlu_med (folder), medqa (JSONL), pubmedqa (JSON), bioasq (golden JSON)")
+    p.add_argument("--collection", required=True, help="collection folder the signal documents come from")
+    p.add_argument("--scenarios", nargs="+", default=["standard", "sufficiency", "integration", "robustness"],
+                   choices=["standard", "sufficiency", "integration", "robustness"])
+    p.add_argument("--p", nargs="+", type=int, default=[0, 20, 40, 60, 80, 100], help="signal ratios (%%)")
+    p.add_argument("--n", nargs="+", type=int, default=[5, 10, 20], help="documents per context")
+    p.add_argument("--standard-n", nargs="+", type=int, default=[5, 20], help="documents for standard RAG")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--label", default=None, help="row name in the tables (default: the model name)")
+    p.add_argument("--no-judge", action="store_true", help="skip the LLM judge of integration sub-answers")
+    llm(p)
+    common(p)
+    p.set_defaults(func=_run(cmd_medrgb))

@@ -1,0 +1,186 @@
+"""Evaluation runs: retrieval and BioASQ answers with plain callables, the `eval` CLI, reports."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from medretrieve import evaluate as E
+from medretrieve.datasets import load_bioasq
+
+FIX = Path(__file__).parent / "fixtures" / "eval"
+BIOASQ = FIX / "bioasq_tiny.json"
+
+HITS = {
+    "Is aspirin an antiplatelet drug?": [
+        {"document_id": "111", "text": "Aspirin irreversibly inhibits platelet cyclooxygenase."},
+        {"document_id": "999", "text": "noise"},
+        {"document_id": "111", "text": "other words entirely unrelated here"},
+        {"document_id": "222", "text": "Low-dose aspirin is used as antiplatelet therapy."},
+    ],
+    "Which gene is mutated in cystic fibrosis?": [],
+    "List symptoms of influenza.": [{"document_id": "444", "text": "x"}],
+    "What is hemolacria?": [{"document_id": "1", "text": "y"}],
+}
+
+
+def plain_search(question: str, k: int):
+    return HITS[question][:k]
+
+
+def test_evaluate_retrieval_hand_computed():
+    res = E.evaluate_retrieval(plain_search, load_bioasq(BIOASQ), k=10)
+    rows = {r["id"]: r for r in res.rows}
+    # q-yes documents [111, 999, 222]: hits at 1 and 3 of 2 gold -> (1 + 2/3) / 2
+    assert rows["q-yes"]["retrieved_documents"] == ["111", "999", "222"]
+    assert rows["q-yes"]["document"]["ap"] == pytest.approx((1 + 2 / 3) / 2)
+    # snippets: hit 1 matches gold snippet 0 (text), hit 4 gold snippet 1 -> (1 + 2/4) / 2
+    assert rows["q-yes"]["snippet"]["ap"] == pytest.approx(0.75)
+    assert rows["q-fact"]["document"]["ap"] == 0.0 and rows["q-fact"]["snippet"]["recall"] == 0.0
+    assert rows["q-list"]["document"]["ap"] == 1.0 and rows["q-list"]["snippet"] is None  # no gold snippets
+    assert rows["q-sum"]["document"] is None  # no gold documents: left out
+    assert res.document["count"] == 3 and res.document["map"] == pytest.approx(((1 + 2 / 3) / 2 + 0 + 1) / 3)
+    assert res.snippet["count"] == 2 and res.snippet["map"] == pytest.approx(0.375)
+    assert res.by_type["yesno"]["document"]["map"] == pytest.approx((1 + 2 / 3) / 2)
+    assert set(res.latency_ms) == {"mean", "p50", "p95"}
+    json.dumps(res.to_dict())  # JSON-ready
+
+
+def test_evaluate_retrieval_asks_for_fetch_k_and_cuts_at_k():
+    asked = []
+
+    def search(question, k):
+        asked.append(k)
+        return [{"document_id": str(i), "text": f"t{i}"} for i in range(k)]
+
+    qs = load_bioasq(BIOASQ)[:1]
+    res = E.evaluate_retrieval(search, qs, k=2)
+    assert asked == [6]  # 3 * k by default
+    assert res.rows[0]["retrieved_documents"] == ["0", "1"]
+    with pytest.raises(ValueError, match="fetch_k"):
+        E.evaluate_retrieval(search, qs, k=5, fetch_k=2)
+    with pytest.raises(ValueError, match="no questions"):
+        E.evaluate_retrieval(search, [], k=5)
+
+
+def test_hit_snippet_uses_bioasq_offsets_only():
+    class Hit:
+        document_id = "111"
+        text = "zzz"
+        section = "abstract"
+        metadata = {"offsetInBeginSection": 50, "offsetInEndSection": 80}
+
+    s = E.hit_snippet(Hit())
+    assert (s.offset_begin, s.offset_end, s.section) == (50, 80, "abstract")
+    Hit.metadata = {"start": 3}
+    assert E.hit_snippet(Hit()).offset_begin is None
+
+
+def _answers(q):
+    if q.type == "summary":
+        raise RuntimeError("backend down")
+    return {
+        "yesno": E.BioASQAnswer("yes", "Yes, aspirin inhibits platelet aggregation."),
+        "factoid": E.BioASQAnswer(["cftr", "tnf"], "CFTR is mutated in cystic fibrosis."),
+        "list": E.BioASQAnswer(["Fever", "cough"], ""),
+    }[q.type]
+
+
+def test_evaluate_bioasq_answers_hand_computed():
+    res = E.evaluate_bioasq_answers(_answers, load_bioasq(BIOASQ), max_workers=2)
+    assert res["count"] == 3 and res["errors"] == [{"id": "q-sum", "error": "RuntimeError: backend down"}]
+    assert res["exact"]["yesno"] == {"count": 1, "accuracy": 1.0, "macro_f1": 0.5}  # the 'no' class has F1 0
+    assert res["exact"]["factoid"]["strict"] == 1.0
+    # list: 2 correct of 2 predicted, 2 of 3 gold found -> F1 = 0.8
+    assert res["exact"]["list"] == pytest.approx({"count": 1, "precision": 1.0, "recall": 2 / 3, "f1": 0.8})
+    # ideal: two exact copies of the reference, one empty answer
+    assert res["ideal"]["count"] == 3 and res["ideal"]["rouge2_f"] == pytest.approx(2 / 3)
+
+
+def test_bioasq_answer_fn_through_the_fake_llm():
+    from llm_server import FakeLLMServer
+
+    from medretrieve.llm import OpenAIBackend
+
+    def reply(request):
+        user = request["messages"][-1]["content"]
+        assert "Aspirin irreversibly inhibits" in user  # the retrieved snippets are in the prompt
+        return "EXACT: yes\nIDEAL: Yes, aspirin inhibits platelet aggregation."
+
+    (q,) = [q for q in load_bioasq(BIOASQ) if q.type == "yesno"]
+    with FakeLLMServer(reply) as srv, OpenAIBackend(srv.base_url, "m", max_retries=0) as backend:
+        fn = E.make_bioasq_answer_fn(plain_search, backend, k=3)
+        ans = fn(q)
+    assert ans.exact == "yes" and ans.ideal.startswith("Yes, aspirin")
+    res = E.evaluate_bioasq_answers(lambda _q: ans, [q])
+    assert res["ideal"]["rouge2_f"] == 1.0
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_eval_retrieval_writes_results(tmp_path, monkeypatch, capsys):
+    from medretrieve.cli import main
+
+    monkeypatch.setattr(E, "open_search_fn", lambda collection, deadline_ms=None: plain_search)
+    out = tmp_path / "out"
+    rc = main(["eval", "retrieval", str(tmp_path / "coll"), "--bioasq", str(BIOASQ), "--out", str(out), "--no-progress"])
+    assert rc == 0
+    data = json.loads((out / "results.json").read_text())
+    assert data["k"] == 10 and data["document"]["map"] == pytest.approx(((1 + 2 / 3) / 2 + 1) / 3)
+    assert set(data["snippet"]) >= {"map", "recall", "ndcg", "count"} and len(data["rows"]) == 4
+    md = (out / "results.md").read_text()
+    assert "| document | 3 |" in md and "MAP@10" in md
+    assert "MAP@10" in capsys.readouterr().out
+
+
+def test_cli_eval_reports_bad_input(tmp_path, capsys):
+    from medretrieve.cli import main
+
+    rc = main(["eval", "retrieval", str(tmp_path), "--bioasq", str(tmp_path / "missing.json"), "--out", str(tmp_path)])
+    assert rc == 2 and "missing.json: no such file" in capsys.readouterr().err
+
+
+def test_cli_eval_medrgb_tables_and_plots(tmp_path, monkeypatch):
+    from llm_server import FakeLLMServer
+    from test_medrgb import fake_search, smart_llm
+
+    from medretrieve.cli import main
+
+    monkeypatch.setattr(E, "open_search_fn", lambda collection, deadline_ms=None: fake_search)
+    # three questions whose text carries the q1..q3 markers fake_search and smart_llm read
+    medqa = tmp_path / "medqa.jsonl"
+    medqa.write_text("".join(
+        json.dumps({"question": f"Question {qid}: which option is right?", "options": {"A": "a", "B": "b", "C": "c", "D": "d"},
+                    "answer_idx": ans}) + "\n" for qid, ans in (("q1", "A"), ("q2", "B"), ("q3", "C"))))
+    out = tmp_path / "out"
+    with FakeLLMServer(smart_llm) as srv:
+        rc = main(["eval", "medrgb", "--dataset", f"medqa:{medqa}", "--collection", str(tmp_path / "coll"),
+                   "--llm", srv.base_url, "--model", "fake-model", "--out", str(out), "--p", "0", "100",
+                   "--n", "5", "--standard-n", "5", "--scenarios", "standard", "sufficiency", "robustness",
+                   "--no-progress", "--label", "perfect"])
+    assert rc == 0
+    data = json.loads((out / "results.json").read_text())
+    (run,) = data["runs"]
+    assert run["label"] == "perfect" and run["dataset"] == "medqa"
+    assert run["settings"]["sufficiency-n5-p100"]["accuracy"] == 1.0
+    assert run["settings"]["sufficiency-n5-p0"]["insufficient_share"] == 1.0
+    md = (out / "results.md").read_text()
+    assert "### sufficiency: accuracy" in md and "MedQA-US n=5 p=0" in md and "| perfect |" in md
+    for name in ("medrgb_sufficiency.png", "medrgb_robustness.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    assert (out / "medqa" / "items.jsonl").is_file()  # the resumable cache
+
+
+def test_medrgb_markdown_layout_rows_are_runs():
+    from medretrieve.report import medrgb_markdown
+
+    def run(label, ds, acc):
+        return {"label": label, "dataset": ds, "errors": [], "settings": {
+            "standard-n5": {"scenario": "standard", "n": 5, "p": 100, "count": 2, "accuracy": acc}}}
+
+    md = medrgb_markdown([run("gpt", "mmlu_med", 0.5), run("gpt", "pubmedqa", 0.25), run("llama", "mmlu_med", 1.0)])
+    table = md.split("### standard: accuracy")[1].split("###")[0]
+    assert "| model / pipeline | MMLU-Med n=5 | PubMedQA* n=5 |" in table
+    assert "| gpt | 0.500 | 0.250 |" in table and "| llama | 1.000 | – |" in table
