@@ -143,6 +143,7 @@ def test_content_parts_are_joined():
         "This model's maximum context length is 2048 tokens. However, you requested 4000 tokens.",
         "Requested tokens (3000) exceed context window of 2048",
         "prompt is too long",
+        "request (4476 tokens) exceeds the available context size (4096 tokens)",
     ],
 )
 def test_context_too_long(message):

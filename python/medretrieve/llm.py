@@ -127,8 +127,8 @@ def normalize_response_format(response_format: ResponseFormat) -> Optional[dict]
 
 # Phrases servers use for an over-long prompt (OpenAI, vLLM, llama.cpp, Ollama, TGI).
 _CONTEXT_PATTERNS = re.compile(
-    r"context[_ ]length|maximum context|context window|exceeds? (the )?(model'?s? )?context|"
-    r"too many tokens|prompt is too long|input is too long|max_model_len|n_ctx",
+    r"context[_ ]length|maximum context|context window|context[_ ]size|exceeds? (the )?(model'?s? )?context|"
+    r"too many tokens|exceeds token limit|prompt is too long|input is too long|max_model_len|n_ctx",
     re.IGNORECASE,
 )
 
