@@ -7,4 +7,5 @@
 namespace medretrieve::bindings {
 void bind_kernels(pybind11::module_& m);
 void bind_fusion(pybind11::module_& m);
+void bind_index(pybind11::module_& m);
 }  // namespace medretrieve::bindings

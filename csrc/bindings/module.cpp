@@ -4,4 +4,5 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "medretrieve native core: SIMD kernels, int8 HNSW, flat search, fused MMR/RRF";
   medretrieve::bindings::bind_kernels(m);
   medretrieve::bindings::bind_fusion(m);
+  medretrieve::bindings::bind_index(m);
 }

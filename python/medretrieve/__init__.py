@@ -17,6 +17,7 @@ if _os.environ.get("MEDRETRIEVE_CORE_DIR"):
 from . import _core  # noqa: E402
 
 from .fusion import cuda_available, fuse_scores, lambda_for, mmr, mmr_batch, rrf  # noqa: E402
+from .index import FlatIndex, Index  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -51,3 +52,4 @@ _check_simd_env()
 
 __all__ = ["simd_level", "cpu_simd_level", "__version__"]
 __all__ += ["mmr", "mmr_batch", "rrf", "fuse_scores", "lambda_for", "cuda_available"]
+__all__ += ["Index", "FlatIndex"]

@@ -1,0 +1,192 @@
+#include "index/file_format.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+namespace medretrieve::index {
+
+namespace {
+constexpr size_t kPrefixBytes = 8 + 4 * 4;
+constexpr size_t kSectionEntryBytes = 4 + 4 + 8 + 8;
+size_t align64(size_t x) { return (x + 63) / 64 * 64; }
+inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+std::string sys_error(const std::string& what, const std::string& path) {
+  return what + " '" + path + "': " + std::strerror(errno);
+}
+}  // namespace
+
+uint64_t checksum64(const char* p, size_t n) {
+  constexpr uint64_t P1 = 0x9E3779B185EBCA87ull, P2 = 0xC2B2AE3D27D4EB4Full, P3 = 0x165667B19E3779F9ull;
+  uint64_t h[4] = {P1 + P2, P2, 0, ~P1};
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int l = 0; l < 4; ++l) {
+      uint64_t w;
+      std::memcpy(&w, p + i + 8 * l, 8);
+      h[l] = rotl(h[l] + w * P2, 31) * P1;
+    }
+  }
+  uint64_t acc = rotl(h[0], 1) + rotl(h[1], 7) + rotl(h[2], 12) + rotl(h[3], 18) + n;
+  for (; i < n; ++i) acc = rotl(acc ^ (uint64_t(uint8_t(p[i])) * P3), 11) * P1;
+  acc ^= acc >> 33;
+  acc *= P2;
+  acc ^= acc >> 29;
+  return acc;
+}
+
+MappedFile::MappedFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(sys_error("cannot open index file", path));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    throw std::runtime_error(sys_error("cannot stat index file", path));
+  }
+  size_ = size_t(st.st_size);
+  if (size_ == 0) {
+    ::close(fd);
+    throw std::invalid_argument("index file '" + path + "' is empty");
+  }
+  void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) throw std::runtime_error(sys_error("cannot memory-map index file", path));
+  data_ = static_cast<char*>(p);
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(data_, size_);
+}
+
+std::vector<char> build_file(FileKind kind, const FileHeader& h, const std::vector<Section>& sections) {
+  const size_t table = kPrefixBytes + sizeof(FileHeader);
+  size_t offset = align64(table + sections.size() * kSectionEntryBytes);
+  std::vector<size_t> offsets;
+  for (const Section& s : sections) {
+    offsets.push_back(offset);
+    offset = align64(offset + s.bytes);
+  }
+  std::vector<char> out(offset + 8, 0);
+  char* p = out.data();
+  std::memcpy(p, kMagic, 8);
+  const uint32_t prefix[4] = {kFormatVersion, uint32_t(kind), uint32_t(sizeof(FileHeader)), uint32_t(sections.size())};
+  std::memcpy(p + 8, prefix, sizeof prefix);
+  std::memcpy(p + kPrefixBytes, &h, sizeof h);
+  for (size_t i = 0; i < sections.size(); ++i) {
+    char* e = p + table + i * kSectionEntryBytes;
+    const uint32_t id = uint32_t(sections[i].id), zero = 0;
+    const uint64_t off = offsets[i], bytes = sections[i].bytes;
+    std::memcpy(e, &id, 4);
+    std::memcpy(e + 4, &zero, 4);
+    std::memcpy(e + 8, &off, 8);
+    std::memcpy(e + 16, &bytes, 8);
+    if (bytes) std::memcpy(p + off, sections[i].data, bytes);
+  }
+  const uint64_t sum = checksum64(p, offset);
+  std::memcpy(p + offset, &sum, 8);
+  return out;
+}
+
+void write_atomic(const std::string& path, const std::vector<char>& bytes) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error(sys_error("cannot create", tmp));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      const std::string msg = sys_error("cannot write", tmp);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw std::runtime_error(msg);
+    }
+    done += size_t(w);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const std::string msg = sys_error("cannot flush", tmp);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error(msg);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string msg = sys_error("cannot rename temporary file onto", path);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error(msg);
+  }
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);  // best effort: the rename is durable once the directory is
+    ::close(dfd);
+  }
+}
+
+std::vector<char> read_whole_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) throw std::runtime_error("cannot open index file '" + path + "'");
+  const std::streamsize n = f.tellg();
+  if (n < 0) throw std::runtime_error("cannot read index file '" + path + "'");
+  std::vector<char> out(static_cast<size_t>(n));
+  f.seekg(0);
+  if (n && !f.read(out.data(), n)) throw std::runtime_error("cannot read index file '" + path + "'");
+  return out;
+}
+
+const char* ParsedFile::section(SectionId id, size_t* bytes) const {
+  for (const auto& s : sections)
+    if (s.first == id) {
+      *bytes = s.second.second;
+      return s.second.first;
+    }
+  *bytes = 0;
+  return nullptr;
+}
+
+ParsedFile parse_file(const char* data, size_t size, const std::string& what) {
+  if (size < 8 || std::memcmp(data, kMagic, 8) != 0)
+    throw std::invalid_argument(what + " is not a medretrieve index file (bad magic)");
+  if (size < kPrefixBytes) throw std::invalid_argument(what + " is truncated (no header)");
+  uint32_t prefix[4];
+  std::memcpy(prefix, data + 8, sizeof prefix);
+  if (prefix[0] > kFormatVersion)
+    throw std::invalid_argument(what + " was written by a newer medretrieve (format version " +
+                                std::to_string(prefix[0]) + " > " + std::to_string(kFormatVersion) + ")");
+  if (prefix[0] == 0) throw std::invalid_argument(what + " has an invalid format version 0");
+  if (prefix[1] > 1) throw std::invalid_argument(what + " has an unknown index kind");
+  if (prefix[2] != sizeof(FileHeader)) throw std::invalid_argument(what + " has an unexpected header size");
+  if (prefix[3] > 64) throw std::invalid_argument(what + " has an implausible section count");
+  const size_t table = kPrefixBytes + sizeof(FileHeader);
+  const size_t body = table + prefix[3] * kSectionEntryBytes;
+  if (size < body + 8) throw std::invalid_argument(what + " is truncated (header or section table)");
+  ParsedFile out;
+  out.kind = FileKind(prefix[1]);
+  std::memcpy(&out.header, data + kPrefixBytes, sizeof(FileHeader));
+  size_t end = body;
+  for (uint32_t i = 0; i < prefix[3]; ++i) {
+    const char* e = data + table + i * kSectionEntryBytes;
+    uint32_t id;
+    uint64_t off, bytes;
+    std::memcpy(&id, e, 4);
+    std::memcpy(&off, e + 8, 8);
+    std::memcpy(&bytes, e + 16, 8);
+    if (off < body || off > size || bytes > size - off)
+      throw std::invalid_argument(what + " is truncated or corrupt (section " + std::to_string(id) + " out of bounds)");
+    out.sections.push_back({SectionId(id), {data + off, size_t(bytes)}});
+    end = std::max(end, size_t(align64(off + bytes)));
+  }
+  if (end + 8 > size) throw std::invalid_argument(what + " is truncated");
+  if (end + 8 < size) throw std::invalid_argument(what + " has trailing bytes (corrupt)");
+  uint64_t stored;
+  std::memcpy(&stored, data + end, 8);
+  if (stored != checksum64(data, end)) throw std::invalid_argument(what + " is corrupt (checksum mismatch)");
+  return out;
+}
+
+}  // namespace medretrieve::index

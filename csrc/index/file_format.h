@@ -1,0 +1,77 @@
+// The versioned index file format (shared by Hnsw and FlatIndex).
+//
+//   "MDRIDX\0\0" | u32 version | u32 kind | u32 header bytes | u32 section count
+//   | FileHeader (all parameters) | section table {u32 id, u32 0, u64 offset, u64 bytes}...
+//   | sections, each 64-byte aligned (so a memory map can serve slabs in place)
+//   | u64 checksum of every byte before it (4-lane word-at-a-time hash)
+//
+// Saving is atomic: write path.tmp.<pid>, fsync, rename over path, fsync the
+// directory. Loading validates everything (sizes, offsets, link ids, levels,
+// checksum) and throws std::invalid_argument / std::runtime_error naming the
+// problem: a truncated, corrupt, foreign or newer file never crashes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace medretrieve::index {
+
+constexpr char kMagic[8] = {'M', 'D', 'R', 'I', 'D', 'X', 0, 0};
+constexpr uint32_t kFormatVersion = 1;
+enum class FileKind : uint32_t { Hnsw = 0, Flat = 1 };
+enum class SectionId : uint32_t { Centre = 1, Slabs = 2, Levels = 3, Upper = 4, ExtIds = 5, Labels = 6, Floats = 7 };
+
+struct FileHeader {
+  uint32_t space, dtype, dim, M;
+  uint32_t ef_construction, ef, keep_float, centre_trained;
+  uint32_t allow_replace_deleted, link_slots, stride, code_offset;
+  uint32_t entry_point;
+  int32_t max_level;
+  uint64_t max_elements, count, seed;
+  double filter_exact_factor;
+};
+
+uint64_t checksum64(const char* data, size_t n);
+
+// A read-only memory map of a whole file (copy-on-write private mapping).
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+struct Section {
+  SectionId id;
+  const char* data;
+  size_t bytes;
+};
+
+// Serialises header + sections + checksum into one buffer.
+std::vector<char> build_file(FileKind kind, const FileHeader& h, const std::vector<Section>& sections);
+// Atomic write of a buffer to path.
+void write_atomic(const std::string& path, const std::vector<char>& bytes);
+std::vector<char> read_whole_file(const std::string& path);
+
+// A parsed (validated envelope) file view over caller-owned bytes.
+struct ParsedFile {
+  FileKind kind;
+  FileHeader header;
+  // Section bytes by id (nullptr / 0 when absent).
+  const char* section(SectionId id, size_t* bytes) const;
+  std::vector<std::pair<SectionId, std::pair<const char*, size_t>>> sections;
+};
+// Checks magic, version, sizes, section bounds and the checksum.
+ParsedFile parse_file(const char* data, size_t size, const std::string& what);
+
+}  // namespace medretrieve::index

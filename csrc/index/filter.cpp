@@ -1,0 +1,60 @@
+#include "index/filter.h"
+
+#include <algorithm>
+#include <limits>
+#include <queue>
+
+namespace medretrieve::index {
+
+std::vector<Candidate> exact_topk(const VectorStore& store, const QueryCtx& ctx, const ElementFilter& filter,
+                                  const uint32_t* ids, size_t n, size_t k, bool use_exact) {
+  std::priority_queue<Candidate> top;  // max-heap: the worst kept result on top
+  if (k == 0) return {};
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t id = ids ? ids[i] : uint32_t(i);
+    if (i + 4 < n) store.prefetch(ids ? ids[i + 4] : uint32_t(i + 4));
+    if (!filter.allowed(id)) continue;
+    const float d = use_exact ? store.exact_distance(ctx, id) : store.distance(ctx, id);
+    if (top.size() < k) {
+      top.emplace(d, id);
+    } else if (d < top.top().first) {
+      top.pop();
+      top.emplace(d, id);
+    }
+  }
+  std::vector<Candidate> out(top.size());
+  for (size_t i = out.size(); i-- > 0;) {
+    out[i] = top.top();
+    top.pop();
+  }
+  return out;
+}
+
+std::vector<uint32_t> element_labels(const VectorStore& store, const LabelTable& table, uint32_t id) {
+  if (!store.labels_exact(id)) return table.side_labels(id);
+  std::vector<uint32_t> out;
+  const uint64_t sig = store.signature(id);
+  for (uint32_t b = 0; b < 64; ++b)
+    if (sig >> b & 1) out.push_back(b);
+  return out;
+}
+
+void assign_labels(VectorStore& store, LabelTable& table, uint32_t id, const std::vector<uint32_t>& labels) {
+  const std::vector<uint32_t> old = element_labels(store, table, id);
+  table.assign(id, old, labels);
+  store.set_signature(id, label_signature(labels), labels_all_below_64(labels));
+}
+
+void write_row(const VectorStore& store, const std::vector<Candidate>& found, size_t k, int64_t* ids, float* scores) {
+  const size_t n = std::min(k, found.size());
+  for (size_t j = 0; j < n; ++j) {
+    ids[j] = int64_t(store.ext_id(found[j].second));
+    scores[j] = -found[j].first;
+  }
+  for (size_t j = n; j < k; ++j) {
+    ids[j] = -1;
+    scores[j] = -std::numeric_limits<float>::infinity();
+  }
+}
+
+}  // namespace medretrieve::index

@@ -1,0 +1,55 @@
+// Which elements a search may return, and the exact (brute-force) top-k that
+// both FlatIndex and the HNSW's filtered fallback use.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "index/labels.h"
+#include "index/vector_store.h"
+
+namespace medretrieve::index {
+
+// (distance, internal id); lower distance is closer.
+using Candidate = std::pair<float, uint32_t>;
+
+// Predicate on internal ids (the bindings wrap a Python callable on external ids).
+using IdPredicate = std::function<bool(uint32_t)>;
+
+struct ElementFilter {
+  const VectorStore* store = nullptr;
+  const LabelTable* labels = nullptr;
+  const LabelQuery* query = nullptr;  // null: no label restriction
+  const IdPredicate* fn = nullptr;    // null: no predicate
+
+  bool restricts() const { return query != nullptr || fn != nullptr; }
+  bool label_ok(uint32_t id) const {
+    if (!query) return true;
+    const uint64_t sig = store->signature(id);
+    if (!(sig & query->sig_any)) return false;
+    if (store->labels_exact(id)) return (sig & query->sig_low) != 0;
+    return labels->side_matches(id, *query);
+  }
+  // Live, carrying an allowed label and accepted by the predicate.
+  bool allowed(uint32_t id) const { return !store->is_deleted(id) && label_ok(id) && (!fn || (*fn)(id)); }
+};
+
+// Exact top-k over ids[0..n) (or over 0..n when ids is null), allowed only.
+// use_exact: score with the float32 originals when the store keeps them.
+// Returns the k closest, closest first.
+std::vector<Candidate> exact_topk(const VectorStore& store, const QueryCtx& ctx, const ElementFilter& filter,
+                                  const uint32_t* ids, size_t n, size_t k, bool use_exact);
+
+// The labels element `id` carries now (decoded from its signature or the side table).
+std::vector<uint32_t> element_labels(const VectorStore& store, const LabelTable& table, uint32_t id);
+// Replaces the labels of `id` (sorted unique) in the slab signature and the table.
+void assign_labels(VectorStore& store, LabelTable& table, uint32_t id, const std::vector<uint32_t>& labels);
+
+// Writes one query's results into row outputs: external ids (padding -1) and
+// similarities = -distance (padding -inf).
+void write_row(const VectorStore& store, const std::vector<Candidate>& found, size_t k, int64_t* ids, float* scores);
+
+}  // namespace medretrieve::index

@@ -1,0 +1,123 @@
+#include "index/flat.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_set>
+
+#include "index/parallel.h"
+
+namespace medretrieve::index {
+
+FlatIndex::FlatIndex(Space space, DType dtype, size_t dim) : store_(space, dtype, dim, 0, false) {}
+
+void FlatIndex::train(const float* sample, size_t n) {
+  std::unique_lock<std::shared_mutex> g(mu_);
+  if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot train");
+  if (store_.count() > 0) throw std::runtime_error("train() must be called before the first add");
+  const size_t dim = store_.dim();
+  std::vector<float> buf, prepared(n * dim);
+  for (size_t i = 0; i < n; ++i) {
+    const float* r = store_.prepare_input(sample + i * dim, buf);
+    std::memcpy(prepared.data() + i * dim, r, dim * sizeof(float));
+  }
+  store_.train(prepared.data(), n);
+}
+
+void FlatIndex::add(const float* data, size_t n, const uint64_t* ids, const std::vector<std::vector<uint32_t>>* labels,
+                    int num_threads) {
+  if (n == 0) return;
+  if (labels && labels->size() != n) throw std::invalid_argument("labels must have one entry per row");
+  std::unique_lock<std::shared_mutex> g(mu_);
+  if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot add items");
+  const size_t dim = store_.dim();
+  std::vector<float> buf;
+  for (size_t i = 0; i < n; ++i) store_.prepare_input(data + i * dim, buf);
+  std::vector<uint64_t> ext(n);
+  std::unordered_set<uint64_t> seen;
+  for (size_t i = 0; i < n; ++i) {
+    ext[i] = ids ? ids[i] : uint64_t(store_.count() + i);
+    uint32_t existing;
+    if (store_.find(ext[i], existing)) throw std::invalid_argument("id " + std::to_string(ext[i]) + " already exists");
+    if (!seen.insert(ext[i]).second) throw std::invalid_argument("duplicate id " + std::to_string(ext[i]) + " in one add call");
+  }
+  if (!store_.trained()) {
+    const size_t rows = n >= VectorStore::kMinTrainRows ? std::min(n, VectorStore::kTrainRows) : 0;
+    std::vector<float> sample(rows * dim);
+    for (size_t i = 0; i < rows; ++i) {
+      const float* r = store_.prepare_input(data + i * dim, buf);
+      std::memcpy(sample.data() + i * dim, r, dim * sizeof(float));
+    }
+    store_.train(sample.data(), rows);
+  }
+  if (store_.count() + n > store_.capacity()) store_.reserve(std::max(store_.count() + n, store_.capacity() * 2));
+  const uint32_t first = store_.allocate(ext.data(), n);
+  parallel_for(0, n, num_threads, [&](size_t i, size_t) {
+    std::vector<float> local;
+    const uint32_t id = first + uint32_t(i);
+    store_.encode(id, store_.prepare_input(data + i * dim, local));
+    if (labels) assign_labels(store_, labels_, id, normalise_labels((*labels)[i]));
+  });
+}
+
+std::vector<Candidate> FlatIndex::search_prepared(const QueryCtx& ctx, size_t k, const LabelQuery* lq,
+                                                  const IdPredicate* predicate) const {
+  ElementFilter filter{&store_, &labels_, lq, predicate};
+  if (lq) {
+    std::vector<uint32_t> ids;
+    labels_.collect(*lq, ids);
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    return exact_topk(store_, ctx, filter, ids.data(), ids.size(), k, false);
+  }
+  return exact_topk(store_, ctx, filter, nullptr, store_.count(), k, false);
+}
+
+void FlatIndex::search(const float* queries, size_t nq, size_t k, const LabelQuery* lq, const IdPredicate* predicate,
+                       int num_threads, int64_t* out_ids, float* out_scores) const {
+  std::shared_lock<std::shared_mutex> g(mu_);
+  const size_t dim = store_.dim();
+  parallel_for(0, nq, num_threads, [&](size_t i, size_t) {
+    QueryCtx ctx;
+    store_.prepare_query(queries + i * dim, ctx);
+    write_row(store_, search_prepared(ctx, k, lq, predicate), k, out_ids + i * k, out_scores + i * k);
+  });
+}
+
+void FlatIndex::mark_deleted(uint64_t ext) {
+  std::unique_lock<std::shared_mutex> g(mu_);
+  if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot delete items");
+  uint32_t id;
+  if (!store_.find(ext, id)) throw std::runtime_error("Label not found");
+  if (store_.set_deleted(id, true)) throw std::runtime_error("The requested to delete element is already deleted");
+  store_.note_deleted_delta(1);
+}
+
+void FlatIndex::unmark_deleted(uint64_t ext) {
+  std::unique_lock<std::shared_mutex> g(mu_);
+  if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot undelete items");
+  uint32_t id;
+  if (!store_.find(ext, id)) throw std::runtime_error("Label not found");
+  if (!store_.set_deleted(id, false)) throw std::runtime_error("The requested to undelete element is not deleted");
+  store_.note_deleted_delta(-1);
+}
+
+void FlatIndex::get_items(const uint64_t* ids, size_t n, float* out) const {
+  std::shared_lock<std::shared_mutex> g(mu_);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t id;
+    if (!store_.find(ids[i], id) || store_.is_deleted(id)) throw std::runtime_error("Label not found");
+    store_.decode(id, out + i * store_.dim());
+  }
+}
+
+std::vector<uint64_t> FlatIndex::ids() const {
+  std::shared_lock<std::shared_mutex> g(mu_);
+  std::vector<uint64_t> out(store_.count());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = store_.ext_id(uint32_t(i));
+  return out;
+}
+
+}  // namespace medretrieve::index

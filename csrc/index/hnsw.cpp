@@ -1,0 +1,564 @@
+#include "index/hnsw.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "index/parallel.h"
+
+namespace medretrieve::index {
+
+namespace {
+constexpr uint64_t pack_ep(uint32_t ep, int level) { return (uint64_t(uint32_t(level)) << 32) | ep; }
+}  // namespace
+
+Hnsw::Hnsw(const HnswParams& params)
+    : p_(params),
+      M0_(2 * params.M),
+      mult_(params.M > 1 ? 1.0 / std::log(double(params.M)) : 1.0),
+      store_(params.space, params.dtype, params.dim, 2 * params.M, params.keep_float),
+      visited_(0),
+      ep_state_(pack_ep(kNone, -1)),
+      level_rng_(params.seed) {
+  if (params.M < 2 || params.M > 2048) throw std::invalid_argument("M must be in [2, 2048]");
+  if (params.ef_construction == 0) throw std::invalid_argument("ef_construction must be positive");
+  resize(params.max_elements);
+}
+
+Hnsw::~Hnsw() {
+  if (!mapping_)
+    for (uint32_t* b : upper_) std::free(b);
+}
+
+int Hnsw::random_level() {
+  std::lock_guard<std::mutex> g(level_mu_);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const double r = 1.0 - u(level_rng_);  // (0, 1]
+  return std::min(kMaxLevel, int(-std::log(r) * mult_));
+}
+
+void Hnsw::resize(size_t max_elements) {
+  std::unique_lock<std::shared_mutex> g(mu_);
+  if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot resize");
+  if (max_elements < store_.count())
+    throw std::runtime_error("Cannot resize, max element is less than the current number of elements");
+  store_.reserve(max_elements);
+  upper_.resize(max_elements, nullptr);
+  levels_.resize(max_elements, 0);
+  visited_.resize(max_elements);
+}
+
+Hnsw::Links Hnsw::links(uint32_t id, int level) const {
+  if (level == 0) return {store_.links0(id), store_.link_count0(id)};
+  const uint32_t* block = upper_[id] + size_t(level - 1) * (p_.M + 1);
+  return {block + 1, __atomic_load_n(block, __ATOMIC_ACQUIRE)};
+}
+
+void Hnsw::set_links(uint32_t id, int level, const uint32_t* ids, uint32_t n) {
+  if (level == 0) {
+    std::memcpy(store_.links0(id), ids, n * sizeof(uint32_t));
+    store_.set_link_count0(id, n);
+  } else {
+    uint32_t* block = upper_[id] + size_t(level - 1) * (p_.M + 1);
+    std::memcpy(block + 1, ids, n * sizeof(uint32_t));
+    __atomic_store_n(block, n, __ATOMIC_RELEASE);
+  }
+}
+
+void Hnsw::allocate_upper(uint32_t id, int level) {
+  std::free(upper_[id]);
+  upper_[id] = nullptr;
+  if (level > 0) {
+    const size_t bytes = size_t(level) * (p_.M + 1) * sizeof(uint32_t);
+    upper_[id] = static_cast<uint32_t*>(std::calloc(1, bytes));
+    if (!upper_[id]) throw std::bad_alloc();
+  }
+  levels_[id] = uint8_t(level);
+}
+
+// ---------------------------------------------------------------------------
+// Search primitives
+
+uint32_t Hnsw::greedy_descent(const QueryCtx& ctx, uint32_t ep, int from_level, int to_level, bool locked) const {
+  uint32_t cur = ep;
+  float cur_d = store_.distance(ctx, cur);
+  std::vector<uint32_t> buf;
+  for (int level = from_level; level > to_level; --level) {
+    bool changed = true;
+    while (changed) {
+      changed = false;
+      const uint32_t* ids;
+      uint32_t n;
+      if (locked) {
+        std::lock_guard<std::mutex> g(link_lock(cur));
+        Links l = links(cur, level);
+        buf.assign(l.ids, l.ids + l.n);
+        ids = buf.data();
+        n = l.n;
+      } else {
+        Links l = links(cur, level);
+        ids = l.ids;
+        n = l.n;
+      }
+      for (uint32_t i = 0; i < n; ++i) {
+        const uint32_t nb = ids[i];
+        const float d = store_.distance(ctx, nb);
+        if (d < cur_d) {
+          cur_d = d;
+          cur = nb;
+          changed = true;
+        }
+      }
+    }
+  }
+  return cur;
+}
+
+Hnsw::MaxHeap Hnsw::search_layer_build(const QueryCtx& ctx, uint32_t ep, int level, uint32_t exclude) const {
+  auto vis = visited_.borrow();
+  MaxHeap top, cand;  // cand holds (-distance, id)
+  float lower = std::numeric_limits<float>::max();
+  const float d0 = store_.distance(ctx, ep);
+  if (!store_.is_deleted(ep) && ep != exclude) {
+    top.emplace(d0, ep);
+    lower = d0;
+  }
+  cand.emplace(-d0, ep);
+  vis->test_and_set(ep);
+  std::vector<uint32_t> buf;
+  buf.reserve(M0_);
+  while (!cand.empty()) {
+    const Candidate c = cand.top();
+    if (-c.first > lower && top.size() >= p_.ef_construction) break;
+    cand.pop();
+    {
+      std::lock_guard<std::mutex> g(link_lock(c.second));
+      Links l = links(c.second, level);
+      buf.assign(l.ids, l.ids + l.n);
+    }
+    for (size_t i = 0; i < buf.size(); ++i) {
+      if (i + 1 < buf.size()) store_.prefetch(buf[i + 1]);
+      const uint32_t nb = buf[i];
+      if (vis->test_and_set(nb)) continue;
+      const float d = store_.distance(ctx, nb);
+      if (top.size() < p_.ef_construction || d < lower) {
+        cand.emplace(-d, nb);
+        if (!store_.is_deleted(nb) && nb != exclude) top.emplace(d, nb);
+        if (top.size() > p_.ef_construction) top.pop();
+        if (!top.empty()) lower = top.top().first;
+      }
+    }
+  }
+  return top;
+}
+
+Hnsw::MaxHeap Hnsw::search_layer0(const QueryCtx& ctx, uint32_t ep, size_t ef, const ElementFilter* filter) const {
+  auto vis = visited_.borrow();
+  const bool screening = filter != nullptr || store_.deleted_count() > 0;
+  MaxHeap top, cand;
+  float lower = std::numeric_limits<float>::max();
+  const float d0 = store_.distance(ctx, ep);
+  if (!screening || (filter ? filter->allowed(ep) : !store_.is_deleted(ep))) {
+    top.emplace(d0, ep);
+    lower = d0;
+  }
+  cand.emplace(-d0, ep);
+  vis->test_and_set(ep);
+  while (!cand.empty()) {
+    const Candidate c = cand.top();
+    if (-c.first > lower && (top.size() >= ef || !screening)) break;
+    cand.pop();
+    Links l = links(c.second, 0);
+    if (l.n) store_.prefetch(l.ids[0]);
+    for (uint32_t i = 0; i < l.n; ++i) {
+      if (i + 1 < l.n) store_.prefetch(l.ids[i + 1]);
+      const uint32_t nb = l.ids[i];
+      if (vis->test_and_set(nb)) continue;
+      const float d = store_.distance(ctx, nb);
+      if (top.size() < ef || d < lower) {
+        cand.emplace(-d, nb);
+        const bool ok = !screening || (filter ? filter->allowed(nb) : !store_.is_deleted(nb));
+        if (ok) {
+          top.emplace(d, nb);
+          if (top.size() > ef) top.pop();
+        }
+        if (!top.empty()) lower = top.top().first;
+      }
+    }
+  }
+  return top;
+}
+
+// hnswlib's getNeighborsByHeuristic2: keep a candidate only if it is closer to
+// the base element than to every neighbour already kept (spreads the links).
+void Hnsw::select_neighbors(MaxHeap& top, size_t m) const {
+  if (top.size() < m) return;
+  MaxHeap closest;  // (-distance, id)
+  while (!top.empty()) {
+    closest.emplace(-top.top().first, top.top().second);
+    top.pop();
+  }
+  std::vector<Candidate> kept;
+  kept.reserve(m);
+  while (!closest.empty() && kept.size() < m) {
+    const float d = -closest.top().first;
+    const uint32_t id = closest.top().second;
+    closest.pop();
+    bool good = true;
+    for (const Candidate& k : kept) {
+      if (store_.distance_between(k.second, id) < d) {
+        good = false;
+        break;
+      }
+    }
+    if (good) kept.emplace_back(d, id);
+  }
+  for (const Candidate& k : kept) top.emplace(k);
+}
+
+uint32_t Hnsw::connect(uint32_t id, MaxHeap& top, int level, bool is_update) {
+  const size_t max_links = level ? p_.M : M0_;
+  select_neighbors(top, p_.M);
+  std::vector<uint32_t> selected;
+  selected.reserve(top.size());
+  while (!top.empty()) {  // farthest first: the last one is the closest
+    selected.push_back(top.top().second);
+    top.pop();
+  }
+  const uint32_t closest = selected.back();
+  {
+    std::lock_guard<std::mutex> g(link_lock(id));
+    set_links(id, level, selected.data(), uint32_t(selected.size()));
+  }
+  std::vector<uint32_t> buf;
+  for (uint32_t other : selected) {
+    if (other == id || level > level_of(other)) continue;  // cannot happen; never corrupt the graph
+    std::lock_guard<std::mutex> g(link_lock(other));
+    Links l = links(other, level);
+    if (is_update && std::find(l.ids, l.ids + l.n, id) != l.ids + l.n) continue;
+    if (l.n < max_links) {
+      buf.assign(l.ids, l.ids + l.n);
+      buf.push_back(id);
+    } else {
+      MaxHeap cands;
+      cands.emplace(store_.distance_between(id, other), id);
+      for (uint32_t j = 0; j < l.n; ++j) cands.emplace(store_.distance_between(l.ids[j], other), l.ids[j]);
+      select_neighbors(cands, max_links);
+      buf.clear();
+      while (!cands.empty()) {
+        buf.push_back(cands.top().second);
+        cands.pop();
+      }
+    }
+    set_links(other, level, buf.data(), uint32_t(buf.size()));
+  }
+  return closest;
+}
+
+// ---------------------------------------------------------------------------
+// Insertion
+
+void Hnsw::insert(uint32_t id, const float* x, int level) {
+  QueryCtx ctx;
+  store_.prepare_query(x, ctx);
+  std::unique_lock<std::mutex> ep_lock(ep_mu_);
+  const uint64_t state = ep_state_.load();
+  const uint32_t ep = uint32_t(state);
+  const int max_level = int(int32_t(state >> 32));
+  if (level <= max_level) ep_lock.unlock();
+  if (ep == kNone) {
+    ep_state_.store(pack_ep(id, level));
+    return;
+  }
+  uint32_t cur = ep;
+  if (level < max_level) cur = greedy_descent(ctx, ep, max_level, level, true);
+  for (int lc = std::min(level, max_level); lc >= 0; --lc) {
+    MaxHeap top = search_layer_build(ctx, cur, lc, id);
+    if (top.empty()) continue;  // every reachable element is deleted
+    cur = connect(id, top, lc, false);
+  }
+  if (level > max_level) ep_state_.store(pack_ep(id, level));
+}
+
+// Re-links an existing element after its vector changed (update or reuse of
+// a deleted slot), like a re-insertion at its own level.
+void Hnsw::relink(uint32_t id, const float* x) {
+  QueryCtx ctx;
+  store_.prepare_query(x, ctx);
+  const uint64_t state = ep_state_.load();
+  const uint32_t ep = uint32_t(state);
+  const int max_level = std::min<int>(int(int32_t(state >> 32)), level_of(ep));
+  if (ep == kNone || (ep == id && count() == 1)) return;
+  const int level = level_of(id);
+  uint32_t cur = ep;
+  if (level < max_level) cur = greedy_descent(ctx, ep, max_level, level, true);
+  for (int lc = std::min(level, max_level); lc >= 0; --lc) {
+    MaxHeap top = search_layer_build(ctx, cur, lc, id);
+    if (top.empty()) continue;
+    cur = connect(id, top, lc, true);
+  }
+}
+
+void Hnsw::train(const float* sample, size_t n) {
+  std::unique_lock<std::shared_mutex> g(mu_);
+  if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot train");
+  if (store_.count() > 0) throw std::runtime_error("train() must be called before the first add");
+  std::vector<float> buf, prepared(n * p_.dim);
+  for (size_t i = 0; i < n; ++i) {
+    const float* r = store_.prepare_input(sample + i * p_.dim, buf);
+    std::memcpy(prepared.data() + i * p_.dim, r, p_.dim * sizeof(float));
+  }
+  store_.train(prepared.data(), n);
+}
+
+void Hnsw::add(const float* data, size_t n, const uint64_t* ids, const std::vector<std::vector<uint32_t>>* labels,
+               int num_threads, bool update, bool replace_deleted) {
+  if (n == 0) return;
+  if (labels && labels->size() != n) throw std::invalid_argument("labels must have one entry per row");
+  std::shared_lock<std::shared_mutex> g(mu_);
+  if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot add items");
+  if (replace_deleted && !p_.allow_replace_deleted)
+    throw std::runtime_error("Replacement of deleted elements is disabled in constructor");
+  const size_t dim = p_.dim;
+  std::vector<float> buf;
+  for (size_t i = 0; i < n; ++i) store_.prepare_input(data + i * dim, buf);  // rejects zero cosine rows up front
+
+  // Plan: which rows update an existing element, which take a free slot.
+  std::vector<uint64_t> ext(n);
+  for (size_t i = 0; i < n; ++i) ext[i] = ids ? ids[i] : uint64_t(store_.count() + i);
+  {
+    std::unordered_set<uint64_t> seen;
+    seen.reserve(n * 2);
+    for (uint64_t e : ext)
+      if (!seen.insert(e).second) throw std::invalid_argument("duplicate id " + std::to_string(e) + " in one add call");
+  }
+  enum Kind : uint8_t { kNew, kUpdate, kReplace };
+  std::vector<Kind> kind(n, kNew);
+  std::vector<uint32_t> slot(n, kNone);
+  size_t n_new = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t id;
+    if (store_.find(ext[i], id)) {
+      if (!update) throw std::invalid_argument("id " + std::to_string(ext[i]) + " already exists (pass update=True to overwrite it)");
+      if (store_.is_deleted(id) && p_.allow_replace_deleted)
+        throw std::runtime_error("Can't use addPoint to update deleted elements if replacement of deleted elements is enabled.");
+      kind[i] = kUpdate;
+      slot[i] = id;
+    } else {
+      ++n_new;
+    }
+  }
+  if (replace_deleted) {
+    std::lock_guard<std::mutex> dg(deleted_mu_);
+    for (size_t i = 0; i < n && !deleted_slots_.empty(); ++i) {
+      if (kind[i] != kNew) continue;
+      kind[i] = kReplace;
+      slot[i] = deleted_slots_.back();
+      deleted_slots_.pop_back();
+      --n_new;
+    }
+  }
+  // Train the int8 centre on the first batch (before any element is encoded).
+  if (!store_.trained()) {
+    std::lock_guard<std::mutex> tg(train_mu_);
+    if (!store_.trained()) {
+      const size_t rows = n >= VectorStore::kMinTrainRows ? std::min(n, VectorStore::kTrainRows) : 0;
+      std::vector<float> sample(rows * dim);
+      for (size_t i = 0; i < rows; ++i) {
+        const float* r = store_.prepare_input(data + i * dim, buf);
+        std::memcpy(sample.data() + i * dim, r, dim * sizeof(float));
+      }
+      store_.train(sample.data(), rows);
+    }
+  }
+  if (n_new) {
+    std::vector<uint64_t> new_ext;
+    new_ext.reserve(n_new);
+    for (size_t i = 0; i < n; ++i)
+      if (kind[i] == kNew) new_ext.push_back(ext[i]);
+    uint32_t first;
+    try {
+      first = store_.allocate(new_ext.data(), n_new);
+    } catch (...) {
+      if (replace_deleted) {  // give the taken slots back
+        std::lock_guard<std::mutex> dg(deleted_mu_);
+        for (size_t i = 0; i < n; ++i)
+          if (kind[i] == kReplace) deleted_slots_.push_back(slot[i]);
+      }
+      throw;
+    }
+    for (size_t i = 0; i < n; ++i)
+      if (kind[i] == kNew) slot[i] = first++;
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (kind[i] == kReplace) store_.rebind(slot[i], ext[i]);
+
+  parallel_for(0, n, num_threads, [&](size_t i, size_t) {
+    std::vector<float> local;
+    const float* x = store_.prepare_input(data + i * dim, local);
+    const uint32_t id = slot[i];
+    const std::vector<uint32_t>* row_labels = labels ? &(*labels)[i] : nullptr;
+    if (kind[i] == kNew) {
+      const int level = random_level();
+      allocate_upper(id, level);
+      store_.encode(id, x);
+      if (row_labels) assign_labels(store_, labels_, id, normalise_labels(*row_labels));
+      insert(id, x, level);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lg(link_lock(id));
+      store_.encode(id, x);
+    }
+    if (row_labels)
+      assign_labels(store_, labels_, id, normalise_labels(*row_labels));
+    else if (kind[i] == kReplace)
+      assign_labels(store_, labels_, id, {});
+    relink(id, x);
+    if (store_.set_deleted(id, false)) store_.note_deleted_delta(-1);
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Queries
+
+std::vector<Candidate> Hnsw::search_prepared(const QueryCtx& ctx, size_t k, size_t ef, const LabelQuery* lq,
+                                             const IdPredicate* predicate) const {
+  if (k == 0) return {};
+  const uint64_t state = ep_state_.load();
+  const uint32_t ep = uint32_t(state);
+  if (ep == kNone) return {};
+  ef = std::max(ef, k);
+  ElementFilter filter{&store_, &labels_, lq, predicate};
+  if (lq) {
+    const size_t allowed_max = labels_.upper_bound(*lq);
+    if (allowed_max == 0) return {};
+    const size_t live = std::max<size_t>(1, count() - deleted_count());
+    const double selectivity = std::min(1.0, double(allowed_max) / double(live));
+    const size_t boosted = std::min(std::max(ef, kMaxFilteredEf), size_t(double(ef) / selectivity));
+    const double graph_cost = double(boosted) * double(p_.M);
+    if (double(allowed_max) <= filter_exact_factor_ * graph_cost) {
+      std::vector<uint32_t> ids;
+      ids.reserve(allowed_max);
+      labels_.collect(*lq, ids);
+      if (lq->labels.size() > 1) {
+        std::sort(ids.begin(), ids.end());
+        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      }
+      return exact_topk(store_, ctx, filter, ids.data(), ids.size(), k, store_.keep_float());
+    }
+    ef = std::max(ef, boosted);
+  }
+  const int max_level = std::min<int>(int(int32_t(state >> 32)), level_of(ep));
+  const uint32_t start = greedy_descent(ctx, ep, max_level, 0, false);
+  MaxHeap top = search_layer0(ctx, start, ef, filter.restricts() ? &filter : nullptr);
+  std::vector<Candidate> found(top.size());
+  for (size_t i = found.size(); i-- > 0;) {
+    found[i] = top.top();
+    top.pop();
+  }
+  if (store_.keep_float()) {  // recall recovery: exact float32 re-score of the ef candidates
+    for (Candidate& c : found) c.first = store_.exact_distance(ctx, c.second);
+    std::sort(found.begin(), found.end());
+  }
+  if (found.size() > k) found.resize(k);
+  return found;
+}
+
+std::vector<Candidate> Hnsw::search_internal(const float* query, size_t k, size_t ef, const LabelQuery* lq,
+                                             const IdPredicate* predicate) const {
+  QueryCtx ctx;
+  store_.prepare_query(query, ctx);
+  return search_prepared(ctx, k, ef, lq, predicate);
+}
+
+void Hnsw::search(const float* queries, size_t nq, size_t k, const size_t* ef, size_t n_ef, const LabelQuery* lq,
+                  const IdPredicate* predicate, int num_threads, int64_t* out_ids, float* out_scores) const {
+  if (ef && n_ef != 1 && n_ef != nq) throw std::invalid_argument("ef must be one value or one per query");
+  std::shared_lock<std::shared_mutex> g(mu_);
+  parallel_for(0, nq, num_threads, [&](size_t i, size_t) {
+    const size_t ef_i = ef ? ef[n_ef == 1 ? 0 : i] : ef_.load();
+    std::vector<Candidate> found = search_internal(queries + i * p_.dim, k, ef_i, lq, predicate);
+    write_row(store_, found, k, out_ids + i * k, out_scores + i * k);
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Deletions, items
+
+void Hnsw::mark_deleted(uint64_t ext) {
+  std::shared_lock<std::shared_mutex> g(mu_);
+  if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot delete items");
+  uint32_t id;
+  if (!store_.find(ext, id)) throw std::runtime_error("Label not found");
+  if (store_.set_deleted(id, true)) throw std::runtime_error("The requested to delete element is already deleted");
+  store_.note_deleted_delta(1);
+  if (p_.allow_replace_deleted) {
+    std::lock_guard<std::mutex> dg(deleted_mu_);
+    deleted_slots_.push_back(id);
+  }
+}
+
+void Hnsw::unmark_deleted(uint64_t ext) {
+  std::shared_lock<std::shared_mutex> g(mu_);
+  if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot undelete items");
+  uint32_t id;
+  if (!store_.find(ext, id)) throw std::runtime_error("Label not found");
+  if (!store_.set_deleted(id, false)) throw std::runtime_error("The requested to undelete element is not deleted");
+  store_.note_deleted_delta(-1);
+  if (p_.allow_replace_deleted) {
+    std::lock_guard<std::mutex> dg(deleted_mu_);
+    deleted_slots_.erase(std::remove(deleted_slots_.begin(), deleted_slots_.end(), id), deleted_slots_.end());
+  }
+}
+
+std::vector<uint64_t> Hnsw::ids() const {
+  std::shared_lock<std::shared_mutex> g(mu_);
+  std::vector<uint64_t> out(count());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = store_.ext_id(uint32_t(i));
+  return out;
+}
+
+void Hnsw::get_items(const uint64_t* ids, size_t n, float* out) const {
+  std::shared_lock<std::shared_mutex> g(mu_);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t id;
+    if (!store_.find(ids[i], id) || store_.is_deleted(id)) throw std::runtime_error("Label not found");
+    store_.decode(id, out + i * p_.dim);
+  }
+}
+
+std::vector<uint32_t> Hnsw::labels_of(uint64_t ext) const {
+  std::shared_lock<std::shared_mutex> g(mu_);
+  uint32_t id;
+  if (!store_.find(ext, id)) throw std::runtime_error("Label not found");
+  return element_labels(store_, labels_, id);
+}
+
+bool Hnsw::contains(uint64_t ext) const {
+  uint32_t id;
+  return store_.find(ext, id);
+}
+
+bool Hnsw::is_deleted_ext(uint64_t ext) const {
+  uint32_t id;
+  if (!store_.find(ext, id)) throw std::runtime_error("Label not found");
+  return store_.is_deleted(id);
+}
+
+size_t Hnsw::memory_bytes() const {
+  std::shared_lock<std::shared_mutex> g(mu_);
+  size_t b = store_.memory_bytes() + labels_.memory_bytes();
+  b += upper_.capacity() * sizeof(uint32_t*) + levels_.capacity();
+  if (!mapping_)
+    for (size_t i = 0; i < count(); ++i) b += size_t(levels_[i]) * (p_.M + 1) * sizeof(uint32_t);
+  b += deleted_slots_.capacity() * sizeof(uint32_t);
+  return b;
+}
+
+}  // namespace medretrieve::index

@@ -1,0 +1,177 @@
+// HNSW graph over int8 or float32 vectors (modelled on hnswlib's compact code).
+//
+// Level 0 links live in each element's slab (VectorStore); upper-level links
+// are separately allocated blocks [u32 count][M u32 ids] per level, reached
+// through a pointer table, so a memory-mapped file can serve them in place.
+//
+// Concurrency: add and search take `mu_` shared; resize, load and save take it
+// exclusively. Writers change an element's links under a striped link mutex
+// and publish the link count with release semantics; readers load the count
+// with acquire semantics, so searches may run while items are being added.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <queue>
+#include <random>
+#include <shared_mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "index/filter.h"
+#include "index/labels.h"
+#include "index/vector_store.h"
+#include "index/visited.h"
+
+namespace medretrieve::index {
+
+struct HnswParams {
+  Space space = Space::L2;
+  DType dtype = DType::Float32;
+  size_t dim = 0;
+  size_t max_elements = 0;
+  size_t M = 16;
+  size_t ef_construction = 200;
+  uint64_t seed = 100;
+  bool keep_float = false;
+  bool allow_replace_deleted = false;
+};
+
+class MappedFile;
+
+class Hnsw {
+ public:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  static constexpr int kMaxLevel = 30;
+  // Filtered graph search raises ef by 1/selectivity up to this many.
+  static constexpr size_t kMaxFilteredEf = 4096;
+
+  explicit Hnsw(const HnswParams& params);
+  ~Hnsw();
+  Hnsw(const Hnsw&) = delete;
+  Hnsw& operator=(const Hnsw&) = delete;
+
+  // Adds (or, with update, overwrites) n rows of dim floats. ids == null:
+  // ids count()..count()+n-1. labels: null or n label lists. replace_deleted
+  // reuses slots of deleted elements for new ids. Existing ids without update
+  // raise std::invalid_argument; a full index std::runtime_error.
+  void add(const float* data, size_t n, const uint64_t* ids, const std::vector<std::vector<uint32_t>>* labels,
+           int num_threads, bool update, bool replace_deleted);
+
+  // Batch k-NN. ef: n_ef values (1 = same for all, else one per query), or
+  // null for ef(); raised to k. Rows padded with id -1 / score -inf.
+  // Scores are similarities (ip/cosine: inner product, l2: -squared L2).
+  void search(const float* queries, size_t nq, size_t k, const size_t* ef, size_t n_ef, const LabelQuery* labels,
+              const IdPredicate* predicate, int num_threads, int64_t* out_ids, float* out_scores) const;
+
+  // One query; internal ids and distances (lower is closer), closest first.
+  // For native callers (search_mmr): pair with the row accessors below.
+  std::vector<Candidate> search_internal(const float* query, size_t k, size_t ef, const LabelQuery* labels,
+                                         const IdPredicate* predicate) const;
+  // Same with an already prepared query.
+  std::vector<Candidate> search_prepared(const QueryCtx& ctx, size_t k, size_t ef, const LabelQuery* labels,
+                                         const IdPredicate* predicate) const;
+
+  // int8: sets the centre from sample rows (must precede the first add).
+  void train(const float* sample, size_t n);
+  void mark_deleted(uint64_t ext);
+  void unmark_deleted(uint64_t ext);
+  void resize(size_t max_elements);
+  void set_ef(size_t ef) { ef_.store(ef ? ef : 1); }
+  // Exact search over the allowed subset when its size <= factor * ef * M.
+  void set_filter_exact_factor(double f) { filter_exact_factor_ = f; }
+  double filter_exact_factor() const { return filter_exact_factor_; }
+
+  // External ids of every stored element (deleted ones included, as hnswlib).
+  std::vector<uint64_t> ids() const;
+  // Dequantized vectors of live elements; unknown or deleted ids raise.
+  void get_items(const uint64_t* ids, size_t n, float* out) const;
+  std::vector<uint32_t> labels_of(uint64_t ext) const;
+  bool contains(uint64_t ext) const;
+  bool is_deleted_ext(uint64_t ext) const;
+
+  // --- parameters and state ---
+  const HnswParams& params() const { return p_; }
+  size_t ef() const { return ef_.load(); }
+  size_t count() const { return store_.count(); }
+  size_t deleted_count() const { return store_.deleted_count(); }
+  size_t capacity() const { return store_.capacity(); }
+  int max_level() const { return int(int32_t(ep_state_.load() >> 32)); }
+  uint32_t entry_point() const { return uint32_t(ep_state_.load()); }
+  bool read_only() const { return store_.read_only(); }
+  size_t memory_bytes() const;
+
+  // --- row access for native consumers (MMR): valid while the caller holds
+  // shared_lock(mutex()) and for internal ids < count(). ---
+  const VectorStore& store() const { return store_; }
+  std::shared_mutex& mutex() const { return mu_; }
+  Space space() const { return p_.space; }
+  DType dtype() const { return p_.dtype; }
+  const int8_t* row_i8(uint32_t id) const { return store_.code_i8(id); }
+  const float* row_f32(uint32_t id) const { return store_.code_f32(id); }
+  float row_scale(uint32_t id) const { return store_.scale(id); }
+  float row_aux(uint32_t id) const { return store_.aux(id); }
+  const float* centre() const { return store_.centre(); }
+
+  // --- persistence (file_format.cpp) ---
+  void save(const std::string& path) const;
+  std::vector<char> to_bytes() const;
+  static std::unique_ptr<Hnsw> load(const std::string& path, bool mmap);
+  static std::unique_ptr<Hnsw> from_bytes(const char* data, size_t size);
+
+ private:
+  struct Links {
+    const uint32_t* ids;
+    uint32_t n;
+  };
+  using MaxHeap = std::priority_queue<Candidate>;
+
+  Links links(uint32_t id, int level) const;
+  void set_links(uint32_t id, int level, const uint32_t* ids, uint32_t n);
+  std::mutex& link_lock(uint32_t id) const { return link_locks_[id & (kLinkLocks - 1)]; }
+  int level_of(uint32_t id) const { return levels_[id]; }
+  int random_level();
+
+  void insert(uint32_t id, const float* x, int level);
+  void relink(uint32_t id, const float* x);
+  uint32_t greedy_descent(const QueryCtx& ctx, uint32_t ep, int from_level, int to_level, bool locked) const;
+  MaxHeap search_layer_build(const QueryCtx& ctx, uint32_t ep, int level, uint32_t exclude) const;
+  MaxHeap search_layer0(const QueryCtx& ctx, uint32_t ep, size_t ef, const ElementFilter* filter) const;
+  void select_neighbors(MaxHeap& top, size_t m) const;
+  uint32_t connect(uint32_t id, MaxHeap& top, int level, bool is_update);
+  void allocate_upper(uint32_t id, int level);
+
+  HnswParams p_;
+  size_t M0_;
+  double mult_;
+  std::atomic<size_t> ef_{10};
+  double filter_exact_factor_ = 1.0;
+  VectorStore store_;
+  LabelTable labels_;
+  mutable VisitedPool visited_;
+
+  std::vector<uint32_t*> upper_;  // per element: level * (M + 1) u32, or null
+  std::vector<uint8_t> levels_;
+  // Packed (max_level << 32 | entry point) so readers see a consistent pair.
+  std::atomic<uint64_t> ep_state_;
+  std::mutex ep_mu_;
+  std::mutex level_mu_;
+  std::mt19937_64 level_rng_;
+  std::mutex train_mu_;
+  std::mutex deleted_mu_;
+  std::vector<uint32_t> deleted_slots_;  // reusable by replace_deleted
+
+  static constexpr size_t kLinkLocks = 4096;
+  mutable std::array<std::mutex, kLinkLocks> link_locks_;
+  mutable std::shared_mutex mu_;
+  std::shared_ptr<MappedFile> mapping_;  // set for read-only mmap loads
+
+  friend class HnswSerializer;
+};
+
+}  // namespace medretrieve::index

@@ -1,0 +1,279 @@
+#include "index/vector_store.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/quantizer.h"
+
+namespace medretrieve::index {
+
+namespace {
+size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+char* alloc_zeroed(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = std::aligned_alloc(64, align_up(bytes, 64));
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, align_up(bytes, 64));
+  return static_cast<char*>(p);
+}
+}  // namespace
+
+Space parse_space(const std::string& name) {
+  if (name == "l2") return Space::L2;
+  if (name == "ip") return Space::IP;
+  if (name == "cosine") return Space::Cosine;
+  throw std::invalid_argument("space must be one of 'l2', 'ip' or 'cosine', got '" + name + "'");
+}
+
+DType parse_dtype(const std::string& name) {
+  if (name == "float32") return DType::Float32;
+  if (name == "int8") return DType::Int8;
+  throw std::invalid_argument("dtype must be 'float32' or 'int8', got '" + name + "'");
+}
+
+const char* space_name(Space s) {
+  switch (s) {
+    case Space::L2: return "l2";
+    case Space::IP: return "ip";
+    case Space::Cosine: return "cosine";
+  }
+  return "?";
+}
+
+const char* dtype_name(DType d) { return d == DType::Int8 ? "int8" : "float32"; }
+
+VectorStore::VectorStore(Space space, DType dtype, size_t dim, size_t link_slots, bool keep_float)
+    : space_(space), dtype_(dtype), dim_(dim), link_slots_(link_slots),
+      keep_float_(keep_float && dtype == DType::Int8), kt_(&kernels::active()), centre_(dim, 0.f) {
+  if (dim == 0) throw std::invalid_argument("dim must be positive");
+  if (dtype == DType::Int8 && dim > kernels::kMaxInt8Dim)
+    throw std::invalid_argument("int8 storage supports at most 131072 dimensions");
+  if (link_slots > kCountMask) throw std::invalid_argument("too many links per element");
+  off_sig_ = align_up(4 + 4 * link_slots, 8);
+  off_scale_ = off_sig_ + 8;
+  off_aux_ = off_scale_ + 4;
+  off_code_ = align_up(off_aux_ + 4, 16);
+  stride_ = align_up(off_code_ + dim * (dtype == DType::Int8 ? 1 : 4), 16);
+  if (dtype == DType::Float32) trained_ = true;  // nothing to train
+}
+
+VectorStore::~VectorStore() { free_buffers(); }
+
+void VectorStore::free_buffers() {
+  if (owned_) {
+    std::free(data_);
+    std::free(floats_);
+  }
+  data_ = nullptr;
+  floats_ = nullptr;
+}
+
+void VectorStore::reserve(size_t capacity) {
+  if (!owned_) throw std::runtime_error("read-only memory-mapped index: cannot resize");
+  const size_t n = count();
+  if (capacity < n) capacity = n;
+  if (capacity == capacity_) return;
+  char* data = alloc_zeroed(capacity * stride_);
+  if (data_ && n) std::memcpy(data, data_, n * stride_);
+  float* floats = nullptr;
+  if (keep_float_) {
+    floats = reinterpret_cast<float*>(alloc_zeroed(capacity * dim_ * sizeof(float)));
+    if (floats_ && n) std::memcpy(floats, floats_, n * dim_ * sizeof(float));
+  }
+  free_buffers();
+  data_ = data;
+  floats_ = floats;
+  capacity_ = capacity;
+  ext_.resize(capacity);
+}
+
+void VectorStore::set_link_count0(uint32_t id, uint32_t n) {
+  uint32_t* h = reinterpret_cast<uint32_t*>(slab(id));
+  uint32_t old = __atomic_load_n(h, __ATOMIC_RELAXED);
+  while (!__atomic_compare_exchange_n(h, &old, (old & ~kCountMask) | n, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+  }
+}
+
+bool VectorStore::set_deleted(uint32_t id, bool deleted) {
+  uint32_t* h = reinterpret_cast<uint32_t*>(slab(id));
+  uint32_t old = deleted ? __atomic_fetch_or(h, kDeletedBit, __ATOMIC_ACQ_REL)
+                         : __atomic_fetch_and(h, ~kDeletedBit, __ATOMIC_ACQ_REL);
+  return old & kDeletedBit;
+}
+
+void VectorStore::set_signature(uint32_t id, uint64_t sig, bool exact) {
+  std::memcpy(slab(id) + off_sig_, &sig, sizeof sig);
+  uint32_t* h = reinterpret_cast<uint32_t*>(slab(id));
+  if (exact)
+    __atomic_fetch_or(h, kLabelsExactBit, __ATOMIC_RELEASE);
+  else
+    __atomic_fetch_and(h, ~kLabelsExactBit, __ATOMIC_RELEASE);
+}
+
+void VectorStore::set_trained(bool t) {
+  trained_ = t;
+  double cc = 0;
+  for (float c : centre_) cc += double(c) * c;
+  centre_norm2_ = float(cc);
+}
+
+void VectorStore::train(const float* sample, size_t n) {
+  std::fill(centre_.begin(), centre_.end(), 0.f);
+  if (dtype_ == DType::Int8 && n > 0) {
+    std::vector<double> acc(dim_, 0.0);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < dim_; ++j) acc[j] += sample[i * dim_ + j];
+    for (size_t j = 0; j < dim_; ++j) centre_[j] = float(acc[j] / double(n));
+  }
+  set_trained(true);
+}
+
+const float* VectorStore::prepare_input(const float* x, std::vector<float>& buf) const {
+  if (space_ != Space::Cosine) return x;
+  double n2 = 0;
+  for (size_t i = 0; i < dim_; ++i) n2 += double(x[i]) * x[i];
+  if (n2 == 0) throw std::invalid_argument("cosine space cannot normalise a zero vector");
+  const float inv = float(1.0 / std::sqrt(n2));
+  buf.resize(dim_);
+  for (size_t i = 0; i < dim_; ++i) buf[i] = x[i] * inv;
+  return buf.data();
+}
+
+void VectorStore::encode(uint32_t id, const float* x) {
+  char* s = slab(id);
+  float scale = 1.f, aux = 0.f;
+  if (dtype_ == DType::Int8) {
+    int8_t* code = reinterpret_cast<int8_t*>(s + off_code_);
+    scale = kernels::quantize_i8(x, centre_.data(), dim_, code);
+    if (space_ == Space::L2) {
+      aux = kernels::code_norm2(code, scale, dim_);
+    } else {
+      double cr = 0;
+      for (size_t i = 0; i < dim_; ++i) cr += double(centre_[i]) * code[i];
+      aux = float(cr * scale);
+    }
+    if (floats_) std::memcpy(floats_ + size_t(id) * dim_, x, dim_ * sizeof(float));
+  } else {
+    std::memcpy(s + off_code_, x, dim_ * sizeof(float));
+  }
+  std::memcpy(s + off_scale_, &scale, sizeof scale);
+  std::memcpy(s + off_aux_, &aux, sizeof aux);
+}
+
+void VectorStore::prepare_query(const float* q, QueryCtx& ctx) const {
+  std::vector<float> buf;
+  const float* p = prepare_input(q, buf);
+  ctx.vec.assign(p, p + dim_);
+  if (dtype_ != DType::Int8) return;
+  ctx.code.resize(dim_);
+  if (space_ == Space::L2) {
+    float s = kernels::quantize_i8(ctx.vec.data(), centre_.data(), dim_, ctx.code.data());
+    double r2 = 0;
+    for (size_t i = 0; i < dim_; ++i) {
+      double r = double(ctx.vec[i]) - centre_[i];
+      r2 += r * r;
+    }
+    ctx.base = float(r2);
+    ctx.factor = -2.f * s;
+  } else {
+    float s = kernels::quantize_i8(ctx.vec.data(), nullptr, dim_, ctx.code.data());
+    double qc = 0;
+    for (size_t i = 0; i < dim_; ++i) qc += double(ctx.vec[i]) * centre_[i];
+    ctx.base = -float(qc);
+    ctx.factor = -s;
+  }
+}
+
+float VectorStore::exact_distance(const QueryCtx& ctx, uint32_t id) const {
+  const float* x = original(id);
+  if (!x) return distance(ctx, id);
+  return space_ == Space::L2 ? kt_->l2sq_f32(ctx.vec.data(), x, dim_) : -kt_->dot_f32(ctx.vec.data(), x, dim_);
+}
+
+float VectorStore::distance_between(uint32_t a, uint32_t b) const {
+  if (dtype_ == DType::Int8) {
+    const float d = float(kt_->dot_i8(code_i8(a), code_i8(b), dim_)) * scale(a) * scale(b);
+    if (space_ == Space::L2) return aux(a) + aux(b) - 2.f * d;
+    return -(centre_norm2_ + aux(a) + aux(b) + d);
+  }
+  return space_ == Space::L2 ? kt_->l2sq_f32(code_f32(a), code_f32(b), dim_)
+                             : -kt_->dot_f32(code_f32(a), code_f32(b), dim_);
+}
+
+void VectorStore::decode(uint32_t id, float* out) const {
+  if (dtype_ == DType::Int8) {
+    if (const float* x = original(id)) {
+      std::memcpy(out, x, dim_ * sizeof(float));
+      return;
+    }
+    kernels::dequantize_i8(code_i8(id), scale(id), centre_.data(), dim_, out);
+  } else {
+    std::memcpy(out, code_f32(id), dim_ * sizeof(float));
+  }
+}
+
+bool VectorStore::find(uint64_t ext, uint32_t& id) const {
+  std::lock_guard<std::mutex> g(ids_mu_);
+  auto it = map_.find(ext);
+  if (it == map_.end()) return false;
+  id = it->second;
+  return true;
+}
+
+uint32_t VectorStore::allocate(const uint64_t* ext, size_t n) {
+  if (!owned_) throw std::runtime_error("read-only memory-mapped index: cannot add items");
+  std::lock_guard<std::mutex> g(ids_mu_);
+  const size_t first = count_.load(std::memory_order_relaxed);
+  if (first + n > capacity_) throw std::runtime_error("The number of elements exceeds the specified limit");
+  if (first + n > size_t(UINT32_MAX)) throw std::runtime_error("more than 2^32 - 1 elements");
+  for (size_t i = 0; i < n; ++i) {
+    ext_[first + i] = ext[i];
+    map_[ext[i]] = uint32_t(first + i);
+  }
+  count_.store(first + n, std::memory_order_release);
+  return uint32_t(first);
+}
+
+void VectorStore::rebind(uint32_t id, uint64_t new_ext) {
+  std::lock_guard<std::mutex> g(ids_mu_);
+  map_.erase(ext_[id]);
+  ext_[id] = new_ext;
+  map_[new_ext] = id;
+}
+
+void VectorStore::restore(size_t count, const uint64_t* ext) {
+  std::lock_guard<std::mutex> g(ids_mu_);
+  map_.clear();
+  map_.reserve(count);
+  size_t deleted = 0;
+  for (size_t i = 0; i < count; ++i) {
+    ext_[i] = ext[i];
+    map_[ext[i]] = uint32_t(i);
+    if (header(uint32_t(i)) & kDeletedBit) ++deleted;
+  }
+  count_.store(count, std::memory_order_release);
+  deleted_.store(deleted);
+}
+
+void VectorStore::attach_readonly(char* slabs, float* floats, size_t count, const uint64_t* ext) {
+  free_buffers();
+  owned_ = false;
+  data_ = slabs;
+  floats_ = keep_float_ ? floats : nullptr;
+  capacity_ = count;
+  ext_.assign(count, 0);
+  restore(count, ext);
+}
+
+size_t VectorStore::memory_bytes() const {
+  size_t b = owned_ ? capacity_ * stride_ + (floats_ ? capacity_ * dim_ * sizeof(float) : 0) : 0;
+  b += ext_.capacity() * sizeof(uint64_t) + centre_.capacity() * sizeof(float);
+  // unordered_map: one node (key, value, next pointer, cached hash) + one bucket pointer per element.
+  b += map_.size() * 32 + map_.bucket_count() * sizeof(void*);
+  return b;
+}
+
+}  // namespace medretrieve::index

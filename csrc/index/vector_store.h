@@ -1,0 +1,183 @@
+// Vector storage shared by the HNSW graph and the flat index.
+//
+// One contiguous slab per element (hnswlib style, usearch-like explicit layout):
+//
+//   [u32 header: link count (bits 0-15) | deleted (bit 16) | labels exact (bit 17)]
+//   [link_slots x u32 level-0 neighbour ids]        (0 slots for the flat index)
+//   [u64 label signature] [f32 scale] [f32 aux] [code: dim int8 or dim float32]
+//
+// with the element stride rounded to 16 bytes and the code 16-byte aligned.
+// External ids (u64) live in a separate array plus a hash map ext -> internal.
+//
+// int8 scheme (kernels/quantizer.h): x = c + s * code, c a trained centre, s per
+// vector. "aux" keeps what stored-stored similarities need:
+//   ip/cosine: aux = c . r   so x.y = c.c + aux_x + aux_y + s_x s_y dot_i8
+//   l2:        aux = |r|^2   so |x-y|^2 = aux_x + aux_y - 2 s_x s_y dot_i8
+// Queries: ip quantizes q WITHOUT centring (q.c is exact and constant per
+// query); l2 quantizes q' = q - c. Either way one dot_i8 and one multiply-add
+// per visited element. Cosine normalises inputs and then is ip.
+//
+// Distances used inside are "lower is closer": -ip for ip/cosine, squared L2
+// for l2. Similarity (native API) = -distance.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/distances.h"
+
+namespace medretrieve::index {
+
+enum class Space : uint32_t { L2 = 0, IP = 1, Cosine = 2 };
+enum class DType : uint32_t { Float32 = 0, Int8 = 1 };
+
+Space parse_space(const std::string& name);  // "l2" | "ip" | "cosine"
+DType parse_dtype(const std::string& name);  // "float32" | "int8"
+const char* space_name(Space s);
+const char* dtype_name(DType d);
+
+// A prepared query: normalised (cosine), quantized once (int8).
+struct QueryCtx {
+  std::vector<float> vec;     // the query as searched
+  std::vector<int8_t> code;   // int8 storage only
+  float base = 0.f;           // ip: -(q . c);  l2: |q - c|^2
+  float factor = 0.f;         // ip: -s_q;      l2: -2 s_q
+};
+
+class VectorStore {
+ public:
+  static constexpr uint32_t kCountMask = 0xFFFFu;
+  static constexpr uint32_t kDeletedBit = 1u << 16;
+  static constexpr uint32_t kLabelsExactBit = 1u << 17;
+  // Rows used to train the centre from the first add batch.
+  static constexpr size_t kTrainRows = 100000;
+  // A first batch smaller than this leaves the centre at zero (untrained data
+  // is too little to estimate a mean from).
+  static constexpr size_t kMinTrainRows = 256;
+
+  VectorStore(Space space, DType dtype, size_t dim, size_t link_slots, bool keep_float);
+  ~VectorStore();
+  VectorStore(const VectorStore&) = delete;
+  VectorStore& operator=(const VectorStore&) = delete;
+
+  // --- geometry ---
+  Space space() const { return space_; }
+  DType dtype() const { return dtype_; }
+  size_t dim() const { return dim_; }
+  size_t link_slots() const { return link_slots_; }
+  size_t stride() const { return stride_; }
+  size_t code_offset() const { return off_code_; }
+  bool keep_float() const { return keep_float_; }
+  bool read_only() const { return !owned_; }
+  size_t capacity() const { return capacity_; }
+  size_t count() const { return count_.load(std::memory_order_acquire); }
+  size_t deleted_count() const { return deleted_.load(std::memory_order_relaxed); }
+  // Grows (or shrinks down to count()) the slab array. Exclusive lock held by the caller.
+  void reserve(size_t capacity);
+
+  // --- slab access ---
+  char* slab(uint32_t id) const { return data_ + size_t(id) * stride_; }
+  uint32_t* links0(uint32_t id) const { return reinterpret_cast<uint32_t*>(slab(id) + 4); }
+  uint32_t header(uint32_t id) const {
+    return __atomic_load_n(reinterpret_cast<uint32_t*>(slab(id)), __ATOMIC_ACQUIRE);
+  }
+  uint32_t link_count0(uint32_t id) const { return header(id) & kCountMask; }
+  // Publishes a new level-0 link count (after the ids were written).
+  void set_link_count0(uint32_t id, uint32_t n);
+  bool is_deleted(uint32_t id) const { return header(id) & kDeletedBit; }
+  // Returns the previous state.
+  bool set_deleted(uint32_t id, bool deleted);
+  uint64_t signature(uint32_t id) const { return *reinterpret_cast<const uint64_t*>(slab(id) + off_sig_); }
+  bool labels_exact(uint32_t id) const { return header(id) & kLabelsExactBit; }
+  void set_signature(uint32_t id, uint64_t sig, bool exact);
+  float scale(uint32_t id) const { return *reinterpret_cast<const float*>(slab(id) + off_scale_); }
+  float aux(uint32_t id) const { return *reinterpret_cast<const float*>(slab(id) + off_aux_); }
+  const int8_t* code_i8(uint32_t id) const { return reinterpret_cast<const int8_t*>(slab(id) + off_code_); }
+  const float* code_f32(uint32_t id) const { return reinterpret_cast<const float*>(slab(id) + off_code_); }
+  // float32 originals (keep_float with int8 storage), else nullptr.
+  const float* original(uint32_t id) const { return floats_ ? floats_ + size_t(id) * dim_ : nullptr; }
+  void prefetch(uint32_t id) const {
+    const char* p = slab(id);
+    __builtin_prefetch(p);
+    __builtin_prefetch(p + off_code_);
+    __builtin_prefetch(p + off_code_ + 64);
+  }
+
+  // --- quantization ---
+  bool trained() const { return trained_; }
+  // Centre = mean of the sample rows (already prepared); n == 0 means zero centre.
+  void train(const float* sample, size_t n);
+  const float* centre() const { return centre_.data(); }
+  float centre_norm2() const { return centre_norm2_; }
+  // Cosine: writes a normalised copy into buf and returns it; otherwise x.
+  // Throws on a zero vector in cosine space.
+  const float* prepare_input(const float* x, std::vector<float>& buf) const;
+  // Encodes a prepared vector into the slab of `id` (and its float original).
+  void encode(uint32_t id, const float* x);
+  void prepare_query(const float* q, QueryCtx& ctx) const;
+  float distance(const QueryCtx& ctx, uint32_t id) const {
+    if (dtype_ == DType::Int8) {
+      const float d = float(kt_->dot_i8(ctx.code.data(), code_i8(id), dim_)) * scale(id);
+      return space_ == Space::L2 ? ctx.base + aux(id) + ctx.factor * d : ctx.base + ctx.factor * d;
+    }
+    return space_ == Space::L2 ? kt_->l2sq_f32(ctx.vec.data(), code_f32(id), dim_)
+                               : -kt_->dot_f32(ctx.vec.data(), code_f32(id), dim_);
+  }
+  // Exact float32 distance from the kept originals (falls back to distance()).
+  float exact_distance(const QueryCtx& ctx, uint32_t id) const;
+  float distance_between(uint32_t a, uint32_t b) const;
+  // Dequantized (or copied) vector of `id`.
+  void decode(uint32_t id, float* out) const;
+
+  // --- external ids ---
+  uint64_t ext_id(uint32_t id) const { return ext_[id]; }
+  bool find(uint64_t ext, uint32_t& id) const;
+  // Appends n new elements with the given external ids; returns the first
+  // internal id. Throws std::runtime_error when capacity would be exceeded.
+  uint32_t allocate(const uint64_t* ext, size_t n);
+  // Re-points a slot to a new external id (replace_deleted).
+  void rebind(uint32_t id, uint64_t new_ext);
+  void note_deleted_delta(long delta) { deleted_.fetch_add(size_t(delta), std::memory_order_relaxed); }
+
+  // --- persistence support ---
+  char* slab_data() const { return data_; }
+  float* float_data() const { return floats_; }
+  std::vector<float>& centre_mut() { return centre_; }
+  void set_trained(bool t);
+  // Restores count, ids and deleted counter after the slabs were filled (copy load).
+  void restore(size_t count, const uint64_t* ext);
+  // Read-only serving: slabs and floats point into a mapping the caller owns.
+  void attach_readonly(char* slabs, float* floats, size_t count, const uint64_t* ext);
+  size_t memory_bytes() const;
+
+ private:
+  void free_buffers();
+  Space space_;
+  DType dtype_;
+  size_t dim_, link_slots_;
+  bool keep_float_;
+  size_t off_sig_, off_scale_, off_aux_, off_code_, stride_;
+  const kernels::KernelTable* kt_;
+
+  char* data_ = nullptr;
+  float* floats_ = nullptr;
+  bool owned_ = true;
+  size_t capacity_ = 0;
+  std::atomic<size_t> count_{0};
+  std::atomic<size_t> deleted_{0};
+
+  std::vector<float> centre_;
+  float centre_norm2_ = 0.f;
+  bool trained_ = false;
+
+  std::vector<uint64_t> ext_;
+  std::unordered_map<uint64_t, uint32_t> map_;
+  mutable std::mutex ids_mu_;
+};
+
+}  // namespace medretrieve::index

@@ -1,0 +1,605 @@
+"""Vector indexes: ``Index`` (int8 / float32 HNSW, a drop-in for ``hnswlib.Index``) and ``FlatIndex`` (exact).
+
+Both are thin wrappers over the native core (``medretrieve._core``): this module only normalises inputs (dtype,
+contiguity, 1-d rows, ids, label lists) and converts result conventions; every loop runs natively with the GIL
+released.
+
+Storage (``dtype``):
+
+* ``"float32"``: vectors stored as given (cosine: normalised).
+* ``"int8"``: scalar quantization ``x ~= c + s * code`` with a trained per-dimension centre ``c`` (the mean of the
+  first add batch, up to 100k rows, or of ``train()``'s sample; a first batch under 256 rows without ``train()``
+  leaves ``c = 0``) and one symmetric scale ``s`` per vector. Centring removes the offset embedding models share
+  across vectors, so the 8 bits cover what differs between them; the per-vector scale keeps absolute inner-product
+  scale (MedCPT's raw scores of ~60-70 survive). ``bench/quant_scheme.py`` measured this against plain per-vector
+  and per-dimension min/max (faiss SQ8) schemes; see ``bench/RESULTS.md``. A slab is ~``dim + 160`` bytes against
+  ``4 * dim + 140`` for hnswlib float32 (M=16).
+* ``keep_float=True`` (int8 only) also keeps the float32 rows (``4 * dim`` bytes more per vector) and re-scores the
+  final ``ef`` candidates exactly before taking the top ``k`` (recall recovery).
+
+Scores: the native API (``search``) returns similarities, higher is better: inner product for ``ip``/``cosine``,
+negative squared L2 for ``l2``. The hnswlib API (``knn_query``) returns hnswlib's distances: ``1 - ip``,
+``1 - cos`` and squared L2.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["Index", "FlatIndex", "IndexInputError", "IndexStats"]
+
+_SPACES = ("l2", "ip", "cosine")
+_DTYPES = ("float32", "int8")
+_MAX_LABEL = 2**32 - 1
+
+LabelsArg = Union[None, int, Sequence[int], Sequence[Sequence[int]], np.ndarray]
+
+
+class IndexInputError(ValueError, RuntimeError):
+    """Bad input to an index call.
+
+    Subclasses both ``ValueError`` (what the native API promises) and ``RuntimeError`` (what hnswlib raises for the
+    same mistakes), so code written for either keeps catching it.
+    """
+
+
+@dataclass(frozen=True)
+class IndexStats:
+    """A snapshot of an index's state (``Index.stats()``); ``memory_bytes`` counts native bytes held."""
+
+    space: str
+    dtype: str
+    dim: int
+    M: int
+    ef_construction: int
+    ef: int
+    count: int
+    deleted: int
+    max_elements: int
+    max_level: int
+    keep_float: bool
+    read_only: bool
+    memory_bytes: int
+    bytes_per_slab: int
+    simd_level: str
+
+
+# ---------------------------------------------------------------------------
+# input normalisation
+
+
+def _as_rows(data: Any, dim: int, what: str = "vectors") -> np.ndarray:
+    """2-d C-contiguous float32 rows of width ``dim``; a 1-d input is one row."""
+    arr = np.asarray(data)
+    if arr.dtype.kind not in "fiu":
+        raise TypeError(f"{what} must be a numeric array (float or int), got dtype {arr.dtype}")
+    if arr.ndim == 1:
+        arr = arr.reshape(1, -1)
+    if arr.ndim != 2:
+        raise IndexInputError(f"{what} must be a 1-d or 2-d array, got {arr.ndim} dimensions")
+    if arr.shape[1] != dim:
+        raise IndexInputError(f"Wrong dimensionality of the {what}: got {arr.shape[1]}, the index has dim={dim}")
+    if arr.dtype != np.float32:
+        with np.errstate(over="ignore", invalid="ignore"):
+            arr = arr.astype(np.float32)
+    arr = np.ascontiguousarray(arr)
+    if arr.size and not np.isfinite(arr).all():
+        bad = int(np.argwhere(~np.isfinite(arr))[0, 0])
+        raise IndexInputError(f"{what} contain NaN or infinite values (row {bad}), or values beyond float32 range")
+    return arr
+
+
+def _as_ids(ids: Any, n: int) -> Optional[np.ndarray]:
+    if ids is None:
+        return None
+    arr = np.asarray(ids)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1:
+        raise IndexInputError("ids must be a scalar or a 1-d sequence")
+    if arr.shape[0] != n:
+        raise IndexInputError(f"The input label shape {arr.shape[0]} does not match the input data vector shape {n}")
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.uint64)
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.floor(arr)):
+            raise TypeError("ids must be integers")
+    elif arr.dtype.kind not in "iu":
+        raise TypeError(f"ids must be integers, got dtype {arr.dtype}")
+    if arr.dtype.kind != "u" and (arr < 0).any():
+        raise IndexInputError("ids must be non-negative integers")
+    return np.ascontiguousarray(arr.astype(np.uint64))
+
+
+def _label_list(row: Any) -> list[int]:
+    if isinstance(row, (int, np.integer)):
+        vals = [int(row)]
+    elif isinstance(row, (str, bytes)):
+        raise TypeError("labels must be integers")
+    else:
+        try:
+            vals = [int(v) for v in row]
+        except TypeError as exc:
+            raise TypeError("labels must be integers or lists of integers") from exc
+    for v in vals:
+        if v < 0 or v > _MAX_LABEL:
+            raise IndexInputError(f"labels must be in [0, 2**32 - 1], got {v}")
+    return vals
+
+
+def _labels_csr(labels: LabelsArg, n: int) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+    """Per-row labels -> (offsets int64 [n+1], values uint32): one int per row, a list of int lists, or None."""
+    if labels is None:
+        return None, None
+    if isinstance(labels, np.ndarray) and labels.ndim == 1 and labels.dtype.kind in "iu":
+        if labels.shape[0] != n:
+            raise IndexInputError(f"labels must have one entry per row ({n}), got {labels.shape[0]}")
+        if labels.size and (labels.min() < 0 or labels.max() > _MAX_LABEL):
+            raise IndexInputError("labels must be in [0, 2**32 - 1]")
+        return np.arange(n + 1, dtype=np.int64), np.ascontiguousarray(labels.astype(np.uint32))
+    rows = list(labels)
+    if len(rows) != n:
+        raise IndexInputError(f"labels must have one entry per row ({n}), got {len(rows)}")
+    lists = [_label_list(r) for r in rows]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum([len(x) for x in lists], out=offsets[1:])
+    values = np.fromiter((v for x in lists for v in x), dtype=np.uint32, count=int(offsets[-1]))
+    return offsets, values
+
+
+def _query_labels(labels: Any) -> Optional[list[int]]:
+    if labels is None:
+        return None
+    return _label_list(labels)
+
+
+def _check_k(k: Any) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"k must be an integer, got {type(k).__name__}")
+    if k < 1:
+        raise IndexInputError(f"k must be a positive integer, got {k}")
+    return int(k)
+
+
+def _as_ef(ef: Any, nq: int) -> Optional[np.ndarray]:
+    if ef is None:
+        return None
+    arr = np.asarray(ef)
+    if arr.dtype.kind not in "iu":
+        raise TypeError("ef must be an int or an array of ints")
+    arr = arr.reshape(-1)
+    if arr.shape[0] not in (1, nq):
+        raise IndexInputError(f"ef must be one int or one per query ({nq}), got {arr.shape[0]}")
+    if (arr < 1).any():
+        raise IndexInputError("ef values must be positive")
+    return np.ascontiguousarray(arr.astype(np.uint64))
+
+
+def _check_space(space: str) -> str:
+    if space not in _SPACES:
+        raise IndexInputError("Space name must be one of l2, ip, or cosine.")
+    return space
+
+
+def _check_dim(dim: Any) -> int:
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+        raise IndexInputError(f"dim must be a positive integer, got {dim!r}")
+    return int(dim)
+
+
+def _check_dtype(dtype: str) -> str:
+    dtype = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    if dtype not in _DTYPES:
+        raise IndexInputError(f"dtype must be 'float32' or 'int8', got {dtype!r}")
+    return dtype
+
+
+# ---------------------------------------------------------------------------
+# HNSW
+
+
+class Index:
+    """HNSW index over float32 or int8 vectors; hnswlib-compatible plus a native API.
+
+    hnswlib API: ``init_index``, ``add_items``, ``knn_query`` (hnswlib distances), ``set_ef``, ``save_index``,
+    ``load_index``, ``mark_deleted``... Native API: ``add`` (labels, ``update``), ``search`` (similarities, per-query
+    ``ef``, label filter, padded results), ``train``, ``save``, ``Index.load(path, mmap=True)``, ``stats``.
+    """
+
+    def __init__(self, space: str, dim: int) -> None:
+        self._space = _check_space(space)
+        self._dim = _check_dim(dim)
+        self._core: Optional[Any] = None
+        self._num_threads = -1
+
+    # --- construction ---------------------------------------------------
+    def init_index(
+        self,
+        max_elements: int,
+        M: int = 16,
+        ef_construction: int = 200,
+        random_seed: int = 100,
+        allow_replace_deleted: bool = False,
+        *,
+        dtype: str = "float32",
+        keep_float: bool = False,
+    ) -> None:
+        """Allocates room for ``max_elements`` vectors (grow later with ``resize_index``)."""
+        for name, v in (("max_elements", max_elements), ("M", M), ("ef_construction", ef_construction)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise IndexInputError(f"{name} must be a non-negative integer, got {v!r}")
+        if M < 2:
+            raise IndexInputError("M must be at least 2")
+        dtype = _check_dtype(dtype)
+        if keep_float and dtype != "int8":
+            raise IndexInputError("keep_float only applies to dtype='int8'")
+        self._core = _core.HnswIndex(
+            self._space, dtype, self._dim, int(max_elements), int(M), max(1, int(ef_construction)),
+            int(random_seed) & (2**64 - 1), bool(keep_float), bool(allow_replace_deleted),
+        )
+
+    def _c(self) -> Any:
+        if self._core is None:
+            raise RuntimeError("Index is not initialised: call init_index() or load_index() first")
+        return self._core
+
+    # --- properties (hnswlib names) --------------------------------------
+    @property
+    def space(self) -> str:
+        return self._space
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def dtype(self) -> str:
+        return self._c().stats()["dtype"]
+
+    @property
+    def M(self) -> int:
+        return self._c().stats()["M"]
+
+    @property
+    def ef_construction(self) -> int:
+        return self._c().stats()["ef_construction"]
+
+    @property
+    def ef(self) -> int:
+        return self._c().ef
+
+    @ef.setter
+    def ef(self, value: int) -> None:
+        self.set_ef(value)
+
+    @property
+    def max_elements(self) -> int:
+        return 0 if self._core is None else self._core.capacity
+
+    @property
+    def element_count(self) -> int:
+        return 0 if self._core is None else self._core.count
+
+    @property
+    def num_threads(self) -> int:
+        return self._num_threads if self._num_threads > 0 else (os.cpu_count() or 1)
+
+    @num_threads.setter
+    def num_threads(self, value: int) -> None:
+        self.set_num_threads(value)
+
+    def set_num_threads(self, num_threads: int) -> None:
+        """Default thread count for add/search calls (-1: all cores)."""
+        self._num_threads = int(num_threads)
+
+    def set_ef(self, ef: int) -> None:
+        """Default efSearch (candidate list size); values below k are raised to k per query."""
+        self._c().set_ef(max(1, int(ef)))
+
+    def _threads(self, num_threads: int) -> int:
+        return self._num_threads if num_threads is None or num_threads < 0 else int(num_threads)
+
+    def get_current_count(self) -> int:
+        return self.element_count
+
+    def get_max_elements(self) -> int:
+        return self.max_elements
+
+    def __len__(self) -> int:
+        """Live (not deleted) elements."""
+        c = self._core
+        return 0 if c is None else c.count - c.deleted_count
+
+    # --- native API -----------------------------------------------------
+    def train(self, sample: Any) -> None:
+        """int8: sets the quantization centre from ``sample`` rows (call before the first add)."""
+        self._c().train(_as_rows(sample, self._dim, "training vectors"))
+
+    def add(
+        self,
+        vectors: Any,
+        ids: Any = None,
+        labels: LabelsArg = None,
+        num_threads: int = -1,
+        update: bool = False,
+    ) -> None:
+        """Adds rows (ids default to ``element_count + i``).
+
+        ``labels``: one int per row, a list of int lists (e.g. section ids), or None. An existing id raises
+        ``ValueError`` unless ``update=True`` (then the vector - and the labels, when given - are replaced and the
+        element re-linked). Multithreaded, GIL released.
+        """
+        rows = _as_rows(vectors, self._dim)
+        ids_arr = _as_ids(ids, rows.shape[0])
+        off, vals = _labels_csr(labels, rows.shape[0])
+        self._c().add(rows, ids_arr, off, vals, self._threads(num_threads), bool(update), False)
+
+    def search(
+        self,
+        queries: Any,
+        k: int,
+        ef: Union[None, int, Sequence[int], np.ndarray] = None,
+        labels: Union[None, int, Iterable[int]] = None,
+        num_threads: int = -1,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """k nearest neighbours: ``(ids int64 [n, k], scores float32 [n, k])``, best first.
+
+        Scores are similarities (ip/cosine: inner product; l2: negative squared L2). Rows with fewer than k results
+        are padded with id -1 and score -inf. ``ef``: one int or one per query (raised to k). ``labels``: keep only
+        elements carrying any of these labels (exact search over the allowed subset when that is cheaper).
+        """
+        rows = _as_rows(queries, self._dim, "queries")
+        k = _check_k(k)
+        return self._c().search(rows, k, _as_ef(ef, rows.shape[0]), _query_labels(labels), None, self._threads(num_threads))
+
+    def labels_of(self, id: int) -> list[int]:
+        """The labels element ``id`` carries."""
+        return list(self._c().labels_of(int(id)))
+
+    def memory_bytes(self) -> int:
+        """Native bytes held (slabs, links, ids, labels; excludes a memory-mapped file's pages)."""
+        return int(self._c().memory_bytes())
+
+    def stats(self) -> IndexStats:
+        s = self._c().stats()
+        return IndexStats(
+            space=s["space"], dtype=s["dtype"], dim=s["dim"], M=s["M"], ef_construction=s["ef_construction"],
+            ef=s["ef"], count=s["count"], deleted=s["deleted"], max_elements=s["max_elements"],
+            max_level=s["max_level"], keep_float=s["keep_float"], read_only=s["read_only"],
+            memory_bytes=s["memory_bytes"], bytes_per_slab=s["bytes_per_slab"], simd_level=s["simd_level"],
+        )
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        """Atomic save in medretrieve's versioned format (temp file, fsync, rename)."""
+        self._c().save(os.fspath(path))
+
+    @classmethod
+    def load(cls, path: Union[str, os.PathLike], mmap: bool = False) -> "Index":
+        """Loads a saved index; ``mmap=True`` serves it read-only from a memory map (mutations raise)."""
+        core = _core.HnswIndex.load(os.fspath(path), bool(mmap))
+        s = core.stats()
+        obj = cls(s["space"], s["dim"])
+        obj._core = core
+        return obj
+
+    # --- hnswlib API ----------------------------------------------------
+    def add_items(self, data: Any, ids: Any = None, num_threads: int = -1, replace_deleted: bool = False) -> None:
+        """hnswlib ``add_items``: existing ids are updated; ``replace_deleted`` reuses deleted slots."""
+        rows = _as_rows(data, self._dim)
+        ids_arr = _as_ids(ids, rows.shape[0])
+        self._c().add(rows, ids_arr, None, None, self._threads(num_threads), True, bool(replace_deleted))
+
+    def knn_query(
+        self,
+        data: Any,
+        k: int = 1,
+        num_threads: int = -1,
+        filter: Optional[Callable[[int], bool]] = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """hnswlib ``knn_query``: ``(labels uint64 [n, k], distances float32 [n, k])``, closest first.
+
+        Distances: ``1 - ip`` (ip), ``1 - cos`` (cosine), squared L2 (l2). ``filter(label) -> bool`` keeps elements
+        (called with the GIL, from any search thread). Raises RuntimeError when fewer than k elements are found.
+        """
+        rows = _as_rows(data, self._dim, "queries")
+        k = _check_k(k)
+        if filter is not None and not callable(filter):
+            raise TypeError("filter must be callable: filter(label) -> bool")
+        ids, scores = self._c().search(rows, k, None, None, filter, self._threads(num_threads))
+        if (ids < 0).any():
+            raise RuntimeError("Cannot return the results in a contiguous 2D array. Probably ef or M is too small")
+        dist = -scores if self._space == "l2" else 1.0 - scores
+        return ids.astype(np.uint64), dist.astype(np.float32, copy=False)
+
+    def get_items(self, ids: Any = None, return_type: str = "numpy") -> Union[np.ndarray, list]:
+        """Vectors of live elements (int8: dequantized, or the kept float32 originals); None = all live ones."""
+        if return_type not in ("numpy", "list"):
+            raise IndexInputError("return_type must be 'numpy' or 'list'")
+        core = self._c()
+        if ids is None:
+            all_ids = core.ids()
+            ids_arr = np.array([i for i in all_ids if not core.is_deleted(int(i))], dtype=np.uint64)
+        else:
+            arr = np.asarray(ids)
+            ids_arr = _as_ids(arr.reshape(-1), arr.size)
+        out = core.get_items(ids_arr)
+        return out if return_type == "numpy" else out.tolist()
+
+    def get_ids_list(self) -> list[int]:
+        """External ids of every stored element (deleted ones included, as hnswlib)."""
+        if self._core is None:
+            return []
+        return [int(i) for i in self._core.ids()]
+
+    def mark_deleted(self, label: int) -> None:
+        """Hides an element from results (it stays navigable; reusable with replace_deleted)."""
+        self._c().mark_deleted(int(label))
+
+    def unmark_deleted(self, label: int) -> None:
+        self._c().unmark_deleted(int(label))
+
+    def resize_index(self, new_size: int) -> None:
+        self._c().resize(int(new_size))
+
+    def save_index(self, path: Union[str, os.PathLike]) -> None:
+        self.save(path)
+
+    def load_index(self, path: Union[str, os.PathLike], max_elements: int = 0) -> None:
+        """hnswlib ``load_index``: replaces this index's contents; grows capacity to ``max_elements`` if larger."""
+        core = _core.HnswIndex.load(os.fspath(path), False)
+        s = core.stats()
+        if s["space"] != self._space or s["dim"] != self._dim:
+            raise IndexInputError(
+                f"index file holds space={s['space']} dim={s['dim']}, this Index is space={self._space} dim={self._dim}"
+            )
+        if max_elements and max_elements > core.capacity:
+            core.resize(int(max_elements))
+        self._core = core
+
+    # --- pickling -------------------------------------------------------
+    def __getstate__(self) -> dict:
+        return {
+            "space": self._space,
+            "dim": self._dim,
+            "num_threads": self._num_threads,
+            "data": None if self._core is None else self._core.to_bytes(),
+        }
+
+    def __setstate__(self, state: dict) -> None:
+        self._space = state["space"]
+        self._dim = state["dim"]
+        self._num_threads = state["num_threads"]
+        self._core = None if state["data"] is None else _core.HnswIndex.from_bytes(state["data"])
+
+    def __repr__(self) -> str:
+        if self._core is None:
+            return f"Index(space={self._space!r}, dim={self._dim}, uninitialised)"
+        s = self._core.stats()
+        return (
+            f"Index(space={self._space!r}, dim={self._dim}, dtype={s['dtype']!r}, count={s['count']}, "
+            f"deleted={s['deleted']}, max_elements={s['max_elements']}, M={s['M']}, ef={s['ef']}"
+            f"{', read-only mmap' if s['read_only'] else ''})"
+        )
+
+
+# ---------------------------------------------------------------------------
+# exact search
+
+
+class FlatIndex:
+    """Exact k-NN over float32 or int8 vectors (same quantizer as ``Index``), with labels and deletions.
+
+    Used for small corpora, for filtered fallbacks and as ground truth. ``device="cpu"`` only for now; the CUDA back
+    end plugs in here (``device="cuda"``) once wired.
+    """
+
+    def __init__(self, space: str, dim: int, dtype: str = "float32", device: str = "cpu") -> None:
+        self._space = _check_space(space)
+        self._dim = _check_dim(dim)
+        self._dtype = _check_dtype(dtype)
+        if device == "cuda":
+            raise RuntimeError("FlatIndex(device='cuda') is not available yet in this build; use device='cpu'")
+        if device != "cpu":
+            raise IndexInputError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        self._device = device
+        self._core = _core.FlatIndexCore(self._space, self._dtype, self._dim)
+
+    @property
+    def space(self) -> str:
+        return self._space
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def dtype(self) -> str:
+        return self._dtype
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    def __len__(self) -> int:
+        """Live (not deleted) elements."""
+        return len(self._core)
+
+    def train(self, sample: Any) -> None:
+        """int8: sets the quantization centre from ``sample`` rows (call before the first add)."""
+        self._core.train(_as_rows(sample, self._dim, "training vectors"))
+
+    def add(self, vectors: Any, ids: Any = None, labels: LabelsArg = None, num_threads: int = -1) -> None:
+        """Adds rows (ids default to ``count + i``; existing ids raise ValueError). Labels as in ``Index.add``."""
+        rows = _as_rows(vectors, self._dim)
+        ids_arr = _as_ids(ids, rows.shape[0])
+        off, vals = _labels_csr(labels, rows.shape[0])
+        self._core.add(rows, ids_arr, off, vals, int(num_threads))
+
+    def search(
+        self,
+        queries: Any,
+        k: int,
+        ef: Any = None,
+        labels: Union[None, int, Iterable[int]] = None,
+        num_threads: int = -1,
+        filter: Optional[Callable[[int], bool]] = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-k: ``(ids int64 [n, k], scores float32 [n, k])``, same conventions as ``Index.search``.
+
+        ``ef`` is accepted for signature compatibility and ignored (the search is exhaustive).
+        """
+        rows = _as_rows(queries, self._dim, "queries")
+        k = _check_k(k)
+        if filter is not None and not callable(filter):
+            raise TypeError("filter must be callable: filter(id) -> bool")
+        return self._core.search(rows, k, _query_labels(labels), filter, int(num_threads))
+
+    def mark_deleted(self, id: int) -> None:
+        self._core.mark_deleted(int(id))
+
+    def unmark_deleted(self, id: int) -> None:
+        self._core.unmark_deleted(int(id))
+
+    def get_items(self, ids: Any) -> np.ndarray:
+        arr = np.asarray(ids)
+        return self._core.get_items(_as_ids(arr.reshape(-1), arr.size))
+
+    def get_ids_list(self) -> list[int]:
+        return [int(i) for i in self._core.ids()]
+
+    def memory_bytes(self) -> int:
+        return int(self._core.memory_bytes())
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        self._core.save(os.fspath(path))
+
+    @classmethod
+    def load(cls, path: Union[str, os.PathLike], mmap: bool = False) -> "FlatIndex":
+        core = _core.FlatIndexCore.load(os.fspath(path), bool(mmap))
+        return cls._wrap(core)
+
+    @classmethod
+    def _wrap(cls, core: Any) -> "FlatIndex":
+        obj = cls.__new__(cls)
+        obj._wrap_into(core)
+        return obj
+
+    def __getstate__(self) -> dict:
+        return {"data": self._core.to_bytes()}
+
+    def __setstate__(self, state: dict) -> None:
+        self._wrap_into(_core.FlatIndexCore.from_bytes(state["data"]))
+
+    def _wrap_into(self, core: Any) -> None:
+        # The native object (from the file header) is the source of truth for space / dtype / dim.
+        self._core = core
+        self._device = "cpu"
+        self._space, self._dtype, self._dim = core.space, core.dtype, core.dim
+
+    def __repr__(self) -> str:
+        return f"FlatIndex(space={self._space!r}, dim={self._dim}, dtype={self._dtype!r}, size={len(self)})"
