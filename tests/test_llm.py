@@ -350,3 +350,16 @@ def test_transformers_backend_bad_folder(tmp_path):
         TransformersBackend(tmp_path / "missing")
     with pytest.raises(LLMUnavailable, match="cannot load"):
         TransformersBackend(tmp_path)
+
+
+def test_transformers_backend_prompt_format(tiny_model):
+    from medretrieve.llm import TransformersBackend
+
+    b = TransformersBackend(tiny_model, dtype="float32")
+    prompt = b.tokenizer.decode(b._prompt_ids(MSGS)[0])
+    if b.tokenizer.chat_template:  # the model's own chat format, ending in the generation prompt
+        assert prompt.startswith("<s> system :") and prompt.endswith("<s> assistant :")
+    else:  # plain "Role: content" transcript (unknown words decode to <unk> in the tiny vocab)
+        assert prompt.count(":") == 3 and "aspirin an" in prompt
+    with pytest.raises(ValueError, match="dtype"):
+        TransformersBackend(tiny_model, dtype="floaty")

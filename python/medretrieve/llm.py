@@ -442,9 +442,17 @@ class TransformersBackend:
             )
             kwargs: dict = {"local_files_only": True, "trust_remote_code": trust_remote_code}
             if dtype is not None:
-                kwargs["dtype"] = getattr(torch, dtype)
+                if not isinstance(getattr(torch, str(dtype), None), torch.dtype):
+                    raise ValueError(f"dtype must name a torch dtype such as 'float32' or 'bfloat16', got {dtype!r}")
+                # transformers 5 calls it dtype; 4.x torch_dtype.
+                key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+                kwargs[key] = getattr(torch, dtype)
             self.model = transformers.AutoModelForCausalLM.from_pretrained(path, **kwargs)
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            raise LLMUnavailable(f"cannot load a causal LM from {path!r}: {exc}") from exc
+        except ValueError as exc:
+            if "dtype must name" in str(exc):
+                raise
             raise LLMUnavailable(f"cannot load a causal LM from {path!r}: {exc}") from exc
         self.model.to(device)
         self.model.eval()
