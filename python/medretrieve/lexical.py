@@ -92,6 +92,7 @@ class LexicalIndex:
         self._tokens: List[List[str]] = []
         self._alive = np.zeros(0, dtype=bool)
         self._bm25 = None
+        self._vocab: dict = {}
 
     # ------------------------------------------------------------- building
     def __len__(self) -> int:

@@ -1,0 +1,73 @@
+"""BM25 lexical index and biomedical tokenisation."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from medretrieve.lexical import LexicalIndex, raw_tokens, tokenize
+
+
+def test_gene_and_drug_tokens_stay_whole():
+    toks = tokenize("IL-6, BRCA1 and COVID-19; TNF-alpha and 5-HT receptors at 2.5 mg")
+    for t in ("il-6", "brca1", "covid-19", "tnf-alpha", "5-ht", "2.5"):
+        assert t in toks
+    assert "tnf" in toks and "alpha" in toks  # parts of hyphenated names also match
+    assert "and" not in toks and "receptor" in toks  # stopwords dropped, plain words stemmed
+    assert tokenize("Receptors", stem=False) == ["receptors"]
+    assert "the" in tokenize("the", remove_stopwords=False)
+    assert raw_tokens("IL-6 rises.") == ["il-6", "rises"]
+    with pytest.raises(TypeError):
+        tokenize(None)
+
+
+CORPUS = [
+    "Metformin is the first-line drug for type 2 diabetes.",
+    "IL-6 is a cytokine raised in severe COVID-19.",
+    "Aspirin inhibits platelet aggregation.",
+    "BRCA1 mutations raise breast cancer risk.",
+    "Insulin treats type 1 diabetes.",
+]
+
+
+def test_bm25_ranking_delete_add_and_masks(tmp_path):
+    idx = LexicalIndex()
+    idx.add(CORPUS, [10, 11, 12, 13, 14])
+    ids, scores = idx.search("What is the role of IL-6 in COVID-19?", k=3)
+    assert ids[0] == 11 and scores[0] > 0 and len(ids) == 1  # only rows that match come back
+    ids, scores = idx.search("diabetes drug", k=5)
+    assert list(ids[:2]) == [10, 14] and np.all(np.diff(scores) <= 0)
+    allowed = np.zeros(20, dtype=bool)
+    allowed[14] = True
+    assert list(idx.search("diabetes", k=5, allowed=allowed)[0]) == [14]
+    assert idx.delete([10, 99]) == 1 and len(idx) == 4
+    assert 10 not in idx.search("metformin diabetes", k=5)[0]
+    idx.add(["Metformin lowers glucose in diabetes."], [20])
+    assert idx.search("metformin", k=5)[0].tolist() == [20]
+    with pytest.raises(ValueError, match="already present"):
+        idx.add(["dup"], [20])
+    with pytest.raises(ValueError):
+        idx.add(["a", "b"], [1])
+    with pytest.raises(ValueError):
+        idx.search("x", k=0)
+    idx.save(tmp_path / "lex")
+    back = LexicalIndex.load(tmp_path / "lex")
+    assert len(back) == 5
+    for q in ("metformin", "BRCA1 breast cancer", "aspirin platelets"):
+        a, sa = idx.search(q, k=3)
+        b, sb = back.search(q, k=3)
+        assert a.tolist() == b.tolist() and np.allclose(sa, sb)
+    assert back.search("zebra", k=3)[0].size == 0
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        LexicalIndex.load(tmp_path)
+    (tmp_path / LexicalIndex.FILE).write_text('{"format": "other"}')
+    with pytest.raises(ValueError, match="not a medretrieve lexical index"):
+        LexicalIndex.load(tmp_path)
+
+
+def test_empty_index_searches_to_nothing():
+    idx = LexicalIndex()
+    ids, scores = idx.search("anything", k=3)
+    assert ids.size == 0 and scores.size == 0
