@@ -53,3 +53,17 @@ _check_simd_env()
 __all__ = ["simd_level", "cpu_simd_level", "__version__"]
 __all__ += ["mmr", "mmr_batch", "rrf", "fuse_scores", "lambda_for", "cuda_available"]
 __all__ += ["Index", "FlatIndex"]
+
+# Pipeline classes load lazily (importing them pulls in onnxruntime, ~0.3 s).
+_LAZY = {"Collection": "collection", "Retriever": "retrieve", "SearchResult": "retrieve", "Hit": "retrieve"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'medretrieve' has no attribute {name!r}")
+
+
+__all__ += list(_LAZY)

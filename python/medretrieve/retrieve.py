@@ -1,0 +1,776 @@
+"""Hybrid retrieval under a deadline: the product path from a question to evidence snippets.
+
+``Retriever(collection).search(question, k=10, deadline_ms=300)`` runs:
+
+1. ``classify``: query type (:func:`classify_query`) and clinical intent.
+2. ``expand``: query variants (abbreviations, relations, training memory, LLM
+   synonyms when a backend is configured); each variant is searched and fused.
+3. ``encode`` + ``dense``: query vectors, native HNSW search with a per-query
+   ef (from the query type's importance and the budget left) and, for
+   treatment / symptom / test intents, a section-restricted first stage via
+   index labels that falls back to the whole collection when it returns fewer
+   than ``k`` chunks.
+4. ``bm25`` and ``fuse``: BM25 per variant, everything fused by RRF
+   (``medretrieve.rrf``; the question's own lists weigh 1, variants 0.5).
+5. ``rerank``: ``score = 0.45 rrf + 0.25 keyword + 0.10 title + 0.20 entity``
+   without a cross-encoder, and
+   ``score = 0.25 rrf + 0.40 ce + 0.15 keyword + 0.05 title + 0.15 entity``
+   with one (``ce`` = sigmoid of the logit; ``rrf`` normalised by the best;
+   ``keyword`` / ``title`` = fraction of the question's content terms in the
+   chunk / its title; ``entity`` = fraction of the question's entity-like
+   tokens — with digits, hyphens or capitals, e.g. "IL-6", "BRCA1" — in the
+   chunk, or ``keyword`` when there is none). The cross-encoder runs in
+   batches while the budget allows; the depth reached is reported.
+6. ``mmr``: diversification with the query type's lambda (``medretrieve.lambda_for``,
+   ``medretrieve.mmr`` over the stored vectors), skipped when time is short.
+7. ``weak`` / ``recovery``: a question is weak when the lexical relevance of
+   its top snippets (mean over the top 5 of the fraction of the question's
+   content terms present in the snippet) is below 0.35, when the top ``k``
+   come from fewer than 3 articles, or when they are redundant (mean pairwise
+   token Jaccard of the top 5 above 0.6). Recovery searches extra variants
+   and merges selectively: only hits whose lexical relevance is below the
+   threshold are replaced, and only by better ones.
+8. ``prune``: near-duplicates removed (token Jaccard >= 0.8), optional
+   per-document limit; :func:`prune` cuts further for prompts (2 snippets).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
+
+import numpy as np
+
+from .budget import Deadline
+from .chunking import CATEGORY_IDS
+from .expansion import (
+    TrainingMemory,
+    abbreviation_terms,
+    classify_query,
+    clinical_intent,
+    content_terms,
+    llm_terms,
+    relation_terms,
+)
+from .lexical import raw_tokens, tokenize
+
+__all__ = ["Hit", "StageInfo", "SearchResult", "Retriever", "classify_query", "prune"]
+
+# intent -> section categories searched first
+ROUTES: Dict[str, Tuple[str, ...]] = {
+    "treatment": ("treatment",),
+    "symptom": ("symptoms",),
+    "test": ("diagnosis",),
+}
+# query type -> ef multiplier (broad questions need more recall)
+IMPORTANCE: Dict[str, float] = {"list": 1.5, "summary": 1.25, "factoid": 1.0, "yesno": 1.0}
+
+
+@dataclass
+class Hit:
+    chunk_id: str
+    document_id: str
+    text: str
+    title: str
+    section: str
+    score: float
+    scores: Dict[str, float]
+    metadata: Dict[str, Any]
+    parent_id: Optional[str]
+
+
+@dataclass
+class StageInfo:
+    name: str
+    ran: bool
+    reason: str
+    elapsed_ms: float
+
+
+@dataclass
+class SearchResult:
+    question: str
+    hits: List[Hit]
+    query_type: str
+    weak: bool
+    weak_reasons: List[str]
+    recovered: bool
+    stages: List[StageInfo]
+    timings_ms: Dict[str, float]
+    intent: str = "general"
+    rerank_depth: int = 0
+    expansions: Dict[str, List[str]] = field(default_factory=dict)
+    recovery: Dict[str, Any] = field(default_factory=dict)
+
+    def stage(self, name: str) -> Optional[StageInfo]:
+        return next((s for s in self.stages if s.name == name), None)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+# ----------------------------------------------------------------- helpers
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.clip(x, -30, 30)))
+
+
+def _entities(question: str) -> List[str]:
+    """Entity-like tokens of the question: with a digit, a hyphen, or written with 2+ capitals."""
+    import re
+
+    out = []
+    for tok in re.findall(r"[^\W_]+(?:[-/][^\W_]+)*", question):
+        if any(c.isdigit() for c in tok) or "-" in tok or sum(c.isupper() for c in tok) >= 2:
+            out.append(tok.lower())
+    return list(dict.fromkeys(out))
+
+
+def _alternatives(question: str) -> Dict[str, List[Set[str]]]:
+    """Content term of an abbreviation in the question -> token sets of its expansions."""
+    from .expansion import abbreviations
+
+    table = abbreviations()
+    out: Dict[str, List[Set[str]]] = {}
+    import re
+
+    for tok in re.findall(r"[^\W_]+(?:[-/'][^\W_]+)*", question):
+        if tok in table:
+            key = tokenize(tok)
+            if key:
+                out.setdefault(key[0], []).extend(set(tokenize(e)) for e in table[tok])
+    return out
+
+
+def _term_match(q_terms: Sequence[str], toks: Set[str], alts: Dict[str, List[Set[str]]]) -> float:
+    hit = 0
+    for t in q_terms:
+        if t in toks or any(a and a <= toks for a in alts.get(t, ())):
+            hit += 1
+    return hit / len(q_terms)
+
+
+def _jaccard(a: Set[str], b: Set[str]) -> float:
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def prune(hits: Union["SearchResult", Sequence[Hit]], per_question: int = 2, per_document: int = 1,
+          near_duplicate: float = 0.8) -> List[Hit]:
+    """Snippets for a prompt: best first, at most ``per_document`` per document and ``per_question``
+    in all, dropping near-duplicates (token Jaccard >= ``near_duplicate``)."""
+    if isinstance(hits, SearchResult):
+        hits = hits.hits
+    if per_question < 1 or per_document < 1:
+        raise ValueError("per_question and per_document must be >= 1")
+    out: List[Hit] = []
+    per_doc: Dict[str, int] = {}
+    seen: List[Set[str]] = []
+    for h in hits:
+        if per_doc.get(h.document_id, 0) >= per_document:
+            continue
+        toks = set(tokenize(h.text))
+        if any(_jaccard(toks, s) >= near_duplicate for s in seen):
+            continue
+        out.append(h)
+        seen.append(toks)
+        per_doc[h.document_id] = per_doc.get(h.document_id, 0) + 1
+        if len(out) >= per_question:
+            break
+    return out
+
+
+class _Ema:
+    """Exponential moving average of a cost (ms), seeded with a prior."""
+
+    def __init__(self, prior: float, alpha: float = 0.2) -> None:
+        self.value = prior
+        self.alpha = alpha
+
+    def update(self, x: float) -> None:
+        self.value = (1 - self.alpha) * self.value + self.alpha * x
+
+
+# ----------------------------------------------------------------- the retriever
+
+
+class Retriever:
+    """Hybrid dense + BM25 retrieval over a :class:`~medretrieve.collection.Collection`.
+
+    ``cross_encoder``: a :class:`~medretrieve.encoders.CrossEncoder` or its
+    directory; ``llm``: a backend with ``generate(messages, ...)`` (H4) for LLM
+    synonyms; ``training``: a :class:`~medretrieve.expansion.TrainingMemory` or
+    a list of BioASQ golden files for training-memory expansion.
+    """
+
+    def __init__(
+        self,
+        collection,
+        cross_encoder=None,
+        llm=None,
+        training=None,
+        *,
+        candidates: int = 100,
+        rrf_k: float = 60.0,
+        variant_weight: float = 0.5,
+        ef_base: int = 64,
+        ef_min: int = 32,
+        ef_max: int = 256,
+        rerank_depth: int = 50,
+        weak_threshold: float = 0.35,
+        min_articles: int = 3,
+        redundancy_threshold: float = 0.6,
+        near_duplicate: float = 0.8,
+        llm_min_ms: float = 150.0,
+        warmup: bool = True,
+    ) -> None:
+        self.collection = collection
+        if isinstance(cross_encoder, (str, bytes)) or hasattr(cross_encoder, "__fspath__"):
+            from .encoders import CrossEncoder
+
+            cross_encoder = CrossEncoder.from_dir(cross_encoder)
+        self.cross_encoder = cross_encoder
+        self.llm = llm
+        if training is not None and not isinstance(training, TrainingMemory):
+            training = TrainingMemory.from_bioasq(training)
+        self.training = training
+        if candidates < 1 or rerank_depth < 0:
+            raise ValueError("candidates must be >= 1 and rerank_depth >= 0")
+        self.candidates = candidates
+        self.rrf_k = rrf_k
+        self.variant_weight = variant_weight
+        self.ef_base, self.ef_min, self.ef_max = ef_base, ef_min, ef_max
+        self.rerank_depth = rerank_depth
+        self.weak_threshold = weak_threshold
+        self.min_articles = min_articles
+        self.redundancy_threshold = redundancy_threshold
+        self.near_duplicate = near_duplicate
+        self.llm_min_ms = llm_min_ms
+        # running cost estimates (ms) used by the budget controller
+        self._encode_ms = _Ema(15.0)
+        self._ce_pair_ms = _Ema(4.0)
+        self._first_stage_ms = _Ema(10.0)
+        self._tok_cache: Dict[int, Set[str]] = {}
+        self._alts: Dict[str, List[Set[str]]] = {}
+        if warmup:
+            self.warmup()
+
+    def warmup(self) -> None:
+        """Load the encoders and run them once, so the first search does not pay session start-up."""
+        from .expansion import abbreviations, relations
+
+        abbreviations(), relations(), tokenize("warm up")
+        col = self.collection
+        if len(col):
+            col.encode_queries(["warm up"])
+            col.encode_queries(["warm up", "warm up two"])
+            if self.cross_encoder is not None:
+                r = col.rows[int(np.flatnonzero(col.alive)[0])]
+                self.cross_encoder.score("warm up", [(r.title, r.text)] * 8)
+
+    # ------------------------------------------------------------- small utilities
+    def _row_tokens(self, row: int) -> Set[str]:
+        toks = self._tok_cache.get(row)
+        if toks is None:
+            r = self.collection.rows[row]
+            toks = set(tokenize(f"{r.title} {r.text}"))
+            if len(self._tok_cache) > 200_000:
+                self._tok_cache.clear()
+            self._tok_cache[row] = toks
+        return toks
+
+    def _lexrel(self, q_terms: Sequence[str], row: int) -> float:
+        """Fraction of the question's content terms in the chunk (an abbreviation also matches its
+        expansion: all of the expansion's terms present)."""
+        if not q_terms:
+            return 0.0
+        return _term_match(q_terms, self._row_tokens(row), self._alts)
+
+    def _variants(self, question: str, qtype: str, intent: str, dl: Deadline, kinds: Sequence[str],
+                  n_terms: int = 8, n_neighbours: int = 3) -> Tuple[Dict[str, str], Dict[str, List[str]], str]:
+        """Query variants by expansion kind; also the terms used and a note on skipped kinds."""
+        variants: Dict[str, str] = {}
+        terms: Dict[str, List[str]] = {}
+        notes = []
+        for kind in kinds:
+            found: List[str] = []
+            if kind == "abbreviations":
+                found = abbreviation_terms(question)
+            elif kind == "relations":
+                rel_kinds = ("disease_treatment", "gene_pathway") if intent == "treatment" else ("gene_pathway",)
+                found = relation_terms(question, rel_kinds)
+            elif kind == "training":
+                if self.training is None:
+                    continue
+                found = self.training.key_terms(question, n_neighbours=n_neighbours, n_terms=n_terms)
+            elif kind == "llm":
+                if self.llm is None:
+                    continue
+                if dl.remaining_ms() < self.llm_min_ms:
+                    notes.append(f"llm skipped: {dl.remaining_ms():.0f} ms left < {self.llm_min_ms:.0f}")
+                    continue
+                try:
+                    rem = dl.remaining_ms()
+                    found = llm_terms(self.llm, question, "synonyms",
+                                      deadline_ms=None if math.isinf(rem) else max(rem - 50.0, 1.0))
+                except Exception as exc:  # LLMError or an unreadable reply: search goes on without it
+                    notes.append(f"llm failed: {type(exc).__name__}: {exc}"[:200])
+                    continue
+            if found:
+                terms[kind] = found
+                variants[kind] = question + " " + " ".join(found)
+        return variants, terms, "; ".join(notes)
+
+    def _ef(self, qtype: str, dl: Deadline, deadline_ms: Optional[float]) -> int:
+        imp = IMPORTANCE.get(qtype, 1.0)
+        frac = 1.0 if deadline_ms is None or deadline_ms <= 0 else min(1.0, max(0.25, dl.remaining_ms() / deadline_ms))
+        ef = int(self.ef_base * imp * frac)
+        return int(min(self.ef_max, max(self.ef_min, ef)))
+
+    def _first_stage(self, texts: Sequence[str], qvecs: Optional[np.ndarray], efs: Sequence[int], k: int,
+                     labels: Optional[List[int]], dl: Deadline
+                     ) -> Tuple[List[np.ndarray], List[np.ndarray], List[str]]:
+        """Dense and BM25 lists for each text (dense only for rows of ``qvecs``)."""
+        col = self.collection
+        ids_lists: List[np.ndarray] = []
+        score_lists: List[np.ndarray] = []
+        kinds: List[str] = []
+        alive = col.alive
+        if qvecs is not None and len(qvecs):
+            with dl.stage("dense"):
+                kk = min(k, max(len(col), 1))
+                ids, scores = col.dense.search(qvecs, k=kk, ef=np.asarray(efs, dtype=np.int64),
+                                               labels=labels)
+                ids = np.asarray(ids, dtype=np.int64).reshape(len(qvecs), -1)
+                scores = np.asarray(scores, dtype=np.float32).reshape(len(qvecs), -1)
+                for i in range(len(qvecs)):
+                    ok = ids[i] >= 0
+                    ok[ok] = alive[ids[i][ok]]
+                    ids_lists.append(ids[i][ok])
+                    score_lists.append(scores[i][ok])
+                    kinds.append("dense")
+        with dl.stage("bm25"):
+            allowed = alive if labels is None else alive & np.isin(col.labels, labels)
+            for t in texts:
+                ids, scores = col.lexical.search(t, k=k, allowed=allowed)
+                ids_lists.append(ids)
+                score_lists.append(scores)
+                kinds.append("bm25")
+        return ids_lists, score_lists, kinds
+
+    # ------------------------------------------------------------- search
+    def search(
+        self,
+        question: str,
+        k: int = 10,
+        deadline_ms: Optional[float] = 300,
+        *,
+        expand: bool = True,
+        rerank: bool = True,
+        diversify: bool = True,
+        recover: bool = True,
+        route: bool = True,
+        dense: bool = True,
+        lexical: bool = True,
+        per_document: Optional[int] = None,
+    ) -> SearchResult:
+        """Best ``k`` chunks for ``question`` within ``deadline_ms`` (None: no deadline).
+
+        The switches turn stages off (for ablations): ``dense`` / ``lexical``
+        (at least one), ``expand``, ``rerank``, ``diversify`` (MMR),
+        ``recover``, ``route`` (section routing). ``per_document`` caps hits
+        per document.
+        """
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError("question must be a non-empty string")
+        if not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be a positive integer, got {k!r}")
+        if not (dense or lexical):
+            raise ValueError("at least one of dense and lexical retrieval must be on")
+        dl = Deadline(deadline_ms)
+        stages: List[StageInfo] = []
+
+        def record(name: str, ran: bool, reason: str = "") -> None:
+            stages.append(StageInfo(name, ran, reason, dl.timings_ms.get(name, 0.0)))
+
+        col = self.collection
+        with dl.stage("classify"):
+            qtype = classify_query(question)
+            intent = clinical_intent(question)
+            q_terms = content_terms(question)
+            self._alts = _alternatives(question)
+        record("classify", True, f"{qtype} / intent {intent}")
+
+        # -- expansions
+        variants: Dict[str, str] = {}
+        exp_terms: Dict[str, List[str]] = {}
+        if expand:
+            with dl.stage("expand"):
+                variants, exp_terms, note = self._variants(question, qtype, intent, dl,
+                                                           ("abbreviations", "relations", "training", "llm"))
+            record("expand", True, (", ".join(f"{k_}: {len(v)} terms" for k_, v in exp_terms.items())
+                                    or "no expansion terms found") + (f"; {note}" if note else ""))
+        else:
+            record("expand", False, "disabled")
+
+        # -- encode (the question always; variants only while the budget allows)
+        texts = [question] + list(variants.values())
+        qvecs = None
+        if dense:
+            n_enc = 1
+            reserve = 0.35 * dl.budget_ms if not math.isinf(dl.budget_ms) else 0.0
+            while n_enc < len(texts) and dl.remaining_ms() - reserve > (n_enc + 1) * self._encode_ms.value:
+                n_enc += 1
+            with dl.stage("encode"):
+                qvecs = col.encode_queries(texts[:n_enc])
+            self._encode_ms.update(dl.timings_ms["encode"] / n_enc)
+            record("encode", True, f"{n_enc} of {len(texts)} query texts"
+                   + ("" if n_enc == len(texts) else " (budget: variants searched by BM25 only)"))
+        else:
+            record("encode", False, "dense retrieval disabled")
+        bm25_texts = texts if lexical else []
+
+        # -- first stage, section-routed when the intent has a route
+        ef = self._ef(qtype, dl, deadline_ms)
+        ncand = max(self.candidates, k)
+        route_cats = ROUTES.get(intent, ()) if route else ()
+        route_labels = [CATEGORY_IDS[c] for c in route_cats]
+        if route_labels and not np.isin(col.labels[col.alive], route_labels).any():
+            route_labels = []
+        lists: List[np.ndarray] = []
+        weights: List[float] = []
+        scored: Dict[str, Dict[int, float]] = {"dense": {}, "bm25": {}}
+
+        def run_first(labels: Optional[List[int]]) -> List[np.ndarray]:
+            efs = [max(ef, ncand)] + [max(ef // 2, ncand)] * (0 if qvecs is None else len(qvecs) - 1)
+            ids_l, sc_l, kinds = self._first_stage(bm25_texts, qvecs, efs, ncand, labels, dl)
+            out = []
+            n_dense = 0 if qvecs is None else len(qvecs)
+            for j, (ids, sc, kind) in enumerate(zip(ids_l, sc_l, kinds)):
+                is_question = (kind == "dense" and j == 0) or (kind == "bm25" and j == n_dense)
+                lists.append(ids)
+                weights.append(1.0 if is_question else self.variant_weight)
+                if is_question:
+                    for i_, s_ in zip(ids.tolist(), sc.tolist()):
+                        scored[kind].setdefault(i_, s_)
+                out.append(ids)
+            return out
+
+        if route_labels:
+            routed = run_first(route_labels)
+            n_routed = len(np.unique(np.concatenate(routed))) if routed else 0
+            if n_routed < k:
+                run_first(None)
+                route_note = (f"{'/'.join(route_cats)} sections gave {n_routed} < {k} chunks: "
+                              "fell back to the whole collection")
+            else:
+                route_note = f"{'/'.join(route_cats)} sections: {n_routed} chunks"
+            record("route", True, route_note)
+        else:
+            run_first(None)
+            record("route", False, "no section route for intent " + intent if route else "disabled")
+        record("dense", qvecs is not None, f"ef={ef}" if qvecs is not None else "disabled")
+        record("bm25", lexical, f"{len(bm25_texts)} query texts" if lexical else "disabled")
+
+        with dl.stage("fuse"):
+            from . import rrf
+
+            fused_ids, fused_scores = rrf(lists, k=self.rrf_k, weights=weights, top_n=ncand)
+            fused_ids = np.asarray(fused_ids, dtype=np.int64)
+            fused_scores = np.asarray(fused_scores, dtype=np.float32)
+        record("fuse", True, f"RRF of {len(lists)} lists -> {len(fused_ids)} candidates")
+
+        # -- rerank
+        order, final_scores, rerank_scores, depth, ce_scores = self._rerank(
+            question, q_terms, fused_ids, fused_scores, dl, rerank, stages)
+
+        # -- MMR
+        cand_rows = order
+        mmr_scores: Dict[int, float] = {}
+        with dl.stage("mmr"):
+            mmr_ran, mmr_note, cand_rows, mmr_scores = self._mmr(question, qtype, qvecs, order, final_scores, k,
+                                                                 dl, diversify)
+        record("mmr", mmr_ran, mmr_note)
+
+        # -- select k with near-duplicate removal / per-document cap
+        with dl.stage("prune"):
+            top = self._select(cand_rows, k, per_document)
+        record("prune", True, f"{len(cand_rows)} candidates -> {len(top)} hits")
+
+        # -- weak-question detection and recovery
+        with dl.stage("weak"):
+            weak_reasons = self._weak_reasons(q_terms, top, k)
+        record("weak", True, "; ".join(weak_reasons) or "not weak")
+        recovered, recovery = False, {}
+        if weak_reasons and recover:
+            if dl.remaining_ms() > 0.25 * (dl.budget_ms if not math.isinf(dl.budget_ms) else 100.0):
+                with dl.stage("recovery"):
+                    top, recovery = self._recover(question, qtype, intent, q_terms, top, k, variants, dl,
+                                                  per_document)
+                recovered = recovery.get("replaced", 0) > 0
+                record("recovery", True, recovery.get("note", ""))
+            else:
+                record("recovery", False, f"budget: {dl.remaining_ms():.0f} ms left")
+        else:
+            record("recovery", False, "question not weak" if recover else "disabled")
+
+        score_of = dict(zip(order, final_scores))
+        rr_of = dict(zip(fused_ids.tolist(), fused_scores.tolist()))
+        hits: List[Hit] = []
+        for row in top:
+            r = col.rows[row]
+            sc: Dict[str, float] = {}
+            if row in scored["dense"]:
+                sc["dense"] = float(scored["dense"][row])
+            if row in scored["bm25"]:
+                sc["bm25"] = float(scored["bm25"][row])
+            if row in rr_of:
+                sc["rrf"] = float(rr_of[row])
+            if row in rerank_scores:
+                sc["rerank"] = float(rerank_scores[row])
+            if row in ce_scores:
+                sc["cross_encoder"] = float(ce_scores[row])
+            if row in mmr_scores:
+                sc["mmr"] = float(mmr_scores[row])
+            if row in recovery.get("added_rows", ()):
+                sc["recovery"] = 1.0
+            hits.append(Hit(r.chunk_id, r.document_id, r.text, r.title, r.section,
+                            float(sc["mmr"] if "mmr" in sc else score_of.get(row, sc.get("rrf", 0.0))), sc,
+                            dict(r.metadata), r.parent_id))
+        recovery.pop("added_rows", None)
+        timings = dl.finish()
+        return SearchResult(question, hits, qtype, bool(weak_reasons), weak_reasons, recovered, stages, timings,
+                            intent=intent, rerank_depth=depth, expansions=exp_terms, recovery=recovery)
+
+    # ------------------------------------------------------------- stages
+    def _rerank(self, question, q_terms, fused_ids, fused_scores, dl, enabled, stages):
+        """Returns (rows in new order, their final scores, rerank scores, CE depth, CE scores)."""
+        rows = fused_ids.tolist()
+        base = fused_scores / max(float(fused_scores[0]), 1e-12) if len(fused_scores) else fused_scores
+        if not enabled or not rows:
+            stages.append(StageInfo("rerank", False, "disabled" if not enabled else "no candidates", 0.0))
+            return rows, base.tolist(), {}, 0, {}
+        ce: Dict[int, float] = {}
+        depth = 0
+        with dl.stage("rerank"):
+            ents = _entities(question)
+            n = min(len(rows), max(self.rerank_depth, 1)) if self.cross_encoder is not None else len(rows)
+            if self.cross_encoder is not None and self.rerank_depth > 0:
+                reserve = 0.12 * dl.budget_ms if not math.isinf(dl.budget_ms) else 0.0
+                batch = 8
+                col = self.collection
+                while depth < n:
+                    room = dl.remaining_ms() - reserve
+                    if room < batch * self._ce_pair_ms.value:
+                        break
+                    part = rows[depth:depth + batch]
+                    import time as _t
+
+                    t0 = _t.perf_counter()
+                    logits = self.cross_encoder.score(question, [(col.rows[r].title, col.rows[r].text)
+                                                                 for r in part])
+                    self._ce_pair_ms.update((_t.perf_counter() - t0) * 1000.0 / len(part))
+                    for r, lg in zip(part, np.asarray(logits, dtype=np.float32).tolist()):
+                        ce[r] = lg
+                    depth += len(part)
+            signals = {}
+            for i, r in enumerate(rows[:n]):
+                kw = self._lexrel(q_terms, r)
+                title_toks = set(tokenize(self.collection.rows[r].title))
+                tt = _term_match(q_terms, title_toks, self._alts) if q_terms else 0.0
+                if ents:
+                    raw = set(raw_tokens(self.collection.rows[r].title + " " + self.collection.rows[r].text))
+                    en = sum(e in raw or any(a and a <= self._row_tokens(r) for a in self._alts.get(e, ()))
+                             for e in ents) / len(ents)
+                else:
+                    en = kw
+                if r in ce:
+                    s = 0.25 * base[i] + 0.40 * float(_sigmoid(np.float32(ce[r]))) + 0.15 * kw + 0.05 * tt + 0.15 * en
+                elif self.cross_encoder is not None:
+                    s = None  # beyond the depth reached: keeps its fused rank below the reranked ones
+                else:
+                    s = 0.45 * base[i] + 0.25 * kw + 0.10 * tt + 0.20 * en
+                signals[r] = s
+            reranked = [r for r in rows[:n] if signals.get(r) is not None]
+            reranked.sort(key=lambda r: -signals[r])
+            done = set(reranked)
+            rest = [(i, r) for i, r in enumerate(rows) if r not in done]
+            # scores of the rest stay below every reranked score and keep their fused order
+            floor = min((signals[r] for r in reranked), default=1.0)
+            order = reranked + [r for _, r in rest]
+            scores = [signals[r] for r in reranked] + [floor * 0.5 * float(base[i]) for i, _ in rest]
+        if self.cross_encoder is not None:
+            reason = f"cross-encoder depth {depth} of {len(rows)} (budget) + heuristics"
+        else:
+            reason = f"heuristics over {len(reranked)} candidates (no cross-encoder)"
+        stages.append(StageInfo("rerank", True, reason, dl.timings_ms.get("rerank", 0.0)))
+        return order, scores, {r: signals[r] for r in reranked}, depth, ce
+
+    def _mmr(self, question, qtype, qvecs, order, scores, k, dl, enabled):
+        if not enabled:
+            return False, "disabled", order, {}
+        if len(order) <= 1:
+            return False, "fewer than 2 candidates", order, {}
+        if dl.remaining_ms() < 0.05 * (dl.budget_ms if not math.isinf(dl.budget_ms) else 0.0) + 2.0:
+            return False, f"budget: {dl.remaining_ms():.1f} ms left", order, {}
+        from . import lambda_for, mmr
+
+        pool = order[: max(3 * k, 30)]
+        vecs = self.collection.vectors(pool)
+        rel = np.asarray(scores[: len(pool)], dtype=np.float32)
+        lam = float(lambda_for(qtype))
+        pos, mscores = mmr(None, vecs, k=min(len(pool), k * 2), lambda_=lam, relevance=rel)
+        pos = np.asarray(pos, dtype=np.int64).tolist()
+        picked = [pool[p] for p in pos]
+        done = set(picked)
+        rest = [r for r in order if r not in done]
+        return True, f"lambda={lam:.2f} over {len(pool)} candidates", picked + rest, dict(
+            zip(picked, np.asarray(mscores, dtype=np.float32).tolist()))
+
+    def _select(self, rows: Sequence[int], k: int, per_document: Optional[int]) -> List[int]:
+        out: List[int] = []
+        seen: List[Set[str]] = []
+        per_doc: Dict[str, int] = {}
+        for r in rows:
+            doc = self.collection.rows[r].document_id
+            if per_document is not None and per_doc.get(doc, 0) >= per_document:
+                continue
+            toks = self._row_tokens(r)
+            if any(_jaccard(toks, s) >= self.near_duplicate for s in seen):
+                continue
+            out.append(r)
+            seen.append(toks)
+            per_doc[doc] = per_doc.get(doc, 0) + 1
+            if len(out) >= k:
+                break
+        return out
+
+    def _weak_reasons(self, q_terms: Sequence[str], top: Sequence[int], k: int) -> List[str]:
+        reasons = []
+        if not top:
+            return ["no hits"]
+        head = top[:5]
+        lexrel = float(np.mean([self._lexrel(q_terms, r) for r in head]))
+        if lexrel < self.weak_threshold:
+            reasons.append(f"low lexical relevance {lexrel:.2f} < {self.weak_threshold}")
+        docs = {self.collection.rows[r].document_id for r in top}
+        need = min(self.min_articles, self.collection.n_documents, k)
+        if len(docs) < need:
+            reasons.append(f"few articles: {len(docs)} < {need}")
+        if len(head) >= 2:
+            sims = [_jaccard(self._row_tokens(a), self._row_tokens(b))
+                    for i, a in enumerate(head) for b in head[i + 1:]]
+            red = float(np.mean(sims))
+            if red > self.redundancy_threshold:
+                reasons.append(f"redundant: mean Jaccard {red:.2f} > {self.redundancy_threshold}")
+        return reasons
+
+    def _recover(self, question, qtype, intent, q_terms, top, k, used_variants, dl, per_document):
+        """Extra expansions; replace only weak hits, and only with better ones."""
+        extra, terms, note = self._variants(question, qtype, intent, dl,
+                                            ("training", "abbreviations", "relations", "llm"),
+                                            n_terms=15, n_neighbours=6)
+        texts = [t for name, t in extra.items() if t not in used_variants.values()]
+        # relaxed lexical queries: each content term pair, so partial matches surface
+        texts.append(" ".join(q_terms))
+        col = self.collection
+        lists = []
+        allowed = col.alive
+        for t in texts:
+            ids, _ = col.lexical.search(t, k=self.candidates, allowed=allowed)
+            lists.append(ids)
+        if col.alive.any() and dl.remaining_ms() > 2 * self._encode_ms.value + 10:
+            qv = col.encode_queries([texts[0]])
+            ids, _ = col.dense.search(qv, k=min(self.candidates, len(col)), ef=max(self.ef_max, self.candidates))
+            ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+            ids = ids[ids >= 0]
+            lists.append(ids[col.alive[ids]])
+        from . import rrf
+
+        cand, _ = rrf(lists, k=self.rrf_k, top_n=self.candidates) if lists else (np.zeros(0, np.int64), None)
+        in_top = set(top)
+        cand = [r for r in np.asarray(cand, dtype=np.int64).tolist() if r not in in_top]
+        cand_rel = sorted(((self._lexrel(q_terms, r), r) for r in cand), key=lambda x: -x[0])
+        new_top = list(top)
+        replaced = 0
+        added = []
+        # weakest current hits first; keep good ones
+        weak_pos = sorted((i for i, r in enumerate(new_top) if self._lexrel(q_terms, r) < self.weak_threshold),
+                          key=lambda i: self._lexrel(q_terms, new_top[i]))
+        ci = 0
+        for i in weak_pos:
+            while ci < len(cand_rel) and cand_rel[ci][1] in new_top:
+                ci += 1
+            if ci >= len(cand_rel):
+                break
+            rel, r = cand_rel[ci]
+            if rel > self._lexrel(q_terms, new_top[i]):
+                new_top[i] = r
+                added.append(r)
+                replaced += 1
+                ci += 1
+        if len(new_top) < k:
+            for rel, r in cand_rel[ci:]:
+                if len(new_top) >= k:
+                    break
+                if r not in new_top:
+                    new_top.append(r)
+                    added.append(r)
+                    replaced += 1
+        # keep the strongest first: good original hits keep their order, replacements by relevance
+        note = (f"{len(texts)} recovery queries ({', '.join(terms) or 'relaxed terms only'}); "
+                f"{replaced} weak hits replaced")
+        lex_before = float(np.mean([self._lexrel(q_terms, r) for r in top[:5]])) if top else 0.0
+        lex_after = float(np.mean([self._lexrel(q_terms, r) for r in new_top[:5]])) if new_top else 0.0
+        return new_top, {"replaced": replaced, "note": note, "terms": terms, "added_rows": set(added),
+                         "lexical_relevance_before": lex_before, "lexical_relevance_after": lex_after}
+
+
+# ----------------------------------------------------------------- CLI
+
+
+def add_cli(sub) -> None:
+    p = sub.add_parser("search", help="search a collection")
+    p.add_argument("collection", help="collection directory (medretrieve build)")
+    p.add_argument("question")
+    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--deadline-ms", type=float, default=300.0)
+    p.add_argument("--cross-encoder", default=None, help="cross-encoder model directory")
+    p.add_argument("--training", nargs="*", default=None, help="BioASQ golden files for training memory")
+    p.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    p.set_defaults(func=_cli_search)
+
+
+def format_result(res: SearchResult, width: int = 160) -> str:
+    lines = [f"Q: {res.question}", f"   type={res.query_type} intent={res.intent} weak={res.weak}"
+             + (f" ({'; '.join(res.weak_reasons)})" if res.weak else "") + f" recovered={res.recovered}"
+             + f" total={res.timings_ms.get('total', 0):.1f} ms"]
+    for i, h in enumerate(res.hits, 1):
+        text = " ".join(h.text.split())
+        lines.append(f"{i:3d}. [{h.score:.3f}] {h.document_id} {h.section or '-'} | {h.title[:60]}")
+        lines.append(f"      {text[:width]}{'...' if len(text) > width else ''}")
+    lines.append("   stages: " + ", ".join(
+        f"{s.name}{'' if s.ran else '(skipped)'} {s.elapsed_ms:.1f}ms" for s in res.stages))
+    return "\n".join(lines)
+
+
+def _cli_search(args: argparse.Namespace) -> int:
+    from .collection import Collection
+
+    try:
+        col = Collection.open(args.collection)
+        ret = Retriever(col, cross_encoder=args.cross_encoder, training=args.training)
+        res = ret.search(args.question, k=args.k, deadline_ms=args.deadline_ms)
+    except (ValueError, FileNotFoundError, TypeError) as exc:
+        print(f"medretrieve search: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(res.to_dict(), indent=2, default=str))
+    else:
+        print(format_result(res))
+    return 0
