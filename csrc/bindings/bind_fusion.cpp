@@ -45,6 +45,12 @@ const T* vector_of(const py::handle& h, size_t n, const char* name) {
   return static_cast<const T*>(a.data());
 }
 
+const float* finite(const float* v, size_t n, const char* name) {
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(v[i])) throw py::value_error(std::string(name) + " contains NaN or inf");
+  return v;
+}
+
 fu::Similarity similarity_named(const std::string& metric) {
   if (metric == "ip") return fu::Similarity::InnerProduct;
   if (metric == "l2") return fu::Similarity::NegL2;
@@ -79,12 +85,17 @@ struct MmrProblem {
       int8 = true;
       i8 = static_cast<const int8_t*>(c.data());
       if (dim > kernels::kMaxInt8Dim) throw py::value_error("int8 vectors longer than 131072 are not supported");
-      if (!scales_obj.is_none()) scales = vector_of<float>(scales_obj, n, "scales");
+      if (!scales_obj.is_none()) {
+        scales = finite(vector_of<float>(scales_obj, n, "scales"), n, "scales");
+        for (size_t i = 0; i < n; ++i)
+          if (scales[i] < 0.f) throw py::value_error("scales must be >= 0");
+      }
     } else {
       throw py::type_error("candidates must be float32 or int8");
     }
-    if (!query_obj.is_none()) query = vector_of<float>(query_obj, dim, "query");
-    if (!relevance_obj.is_none()) relevance = vector_of<float>(relevance_obj, n, "relevance");
+    if (!query_obj.is_none()) query = finite(vector_of<float>(query_obj, dim, "query"), dim, "query");
+    if (!relevance_obj.is_none())
+      relevance = finite(vector_of<float>(relevance_obj, n, "relevance"), n, "relevance");
     if (!query && !relevance) throw py::value_error("give a query or a relevance vector");
   }
 

@@ -26,8 +26,36 @@ void check_common(size_t n, const void* rows, const float* relevance, float lamb
                               std::to_string(j) + " is not finite (NaN or inf in the vectors?)");
 }
 
-// `pair_sim(i, j)` returns sim(candidate i, candidate j); it is called exactly
-// once per (remaining candidate, new pick) pair.
+// A candidate's place in the lazy queue: its MMR value against the picks it
+// has seen so far, its relevance and its position. `before(x, y)` is true
+// when y should be picked before x: larger MMR, then larger relevance, then
+// lower position -- a total order, so the pick is deterministic.
+struct Key {
+  float value;
+  float rel;
+  uint32_t pos;
+};
+inline bool before(const Key& x, const Key& y) {
+  if (x.value != y.value) return x.value < y.value;
+  if (x.rel != y.rel) return x.rel < y.rel;
+  return x.pos > y.pos;
+}
+
+// `pair_sim(i, j)` returns sim(candidate i, candidate j).
+//
+// Lazy form of the incremental update. The first pick is the most relevant
+// candidate; it is folded into every candidate's max-sim at once (one kernel
+// call each). From then on a candidate's max-sim only grows as picks
+// accumulate, so its MMR value against the picks it has seen so far is an
+// upper bound on its current value. Candidates wait in a max-heap on that
+// bound: when the top has seen every pick its bound is exact and beats every
+// other candidate's bound, hence their exact values -- it is the pick;
+// otherwise its max-sim is brought up to date (one kernel call per missing
+// pick) and it goes back into the heap. Every (candidate, pick) pair costs
+// at most one kernel call -- O(k * n * dim) at worst, no n x n matrix -- and
+// the picks and scores are exactly those of updating every candidate after
+// every pick (a max does not depend on the order it is taken in), while
+// candidates that can no longer win are never touched again.
 template <class PairSim>
 MmrResult greedy(size_t n, const float* rel, size_t k, float lambda, PairSim&& pair_sim) {
   MmrResult out;
@@ -36,35 +64,52 @@ MmrResult greedy(size_t n, const float* rel, size_t k, float lambda, PairSim&& p
   out.scores.reserve(k);
   if (k == 0) return out;
   const float a = lambda, b = 1.f - lambda;
-  std::vector<float> max_sim(n, 0.f);  // max over the empty set counts as 0
-  std::vector<size_t> remaining(n);
-  for (size_t i = 0; i < n; ++i) remaining[i] = i;
 
-  for (size_t step = 0; step < k; ++step) {
-    size_t best_slot = 0;
-    size_t best = remaining[0];
-    float best_val = a * rel[best] - b * max_sim[best];
-    for (size_t slot = 1; slot < remaining.size(); ++slot) {
-      const size_t i = remaining[slot];
-      const float v = a * rel[i] - b * max_sim[i];
-      // Larger MMR, then larger relevance, then lower position.
-      if (v > best_val || (v == best_val && (rel[i] > rel[best] || (rel[i] == rel[best] && i < best)))) {
-        best_val = v;
-        best = i;
-        best_slot = slot;
-      }
+  // Step 0: max over the empty set counts as 0, so the value is a * rel.
+  size_t first = 0;
+  for (size_t i = 1; i < n; ++i)
+    if (before(Key{a * rel[first], rel[first], uint32_t(first)}, Key{a * rel[i], rel[i], uint32_t(i)})) first = i;
+  out.order.push_back(int64_t(first));
+  out.scores.push_back(a * rel[first] - b * 0.f);
+  if (k == 1) return out;
+
+  std::vector<float> max_sim(n, 0.f);
+  std::vector<uint32_t> seen(n, 1);  // picks already folded into max_sim[i]
+  std::vector<uint32_t> picks{uint32_t(first)};
+  picks.reserve(k);
+  std::vector<Key> heap;
+  heap.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (i == first) continue;
+    if (b != 0.f) {
+      const float s = pair_sim(i, first);
+      if (!std::isfinite(s)) non_finite_similarity(i, first);
+      max_sim[i] = s;
     }
-    out.order.push_back(int64_t(best));
-    out.scores.push_back(best_val);
-    // Order of `remaining` does not matter: the comparison above names positions.
-    remaining[best_slot] = remaining.back();
-    remaining.pop_back();
-    if (step + 1 == k) break;  // nothing left to pick: skip the last update
-    for (size_t i : remaining) {
-      const float s = pair_sim(i, best);
-      if (!std::isfinite(s)) non_finite_similarity(i, best);
-      max_sim[i] = step == 0 ? s : std::max(max_sim[i], s);
+    heap.push_back(Key{a * rel[i] - b * max_sim[i], rel[i], uint32_t(i)});
+  }
+  std::make_heap(heap.begin(), heap.end(), before);
+
+  while (out.order.size() < k) {
+    std::pop_heap(heap.begin(), heap.end(), before);
+    Key top = heap.back();
+    heap.pop_back();
+    const size_t i = top.pos;
+    // lambda == 1: similarities carry no weight, every bound is exact.
+    if (seen[i] == picks.size() || b == 0.f) {
+      out.order.push_back(int64_t(i));
+      out.scores.push_back(top.value);
+      picks.push_back(uint32_t(i));
+      continue;
     }
+    for (size_t t = seen[i]; t < picks.size(); ++t) {
+      const float s = pair_sim(i, picks[t]);
+      if (!std::isfinite(s)) non_finite_similarity(i, picks[t]);
+      max_sim[i] = std::max(max_sim[i], s);
+    }
+    seen[i] = uint32_t(picks.size());
+    heap.push_back(Key{a * rel[i] - b * max_sim[i], rel[i], uint32_t(i)});
+    std::push_heap(heap.begin(), heap.end(), before);
   }
   return out;
 }

@@ -95,6 +95,8 @@ def _normalise_type(query_type: str) -> str:
 
 
 def _check_lambda(value: object, what: str) -> float:
+    if type(value) is float and 0.0 <= value <= 1.0:  # the common case, fast
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{what} must be a real number, got {type(value).__name__}")
     value = float(value)
@@ -143,6 +145,8 @@ def lambda_for(query_type: str, overrides: Optional[Mapping[str, float]] = None)
 
 
 def _check_k(k: object, what: str = "k") -> int:
+    if type(k) is int and k >= 0:  # the common case, fast
+        return k
     if isinstance(k, bool) or not isinstance(k, numbers.Integral):
         raise TypeError(f"{what} must be an int, got {type(k).__name__}")
     if k < 0:
@@ -171,14 +175,20 @@ def _candidates(candidates: object, what: str = "candidates") -> np.ndarray:
     raise TypeError(f"{what} must be float32 or int8, got dtype {candidates.dtype}")
 
 
-def _float_vector(x: object, length: int, what: str) -> np.ndarray:
+def _float_vector(x: object, length: int, what: str, check_finite: bool = True) -> np.ndarray:
+    if type(x) is np.ndarray and x.dtype == np.float32 and x.ndim == 1 and x.flags.c_contiguous:
+        if x.shape[0] != length:
+            raise ValueError(f"{what} must be 1-d with {length} entries, got shape {x.shape}")
+        if check_finite and not np.isfinite(x).all():
+            raise ValueError(f"{what} contains NaN or inf")
+        return x
     arr = np.asarray(x)
     if arr.dtype.kind not in "fiu" or arr.dtype == np.bool_:
         raise TypeError(f"{what} must be numeric, got dtype {arr.dtype}")
     arr = np.ascontiguousarray(arr, dtype=np.float32)
     if arr.ndim != 1 or arr.shape[0] != length:
         raise ValueError(f"{what} must be 1-d with {length} entries, got shape {arr.shape}")
-    if not np.isfinite(arr).all():
+    if check_finite and not np.isfinite(arr).all():
         raise ValueError(f"{what} contains NaN or inf")
     return arr
 
@@ -191,19 +201,24 @@ def _mmr_args(
     metric: str,
     what: str,
 ) -> Tuple[np.ndarray, Optional[np.ndarray], Optional[np.ndarray], Optional[np.ndarray]]:
-    cand = _candidates(candidates, f"{what}candidates")
+    # NaN / inf and negative scales are rejected by the native core (one pass
+    # over each vector, no extra copies).
+    if type(candidates) is np.ndarray and candidates.ndim == 2 and candidates.flags.c_contiguous and (
+        candidates.dtype == np.float32 or candidates.dtype == np.int8
+    ):
+        cand = candidates
+    else:
+        cand = _candidates(candidates, f"{what}candidates")
     n, dim = cand.shape
-    q = None if query is None else _float_vector(query, dim, f"{what}query")
-    rel = None if relevance is None else _float_vector(relevance, n, f"{what}relevance")
+    q = None if query is None else _float_vector(query, dim, f"{what}query", False)
+    rel = None if relevance is None else _float_vector(relevance, n, f"{what}relevance", False)
     if q is None and rel is None:
         raise ValueError(f"{what}give a query or a relevance vector")
     sc = None
     if scales is not None:
         if cand.dtype != np.int8:
             raise ValueError(f"{what}scales apply only to int8 candidates")
-        sc = _float_vector(scales, n, f"{what}scales")
-        if (sc < 0).any():
-            raise ValueError(f"{what}scales must be >= 0")
+        sc = _float_vector(scales, n, f"{what}scales", False)
     return cand, q, rel, sc
 
 
