@@ -1,12 +1,11 @@
-"""Parsers on real-looking model output, the submission writer, citation checks,
-abstention and the Answerer end to end (fake LLM server + fake retriever)."""
+"""The BioASQ submission writer, abstention and the Answerer end to end
+(fake LLM server + fake retriever, and once over a real collection)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Optional
 
-import numpy as np
 import pytest
 from llm_server import FakeLLMServer, chat_reply, error_reply, scripted
 
@@ -41,241 +40,12 @@ except ImportError:  # pragma: no cover - same shape as contracts.md
         timings_ms: dict
 
 
-# ---------------------------------------------------------------------------
-# parse_bioasq
-
-YESNO_OUTPUTS = [
-    ("EXACT: yes\nIDEAL: Baloxavir is approved for influenza A and B.", "yes"),
-    ("**EXACT:** No\n**IDEAL:** There is no evidence that X causes Y.", "no"),
-    ("```\nExact answer: YES\nIdeal answer: It does.\n```", "yes"),
-    ('Sure! Here is the answer:\n{"exact_answer": "no", "ideal_answer": "No, it does not."}', "no"),
-    ("Yes. Baloxavir was approved by the FDA in 2018.", "yes"),
-    ("<think>The snippets say approved.</think>\nEXACT: yes\nBaloxavir is approved.", "yes"),
+SOURCES = [
+    "Baloxavir marboxil was approved by the FDA in 2018 for acute uncomplicated influenza in patients aged 12 "
+    "years and older.",
+    {"title": "Mechanism", "text": "Baloxavir inhibits the cap-dependent endonuclease of the influenza polymerase."},
+    "Oseltamivir is a neuraminidase inhibitor used for influenza treatment and prophylaxis.",
 ]
-
-
-@pytest.mark.parametrize("text, expected", YESNO_OUTPUTS)
-def test_parse_yesno(text, expected):
-    out = G.parse_bioasq(text, "yesno")
-    assert out["exact_answer"] == expected
-    assert out["ideal_answer"] and "EXACT" not in out["ideal_answer"] and "think" not in out["ideal_answer"]
-
-
-def test_parse_yesno_ideal_after_one_line_exact():
-    out = G.parse_bioasq("EXACT: yes\nBaloxavir is approved.", "yesno")
-    assert out == {"exact_answer": "yes", "ideal_answer": "Baloxavir is approved."}
-
-
-def test_parse_factoid_ranked_and_capped():
-    text = ("Based on the snippets:\nEXACT: 1. PD-L1 status | 2. EGFR mutation | TMB | MSI | HER2 | KRAS\n"
-            "IDEAL: Pembrolizumab requires a PD-L1 companion test.")
-    out = G.parse_bioasq(text, "factoid")
-    assert out["exact_answer"] == ["PD-L1 status", "EGFR mutation", "TMB", "MSI", "HER2"]
-    assert out["ideal_answer"].startswith("Pembrolizumab")
-
-
-def test_parse_factoid_json_nested_lists():
-    text = '```json\n{"exact_answer": [["Baloxavir"], ["Oseltamivir"]], "ideal_answer": "Baloxavir."}\n```'
-    assert G.parse_bioasq(text, "factoid")["exact_answer"] == ["Baloxavir", "Oseltamivir"]
-
-
-def test_parse_list_formats():
-    pipes = G.parse_bioasq("EXACT: inflammation | oxidative stress | hypoxia\nIDEAL: GDF-15 ...", "list")
-    assert pipes["exact_answer"] == ["inflammation", "oxidative stress", "hypoxia"]
-    bullets = G.parse_bioasq("EXACT:\n- inflammation\n- Oxidative stress\n- hypoxia.\nIDEAL: x", "list")
-    assert bullets["exact_answer"] == ["inflammation", "Oxidative stress", "hypoxia"]
-    commas = G.parse_bioasq("EXACT: 1,25-dihydroxyvitamin D3, calcitriol and vitamin D\nIDEAL: y", "list")
-    assert commas["exact_answer"] == ["1,25-dihydroxyvitamin D3", "calcitriol", "vitamin D"]
-    dupes = G.parse_bioasq("EXACT: TP53 | tp53 | BRCA1", "list")
-    assert dupes["exact_answer"] == ["TP53", "BRCA1"] and dupes["ideal_answer"] == ""
-
-
-def test_parse_summary():
-    assert G.parse_bioasq("IDEAL: Hemolacria is bloody tears.", "summary") == {
-        "exact_answer": None, "ideal_answer": "Hemolacria is bloody tears."}
-    assert G.parse_bioasq("Hemolacria is a rare condition.", "summary")["ideal_answer"] == "Hemolacria is a rare condition."
-
-
-@pytest.mark.parametrize(
-    "text, qtype",
-    [
-        ("I cannot tell from the snippets.", "yesno"),
-        ("EXACT: insufficient information", "yesno"),
-        ("IDEAL: some genes are involved.", "factoid"),
-        ("EXACT:\nIDEAL: nothing", "list"),
-        ("   ", "summary"),
-        ("```\n```", "summary"),
-    ],
-)
-def test_parse_bioasq_unreadable_keeps_raw(text, qtype):
-    with pytest.raises(ValueError) as info:
-        G.parse_bioasq(text, qtype)
-    assert info.value.raw == text
-
-
-def test_parse_bioasq_bad_arguments():
-    with pytest.raises(ValueError, match="qtype"):
-        G.parse_bioasq("EXACT: yes", "boolean")
-    with pytest.raises(ValueError) as info:
-        G.parse_bioasq(None, "yesno")
-    assert info.value.raw is None
-
-
-# ---------------------------------------------------------------------------
-# parse_choice / parse_medrgb
-
-OPTS = ["Aspirin", "Metformin", "Warfarin", "Insulin"]
-
-
-@pytest.mark.parametrize(
-    "text, expected",
-    [
-        ('{"step_by_step_thinking": "...", "answer_choice": "B"}', "B"),
-        ('```json\n{"step_by_step_thinking": "It lowers glucose.", "answer_choice": "b"}\n```', "B"),
-        ('{"answer_choice": "C. Warfarin"}', "C"),
-        ('{"answer_choice": "Option D"}', "D"),
-        ("Let's think step by step. Metformin lowers glucose.\nAnswer: B", "B"),
-        ("To answer a question like this we compare drugs. The correct answer is (c).", "C"),
-        ("A", "A"),
-        ("(D)", "D"),
-        ("B. Metformin", "B"),
-        ("Warfarin", "C"),
-        ("The drug in question is clearly **Insulin**, given the ketoacidosis.", "D"),
-        ('{"answer_choice": "insufficient information"}', G.INSUFFICIENT),
-        ("The documents do not say. Insufficient information.", G.INSUFFICIENT),
-    ],
-)
-def test_parse_choice(text, expected):
-    assert G.parse_choice(text, OPTS) == expected
-
-
-@pytest.mark.parametrize(
-    "text",
-    ['{"answer_choice": "E"}', "The answer is E.", "Both aspirin and warfarin are anticoagulant-ish.", "", "a drug"],
-)
-def test_parse_choice_unreadable(text):
-    with pytest.raises(ValueError) as info:
-        G.parse_choice(text, OPTS)
-    assert info.value.raw == text
-
-
-def test_parse_medrgb_sufficiency_json():
-    text = ('Here is my answer:\n{"relevant_documents": [1, "Document [3]"], '
-            '"step_by_step_thinking": "Doc 1 says...", "answer_choice": "insufficient information"}')
-    out = G.parse_medrgb(text, "sufficiency", OPTS)
-    assert out["choice"] == G.INSUFFICIENT
-    assert out["relevant_documents"] == [1, 3]
-    assert out["reasoning"] == "Doc 1 says..."
-
-
-def test_parse_medrgb_robustness_json():
-    text = json.dumps({
-        "document_analysis": [
-            {"document": 1, "has_factual_error": False, "correction": ""},
-            {"document": "2", "has_factual_error": "true", "correction": "Metformin lowers glucose."},
-            {"document": 3, "has_factual_error": True, "correction": ""},
-        ],
-        "step_by_step_thinking": "Doc 2 is wrong.", "answer_choice": "B"})
-    out = G.parse_medrgb(text, "robustness", OPTS)
-    assert out["choice"] == "B"
-    assert out["noisy_documents"] == [2, 3]
-    assert out["corrections"] == {2: "Metformin lowers glucose."}
-
-
-def test_parse_medrgb_integration_json():
-    text = json.dumps({"sub_answers": [{"sub_question": "What lowers glucose?", "answer": "metformin",
-                                        "documents": [2]}],
-                       "step_by_step_thinking": "...", "answer_choice": "B"})
-    out = G.parse_medrgb(text, "integration", OPTS)
-    assert out["sub_answers"] == [{"sub_question": "What lowers glucose?", "answer": "metformin", "documents": [2]}]
-
-
-def test_parse_medrgb_plain_text_fallback():
-    text = ("Relevant documents: 1, 4\nDocument [2] contains a factual error. Correction: metformin is a "
-            "biguanide.\nDocument [3] has no factual error.\nFinal answer: B")
-    out = G.parse_medrgb(text, "robustness", OPTS)
-    assert out["choice"] == "B"
-    assert out["relevant_documents"] == [1, 4]
-    assert out["noisy_documents"] == [2]
-    assert out["corrections"] == {2: "metformin is a biguanide."}
-
-
-def test_parse_medrgb_errors():
-    with pytest.raises(ValueError, match="scenario"):
-        G.parse_medrgb("A", "noise", OPTS)
-    with pytest.raises(ValueError):
-        G.parse_medrgb('{"answer_choice": "Z"}', "standard", OPTS)
-
-
-# ---------------------------------------------------------------------------
-# parse_list / parse_sub_qa / parse_counterfactual / parse_judge
-
-@pytest.mark.parametrize(
-    "text, expected",
-    [
-        ('["myocardial infarction", "heart attack", "MI"]', ["myocardial infarction", "heart attack", "MI"]),
-        ('```json\n{"synonyms": ["acetylsalicylic acid", "ASA"]}\n```', ["acetylsalicylic acid", "ASA"]),
-        ("Here are the search topics:\n1. baloxavir approval\n2. cap-dependent endonuclease\n3. influenza B",
-         ["baloxavir approval", "cap-dependent endonuclease", "influenza B"]),
-        ("- TNF-alpha\n- IL-6\n* IL-6", ["TNF-alpha", "IL-6"]),
-        ("aspirin; ASA; acetylsalicylic acid", ["aspirin", "ASA", "acetylsalicylic acid"]),
-        ('[{"topic": "GDF-15 hypoxia"}, {"topic": "GDF-15 inflammation"}]', ["GDF-15 hypoxia", "GDF-15 inflammation"]),
-    ],
-)
-def test_parse_list(text, expected):
-    assert G.parse_list(text) == expected
-
-
-def test_parse_list_empty():
-    with pytest.raises(ValueError):
-        G.parse_list("[]")
-    with pytest.raises(ValueError):
-        G.parse_list("\n\n")
-
-
-def test_parse_sub_qa():
-    js = '```json\n[{"question": "What is baloxavir?", "answer": "a cap inhibitor"}, {"q": "x"}]\n```'
-    assert G.parse_sub_qa(js) == [{"question": "What is baloxavir?", "answer": "a cap inhibitor"}]
-    plain = "Q1: What is baloxavir?\nA1: A cap inhibitor.\nQ2: When approved?\nA2: 2018."
-    assert G.parse_sub_qa(plain) == [{"question": "What is baloxavir?", "answer": "A cap inhibitor."},
-                                     {"question": "When approved?", "answer": "2018."}]
-    with pytest.raises(ValueError):
-        G.parse_sub_qa("I could not write questions.")
-
-
-def test_parse_counterfactual():
-    js = '{"counterfactual_answer": "ibuprofen", "document": "Ibuprofen irreversibly inhibits COX-1."}'
-    assert G.parse_counterfactual(js) == {"document": "Ibuprofen irreversibly inhibits COX-1.",
-                                          "counterfactual_answer": "ibuprofen"}
-    plain = "Counterfactual answer: ibuprofen\nDocument: Ibuprofen irreversibly inhibits COX-1."
-    assert G.parse_counterfactual(plain)["document"] == "Ibuprofen irreversibly inhibits COX-1."
-    assert G.parse_counterfactual("Ibuprofen inhibits COX-1.")["document"] == "Ibuprofen inhibits COX-1."
-    with pytest.raises(ValueError):
-        G.parse_counterfactual('{"counterfactual_answer": "x"}')
-
-
-@pytest.mark.parametrize(
-    "text, expected",
-    [("SCORE: 1", 1.0), ("**Score:** 0.5", 0.5), ("score = 0", 0.0), ('{"score": 0.5}', 0.5), ("1", 1.0),
-     ("The prediction is partially correct.", 0.5), ("Incorrect.", 0.0), ("Correct", 1.0), ("SCORE: 1/2", 0.5)],
-)
-def test_parse_judge(text, expected):
-    assert G.parse_judge(text) == expected
-
-
-@pytest.mark.parametrize("text", ["SCORE: 0.7", "no idea", '{"score": 3}'])
-def test_parse_judge_unreadable(text):
-    with pytest.raises(ValueError):
-        G.parse_judge(text)
-
-
-def test_split_exact_and_insufficient():
-    assert G.split_exact("Aspirin helps [1].\nEXACT: yes") == ("Aspirin helps [1].", "EXACT: yes")
-    assert G.split_exact("Aspirin helps [1].") == ("Aspirin helps [1].", None)
-    assert G.is_insufficient("Insufficient information: the sources do not cover dosing.")
-    assert G.is_insufficient("The sources do not say; insufficient information.")
-    long_answer = "Aspirin reduces fever [1]. " * 5 + "Source [2] gives insufficient information on dosing."
-    assert not G.is_insufficient(long_answer)
 
 
 # ---------------------------------------------------------------------------
@@ -321,85 +91,6 @@ def test_write_bioasq_submission_duplicate_ids(tmp_path):
     a = {"id": "q", "type": "summary", "ideal_answer": "x"}
     with pytest.raises(ValueError, match="twice"):
         G.write_bioasq_submission([a, a], tmp_path / "s.json")
-
-
-# ---------------------------------------------------------------------------
-# Citation verification
-
-SOURCES = [
-    "Baloxavir marboxil was approved by the FDA in 2018 for acute uncomplicated influenza in patients aged 12 "
-    "years and older.",
-    {"title": "Mechanism", "text": "Baloxavir inhibits the cap-dependent endonuclease of the influenza polymerase."},
-    "Oseltamivir is a neuraminidase inhibitor used for influenza treatment and prophylaxis.",
-]
-
-
-def test_verify_citations_supported_unsupported_and_out_of_range():
-    answer = (
-        "Baloxavir was approved by the FDA in 2018 for uncomplicated influenza [1]. "
-        "It inhibits the cap-dependent endonuclease [2]. "
-        "Baloxavir and oseltamivir both treat influenza by different mechanisms [2][3]. "
-        "Baloxavir causes severe liver failure in children [1]. "
-        "It is also approved for COVID-19 [7]. "
-        "Patients should take it with milk."
-    )
-    cites = G.verify_citations(answer, SOURCES)
-    assert [c.sources for c in cites] == [[1], [2], [2, 3], [1], [7], []]
-    assert [c.supported for c in cites] == [True, True, True, False, False, False]
-    assert cites[0].support_score >= G.SUPPORT_THRESHOLD
-    assert cites[3].support_score < G.SUPPORT_THRESHOLD and "liver" in cites[3].reason
-    assert cites[4].invalid_sources == [7] and "only 3 sources" in cites[4].reason
-    assert cites[5].reason == "no citation"
-
-
-def test_verify_citations_marker_forms_and_sentence_splitting():
-    answer = ("Baloxavir, e.g. as Xofluza, was approved in 2018. [1] "
-              "Both [1] and [2] report that baloxavir inhibits influenza [1, 2]. "
-              "It targets the endonuclease [1-2].")
-    cites = G.verify_citations(answer, SOURCES)
-    assert len(cites) == 3
-    assert cites[0].sentence.startswith("Baloxavir, e.g. as Xofluza") and cites[0].sources == [1]
-    assert cites[1].sources == [1, 2] and cites[1].supported  # "report" is not counted as a claim word
-    assert cites[2].sources == [1, 2] and cites[2].supported
-
-
-def test_verify_citations_threshold_and_options():
-    answer = "Baloxavir treats influenza in hospitals [1]."
-    strict = G.verify_citations(answer, SOURCES, threshold=1.0)
-    lax = G.verify_citations(answer, SOURCES, threshold=0.3)
-    assert not strict[0].supported and lax[0].supported
-    assert G.verify_citations("Insufficient information about dosing.", SOURCES) == []
-    assert G.verify_citations("An uncited claim.", SOURCES, require_citations=False) == []
-    with pytest.raises(ValueError, match="threshold"):
-        G.verify_citations(answer, SOURCES, threshold=2)
-    with pytest.raises(TypeError):
-        G.verify_citations(None, SOURCES)
-
-
-class _KeywordEncoder:
-    """Deterministic bag-of-concepts encoder: paraphrases of the same concept map to the same axis."""
-
-    AXES = [("flu", "influenza", "grippe"), ("approved", "licensed", "authorised", "authorized"),
-            ("liver", "hepatic"), ("baloxavir", "xofluza")]
-
-    def encode(self, texts):
-        out = np.zeros((len(texts), len(self.AXES)), dtype=np.float32)
-        for i, t in enumerate(texts):
-            low = t.lower()
-            for j, words in enumerate(self.AXES):
-                out[i, j] = sum(low.count(w) for w in words)
-        return out
-
-
-def test_verify_citations_semantic_score_rescues_paraphrase():
-    answer = "Xofluza is licensed against the grippe [1]."
-    lexical = G.verify_citations(answer, SOURCES)
-    semantic = G.verify_citations(answer, SOURCES, encoder=_KeywordEncoder())
-    assert not lexical[0].supported
-    assert semantic[0].supported and semantic[0].support_score >= G.SEMANTIC_THRESHOLD
-    assert "cosine" in semantic[0].reason
-    off_topic = G.verify_citations("Hepatic damage is common [1].", SOURCES, encoder=_KeywordEncoder())
-    assert not off_topic[0].supported
 
 
 # ---------------------------------------------------------------------------
@@ -534,6 +225,17 @@ def test_answerer_bioasq_and_answer_only_modes():
     assert bio.citations == [] and "up to 5" in first
     assert plain.text == "Baloxavir." and plain.citations == [] and plain.exact_answer is None
     assert "without citations" in second
+
+
+def test_answerer_bioasq_exact_answer_wins_over_hedging():
+    retriever = FakeRetriever(_result(EVIDENCE))
+    reply = "EXACT: no\nIDEAL: There is insufficient information to say it is approved."
+    with FakeLLMServer(scripted([reply, "Insufficient information."])) as srv, OpenAIBackend(srv.base_url, "m") as b:
+        answerer = G.Answerer(retriever, b, mode="bioasq")
+        first = answerer.answer("Is it approved?", qtype="yesno")
+        second = answerer.answer("Is it approved?", qtype="yesno")
+    assert first.exact_answer == "no" and not first.abstained
+    assert second.abstained and second.exact_answer is None and second.error is None
 
 
 def test_answerer_unreadable_bioasq_reply_is_reported():
