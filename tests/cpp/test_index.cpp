@@ -1,0 +1,239 @@
+// HNSW and FlatIndex: recall against brute force, labels, deletions, the
+// file format's round trip and its rejection of damaged files. These also run
+// under ASan/UBSan in CI, so they keep sizes small.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <set>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "index/file_format.h"
+#include "index/flat.h"
+#include "index/hnsw.h"
+
+using namespace medretrieve::index;
+
+namespace {
+
+// Clustered data with a shared offset, like embeddings; the cluster centres
+// are the same for every seed so queries come from the data's distribution.
+std::vector<float> random_rows(size_t n, size_t dim, uint32_t seed) {
+  std::mt19937 crng(12345), rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> centres(8 * dim), out(n * dim);
+  for (float& c : centres) c = nd(crng);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < dim; ++j) out[i * dim + j] = 0.5f + centres[(i % 8) * dim + j] + 0.6f * nd(rng);
+  return out;
+}
+
+// Brute-force top-k ids under the space's similarity.
+std::vector<std::vector<int64_t>> brute(const std::vector<float>& x, size_t n, const std::vector<float>& q, size_t nq,
+                                        size_t dim, size_t k, Space space) {
+  std::vector<std::vector<int64_t>> out(nq);
+  for (size_t i = 0; i < nq; ++i) {
+    std::vector<std::pair<double, int64_t>> s;
+    for (size_t j = 0; j < n; ++j) {
+      double v = 0, nq2 = 0, nx2 = 0;
+      for (size_t d = 0; d < dim; ++d) {
+        const double a = q[i * dim + d], b = x[j * dim + d];
+        v += space == Space::L2 ? -(a - b) * (a - b) : a * b;
+        nq2 += a * a;
+        nx2 += b * b;
+      }
+      if (space == Space::Cosine) v /= std::sqrt(nq2 * nx2);
+      s.emplace_back(-v, int64_t(j));
+    }
+    std::partial_sort(s.begin(), s.begin() + k, s.end());
+    for (size_t t = 0; t < k; ++t) out[i].push_back(s[t].second);
+  }
+  return out;
+}
+
+double recall(const std::vector<int64_t>& ids, const std::vector<std::vector<int64_t>>& truth, size_t k) {
+  size_t hit = 0;
+  for (size_t i = 0; i < truth.size(); ++i) {
+    std::set<int64_t> t(truth[i].begin(), truth[i].end());
+    for (size_t j = 0; j < k; ++j) hit += t.count(ids[i * k + j]);
+  }
+  return double(hit) / double(truth.size() * k);
+}
+
+std::string temp_path(const char* name) { return "/tmp/medretrieve_test_" + std::to_string(::getpid()) + "_" + name; }
+
+HnswParams params(Space s, DType d, size_t dim, size_t n) {
+  HnswParams p;
+  p.space = s;
+  p.dtype = d;
+  p.dim = dim;
+  p.max_elements = n;
+  p.M = 12;
+  p.ef_construction = 80;
+  return p;
+}
+
+}  // namespace
+
+TEST(Hnsw, RecallAgainstBruteForceEverySpaceAndDtype) {
+  const size_t n = 1500, nq = 30, dim = 24, k = 10;
+  const auto x = random_rows(n, dim, 1), q = random_rows(nq, dim, 2);
+  for (Space s : {Space::L2, Space::IP, Space::Cosine}) {
+    const auto truth = brute(x, n, q, nq, dim, k, s);
+    for (DType d : {DType::Float32, DType::Int8}) {
+      Hnsw h(params(s, d, dim, n));
+      h.add(x.data(), n, nullptr, nullptr, 2, false, false);
+      std::vector<int64_t> ids(nq * k);
+      std::vector<float> sc(nq * k);
+      const size_t ef = 100;
+      h.search(q.data(), nq, k, &ef, 1, nullptr, nullptr, 1, ids.data(), sc.data());
+      const double r = recall(ids, truth, k);
+      EXPECT_GE(r, d == DType::Float32 ? 0.97 : 0.9) << space_name(s) << " " << dtype_name(d);
+      for (size_t i = 0; i < nq; ++i)
+        for (size_t j = 1; j < k; ++j) EXPECT_GE(sc[i * k + j - 1], sc[i * k + j]);  // best first
+    }
+  }
+}
+
+TEST(Hnsw, LabelsRestrictResultsExactlyAndDeletedNeverReturned) {
+  const size_t n = 800, dim = 16, k = 5;
+  const auto x = random_rows(n, dim, 3);
+  Hnsw h(params(Space::L2, DType::Int8, dim, n));
+  std::vector<std::vector<uint32_t>> labels(n);
+  for (size_t i = 0; i < n; ++i) labels[i] = {uint32_t(i % 10), uint32_t(1000 + i % 3)};
+  h.add(x.data(), n, nullptr, &labels, 2, false, false);
+  for (uint32_t lab : {4u, 1001u}) {
+    LabelQuery lq = LabelQuery::make({lab});
+    std::vector<int64_t> ids(k);
+    std::vector<float> sc(k);
+    h.search(x.data(), 1, k, nullptr, 0, &lq, nullptr, 1, ids.data(), sc.data());
+    for (int64_t id : ids) {
+      ASSERT_GE(id, 0);
+      EXPECT_TRUE(lab < 1000 ? id % 10 == lab : id % 3 == lab - 1000) << id;
+    }
+  }
+  // Exact fallback and graph path agree with brute force on the allowed subset.
+  for (double factor : {0.0, 1e9}) {
+    h.set_filter_exact_factor(factor);
+    LabelQuery lq = LabelQuery::make({7});
+    std::vector<int64_t> ids(k);
+    std::vector<float> sc(k);
+    const size_t ef = 200;
+    h.search(x.data() + 7 * dim, 1, k, &ef, 1, &lq, nullptr, 1, ids.data(), sc.data());
+    EXPECT_EQ(ids[0], 7);
+  }
+  h.mark_deleted(7);
+  EXPECT_THROW(h.mark_deleted(7), std::runtime_error);
+  std::vector<int64_t> ids(k);
+  std::vector<float> sc(k);
+  h.search(x.data() + 7 * dim, 1, k, nullptr, 0, nullptr, nullptr, 1, ids.data(), sc.data());
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 7), 0);
+  h.unmark_deleted(7);
+  h.search(x.data() + 7 * dim, 1, k, nullptr, 0, nullptr, nullptr, 1, ids.data(), sc.data());
+  EXPECT_EQ(ids[0], 7);
+}
+
+TEST(Hnsw, CapacityDuplicatesAndPadding) {
+  const size_t dim = 8;
+  const auto x = random_rows(20, dim, 4);
+  Hnsw h(params(Space::IP, DType::Float32, dim, 10));
+  EXPECT_THROW(h.add(x.data(), 20, nullptr, nullptr, 1, false, false), std::runtime_error);
+  EXPECT_EQ(h.count(), 0u);
+  h.add(x.data(), 3, nullptr, nullptr, 1, false, false);
+  const uint64_t dup = 1;
+  EXPECT_THROW(h.add(x.data(), 1, &dup, nullptr, 1, false, false), std::invalid_argument);
+  std::vector<int64_t> ids(5);
+  std::vector<float> sc(5);
+  h.search(x.data(), 1, 5, nullptr, 0, nullptr, nullptr, 1, ids.data(), sc.data());
+  EXPECT_EQ(ids[3], -1);
+  EXPECT_EQ(ids[4], -1);
+}
+
+TEST(Hnsw, SaveLoadRoundTripAndMmap) {
+  const size_t n = 600, dim = 16, k = 8;
+  const auto x = random_rows(n, dim, 5);
+  HnswParams p = params(Space::Cosine, DType::Int8, dim, n);
+  p.keep_float = true;
+  Hnsw h(p);
+  std::vector<std::vector<uint32_t>> labels(n);
+  for (size_t i = 0; i < n; ++i) labels[i] = {uint32_t(i % 5), uint32_t(70 + i % 2)};
+  h.add(x.data(), n, nullptr, &labels, 2, false, false);
+  h.mark_deleted(3);
+  const std::string path = temp_path("roundtrip.idx");
+  h.save(path);
+  std::vector<int64_t> a(10 * k), b(10 * k);
+  std::vector<float> sa(10 * k), sb(10 * k);
+  LabelQuery lq = LabelQuery::make({71});
+  h.search(x.data(), 10, k, nullptr, 0, &lq, nullptr, 1, a.data(), sa.data());
+  for (bool mmap : {false, true}) {
+    auto g = Hnsw::load(path, mmap);
+    EXPECT_EQ(g->count(), n);
+    EXPECT_EQ(g->deleted_count(), 1u);
+    EXPECT_EQ(g->read_only(), mmap);
+    g->search(x.data(), 10, k, nullptr, 0, &lq, nullptr, 1, b.data(), sb.data());
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(sa, sb);
+    if (mmap) {
+      EXPECT_THROW(g->add(x.data(), 1, nullptr, nullptr, 1, false, false), std::runtime_error);
+    }
+  }
+  std::remove(path.c_str());
+}
+
+TEST(FileFormat, RejectsTruncatedCorruptForeignAndNewerFiles) {
+  const size_t n = 200, dim = 8;
+  const auto x = random_rows(n, dim, 6);
+  Hnsw h(params(Space::L2, DType::Int8, dim, n));
+  h.add(x.data(), n, nullptr, nullptr, 1, false, false);
+  const std::vector<char> good = h.to_bytes();
+  ASSERT_NO_THROW(Hnsw::from_bytes(good.data(), good.size()));
+  // Truncations at many points, including inside the header.
+  for (size_t cut : {size_t(0), size_t(4), size_t(30), good.size() / 2, good.size() - 1})
+    EXPECT_THROW(Hnsw::from_bytes(good.data(), cut), std::invalid_argument) << cut;
+  // A flipped byte anywhere fails the checksum (or an earlier check).
+  for (size_t pos : {size_t(40), good.size() / 3, good.size() - 20}) {
+    std::vector<char> bad = good;
+    bad[pos] ^= 0x5a;
+    EXPECT_THROW(Hnsw::from_bytes(bad.data(), bad.size()), std::invalid_argument) << pos;
+  }
+  std::vector<char> foreign = good;
+  foreign[0] = 'X';
+  EXPECT_THROW(Hnsw::from_bytes(foreign.data(), foreign.size()), std::invalid_argument);
+  std::vector<char> newer = good;
+  newer[8] = 99;  // version field
+  try {
+    Hnsw::from_bytes(newer.data(), newer.size());
+    FAIL() << "newer version accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("newer"), std::string::npos);
+  }
+  EXPECT_THROW(FlatIndex::from_bytes(good.data(), good.size()), std::invalid_argument);  // wrong kind
+  EXPECT_THROW(Hnsw::load("/nonexistent/medretrieve.idx", false), std::runtime_error);
+}
+
+TEST(Flat, ExactMatchesBruteForceWithLabelsAndDeletions) {
+  const size_t n = 500, nq = 12, dim = 20, k = 7;
+  const auto x = random_rows(n, dim, 7), q = random_rows(nq, dim, 8);
+  const auto truth = brute(x, n, q, nq, dim, k, Space::IP);
+  FlatIndex f(Space::IP, DType::Float32, dim);
+  std::vector<std::vector<uint32_t>> labels(n);
+  for (size_t i = 0; i < n; ++i) labels[i] = {uint32_t(i % 4)};
+  f.add(x.data(), n, nullptr, &labels, 2);
+  std::vector<int64_t> ids(nq * k);
+  std::vector<float> sc(nq * k);
+  f.search(q.data(), nq, k, nullptr, nullptr, 2, ids.data(), sc.data());
+  EXPECT_DOUBLE_EQ(recall(ids, truth, k), 1.0);
+  LabelQuery lq = LabelQuery::make({2});
+  f.search(q.data(), nq, k, &lq, nullptr, 1, ids.data(), sc.data());
+  for (int64_t id : ids) EXPECT_EQ(id % 4, 2);
+  f.mark_deleted(uint64_t(truth[0][0]));
+  f.search(q.data(), 1, k, nullptr, nullptr, 1, ids.data(), sc.data());
+  EXPECT_NE(ids[0], truth[0][0]);
+  const std::vector<char> bytes = f.to_bytes();
+  auto g = FlatIndex::from_bytes(bytes.data(), bytes.size());
+  EXPECT_EQ(g->size(), n - 1);
+}

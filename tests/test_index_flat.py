@@ -1,0 +1,77 @@
+"""medretrieve.FlatIndex: exact search (float32 / int8), labels, deletions, persistence, errors."""
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+import medretrieve
+from index_data import embedding_like, exact_topk, recall
+
+DIM = 24
+
+
+@pytest.mark.parametrize("space", ["l2", "ip", "cosine"])
+def test_float32_flat_is_exact(space: str) -> None:
+    x = embedding_like(700, DIM, seed=1)
+    q = embedding_like(20, DIM, seed=2)
+    f = medretrieve.FlatIndex(space, DIM)
+    f.add(x)
+    ids, scores = f.search(q, 10, num_threads=2)
+    np.testing.assert_array_equal(ids, exact_topk(x, q, 10, space))
+    assert ids.dtype == np.int64 and scores.dtype == np.float32 and len(f) == 700
+
+
+def test_int8_flat_recall_and_labels_and_deletions() -> None:
+    x = embedding_like(1000, DIM, seed=3)
+    q = embedding_like(30, DIM, seed=4)
+    f = medretrieve.FlatIndex("ip", DIM, dtype="int8")
+    f.add(x, labels=np.arange(1000) % 10)
+    assert recall(f.search(q, 10)[0], exact_topk(x, q, 10, "ip")) >= 0.9
+    ids, _ = f.search(q, 10, labels=[4])
+    assert (ids % 10 == 4).all()
+    top = f.search(q[:1], 1)[0][0, 0]
+    f.mark_deleted(int(top))
+    assert f.search(q[:1], 1)[0][0, 0] != top
+    assert len(f) == 999
+    with pytest.raises(ValueError, match="already exists"):
+        f.add(x[:1], ids=[0])
+    ids, scores = f.search(q[:1], 5, filter=lambda i: i < 3)
+    assert set(ids[0, :3].tolist()) <= {0, 1, 2} and (ids[0, 3:] == -1).all() and np.isneginf(scores[0, 3:]).all()
+
+
+def test_flat_persistence_and_pickle(tmp_path) -> None:
+    x = embedding_like(200, DIM, seed=5)
+    f = medretrieve.FlatIndex("l2", DIM, dtype="int8")
+    f.add(x, ids=np.arange(1000, 1200), labels=[[i % 2, 100 + i % 3] for i in range(200)])
+    want = f.search(x[:5], 4, labels=[101])
+    path = tmp_path / "flat.idx"
+    f.save(path)
+    for g in (medretrieve.FlatIndex.load(path), medretrieve.FlatIndex.load(path, mmap=True), pickle.loads(pickle.dumps(f))):
+        got = g.search(x[:5], 4, labels=[101])
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        assert (g.space, g.dim, g.dtype) == ("l2", DIM, "int8")
+    with pytest.raises(RuntimeError, match="read-only"):
+        medretrieve.FlatIndex.load(path, mmap=True).add(x[:1], ids=[5])
+    with pytest.raises(ValueError, match="not a FlatIndex|holds an HNSW"):
+        idx = medretrieve.Index("l2", DIM)
+        idx.init_index(10)
+        idx.add(x[:3])
+        idx.save(tmp_path / "hnsw.idx")
+        medretrieve.FlatIndex.load(tmp_path / "hnsw.idx")
+
+
+def test_flat_device_and_errors() -> None:
+    with pytest.raises(RuntimeError, match="cuda"):
+        medretrieve.FlatIndex("ip", DIM, device="cuda")
+    with pytest.raises(ValueError):
+        medretrieve.FlatIndex("ip", DIM, device="tpu")
+    f = medretrieve.FlatIndex("ip", DIM)
+    ids, _ = f.search(np.ones(DIM), 3)  # empty index: padded
+    assert (ids == -1).all()
+    with pytest.raises(ValueError):
+        f.add(np.ones((2, DIM + 1)))
+    with pytest.raises(ValueError):
+        f.search(np.ones(DIM), 0)
