@@ -113,6 +113,9 @@ class _Server(ThreadingHTTPServer):
 
 class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes: without TCP_NODELAY, Nagle + delayed ACK
+    # add ~40 ms to every reply on loopback.
+    disable_nagle_algorithm = True
     server: _Server
 
     def log_message(self, fmt: str, *args: Any) -> None:  # keep test output quiet

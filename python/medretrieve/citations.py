@@ -151,7 +151,9 @@ def verify_citations(
     content words (stemmed, stopwords and source-describing words removed)
     occur in the union of the cited sources, or (b) an ``encoder`` (``.encode(list[str])
     -> [n, dim]`` or a callable) is given and the cosine similarity to the
-    best cited source is at least ``semantic_threshold``. Sentences without a
+    best cited source is at least ``semantic_threshold`` (computed only for
+    sentences that fail (a), so ``support_score`` is the lexical score for the
+    others). Sentences without a
     citation are returned unsupported ("no citation") when ``require_citations``,
     except ones that say "insufficient information"; otherwise they are skipped.
     """
@@ -196,13 +198,17 @@ def verify_citations(
             missing = sorted(terms - union)[:8]
             reason += f"; not in the source: {', '.join(missing)}"
         results.append(Citation(sentence, cited, ok, score, reason))
-        if encoder is not None:
+        if encoder is not None and not ok:
             pending_semantic.append((len(results) - 1, cited))
     if encoder is not None and pending_semantic:
+        # Only sentences that failed the lexical test, and only the sources they cite,
+        # are encoded: the encoder costs ~1000x the lexical check (bench/RESULTS.md).
+        needed = sorted({n for _, cited in pending_semantic for n in cited})
+        row_of = {n: r for r, n in enumerate(needed)}
         sent_vecs = _encode(encoder, [_CITE_RE.sub(" ", results[i].sentence) for i, _ in pending_semantic])
-        src_vecs = _encode(encoder, texts)
+        src_vecs = _encode(encoder, [texts[n - 1] for n in needed])
         for row, (i, cited) in enumerate(pending_semantic):
-            sim = max(float(sent_vecs[row] @ src_vecs[n - 1]) for n in cited)
+            sim = max(float(sent_vecs[row] @ src_vecs[row_of[n]]) for n in cited)
             c = results[i]
             c.reason += f"; cosine {sim:.2f} ({'>=' if sim >= semantic_threshold else '<'} {semantic_threshold:.2f})"
             c.support_score = max(c.support_score, sim)
