@@ -327,7 +327,13 @@ def test_default_model_missing_package_is_explained(monkeypatch):
         default_model_dir()
 
 
-def test_default_model_ranks_paraphrases_first(default_dir):
+def test_default_model_ranks_paraphrases_first(default_dir, monkeypatch):
+    import socket
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("an encoder tried to reach the network")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
     q = QueryEncoder.from_dir(default_dir, threads=2)
     a = ArticleEncoder.from_dir(default_dir, threads=2)
     v = q.encode_query("What causes high blood pressure?")
@@ -381,3 +387,13 @@ def test_default_int8_model_agrees_with_fp32_export(minilm_fp32, default_dir):
     # Same ranking: for each paraphrase anchor, the order of all other texts by similarity.
     for i in range(0, 6, 2):
         assert np.argsort(-(fp32 @ fp32[i]))[:2].tolist() == np.argsort(-(int8 @ int8[i]))[:2].tolist()
+
+
+def test_encoders_do_not_import_torch():
+    """torch/transformers are export-time extras, never loaded by the run-time encoders."""
+    import subprocess
+    import sys
+
+    code = ("import sys, medretrieve.encoders as e; "
+            "assert not {'torch', 'transformers'} & set(sys.modules), sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -127,7 +127,16 @@ def _load_torch_model(model_dir: Union[str, Path], kind: str, local: bool):
 
     cls = AutoModelForSequenceClassification if kind == "cross" else AutoModel
     # Eager attention: plain MatMul/Softmax ops that every ONNX Runtime provider runs and fuses.
-    model = cls.from_pretrained(model_dir, attn_implementation="eager", local_files_only=local)
+    from transformers.utils import logging as hf_logging
+
+    # No per-tensor "Loading weights" bars in CLI output; restored after.
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model = cls.from_pretrained(model_dir, attn_implementation="eager", local_files_only=local)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     model.eval()
     if kind == "cross" and getattr(model.config, "num_labels", 1) != 1:
         raise ValueError(f"a cross-encoder must output one logit (num_labels=1); {model_dir} has "
@@ -237,11 +246,19 @@ def _fidelity(kind: str, ref: np.ndarray, got: np.ndarray, mask: np.ndarray, poo
 
 
 def _quantize_int8(src: Path, dst: Path) -> None:
+    import logging
+
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     # Per-tensor weight scales: ORT's CPU MatMulInteger kernels are fastest with them, and on
     # encoder weights the fidelity (recorded in the manifest) stays high.
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=False)
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # quantize_dynamic logs a generic "consider pre-processing" hint
+    try:
+        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=False)
+    finally:
+        root.setLevel(level)
 
 
 def _convert_fp16(src: Path, dst: Path) -> None:
@@ -425,7 +442,8 @@ def _publish(work: Path, out_dir: Path) -> None:
 def add_cli(subparsers) -> None:
     """Register ``medretrieve export-onnx``."""
     p = subparsers.add_parser("export-onnx", help="export a Hugging Face encoder to an ONNX model directory",
-                              description=__doc__.split("\n\n")[0])
+                              description="Export a Hugging Face encoder (local directory) to an ONNX model directory "
+                              "with a medretrieve.json manifest, checked against torch.")
     p.add_argument("source", metavar="SOURCE_DIR", help="local Hugging Face model directory (or a hub id)")
     p.add_argument("out_dir", metavar="OUT_DIR", help="directory to create")
     p.add_argument("--kind", required=True, choices=KINDS)
