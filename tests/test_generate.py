@@ -158,7 +158,7 @@ def test_answerer_cite_mode_end_to_end():
     assert "EXACT" not in ans.text and ans.text.startswith("Baloxavir was approved")
     assert [c.supported for c in ans.citations] == [True, True, False]
     assert ans.unsupported[0].sentence == "Baloxavir cures cancer [1]."
-    assert ans.evidence == EVIDENCE
+    assert ans.evidence == EVIDENCE and ans.sources_used == 3 and ans.notes == []
     assert set(ans.timings) == {"retrieve", "generate", "verify", "total"}
     assert ans.timings["total"] >= ans.timings["generate"]
     assert retriever.calls[0]["k"] == 3 and 0 < retriever.calls[0]["deadline_ms"] <= 300
@@ -202,6 +202,24 @@ def test_answerer_reports_llm_failure_instead_of_raising():
             ans = G.Answerer(retriever, backend).answer("q?")
     assert ans.error.startswith("LLMUnavailable") and "CUDA out of memory" in ans.error
     assert ans.text == "" and not ans.abstained and ans.evidence == EVIDENCE
+
+
+def test_answerer_shrinks_sources_when_context_overflows():
+    many = EVIDENCE + [_hit(i, f"Filler passage number {i} about statins.", 0.1) for i in range(3, 8)]
+    retriever = FakeRetriever(_result(many))
+    overflow = (400, error_reply("This model's maximum context length is 2048 tokens", code="context_length_exceeded"), 0.0)
+
+    def handler(req):  # fits only with at most 2 sources
+        return overflow if "[3]" in req["messages"][1]["content"] else "Baloxavir was approved in 2018 [1]."
+
+    with FakeLLMServer(handler) as srv, OpenAIBackend(srv.base_url, "m") as backend:
+        ans = G.Answerer(retriever, backend).answer("Is baloxavir approved?")
+        assert len(srv.requests) == 3  # 8 -> 4 -> 2 sources
+        strict = G.Answerer(retriever, backend, shrink_on_overflow=False).answer("Is baloxavir approved?")
+    assert ans.error is None and ans.sources_used == 2 and len(ans.evidence) == 8
+    assert len(ans.notes) == 2 and "8 sources overflowed" in ans.notes[0]
+    assert ans.citations[0].supported
+    assert strict.error.startswith("LLMContextTooLong") and strict.sources_used == 8
 
 
 def test_answerer_deadline_reaches_backend():

@@ -222,7 +222,10 @@ class Answer:
     information" when abstaining); ``exact_answer`` is shaped as by
     :func:`parse_bioasq` (None when not asked for or not given);
     ``timings`` are ms for ``retrieve``, ``generate``, ``verify``, ``total``;
-    ``error`` holds the LLM failure message (the pipeline does not raise it).
+    ``error`` holds the LLM failure message (the pipeline does not raise it);
+    ``sources_used`` is how many of the ``evidence`` hits (the first ones) were
+    in the prompt -- fewer than all when the context overflowed and the
+    Answerer retried with fewer -- and ``notes`` says what was adapted.
     """
 
     question: str
@@ -237,6 +240,8 @@ class Answer:
     qtype: Optional[str] = None
     mode: str = "cite"
     raw: str = ""
+    sources_used: int = 0
+    notes: list[str] = field(default_factory=list)
 
     @property
     def unsupported(self) -> list[Citation]:
@@ -279,7 +284,9 @@ class Answerer:
     for comparison) or ``"bioasq"`` (BioASQ Phase A+ exact + ideal answer).
     ``retrieve_deadline_ms`` is the retrieval budget (ms), capped by what is
     left of the call's ``deadline_ms``; ``max_source_chars`` trims each source
-    in the prompt (chars) so small context windows fit.
+    in the prompt (chars) so small context windows fit; when the prompt still
+    overflows the model's context (:class:`~medretrieve.llm.LLMContextTooLong`)
+    and ``shrink_on_overflow``, the top half of the sources is tried, down to one.
     """
 
     def __init__(
@@ -297,6 +304,7 @@ class Answerer:
         encoder: Any = None,
         support_threshold: float = SUPPORT_THRESHOLD,
         search_kwargs: Optional[dict] = None,
+        shrink_on_overflow: bool = True,
     ) -> None:
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
@@ -318,6 +326,7 @@ class Answerer:
         self.encoder = encoder
         self.support_threshold = support_threshold
         self.search_kwargs = dict(search_kwargs or {})
+        self.shrink_on_overflow = shrink_on_overflow
 
     def _messages(self, question: str, qtype: Optional[str], hits: list) -> list[dict]:
         if self.mode == "bioasq":
@@ -328,7 +337,7 @@ class Answerer:
         """Answer ``question``; ``qtype`` (yesno | factoid | list | summary) asks for an
         exact answer too (default: the retriever's ``query_type`` when it is one of those).
         ``deadline_ms`` caps the whole call (retrieval + generation)."""
-        from .llm import LLMError, LLMTimeout
+        from .llm import LLMContextTooLong, LLMError, LLMTimeout
 
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question must be a non-empty str")
@@ -355,23 +364,35 @@ class Answerer:
             ans.timings = clock.finish()
             return ans
 
-        messages = self._messages(question, qtype, hits)
+        used = hits
         with clock.stage("generate"):
-            try:
-                remaining = clock.remaining_ms()
-                if remaining <= 0:
-                    raise LLMTimeout(f"the deadline ({deadline_ms} ms) was used up by retrieval")
-                raw = self.backend.generate(
-                    messages, max_tokens=self.max_tokens, temperature=self.temperature,
-                    deadline_ms=None if math.isinf(remaining) else remaining,
-                )
-            except LLMError as exc:
-                ans.error = f"{type(exc).__name__}: {exc}"
-                ans.timings = clock.finish()
-                return ans
+            while True:
+                ans.sources_used = len(used)
+                try:
+                    remaining = clock.remaining_ms()
+                    if remaining <= 0:
+                        raise LLMTimeout(f"the deadline ({deadline_ms} ms) was used up before generation")
+                    raw = self.backend.generate(
+                        self._messages(question, qtype, used), max_tokens=self.max_tokens,
+                        temperature=self.temperature, deadline_ms=None if math.isinf(remaining) else remaining,
+                    )
+                    break
+                except LLMContextTooLong as exc:
+                    if not self.shrink_on_overflow or len(used) <= 1:
+                        ans.error = f"{type(exc).__name__}: {exc}"
+                        ans.timings = clock.finish()
+                        return ans
+                    # Keep the best-ranked half of the evidence and ask again.
+                    ans.notes.append(f"the prompt with {len(used)} sources overflowed the model's context; "
+                                     f"retried with the top {len(used) // 2}")
+                    used = used[: len(used) // 2]
+                except LLMError as exc:
+                    ans.error = f"{type(exc).__name__}: {exc}"
+                    ans.timings = clock.finish()
+                    return ans
         ans.raw = raw
         with clock.stage("verify"):
-            self._fill(ans, raw, qtype, hits)
+            self._fill(ans, raw, qtype, used)
         ans.timings = clock.finish()
         return ans
 
@@ -467,6 +488,8 @@ def _print_answer(ans: Answer) -> None:
         print(f"\nExact answer: {ans.exact_answer}")
     if ans.abstained:
         print(f"\nAbstained: {ans.abstain_reason}")
+    for note in ans.notes:
+        print(f"\nNote: {note}")
     if ans.evidence:
         print("\nSources:")
         for n, h in enumerate(ans.evidence, 1):
