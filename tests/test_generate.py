@@ -58,12 +58,14 @@ def test_write_bioasq_submission_shapes(tmp_path):
         {"id": "q3", "type": "list", "exact_answer": [["x", "x synonym"], "y"], "ideal_answer": "X and Y.",
          "documents": [f"http://www.ncbi.nlm.nih.gov/pubmed/{i}" for i in range(12)]},
         {"id": "q4", "type": "summary", "exact_answer": None, "ideal_answer": "A summary."},
+        {"id": "q5", "type": "yesno", "exact_answer": None, "ideal_answer": "insufficient information"},
     ]
     path = tmp_path / "submission.json"
     G.write_bioasq_submission(answers, path, system="medretrieve")
     doc = json.loads(path.read_text())
     assert doc["system"] == "medretrieve"
-    q1, q2, q3, q4 = doc["questions"]
+    q1, q2, q3, q4, q5 = doc["questions"]
+    assert q5 == {"id": "q5", "ideal_answer": "insufficient information"}
     assert q1 == {"id": "q1", "ideal_answer": "Yes, it is.", "exact_answer": "yes"}
     assert q2["exact_answer"] == [["a"], ["b"], ["c"], ["d"], ["e"]] and q2["ideal_answer"] == "A."
     assert q3["exact_answer"] == [["x", "x synonym"], ["y"]] and len(q3["documents"]) == 10

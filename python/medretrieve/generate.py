@@ -104,7 +104,9 @@ def _submission_entry(item: Any) -> dict:
         ideal = " ".join(str(x) for x in ideal)
     entry: dict = {"id": qid, "ideal_answer": str(ideal)}
     exact = _get(item, "exact_answer")
-    if qtype == "yesno":
+    if qtype == "yesno" and exact is None:
+        pass  # no answer (abstained or failed): the entry goes without exact_answer, scored as wrong
+    elif qtype == "yesno":
         if isinstance(exact, bool):
             exact = "yes" if exact else "no"
         if isinstance(exact, (list, tuple)) and len(exact) == 1:
@@ -137,7 +139,8 @@ def write_bioasq_submission(
     ``exact_answer``, ``ideal_answer`` and optionally ``documents``/``snippets``.
     Shapes: yesno ``"yes"``/``"no"``; factoid ``[[c1], [c2], ...]`` (at most 5,
     inner lists may hold synonyms); list ``[[e1], [e2], ...]`` (at most 100);
-    summary has no ``exact_answer``; ``ideal_answer`` is one string.
+    summary has no ``exact_answer``, nor has a yesno answer whose exact answer is
+    None (abstained / failed); ``ideal_answer`` is one string.
     """
     entries = [_submission_entry(a) for a in answers]
     seen: set = set()
