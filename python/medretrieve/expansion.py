@@ -184,6 +184,14 @@ class TrainingMemory:
         self._index = LexicalIndex()
         self._index.add([it.question for it in self.items], range(len(self.items)))
         self._snippet_tokens = [[tokenize(s) for s in it.snippets] for it in self.items]
+        # stem -> the surface word seen most often, so expansion variants read as words
+        self._surface: Dict[str, Counter] = {}
+        for it in self.items:
+            for s in it.snippets:
+                for w in re.findall(r"[^\W_]+(?:[-/][^\W_]+)*", s):
+                    st = tokenize(w)
+                    if len(st) == 1:
+                        self._surface.setdefault(st[0], Counter())[w.lower()] += 1
         df: Counter = Counter()
         n = 0
         for toks in self._snippet_tokens:
@@ -244,7 +252,11 @@ class TrainingMemory:
                 for t in set(toks):
                     if t not in qtoks and len(t) > 2:
                         score[t] += sim * self._idf.get(t, 0.0)
-        return [t for t, _ in score.most_common(n_terms)]
+        out = []
+        for t, _ in score.most_common(n_terms):
+            forms = self._surface.get(t)
+            out.append(forms.most_common(1)[0][0] if forms else t)
+        return out
 
 
 # ---------------------------------------------------------------- LLM synonyms

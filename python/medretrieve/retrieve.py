@@ -11,7 +11,7 @@
    index labels that falls back to the whole collection when it returns fewer
    than ``k`` chunks.
 4. ``bm25`` and ``fuse``: BM25 per variant, everything fused by RRF
-   (``medretrieve.rrf``; the question's own lists weigh 1, variants 0.5).
+   (``medretrieve.rrf``; every list weighs 1 by default: ``variant_weight``).
 5. ``rerank``: ``score = 0.45 rrf + 0.25 keyword + 0.10 title + 0.20 entity``
    without a cross-encoder, and
    ``score = 0.25 rrf + 0.40 ce + 0.15 keyword + 0.05 title + 0.15 entity``
@@ -32,6 +32,12 @@
    threshold are replaced, and only by better ones.
 8. ``prune``: near-duplicates removed (token Jaccard >= 0.8), optional
    per-document limit; :func:`prune` cuts further for prompts (2 snippets).
+
+Hits come in final order (after MMR and recovery). ``Hit.score`` is the
+relevance score of step 5 (the normalised RRF score when reranking is off; a
+recovered hit's score is its lexical relevance), ``Hit.scores`` holds every
+stage's value (``dense``, ``bm25``, ``rrf``, ``rerank``, ``cross_encoder``,
+``mmr``, ``recovery``). A Retriever keeps per-search state: use one per thread.
 """
 from __future__ import annotations
 
@@ -57,7 +63,7 @@ from .expansion import (
 )
 from .lexical import raw_tokens, tokenize
 
-__all__ = ["Hit", "StageInfo", "SearchResult", "Retriever", "classify_query", "prune"]
+__all__ = ["Hit", "StageInfo", "SearchResult", "Retriever", "classify_query", "prune", "format_result"]
 
 # intent -> section categories searched first
 ROUTES: Dict[str, Tuple[str, ...]] = {
@@ -217,7 +223,7 @@ class Retriever:
         *,
         candidates: int = 100,
         rrf_k: float = 60.0,
-        variant_weight: float = 0.5,
+        variant_weight: float = 1.0,
         ef_base: int = 64,
         ef_min: int = 32,
         ef_max: int = 256,
@@ -538,9 +544,11 @@ class Retriever:
             if row in mmr_scores:
                 sc["mmr"] = float(mmr_scores[row])
             if row in recovery.get("added_rows", ()):
-                sc["recovery"] = 1.0
-            hits.append(Hit(r.chunk_id, r.document_id, r.text, r.title, r.section,
-                            float(sc["mmr"] if "mmr" in sc else score_of.get(row, sc.get("rrf", 0.0))), sc,
+                sc["recovery"] = self._lexrel(q_terms, row)
+                score = sc["recovery"]
+            else:
+                score = score_of.get(row, sc.get("rrf", 0.0))
+            hits.append(Hit(r.chunk_id, r.document_id, r.text, r.title, r.section, float(score), sc,
                             dict(r.metadata), r.parent_id))
         recovery.pop("added_rows", None)
         timings = dl.finish()
@@ -554,6 +562,9 @@ class Retriever:
         base = fused_scores / max(float(fused_scores[0]), 1e-12) if len(fused_scores) else fused_scores
         if not enabled or not rows:
             stages.append(StageInfo("rerank", False, "disabled" if not enabled else "no candidates", 0.0))
+            return rows, base.tolist(), {}, 0, {}
+        if dl.expired():
+            stages.append(StageInfo("rerank", False, f"budget: deadline passed ({dl.remaining_ms():.1f} ms)", 0.0))
             return rows, base.tolist(), {}, 0, {}
         ce: Dict[int, float] = {}
         depth = 0
@@ -696,33 +707,50 @@ class Retriever:
         in_top = set(top)
         cand = [r for r in np.asarray(cand, dtype=np.int64).tolist() if r not in in_top]
         cand_rel = sorted(((self._lexrel(q_terms, r), r) for r in cand), key=lambda x: -x[0])
+        rows = self.collection.rows
         new_top = list(top)
         replaced = 0
-        added = []
-        # weakest current hits first; keep good ones
-        weak_pos = sorted((i for i, r in enumerate(new_top) if self._lexrel(q_terms, r) < self.weak_threshold),
-                          key=lambda i: self._lexrel(q_terms, new_top[i]))
-        ci = 0
-        for i in weak_pos:
-            while ci < len(cand_rel) and cand_rel[ci][1] in new_top:
-                ci += 1
-            if ci >= len(cand_rel):
-                break
-            rel, r = cand_rel[ci]
-            if rel > self._lexrel(q_terms, new_top[i]):
-                new_top[i] = r
-                added.append(r)
-                replaced += 1
-                ci += 1
-        if len(new_top) < k:
-            for rel, r in cand_rel[ci:]:
-                if len(new_top) >= k:
-                    break
-                if r not in new_top:
-                    new_top.append(r)
+        added: List[int] = []
+        few_articles = len({rows[r].document_id for r in top}) < min(self.min_articles, k)
+        # replaceable: hits below the relevance threshold (weakest first), then, when the hits come
+        # from too few articles, repeated hits of one article (last first). Good hits are kept.
+        rel_now = {r: self._lexrel(q_terms, r) for r in new_top}
+        low = sorted((i for i, r in enumerate(new_top) if rel_now[r] < self.weak_threshold),
+                     key=lambda i: rel_now[new_top[i]])
+        repeats: List[int] = []
+        if few_articles:
+            first_of: Dict[str, int] = {}
+            for i, r in enumerate(new_top):
+                first_of.setdefault(rows[r].document_id, i)
+            repeats = [i for i in reversed(range(len(new_top)))
+                       if first_of[rows[new_top[i]].document_id] != i and i not in low]
+        used: Set[int] = set(new_top)
+        for i in low + repeats:
+            old = new_top[i]
+            need_new_doc = i in repeats
+            docs_now = {rows[r].document_id for r in new_top}
+            for rel, r in cand_rel:
+                if r in used or any(_jaccard(self._row_tokens(r), self._row_tokens(o)) >= self.near_duplicate
+                                    for o in new_top):
+                    continue
+                if need_new_doc:
+                    ok = rows[r].document_id not in docs_now and rel >= rel_now[old]
+                else:
+                    ok = rel > rel_now[old]
+                if ok:
+                    new_top[i] = r
+                    used.add(r)
                     added.append(r)
                     replaced += 1
-        # keep the strongest first: good original hits keep their order, replacements by relevance
+                    break
+        for rel, r in cand_rel:  # fill up when the first pass returned fewer than k
+            if len(new_top) >= k:
+                break
+            if r not in used:
+                new_top.append(r)
+                used.add(r)
+                added.append(r)
+                replaced += 1
         note = (f"{len(texts)} recovery queries ({', '.join(terms) or 'relaxed terms only'}); "
                 f"{replaced} weak hits replaced")
         lex_before = float(np.mean([self._lexrel(q_terms, r) for r in top[:5]])) if top else 0.0
