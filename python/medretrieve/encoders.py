@@ -285,6 +285,19 @@ def pool(hidden: np.ndarray, attention_mask: np.ndarray, pooling: str, normalize
     return out.astype(np.float32, copy=False)
 
 
+def pad_batch(encodings: Sequence[Any], input_names: Sequence[str], pad_id: int = 0) -> Dict[str, np.ndarray]:
+    """Tokenizer encodings -> int64 [b, longest] graph inputs (right-padded), keyed by the graph's input names."""
+    b, s = len(encodings), max(len(e.ids) for e in encodings)
+    arrays = {"input_ids": np.full((b, s), pad_id, np.int64), "attention_mask": np.zeros((b, s), np.int64),
+              "token_type_ids": np.zeros((b, s), np.int64)}
+    for r, e in enumerate(encodings):
+        n = len(e.ids)
+        arrays["input_ids"][r, :n] = e.ids
+        arrays["attention_mask"][r, :n] = 1
+        arrays["token_type_ids"][r, :n] = e.type_ids
+    return {name: arrays[name] for name in input_names}
+
+
 def _check_text(text: Any, what: str) -> str:
     if not isinstance(text, str):
         raise TypeError(f"{what} must be a str, got {type(text).__name__}")
@@ -420,17 +433,7 @@ class _OnnxEncoder:
         return {name: bufs[name][:, :length] for name in self._input_names}
 
     def _batch_feed(self, encodings: Sequence[Any]) -> Dict[str, np.ndarray]:
-        b, s = len(encodings), max(len(e.ids) for e in encodings)
-        ids = np.full((b, s), self._manifest.pad_token_id, np.int64)
-        mask = np.zeros((b, s), np.int64)
-        types = np.zeros((b, s), np.int64)
-        for r, e in enumerate(encodings):
-            n = len(e.ids)
-            ids[r, :n] = e.ids
-            mask[r, :n] = 1
-            types[r, :n] = e.type_ids
-        arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-        return {name: arrays[name] for name in self._input_names}
+        return pad_batch(encodings, self._input_names, self._manifest.pad_token_id)
 
     def _run(self, feed: Dict[str, np.ndarray]) -> np.ndarray:
         return self._session.run([self._output_name], feed)[0]
@@ -658,6 +661,6 @@ def _assemble_default(tmp: Path, model: Path, expected_sha: str, version: str) -
 
 __all__ = [
     "QueryEncoder", "ArticleEncoder", "CrossEncoder", "EncoderManifest", "default_model_dir", "cache_dir",
-    "read_manifest", "write_manifest", "load_tokenizer", "make_session", "resolve_providers", "pool",
+    "read_manifest", "write_manifest", "load_tokenizer", "make_session", "resolve_providers", "pool", "pad_batch",
     "join_title", "file_sha256", "KINDS", "MANIFEST_NAME", "MODEL_NAME",
 ]

@@ -31,7 +31,7 @@ import numpy as np
 
 from .encoders import (
     DEFAULT_MAX_LENGTH, KINDS, MODEL_NAME, TOKENIZER_JSON, EncoderManifest, file_sha256, load_tokenizer,
-    pool, write_manifest,
+    pad_batch, pool, write_manifest,
 )
 
 PARITY_TOLERANCE = 1e-4
@@ -205,15 +205,7 @@ def _sample_inputs(kind: str) -> List[Any]:
 
 
 def _feed(tokenizer, inputs: List[Any], input_names: List[str], pad_id: int) -> Dict[str, np.ndarray]:
-    encodings = tokenizer.encode_batch(inputs)
-    b, s = len(encodings), max(len(e.ids) for e in encodings)
-    arrays = {"input_ids": np.full((b, s), pad_id, np.int64), "attention_mask": np.zeros((b, s), np.int64),
-              "token_type_ids": np.zeros((b, s), np.int64)}
-    for r, e in enumerate(encodings):
-        arrays["input_ids"][r, :len(e.ids)] = e.ids
-        arrays["attention_mask"][r, :len(e.ids)] = 1
-        arrays["token_type_ids"][r, :len(e.ids)] = e.type_ids
-    return {name: arrays[name] for name in input_names}
+    return pad_batch(tokenizer.encode_batch(inputs), input_names, pad_id)
 
 
 def _run_onnx(path: Path, feed: Dict[str, np.ndarray], output: str) -> np.ndarray:
@@ -320,8 +312,8 @@ def _hub_offline(active: bool) -> Iterator[None]:
 
 def _export(source: Union[str, Path], out_dir: Path, kind: str, pooling: Optional[str],
             normalize: Optional[bool], quantize: Optional[str], max_length: Optional[int], local: bool) -> Path:
+    source_path = Path(source).expanduser().resolve()
     if local:
-        source_path = Path(source).expanduser().resolve()
         st = sentence_transformers_settings(source_path)
         model_dir: Union[str, Path] = source_path / st.get("subdir", "")
     else:
@@ -366,7 +358,7 @@ def _export(source: Union[str, Path], out_dir: Path, kind: str, pooling: Optiona
             fp32.rename(final)
         write_manifest(work, EncoderManifest(
             kind=kind, pooling=pooling, normalize=normalize, max_length=max_length, dim=dim,
-            sha256=file_sha256(final), source=str(source), quantization=quantization,
+            sha256=file_sha256(final), source=str(source_path if local else source), quantization=quantization,
             parity={"max_abs_diff": diff, "tolerance": PARITY_TOLERANCE, "samples": len(_sample_inputs(kind)),
                     "opset": OPSET},
             fidelity=fidelity, input_names=input_names, output_name=output_name, pad_token_id=pad_id))
