@@ -1,0 +1,109 @@
+"""The optional CUDA back end: always importable; same results as the CPU path on a GPU.
+
+Without a GPU (or when built without CUDA) only the "not available" contract is
+checked; the comparisons run wherever ``cuda_available()`` is True.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import medretrieve
+from medretrieve import fusion, mmr, mmr_batch, rrf
+
+needs_gpu = pytest.mark.skipif(not medretrieve.cuda_available(), reason="no usable CUDA device")
+
+
+def test_package_imports_and_reports_availability() -> None:
+    ok = medretrieve.cuda_available()
+    assert isinstance(ok, bool)
+    if not ok:
+        assert fusion.cuda_unavailable_reason()  # says why
+    if not Path("/dev/nvidia0").exists():
+        assert ok is False  # no GPU device node on this machine
+
+
+@pytest.mark.skipif(medretrieve.cuda_available(), reason="a usable GPU is present")
+def test_device_cuda_raises_clear_runtime_error() -> None:
+    x = np.ones((4, 8), np.float32)
+    calls = [
+        lambda: mmr(np.ones(8), x, 2, device="cuda"),
+        lambda: mmr_batch([np.ones(8)], [x], 2, device="cuda"),
+        lambda: rrf([[1, 2], [2]], device="cuda"),
+        lambda: fusion.cuda_exact_search(x, x, 2),
+        lambda: medretrieve._core._cuda_device_summary(),
+    ]
+    for call in calls:
+        with pytest.raises(RuntimeError, match="CUDA is not available"):
+            call()
+
+
+def _reference_topk(q: np.ndarray, x: np.ndarray, k: int, metric: str):
+    q64, x64 = q.astype(np.float64), x.astype(np.float64)
+    if metric == "ip":
+        s = q64 @ x64.T
+    else:
+        s = -((q64[:, None, :] - x64[None, :, :]) ** 2).sum(-1)
+    rows = np.arange(x.shape[0])
+    ids = np.stack([np.lexsort((rows, -si))[:k] for si in s])
+    return ids, np.take_along_axis(s, ids, 1)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("metric", ["ip", "l2"])
+@pytest.mark.parametrize("nq,n,dim,k", [(1, 1, 3, 1), (5, 300, 33, 10), (70, 1000, 64, 100), (3, 20, 16, 50)])
+def test_cuda_exact_search_matches_numpy(dtype: str, metric: str, nq: int, n: int, dim: int, k: int) -> None:
+    rng = np.random.default_rng(nq + n + dim + k)
+    if dtype == "int8":
+        q = rng.integers(-127, 128, (nq, dim), dtype=np.int8)
+        x = rng.integers(-127, 128, (n, dim), dtype=np.int8)
+        qs = rng.uniform(0.5, 1.5, nq).astype(np.float32)
+        xs = rng.uniform(0.5, 1.5, n).astype(np.float32)
+        ids, scores = fusion.cuda_exact_search(q, x, k, metric, query_scales=qs, database_scales=xs)
+        qf, xf = q * qs[:, None].astype(np.float64), x * xs[:, None].astype(np.float64)
+    else:
+        qf = rng.standard_normal((nq, dim)).astype(np.float32)
+        xf = rng.standard_normal((n, dim)).astype(np.float32)
+        ids, scores = fusion.cuda_exact_search(qf, xf, k, metric)
+    want_ids, want_scores = _reference_topk(qf, xf, min(k, n), metric)
+    np.testing.assert_array_equal(ids[:, : min(k, n)], want_ids)
+    np.testing.assert_allclose(scores[:, : min(k, n)], want_scores, rtol=1e-4, atol=1e-4 * np.abs(want_scores).max())
+    if k > n:
+        assert (ids[:, n:] == -1).all() and np.isneginf(scores[:, n:]).all()
+
+
+@needs_gpu
+@pytest.mark.parametrize("metric", ["ip", "cosine", "l2"])
+def test_cuda_mmr_matches_cpu(metric: str) -> None:
+    rng = np.random.default_rng(4)
+    sizes = [1, 7, 200, 50]
+    cands = [rng.standard_normal((n, 96)).astype(np.float32) for n in sizes]
+    queries = [rng.standard_normal(96).astype(np.float32) for _ in sizes]
+    lambdas = [0.0, 0.3, 0.7, 1.0]
+    got = mmr_batch(queries, cands, 10, lambdas, metric=metric, device="cuda")
+    want = mmr_batch(queries, cands, 10, lambdas, metric=metric)
+    for (go, gs), (wo, ws) in zip(got, want):
+        np.testing.assert_array_equal(go, wo)
+        np.testing.assert_allclose(gs, ws, rtol=1e-4, atol=1e-4)
+    codes = [rng.integers(-127, 128, (n, 96), dtype=np.int8) for n in sizes]
+    scales = [rng.uniform(0.01, 0.02, n).astype(np.float32) for n in sizes]
+    got = mmr_batch(queries, codes, 10, 0.5, metric=metric, scales=scales, device="cuda")
+    want = mmr_batch(queries, codes, 10, 0.5, metric=metric, scales=scales)
+    for (go, gs), (wo, ws) in zip(got, want):
+        np.testing.assert_array_equal(go, wo)
+        np.testing.assert_allclose(gs, ws, rtol=1e-4, atol=1e-4)
+
+
+@needs_gpu
+def test_cuda_rrf_is_identical_to_cpu() -> None:
+    rng = np.random.default_rng(8)
+    for trial in range(5):
+        lists = [rng.integers(0, 500, int(rng.integers(0, 400))) for _ in range(int(rng.integers(1, 6)))]
+        weights = rng.uniform(0, 2, len(lists)) if trial % 2 else None
+        got = rrf(lists, weights=weights, top_n=None if trial < 3 else 25, device="cuda")
+        want = rrf(lists, weights=weights, top_n=None if trial < 3 else 25)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
