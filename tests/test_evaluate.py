@@ -123,7 +123,7 @@ def test_bioasq_answer_fn_through_the_fake_llm():
 def test_cli_eval_retrieval_writes_results(tmp_path, monkeypatch, capsys):
     from medretrieve.cli import main
 
-    monkeypatch.setattr(E, "open_search_fn", lambda collection, deadline_ms=None: plain_search)
+    monkeypatch.setattr(E, "open_search_fn", lambda collection, deadline_ms=None, options=None: plain_search)
     out = tmp_path / "out"
     rc = main(["eval", "retrieval", str(tmp_path / "coll"), "--bioasq", str(BIOASQ), "--out", str(out), "--no-progress"])
     assert rc == 0
@@ -148,7 +148,7 @@ def test_cli_eval_medrgb_tables_and_plots(tmp_path, monkeypatch):
 
     from medretrieve.cli import main
 
-    monkeypatch.setattr(E, "open_search_fn", lambda collection, deadline_ms=None: fake_search)
+    monkeypatch.setattr(E, "open_search_fn", lambda collection, deadline_ms=None, options=None: fake_search)
     # three questions whose text carries the q1..q3 markers fake_search and smart_llm read
     medqa = tmp_path / "medqa.jsonl"
     medqa.write_text("".join(
@@ -184,3 +184,52 @@ def test_medrgb_markdown_layout_rows_are_runs():
     table = md.split("### standard: accuracy")[1].split("###")[0]
     assert "| model / pipeline | MMLU-Med n=5 | PubMedQA* n=5 |" in table
     assert "| gpt | 0.500 | 0.250 |" in table and "| llama | 1.000 | – |" in table
+
+
+def test_cli_eval_retrieval_on_a_built_collection(tmp_path, capsys):
+    """End to end: build a tiny collection from the BioASQ fixture, evaluate it through the CLI."""
+    from encoder_fixtures import export_tiny
+
+    from medretrieve.cli import main
+    from medretrieve.collection import Collection
+
+    encoder = export_tiny(tmp_path, "symmetric")
+    Collection.build(BIOASQ, tmp_path / "coll", encoder=encoder, progress=False)
+    out = tmp_path / "out"
+    rc = main(["eval", "retrieval", str(tmp_path / "coll"), "--bioasq", str(BIOASQ), "--out", str(out),
+               "--deadline-ms", "0", "--no-progress"])
+    assert rc == 0, capsys.readouterr().err
+    data = json.loads((out / "results.json").read_text())
+    rows = {r["id"]: r for r in data["rows"]}
+    # the corpus holds the documents that have gold snippets: 111, 222 and 333
+    assert set(rows["q-yes"]["retrieved_documents"]) == {"111", "222", "333"}
+    assert rows["q-yes"]["document"]["recall"] == 1.0 and rows["q-fact"]["document"]["recall"] == 1.0
+    assert rows["q-list"]["document"]["recall"] == 0.0  # 444 has no text, so it is not in the corpus
+    assert data["document"]["count"] == 3 and data["snippet"]["count"] == 2
+    assert 0.0 < data["snippet"]["map"] <= 1.0
+
+
+def test_parse_search_options():
+    assert E.parse_search_options(["lexical=false", "per-document=2", "x=0.5", "y=none", "z=abc"]) == {
+        "lexical": False, "per_document": 2, "x": 0.5, "y": None, "z": "abc"}
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        E.parse_search_options(["lexical"])
+    with pytest.raises(ValueError, match="--k"):
+        E.parse_search_options(["k=3"])
+
+
+def test_retriever_search_fn_passes_options_and_deadline():
+    calls = []
+
+    class FakeRetriever:
+        def search(self, question, **kwargs):
+            calls.append(kwargs)
+
+            class R:
+                hits = ["h"]
+
+            return R()
+
+    assert E.retriever_search_fn(FakeRetriever(), options={"lexical": False})("q", 4) == ["h"]
+    E.retriever_search_fn(FakeRetriever(), None)("q", 2)
+    assert calls == [{"lexical": False, "k": 4}, {"k": 2, "deadline_ms": None}]

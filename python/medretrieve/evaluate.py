@@ -294,24 +294,71 @@ def _write_text(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def retriever_search_fn(retriever: Any, deadline_ms: Optional[float] = None) -> SearchFn:
-    """``search_fn(query, k) -> hits`` over a ``medretrieve.retrieve.Retriever``."""
+#: ``deadline_ms`` value meaning "use the retriever's own default deadline".
+RETRIEVER_DEFAULT: Any = object()
+
+
+def retriever_search_fn(retriever: Any, deadline_ms: Any = RETRIEVER_DEFAULT,
+                        options: Optional[Mapping[str, Any]] = None) -> SearchFn:
+    """``search_fn(query, k) -> hits`` over a ``medretrieve.retrieve.Retriever``.
+
+    ``deadline_ms``: per search (ms); None for no deadline; by default the
+    retriever's own default. ``options``: more ``Retriever.search`` keywords
+    (e.g. ``{"lexical": False}`` for a dense-only ablation).
+    """
 
     def search(query: str, k: int) -> Sequence[Any]:
-        kwargs: dict[str, Any] = {"k": k}
-        if deadline_ms is not None:
+        kwargs: dict[str, Any] = {**(options or {}), "k": k}
+        if deadline_ms is not RETRIEVER_DEFAULT:
             kwargs["deadline_ms"] = deadline_ms
         return retriever.search(query, **kwargs).hits
 
     return search
 
 
-def open_search_fn(collection_dir: str, deadline_ms: Optional[float] = None) -> SearchFn:
-    """``search_fn`` over a built collection with the default ``Retriever``."""
+def open_search_fn(collection_dir: str, deadline_ms: Optional[float] = None,
+                   options: Optional[Mapping[str, Any]] = None) -> SearchFn:
+    """``search_fn`` over a built collection with the default ``Retriever``.
+
+    ``deadline_ms`` as on the command line: None keeps the retriever's default,
+    0 means no deadline; ``options`` go to every ``Retriever.search`` call.
+    """
     from .collection import Collection
     from .retrieve import Retriever
 
-    return retriever_search_fn(Retriever(Collection.open(collection_dir)), deadline_ms)
+    deadline: Any = RETRIEVER_DEFAULT if deadline_ms is None else (None if deadline_ms == 0 else deadline_ms)
+    return retriever_search_fn(Retriever(Collection.open(collection_dir)), deadline, options)
+
+
+def parse_search_options(pairs: Optional[Sequence[str]]) -> dict[str, Any]:
+    """``["lexical=false", "per_document=2"]`` -> ``{"lexical": False, "per_document": 2}``.
+
+    Values: true/false, none, integers, floats, else the string.
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, raw = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key.isidentifier():
+            raise ValueError(f"--search-option {pair!r} must look like NAME=VALUE (e.g. lexical=false)")
+        if key in ("k", "deadline_ms"):
+            raise ValueError(f"--search-option {key} is set by --k / --deadline-ms")
+        low = raw.strip().lower()
+        value: Any
+        if low in ("true", "false"):
+            value = low == "true"
+        elif low == "none":
+            value = None
+        else:
+            try:
+                value = int(raw)
+            except ValueError:
+                try:
+                    value = float(raw)
+                except ValueError:
+                    value = raw
+        out[key] = value
+    return out
 
 
 def _backend(args: argparse.Namespace) -> Any:
@@ -328,11 +375,14 @@ def _limit(items: list, limit: Optional[int]) -> list:
 
 def cmd_retrieval(args: argparse.Namespace) -> int:
     questions = _limit(load_bioasq(args.bioasq), args.limit)
-    search = open_search_fn(args.collection, args.deadline_ms)
+    options = parse_search_options(args.search_option)
+    search = open_search_fn(args.collection, args.deadline_ms, options)
     result = evaluate_retrieval(search, questions, k=args.k, fetch_k=args.fetch_k, progress=not args.no_progress)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    data = {"collection": str(args.collection), "bioasq": [str(p) for p in args.bioasq], **result.to_dict()}
+    data = {"collection": str(args.collection), "bioasq": [str(p) for p in args.bioasq],
+            "deadline_ms": args.deadline_ms, "fetch_k": args.fetch_k or 3 * args.k, "search_options": options,
+            **result.to_dict()}
     _write_json(out / "results.json", data)
     md = retrieval_markdown_for(data)
     _write_text(out / "results.md", md)
@@ -343,7 +393,10 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
 def retrieval_markdown_for(data: Mapping[str, Any]) -> str:
     from .report import retrieval_markdown
 
-    return retrieval_markdown(data, label=Path(str(data.get("collection", ""))).name or None)
+    label = Path(str(data.get("collection", ""))).name or None
+    if data.get("search_options"):
+        label = f"{label} ({', '.join(f'{k}={v}' for k, v in data['search_options'].items())})"
+    return retrieval_markdown(data, label=label)
 
 
 def cmd_bioasq(args: argparse.Namespace) -> int:
@@ -420,7 +473,8 @@ def add_cli(subparsers: Any) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--out", required=True, help="output folder (results.json, results.md, plots, caches)")
         p.add_argument("--limit", type=int, default=None, help="only the first N questions (per dataset)")
-        p.add_argument("--deadline-ms", type=float, default=None, help="retrieval deadline per search (ms)")
+        p.add_argument("--deadline-ms", type=float, default=None,
+                       help="retrieval deadline per search (ms; default: the retriever's, 0: none)")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     def llm(p: argparse.ArgumentParser) -> None:
@@ -435,6 +489,8 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--bioasq", nargs="+", required=True, help="BioASQ golden JSON file(s)")
     p.add_argument("--k", type=int, default=10, help="cut-off (BioASQ: 10)")
     p.add_argument("--fetch-k", type=int, default=None, help="hits asked from the retriever (default 3*k)")
+    p.add_argument("--search-option", action="append", metavar="NAME=VALUE",
+                   help="extra Retriever.search keyword, repeatable (e.g. lexical=false for dense only)")
     common(p)
     p.set_defaults(func=_run(cmd_retrieval))
 
