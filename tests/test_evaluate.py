@@ -233,3 +233,33 @@ def test_retriever_search_fn_passes_options_and_deadline():
     assert E.retriever_search_fn(FakeRetriever(), options={"lexical": False})("q", 4) == ["h"]
     E.retriever_search_fn(FakeRetriever(), None)("q", 2)
     assert calls == [{"lexical": False, "k": 4}, {"k": 2, "deadline_ms": None}]
+
+
+def test_cli_eval_bioasq_through_the_fake_llm(tmp_path, monkeypatch):
+    from llm_server import FakeLLMServer
+
+    from medretrieve.cli import main
+
+    monkeypatch.setattr(E, "open_search_fn", lambda collection, deadline_ms=None, options=None: plain_search)
+
+    def reply(request):
+        user = request["messages"][-1]["content"]
+        if "aspirin" in user:
+            return "EXACT: yes\nIDEAL: Yes, aspirin inhibits platelet aggregation."
+        if "cystic fibrosis" in user:
+            return "EXACT: CFTR | TNF\nIDEAL: CFTR is mutated in cystic fibrosis."
+        if "influenza" in user:
+            return "EXACT: fever | cough\nIDEAL: Fever, cough and myalgia."
+        return "IDEAL: Hemolacria is the presence of blood in tears."
+
+    out = tmp_path / "out"
+    with FakeLLMServer(reply) as srv:
+        rc = main(["eval", "bioasq", str(tmp_path / "coll"), "--bioasq", str(BIOASQ), "--llm", srv.base_url,
+                   "--model", "fake-model", "--out", str(out), "--no-progress", "--workers", "2"])
+    assert rc == 0
+    data = json.loads((out / "results.json").read_text())
+    assert data["exact"]["yesno"]["accuracy"] == 1.0 and data["exact"]["factoid"]["strict"] == 1.0
+    assert data["exact"]["list"]["f1"] == pytest.approx(0.8)
+    assert data["ideal"]["count"] == 4 and data["ideal"]["rouge2_f"] == 1.0
+    md = (out / "results.md").read_text()
+    assert "| factoid | 1 | strict | 1.000 |" in md and "ROUGE-SU4 F1" in md

@@ -313,3 +313,45 @@ def test_jsonl_cache_terminates_a_complete_last_line(tmp_path):
     path.write_text('{"k": "a"}')
     JsonlCache(path, lambda r: r["k"]).add({"k": "b"})
     assert set(JsonlCache(path, lambda r: r["k"]).data) == {"a", "b"}
+
+
+def test_unreadable_topics_fall_back_to_the_question_and_failed_rewrites_are_reported(tmp_path, backend_factory):
+    from llm_server import FakeLLMServer
+
+    def odd(request):
+        system = request["messages"][0]["content"]
+        if "medical librarian" in system:
+            return "   "  # no topics: the question itself is searched
+        if "robustness test" in system:
+            return "{}"  # JSON without a document: no counterfactual
+        return smart_llm(request)
+
+    out = tmp_path / "run"
+    settings = make_settings(["standard", "robustness"], n_values=[5], p_values=[60, 100], standard_n=[5])
+    with FakeLLMServer(odd) as srv:
+        run = _runner(backend_factory(srv.base_url), out).run(QUESTIONS, settings)
+    signal = [json.loads(line) for line in (out / "signal.jsonl").read_text().splitlines()]
+    assert all(s["topics"] == [] and s["topics_error"] for s in signal)
+    assert all(len(s["docs"]) == 5 for s in signal)  # topped up by the question search
+    assert run.metrics["standard-n5"]["accuracy"] == 1.0
+    # p=100 needs no rewrite; p=60 needs two per question and has none: reported, not scored
+    assert run.metrics["robustness-n5-p100"]["count"] == 3
+    assert run.metrics["robustness-n5-p60"]["count"] == 0 and run.metrics["robustness-n5-p60"]["errors"] == 3
+    assert {e["stage"] for e in run.errors} == {"compose"}
+    assert "no counterfactual version" in run.errors[0]["error"]
+
+
+def test_unreadable_integration_reply_scores_zero_sub_answers(tmp_path, backend_factory):
+    from llm_server import FakeLLMServer
+
+    def vague(request):
+        if "sub_answers" in request["messages"][-1]["content"]:
+            return "no idea"
+        return smart_llm(request)
+
+    with FakeLLMServer(vague) as srv:
+        run = _runner(backend_factory(srv.base_url), tmp_path).run(
+            QUESTIONS, make_settings(["integration"], n_values=[5], p_values=[100]))
+        assert not any("strict grader" in r["json"]["messages"][0]["content"] for r in srv.requests)
+    m = run.metrics["integration-n5-p100"]
+    assert m["accuracy"] == 0.0 and m["sub_answer_em"] == 0.0 and m["judge_score"] == 0.0
