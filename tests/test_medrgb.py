@@ -355,3 +355,28 @@ def test_unreadable_integration_reply_scores_zero_sub_answers(tmp_path, backend_
         assert not any("strict grader" in r["json"]["messages"][0]["content"] for r in srv.requests)
     m = run.metrics["integration-n5-p100"]
     assert m["accuracy"] == 0.0 and m["sub_answer_em"] == 0.0 and m["judge_score"] == 0.0
+
+
+def test_larger_contexts_on_rerun_fetch_more_signal(tmp_path, backend_factory):
+    from llm_server import FakeLLMServer
+
+    out = tmp_path / "run"
+    with FakeLLMServer(smart_llm) as srv:
+        _runner(backend_factory(srv.base_url), out).run(QUESTIONS, make_settings(["standard"], standard_n=[5]))
+        run = _runner(backend_factory(srv.base_url), out).run(QUESTIONS, make_settings(["standard"], standard_n=[5, 10]))
+    assert run.errors == [] and run.metrics["standard-n10"]["count"] == 3
+
+
+def test_rejected_request_is_scored_not_retried(tmp_path, backend_factory):
+    from llm_server import FakeLLMServer, error_reply
+
+    def too_long(request):
+        if "answer_choice" in request["messages"][-1]["content"]:
+            return 400, error_reply("This model's maximum context length is 8 tokens", code="context_length_exceeded"), 0.0
+        return smart_llm(request)
+
+    with FakeLLMServer(too_long) as srv:
+        run = _runner(backend_factory(srv.base_url), tmp_path).run(QUESTIONS, make_settings(["standard"], standard_n=[5]))
+    m = run.metrics["standard-n5"]
+    assert run.errors == [] and m["count"] == 3 and m["unreadable"] == 3
+    assert all("LLM" in i.parse_error for i in run.items)

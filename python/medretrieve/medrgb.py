@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from . import metrics
 from .datasets import MCQuestion
+from .llm import LLMBadResponse, LLMError
 
 SCENARIOS = ("standard", "sufficiency", "integration", "robustness")
 P_VALUES = (0, 20, 40, 60, 80, 100)
@@ -373,10 +374,8 @@ def _question_prompt(q: MCQuestion) -> str:
     return q.question + "\n" + "\n".join(f"{k}. {v}" for k, v in q.options.items())
 
 
-def _is_transport_error(exc: BaseException) -> bool:
-    from .llm import LLMBadResponse, LLMError
-
-    return isinstance(exc, LLMError) and not isinstance(exc, LLMBadResponse)
+#: Failures that are the model's own (unreadable or rejected replies): scored, cached.
+MODEL_FAILURES = (ValueError, LLMBadResponse)
 
 
 @dataclass
@@ -548,13 +547,11 @@ class MedRGBRunner:
         try:
             text = self._generate(prompts.search_topics_messages(_question_prompt(q), n=n_topics))
             topics = [t for t in generate.parse_list(text) if t.strip()][:n_topics]
-        except ValueError as exc:  # unreadable topic list: search with the question alone
+        except MODEL_FAILURES as exc:  # unreadable topic list: search with the question alone
             topics, topics_error = [], f"{type(exc).__name__}: {exc}"
-        except Exception as exc:
-            if _is_transport_error(exc):
-                self._record_error("topics", q.id, exc)
-                return
-            raise
+        except LLMError as exc:  # transport: not cached, retried on the next run
+            self._record_error("topics", q.id, exc)
+            return
         per_topic = [self._search(t, self.per_topic, q.id) for t in topics]
         docs: dict[str, ContextDoc] = {}
         for rank in range(self.per_topic):  # interleave: every topic's best first
@@ -569,6 +566,7 @@ class MedRGBRunner:
         cache.add(
             {
                 "question_id": q.id,
+                "need": need,
                 "topics": topics,
                 "topics_error": topics_error,
                 "docs": [d.to_dict() for d in docs.values()],
@@ -587,13 +585,11 @@ class MedRGBRunner:
             )
             pairs = generate.parse_sub_qa(text)
             error = ""
-        except ValueError as exc:
+        except MODEL_FAILURES as exc:
             pairs, error = [], f"{type(exc).__name__}: {exc}"
-        except Exception as exc:
-            if _is_transport_error(exc):
-                self._record_error("sub_qa", q.id, exc)
-                return
-            raise
+        except LLMError as exc:
+            self._record_error("sub_qa", q.id, exc)
+            return
         cache.add({"question_id": q.id, "sub_qa": [_pair(p) for p in pairs], "error": error})
 
     def _counterfactual_for(self, job: tuple[MCQuestion, ContextDoc], cache: JsonlCache) -> None:
@@ -603,15 +599,13 @@ class MedRGBRunner:
         try:
             text = self._generate(prompts.counterfactual_messages(doc.text, q.answer_text), json_object=True)
             parsed = generate.parse_counterfactual(text)
-        except ValueError as exc:
-            # An unusable rewrite is recorded; robustness items needing it are skipped.
-            cache.add({"question_id": q.id, "doc_id": doc.doc_id, "text": None, "error": f"{exc}"})
+        except MODEL_FAILURES as exc:
+            # An unusable rewrite is recorded; robustness items needing it are reported, not scored.
+            cache.add({"question_id": q.id, "doc_id": doc.doc_id, "text": None, "error": f"{type(exc).__name__}: {exc}"})
             return
-        except Exception as exc:
-            if _is_transport_error(exc):
-                self._record_error("counterfactual", q.id, exc)
-                return
-            raise
+        except LLMError as exc:
+            self._record_error("counterfactual", q.id, exc)
+            return
         new_text = parsed.get("document") if isinstance(parsed, Mapping) else getattr(parsed, "document", None)
         answer = parsed.get("counterfactual_answer") if isinstance(parsed, Mapping) else getattr(
             parsed, "counterfactual_answer", None
@@ -657,13 +651,14 @@ class MedRGBRunner:
             setting.scenario, q.question, q.options, shown, sub_questions=sub_questions or None,
             max_chars=self.doc_max_chars,
         )
+        failure = ""
         try:
             raw = self._generate(messages, json_object=True)
-        except Exception as exc:
-            if _is_transport_error(exc):
-                self._record_error("answer", q.id, exc, setting.key)
-                return
-            raise
+        except LLMBadResponse as exc:  # e.g. the context is too long for the model: scored as unreadable
+            raw, failure = "", f"{type(exc).__name__}: {exc}"
+        except LLMError as exc:
+            self._record_error("answer", q.id, exc, setting.key)
+            return
         item = ItemResult(
             question_id=q.id,
             setting=setting.key,
@@ -679,10 +674,14 @@ class MedRGBRunner:
             sub_golds=[s["answer"] for s in sub_qa] if sub_questions else [],
             raw=raw[:8000],
         )
-        try:
-            parsed = generate.parse_medrgb(raw, setting.scenario, q.options)
-        except ValueError as exc:
-            item.parse_error = str(exc)
+        parsed = None
+        if not failure:
+            try:
+                parsed = generate.parse_medrgb(raw, setting.scenario, q.options)
+            except ValueError as exc:
+                failure = str(exc)
+        if parsed is None:
+            item.parse_error = failure
             if sub_questions:  # unreadable: every sub-answer is wrong too
                 item.sub_preds = [None] * len(sub_questions)
                 item.judge = [0.0] * len(sub_questions) if self.judge else []
@@ -691,12 +690,11 @@ class MedRGBRunner:
         _fill_from_parsed(item, parsed)
         if self.judge and sub_questions:
             try:
-                item.judge = [self._judge(sq, gold, pred) for sq, gold, pred in zip(sub_questions, item.sub_golds, item.sub_preds)]
-            except Exception as exc:
-                if _is_transport_error(exc):
-                    self._record_error("judge", q.id, exc, setting.key)
-                    return
-                raise
+                item.judge = [self._judge(sq, gold, pred)
+                              for sq, gold, pred in zip(sub_questions, item.sub_golds, item.sub_preds)]
+            except LLMError as exc:  # transport (model failures score 0 inside _judge)
+                self._record_error("judge", q.id, exc, setting.key)
+                return
         cache.add(item.to_dict())
 
     def _judge(self, question: str, gold: str, pred: Optional[str]) -> float:
@@ -706,8 +704,8 @@ class MedRGBRunner:
             return 0.0
         try:
             return float(generate.parse_judge(self._generate(prompts.judge_messages(question, gold, pred))))
-        except ValueError:
-            return 0.0  # an unreadable verdict gives no credit
+        except MODEL_FAILURES:
+            return 0.0  # an unreadable or rejected verdict gives no credit
 
     # -- the run ------------------------------------------------------------
 
@@ -725,7 +723,13 @@ class MedRGBRunner:
         need = max(s.n for s in settings)
 
         signal_cache = JsonlCache(self.out_dir / "signal.jsonl", lambda r: r["question_id"])
-        todo = [q for q in questions if q.id not in signal_cache]
+
+        def signal_missing(q: MCQuestion) -> bool:
+            rec = signal_cache.get(q.id)
+            # a record made for smaller contexts is redone (the later line wins on load)
+            return rec is None or (len(rec["docs"]) < need and rec.get("need", 0) < need)
+
+        todo = [q for q in questions if signal_missing(q)]
         self._parallel(lambda q: self._signal_for(q, need, signal_cache), todo, "signal documents")
         signal = {
             q.id: [ContextDoc.from_dict(d) for d in signal_cache.get(q.id)["docs"]]
