@@ -171,6 +171,15 @@ def test_cli_eval_medrgb_tables_and_plots(tmp_path, monkeypatch):
     for name in ("medrgb_sufficiency.png", "medrgb_robustness.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
     assert (out / "medqa" / "items.jsonl").is_file()  # the resumable cache
+    # a second pipeline's run, merged with the first into one table: rows are the runs
+    other = json.loads((out / "results.json").read_text())
+    other["runs"][0]["label"] = "other"
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    assert main(["eval", "report", str(out / "results.json"), str(tmp_path / "other.json"), "--out", str(tmp_path / "both")]) == 0
+    merged = (tmp_path / "both" / "results.md").read_text()
+    assert "| perfect |" in merged and "| other |" in merged
+    assert (tmp_path / "both" / "medrgb_sufficiency.png").is_file()
+    assert main(["eval", "report", str(medqa), "--out", str(tmp_path / "bad")]) == 2
 
 
 def test_medrgb_markdown_layout_rows_are_runs():

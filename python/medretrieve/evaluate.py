@@ -1,4 +1,4 @@
-"""``medretrieve eval retrieval | bioasq | medrgb``: evaluation runs with JSON results, markdown and plots.
+"""``medretrieve eval retrieval | bioasq | medrgb | report``: evaluation runs with JSON results, markdown and plots.
 
 The evaluation functions take plain callables, so any retriever or pipeline
 can be measured (and tests need no index):
@@ -453,6 +453,33 @@ def cmd_medrgb(args: argparse.Namespace) -> int:
     return 0 if not any(r["errors"] for r in runs) else 1
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """Merge the runs of several ``eval medrgb`` results.json files into one set of tables and plots."""
+    from .report import medrgb_markdown, plot_accuracy_vs_p
+
+    runs = []
+    for path in args.results:
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"{path}: no such file")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+        if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
+            raise ValueError(f"{path}: not the results.json of 'medretrieve eval medrgb' (no 'runs' list)")
+        runs.extend(data["runs"])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    md = "## MedRGB\n\n" + medrgb_markdown(runs)
+    _write_text(out / "results.md", md)
+    plots = plot_accuracy_vs_p(runs, out)
+    print(md)
+    for p in plots:
+        print(f"plot: {p}")
+    return 0
+
+
 def _run(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     def wrapped(args: argparse.Namespace) -> int:
         try:
@@ -467,7 +494,7 @@ def _run(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespac
 def add_cli(subparsers: Any) -> None:
     """Register ``medretrieve eval retrieval | bioasq | medrgb``."""
     parser = subparsers.add_parser("eval", help="evaluate retrieval (BioASQ), answers (BioASQ) or MedRGB scenarios")
-    sub = parser.add_subparsers(dest="eval_command", metavar="{retrieval,bioasq,medrgb}")
+    sub = parser.add_subparsers(dest="eval_command", metavar="{retrieval,bioasq,medrgb,report}")
     sub.required = True
 
     def common(p: argparse.ArgumentParser) -> None:
@@ -517,3 +544,8 @@ def add_cli(subparsers: Any) -> None:
     llm(p)
     common(p)
     p.set_defaults(func=_run(cmd_medrgb))
+
+    p = sub.add_parser("report", help="one MedRGB table set (rows: runs) from several medrgb results.json files")
+    p.add_argument("results", nargs="+", help="results.json files written by 'medretrieve eval medrgb'")
+    p.add_argument("--out", required=True, help="output folder (results.md, plots)")
+    p.set_defaults(func=_run(cmd_report))
