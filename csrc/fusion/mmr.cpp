@@ -79,7 +79,9 @@ MmrResult greedy(size_t n, const float* rel, size_t k, float lambda, PairSim&& p
   picks.reserve(k);
   std::vector<Key> heap;
   heap.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
+  // Backwards: the relevance pass just walked the rows forwards, so the last
+  // ones are the likeliest to still be in cache.
+  for (size_t i = n; i-- > 0;) {
     if (i == first) continue;
     if (b != 0.f) {
       const float s = pair_sim(i, first);
