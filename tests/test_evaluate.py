@@ -272,3 +272,10 @@ def test_cli_eval_bioasq_through_the_fake_llm(tmp_path, monkeypatch):
     assert data["ideal"]["count"] == 4 and data["ideal"]["rouge2_f"] == 1.0
     md = (out / "results.md").read_text()
     assert "| factoid | 1 | strict | 1.000 |" in md and "ROUGE-SU4 F1" in md
+    # evidence documents: q-yes [111, 999, 222] -> AP (1 + 2/3)/2; q-list [444] -> 1; q-fact none retrieved
+    assert data["retrieval"]["count"] == 2 and data["retrieval"]["map"] == pytest.approx(((1 + 2 / 3) / 2 + 1) / 2)
+    sub = json.loads((out / "submission.json").read_text())
+    entries = {e["id"]: e for e in sub["questions"]}
+    assert entries["q-yes"]["exact_answer"] == "yes" and entries["q-fact"]["exact_answer"] == [["CFTR"], ["TNF"]]
+    assert entries["q-yes"]["documents"][0] == "http://www.ncbi.nlm.nih.gov/pubmed/111"
+    assert "exact_answer" not in entries["q-sum"] and sub["system"] == "fake-model"

@@ -23,7 +23,7 @@ import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -167,6 +167,7 @@ class BioASQAnswer:
     ideal: str
     raw: str = ""
     error: str = ""
+    documents: list[str] = field(default_factory=list)  # PMIDs of the evidence, best first (may be empty)
 
 
 def evaluate_bioasq_answers(
@@ -232,8 +233,29 @@ def evaluate_bioasq_answers(
     for q in done:
         a = answers[q.id]
         rows.append({"id": q.id, "type": q.type, "exact": a.exact, "ideal": a.ideal, "gold_exact": q.exact_answer,
-                     "parse_error": a.error, **rouge.get(q.id, {})})
-    return {"count": len(done), "exact": exact, "ideal": ideal, "rows": rows, "errors": errors}
+                     "documents": a.documents, "parse_error": a.error, **rouge.get(q.id, {})})
+    # evidence documents against the gold ones (only when the answerer reports them)
+    judged = [q for q in done if q.documents and answers[q.id].documents]
+    retrieval = _means([metrics.retrieval_scores(answers[q.id].documents, q.documents, 10) for q in judged])
+    return {"count": len(done), "exact": exact, "ideal": ideal, "retrieval": retrieval, "rows": rows,
+            "errors": errors}
+
+
+def submission_entries(questions: Sequence[BioASQQuestion], result: Mapping[str, Any]) -> list[dict]:
+    """Rows of :func:`evaluate_bioasq_answers` in the shape ``generate.write_bioasq_submission`` takes."""
+    by_id = {r["id"]: r for r in result["rows"]}
+    out = []
+    for q in questions:
+        r = by_id.get(q.id)
+        if r is None:
+            continue
+        exact = r["exact"]
+        if q.type == "yesno" and exact not in ("yes", "no"):
+            exact = None
+        out.append({"id": q.id, "type": q.type, "exact_answer": exact if q.type != "summary" else None,
+                    "ideal_answer": r["ideal"] or "",
+                    "documents": [f"http://www.ncbi.nlm.nih.gov/pubmed/{d}" for d in r["documents"]]})
+    return out
 
 
 def _yesno(value: Any) -> Optional[str]:
@@ -270,11 +292,13 @@ def make_bioasq_answer_fn(search_fn: SearchFn, backend: Any, k: int = 10, max_to
             hits = list(search_fn(q.body, k))[:k]
         text = backend.generate(prompts.bioasq_messages(q.body, q.type, hits, phase="A+", max_chars=max_chars),
                                 max_tokens=max_tokens, temperature=0.0)
+        documents = metrics._unique(str(_get(h, "document_id", "")) for h in hits if _get(h, "document_id", ""))
         try:
             parsed = generate.parse_bioasq(text, q.type)
         except ValueError as exc:
-            return BioASQAnswer(None, "", raw=text, error=str(exc))
-        return BioASQAnswer(parsed.get("exact_answer"), parsed.get("ideal_answer") or "", raw=text)
+            return BioASQAnswer(None, "", raw=text, error=str(exc), documents=documents)
+        return BioASQAnswer(parsed.get("exact_answer"), parsed.get("ideal_answer") or "", raw=text,
+                            documents=documents)
 
     return answer
 
@@ -411,6 +435,10 @@ def cmd_bioasq(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     data = {"collection": str(args.collection), "model": args.model, **result}
     _write_json(out / "results.json", data)
+    from .generate import write_bioasq_submission
+
+    # BioASQ submission format (exact + ideal answers, evidence documents) for the official scorer
+    write_bioasq_submission(submission_entries(questions, result), out / "submission.json", system=args.model)
     md = bioasq_markdown(data)
     _write_text(out / "results.md", md)
     print(md)

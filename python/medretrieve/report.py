@@ -189,6 +189,10 @@ def bioasq_markdown(result: Mapping[str, Any]) -> str:
     if ideal:
         rows.append(["ideal (all types)", ideal["count"], "ROUGE-2 F1", ideal["rouge2_f"]])
         rows.append(["ideal (all types)", ideal["count"], "ROUGE-SU4 F1", ideal["rougesu4_f"]])
+    ret = result.get("retrieval") or {}
+    if ret.get("count"):
+        rows.append(["evidence documents", ret["count"], "MAP@10", ret["map"]])
+        rows.append(["evidence documents", ret["count"], "R@10", ret["recall"]])
     out = "## BioASQ answers\n\n" + _table(["question type", "questions", "metric", "value"], rows) + "\n"
     if result.get("errors"):
         out += f"\n{len(result['errors'])} questions failed (see results.json: errors)\n"
