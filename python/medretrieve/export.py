@@ -242,13 +242,15 @@ def _quantize_int8(src: Path, dst: Path) -> None:
 
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    # Per-tensor weight scales: ORT's CPU MatMulInteger kernels are fastest with them, and on
-    # encoder weights the fidelity (recorded in the manifest) stays high.
+    # Per-channel weight scales and only the weight MatMuls: on all-MiniLM-L6-v2 passages this keeps
+    # a mean cosine of 0.993 to fp32, against 0.926 per-tensor (and 0.75 with reduce_range), and
+    # runs as fast. Embedding lookups stay fp32: quantizing them saves size, not time.
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # quantize_dynamic logs a generic "consider pre-processing" hint
     try:
-        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=False)
+        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True,
+                         op_types_to_quantize=["MatMul"], extra_options={"MatMulConstBOnly": True})
     finally:
         root.setLevel(level)
 
