@@ -25,7 +25,7 @@ def test_search_while_adding_is_safe_and_sees_growth() -> None:
         try:
             while not done.is_set():
                 ids, scores = idx.search(q, 5, ef=32, num_threads=1)
-                assert ((ids >= 0) & (ids < 4000)).all()
+                assert ((ids >= 0) & (ids < 4000)).all(), (ids.tolist(), scores.tolist())
                 assert np.isfinite(scores).all()
                 seen_counts.append(idx.element_count)
         except BaseException as exc:  # noqa: BLE001 - reported below

@@ -221,8 +221,7 @@ void Hnsw::select_neighbors(MaxHeap& top, size_t m) const {
   for (const Candidate& k : kept) top.emplace(k);
 }
 
-uint32_t Hnsw::connect(uint32_t id, MaxHeap& top, int level, bool is_update) {
-  const size_t max_links = level ? p_.M : M0_;
+std::vector<uint32_t> Hnsw::set_own_links(uint32_t id, MaxHeap& top, int level) {
   select_neighbors(top, p_.M);
   std::vector<uint32_t> selected;
   selected.reserve(top.size());
@@ -230,11 +229,13 @@ uint32_t Hnsw::connect(uint32_t id, MaxHeap& top, int level, bool is_update) {
     selected.push_back(top.top().second);
     top.pop();
   }
-  const uint32_t closest = selected.back();
-  {
-    std::lock_guard<std::mutex> g(link_lock(id));
-    set_links(id, level, selected.data(), uint32_t(selected.size()));
-  }
+  std::lock_guard<std::mutex> g(link_lock(id));
+  set_links(id, level, selected.data(), uint32_t(selected.size()));
+  return selected;
+}
+
+void Hnsw::add_backlinks(uint32_t id, const std::vector<uint32_t>& selected, int level, bool is_update) {
+  const size_t max_links = level ? p_.M : M0_;
   std::vector<uint32_t> buf;
   for (uint32_t other : selected) {
     if (other == id || level > level_of(other)) continue;  // cannot happen; never corrupt the graph
@@ -257,7 +258,23 @@ uint32_t Hnsw::connect(uint32_t id, MaxHeap& top, int level, bool is_update) {
     }
     set_links(other, level, buf.data(), uint32_t(buf.size()));
   }
-  return closest;
+}
+
+// Links `id` at levels min(level, max_level)..0 starting from `ep`. Its own
+// lists are written top-down first and the back links (which make it
+// reachable) bottom-up afterwards, so a concurrent search that reaches it
+// through an upper level always finds its level-0 links in place.
+void Hnsw::link_element(uint32_t id, const QueryCtx& ctx, uint32_t ep, int level, int max_level, bool is_update) {
+  uint32_t cur = ep;
+  if (level < max_level) cur = greedy_descent(ctx, ep, max_level, level, true);
+  std::vector<std::vector<uint32_t>> selected(size_t(std::min(level, max_level) + 1));
+  for (int lc = std::min(level, max_level); lc >= 0; --lc) {
+    MaxHeap top = search_layer_build(ctx, cur, lc, id);
+    if (top.empty()) continue;  // every reachable element is deleted
+    selected[lc] = set_own_links(id, top, lc);
+    cur = selected[lc].back();
+  }
+  for (int lc = 0; lc < int(selected.size()); ++lc) add_backlinks(id, selected[lc], lc, is_update);
 }
 
 // ---------------------------------------------------------------------------
@@ -275,13 +292,7 @@ void Hnsw::insert(uint32_t id, const float* x, int level) {
     ep_state_.store(pack_ep(id, level));
     return;
   }
-  uint32_t cur = ep;
-  if (level < max_level) cur = greedy_descent(ctx, ep, max_level, level, true);
-  for (int lc = std::min(level, max_level); lc >= 0; --lc) {
-    MaxHeap top = search_layer_build(ctx, cur, lc, id);
-    if (top.empty()) continue;  // every reachable element is deleted
-    cur = connect(id, top, lc, false);
-  }
+  link_element(id, ctx, ep, level, max_level, false);
   if (level > max_level) ep_state_.store(pack_ep(id, level));
 }
 
@@ -294,14 +305,7 @@ void Hnsw::relink(uint32_t id, const float* x) {
   const uint32_t ep = uint32_t(state);
   const int max_level = std::min<int>(int(int32_t(state >> 32)), level_of(ep));
   if (ep == kNone || (ep == id && count() == 1)) return;
-  const int level = level_of(id);
-  uint32_t cur = ep;
-  if (level < max_level) cur = greedy_descent(ctx, ep, max_level, level, true);
-  for (int lc = std::min(level, max_level); lc >= 0; --lc) {
-    MaxHeap top = search_layer_build(ctx, cur, lc, id);
-    if (top.empty()) continue;
-    cur = connect(id, top, lc, true);
-  }
+  link_element(id, ctx, ep, level_of(id), max_level, true);
 }
 
 void Hnsw::train(const float* sample, size_t n) {

@@ -143,7 +143,9 @@ class Hnsw {
   MaxHeap search_layer_build(const QueryCtx& ctx, uint32_t ep, int level, uint32_t exclude) const;
   MaxHeap search_layer0(const QueryCtx& ctx, uint32_t ep, size_t ef, const ElementFilter* filter) const;
   void select_neighbors(MaxHeap& top, size_t m) const;
-  uint32_t connect(uint32_t id, MaxHeap& top, int level, bool is_update);
+  std::vector<uint32_t> set_own_links(uint32_t id, MaxHeap& top, int level);
+  void add_backlinks(uint32_t id, const std::vector<uint32_t>& selected, int level, bool is_update);
+  void link_element(uint32_t id, const QueryCtx& ctx, uint32_t ep, int level, int max_level, bool is_update);
   void allocate_upper(uint32_t id, int level);
 
   HnswParams p_;

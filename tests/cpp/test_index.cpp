@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -236,4 +238,32 @@ TEST(Flat, ExactMatchesBruteForceWithLabelsAndDeletions) {
   const std::vector<char> bytes = f.to_bytes();
   auto g = FlatIndex::from_bytes(bytes.data(), bytes.size());
   EXPECT_EQ(g->size(), n - 1);
+}
+
+TEST(Hnsw, SearchWhileAddingReturnsFullValidRows) {
+  const size_t n = 3000, dim = 16, k = 5;
+  const auto x = random_rows(n, dim, 9);
+  Hnsw h(params(Space::L2, DType::Int8, dim, n));
+  h.add(x.data(), 300, nullptr, nullptr, 1, false, false);
+  std::atomic<bool> done{false};
+  std::atomic<size_t> bad{0}, searches{0};
+  std::thread reader([&] {
+    std::vector<int64_t> ids(k);
+    std::vector<float> sc(k);
+    while (!done.load()) {
+      h.search(x.data() + 17 * dim, 1, k, nullptr, 0, nullptr, nullptr, 1, ids.data(), sc.data());
+      for (int64_t id : ids) bad += (id < 0 || id >= int64_t(n));
+      ++searches;
+    }
+  });
+  for (size_t s = 300; s < n; s += 300) {
+    std::vector<uint64_t> ids(300);
+    for (size_t i = 0; i < 300; ++i) ids[i] = s + i;
+    h.add(x.data() + s * dim, 300, ids.data(), nullptr, 2, false, false);
+  }
+  done = true;
+  reader.join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_GT(searches.load(), 0u);
+  EXPECT_EQ(h.count(), n);
 }

@@ -1,0 +1,301 @@
+"""ANN benchmark: medretrieve (float32, int8, int8 + float re-score) against hnswlib, faiss and usearch.
+
+One run, same data, same M and ef_construction for every library. Reports per library and efSearch: recall@10,
+single-query latency p50/p99 (1 thread, one query per call), single-thread QPS, 2-thread batch QPS; per library:
+build time (2 threads), bytes per vector from the saved file and from the process's resident-memory growth; and
+label-filtered recall / QPS when 10% and 5% of the elements are allowed.
+
+    nice python bench/ann.py --n 20000 --nq 1000 --efc 100
+    nice python bench/ann.py --n 200000 --nq 1000 --efc 100          # the issue's size (slow on 2 cores)
+    nice python bench/ann.py --real                                   # MiniLM embeddings of the BioASQ snippets
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import datagen  # noqa: E402
+
+import medretrieve  # noqa: E402
+
+K = 10
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def recall(found: np.ndarray, truth: np.ndarray) -> float:
+    found = np.asarray(found).astype(np.int64)
+    return float(np.mean([len(set(found[i, :K].tolist()) & set(truth[i, :K].tolist())) / K for i in range(len(truth))]))
+
+
+class Lib:
+    """Uniform wrapper: build(x, threads), set_ef(ef), one(q) -> ids, batch(Q, threads) -> ids, save(path)."""
+
+    name = ""
+
+    def build(self, x: np.ndarray, threads: int) -> None: ...
+    def set_ef(self, ef: int) -> None: ...
+    def one(self, q: np.ndarray) -> Any: ...
+    def batch(self, q: np.ndarray, threads: int) -> np.ndarray: ...
+    def save(self, path: str) -> None: ...
+
+
+class Medretrieve(Lib):
+    def __init__(self, dtype: str, keep_float: bool, M: int, efc: int) -> None:
+        self.name = f"medretrieve {dtype}" + (" +rescore" if keep_float else "")
+        self.dtype, self.keep_float, self.M, self.efc = dtype, keep_float, M, efc
+        self.ef = 10
+
+    def build(self, x, threads, labels=None):
+        self.idx = medretrieve.Index("ip", x.shape[1])
+        self.idx.init_index(len(x), M=self.M, ef_construction=self.efc, dtype=self.dtype, keep_float=self.keep_float)
+        self.idx.add(x, labels=labels, num_threads=threads)
+        self.core = self.idx._core
+
+    def set_ef(self, ef):
+        self.idx.set_ef(ef)
+
+    def one(self, q):
+        return self.idx.search(q, K, num_threads=1)
+
+    def batch(self, q, threads):
+        return self.idx.search(q, K, num_threads=threads)[0]
+
+    def save(self, path):
+        self.idx.save(path)
+
+
+class Hnswlib(Lib):
+    name = "hnswlib float32"
+
+    def __init__(self, M, efc):
+        self.M, self.efc = M, efc
+
+    def build(self, x, threads):
+        import hnswlib
+
+        self.idx = hnswlib.Index("ip", x.shape[1])
+        self.idx.init_index(len(x), M=self.M, ef_construction=self.efc)
+        self.idx.add_items(x, num_threads=threads)
+
+    def set_ef(self, ef):
+        self.idx.set_ef(ef)
+
+    def one(self, q):
+        return self.idx.knn_query(q, K, num_threads=1)
+
+    def batch(self, q, threads):
+        return self.idx.knn_query(q, K, num_threads=threads)[0]
+
+    def save(self, path):
+        self.idx.save_index(path)
+
+
+class Faiss(Lib):
+    def __init__(self, sq: bool, M, efc):
+        self.sq, self.M, self.efc = sq, M, efc
+        self.name = "faiss HNSWSQ8" if sq else "faiss HNSWFlat"
+
+    def build(self, x, threads):
+        import faiss
+
+        faiss.omp_set_num_threads(threads)
+        d = x.shape[1]
+        if self.sq:
+            self.idx = faiss.IndexHNSWSQ(d, faiss.ScalarQuantizer.QT_8bit, self.M, faiss.METRIC_INNER_PRODUCT)
+            self.idx.train(x)
+        else:
+            self.idx = faiss.IndexHNSWFlat(d, self.M, faiss.METRIC_INNER_PRODUCT)
+        self.idx.hnsw.efConstruction = self.efc
+        self.idx.add(x)
+
+    def set_ef(self, ef):
+        self.idx.hnsw.efSearch = ef
+
+    def one(self, q):
+        return self.idx.search(q[None, :], K)
+
+    def batch(self, q, threads):
+        import faiss
+
+        faiss.omp_set_num_threads(threads)
+        out = self.idx.search(q, K)[1]
+        faiss.omp_set_num_threads(1)
+        return out
+
+    def save(self, path):
+        import faiss
+
+        faiss.write_index(self.idx, path)
+
+
+class Usearch(Lib):
+    def __init__(self, dtype: str, M, efc):
+        self.dtype, self.M, self.efc = dtype, M, efc
+        self.name = f"usearch {dtype}"
+
+    def build(self, x, threads):
+        from usearch.index import Index
+
+        self.idx = Index(ndim=x.shape[1], metric="ip", dtype=self.dtype, connectivity=self.M, expansion_add=self.efc)
+        self.idx.add(np.arange(len(x)), x, threads=threads)
+
+    def set_ef(self, ef):
+        self.idx.expansion_search = ef
+
+    def one(self, q):
+        return self.idx.search(q, K, threads=1)
+
+    def batch(self, q, threads):
+        return self.idx.search(q, K, threads=threads).keys
+
+    def save(self, path):
+        self.idx.save(path)
+
+
+def latency(lib: Lib, queries: np.ndarray) -> tuple[float, float, float]:
+    """p50 and p99 single-query latency (ms) and single-thread QPS."""
+    times = np.empty(len(queries))
+    for i in range(min(20, len(queries))):  # warm-up
+        lib.one(queries[i])
+    clock = time.perf_counter
+    for i, q in enumerate(queries):
+        t = clock()
+        lib.one(q)
+        times[i] = clock() - t
+    return float(np.percentile(times, 50) * 1e3), float(np.percentile(times, 99) * 1e3), float(len(queries) / times.sum())
+
+
+def run_lib(lib: Lib, x, q, gt, efs, threads, tmp) -> tuple[list[str], dict]:
+    gc.collect()
+    rss0 = rss_bytes()
+    t = time.perf_counter()
+    lib.build(x, threads)
+    build_s = time.perf_counter() - t
+    rss_growth = rss_bytes() - rss0
+    path = os.path.join(tmp, "index.bin")
+    lib.save(path)
+    file_bytes = os.path.getsize(path)
+    os.remove(path)
+    rows = []
+    for ef in efs:
+        lib.set_ef(ef)
+        ids = lib.batch(q, threads)
+        rec = recall(ids, gt)
+        t = time.perf_counter()
+        lib.batch(q, threads)
+        batch_qps = len(q) / (time.perf_counter() - t)
+        p50, p99, qps1 = latency(lib, q)
+        rows.append((ef, rec, p50, p99, qps1, batch_qps))
+    summary = {"build_s": build_s, "file_bpv": file_bytes / len(x), "rss_bpv": rss_growth / len(x), "rows": rows}
+    return rows, summary
+
+
+def qps_at_recall(rows, target: float) -> tuple[float, int] | None:
+    ok = [(r[4], r[0]) for r in rows if r[1] >= target]
+    return max(ok) if ok else None
+
+
+def filtered(x, q, efs, M, efc, threads, dtypes=("int8", "float32")) -> list[str]:
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 20, len(x))  # 20 labels: one label = 5%, two = 10%
+    out = ["", "Label-filtered search (native labels; exact fallback when the allowed subset is small):", "",
+           "| index | allowed | ef | path | recall@10 | 1-thread QPS |", "|---|---|---|---|---|---|"]
+    for dtype in dtypes:
+        lib = Medretrieve(dtype, False, M, efc)
+        lib.build(x, threads, labels=labels)
+        for allowed in ([3, 11], [3]):
+            sub = np.flatnonzero(np.isin(labels, allowed))
+            truth = sub[datagen.exact_knn(x[sub], q, K)]
+            share = f"{len(sub) / len(x):.0%}"
+            for factor, path in ((1.0, "auto"), (0.0, "graph")):
+                lib.core.set_filter_exact_factor(factor)
+                for ef in efs:
+                    ids = lib.idx.search(q, K, ef=ef, labels=allowed, num_threads=1)[0]
+                    t = time.perf_counter()
+                    lib.idx.search(q, K, ef=ef, labels=allowed, num_threads=1)
+                    qps = len(q) / (time.perf_counter() - t)
+                    out.append(f"| {lib.name} | {share} | {ef} | {path} | {recall(ids, truth):.4f} | {qps:.0f} |")
+                    if path == "auto" and len(sub) <= factor * ef * M * max(1, len(x) / len(sub)):
+                        break  # exact: ef does not matter
+        del lib
+        gc.collect()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=20_000)
+    ap.add_argument("--nq", type=int, default=1_000)
+    ap.add_argument("--M", type=int, default=16)
+    ap.add_argument("--efc", type=int, default=100)
+    ap.add_argument("--efs", default="10,16,24,32,48,64,96,128")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--libs", default="all", help="comma list of name prefixes, or all")
+    ap.add_argument("--real", action="store_true", help="MiniLM embeddings of BioASQ snippets instead")
+    ap.add_argument("--no-filter", action="store_true")
+    a = ap.parse_args()
+    efs = [int(e) for e in a.efs.split(",")]
+    if a.real:
+        import quant_scheme
+
+        emb = quant_scheme.minilm_snippets(12_000)
+        emb = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+        perm = np.random.default_rng(3).permutation(len(emb))
+        nq = min(a.nq, len(emb) // 10)
+        q, x = emb[perm[:nq]], emb[perm[nq:]]
+        gt = datagen.exact_knn(x, q, K)
+        data = f"MiniLM BioASQ snippets {len(x)}x{x.shape[1]}, {nq} queries"
+    else:
+        x, q, gt = datagen.load(datagen.DataSpec(a.n, a.nq))
+        data = f"embedding-like {a.n}x{x.shape[1]}, {a.nq} queries"
+    libs: list[Lib] = [
+        Medretrieve("float32", False, a.M, a.efc), Medretrieve("int8", False, a.M, a.efc),
+        Medretrieve("int8", True, a.M, a.efc), Hnswlib(a.M, a.efc), Faiss(False, a.M, a.efc), Faiss(True, a.M, a.efc),
+        Usearch("f32", a.M, a.efc), Usearch("i8", a.M, a.efc),
+    ]
+    if a.libs != "all":
+        wanted = [w.strip() for w in a.libs.split(",")]
+        libs = [lib for lib in libs if any(lib.name.startswith(w) for w in wanted)]
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+    print(f"# {data}; M={a.M} ef_construction={a.efc}; build and batch with {a.threads} threads; "
+          f"simd={medretrieve.simd_level()}\n")
+    print("| index | ef | recall@10 | p50 ms | p99 ms | 1-thread QPS | 2-thread batch QPS |")
+    print("|---|---|---|---|---|---|---|", flush=True)
+    summaries = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for lib in libs:
+            rows, summary = run_lib(lib, x, q, gt, efs, a.threads, tmp)
+            summaries[lib.name] = summary
+            for ef, rec, p50, p99, qps1, bq in rows:
+                print(f"| {lib.name} | {ef} | {rec:.4f} | {p50:.3f} | {p99:.3f} | {qps1:.0f} | {bq:.0f} |", flush=True)
+            del lib.idx
+            gc.collect()
+    print("\n| index | build s | bytes/vector (file) | bytes/vector (RSS growth) | best 1-thread QPS at recall>=0.95 (ef) | at >=0.99 (ef) |")
+    print("|---|---|---|---|---|---|")
+    for name, s in summaries.items():
+        at95, at99 = qps_at_recall(s["rows"], 0.95), qps_at_recall(s["rows"], 0.99)
+        f95 = f"{at95[0]:.0f} ({at95[1]})" if at95 else "-"
+        f99 = f"{at99[0]:.0f} ({at99[1]})" if at99 else "-"
+        print(f"| {name} | {s['build_s']:.1f} | {s['file_bpv']:.0f} | {s['rss_bpv']:.0f} | {f95} | {f99} |")
+    if not a.no_filter:
+        for line in filtered(x, q[:300], [32, 64, 128], a.M, a.efc, a.threads):
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
