@@ -227,6 +227,11 @@ def test_bad_sha_and_bad_manifest(tmp, exported):
     (d / "medretrieve.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="lacks kind"):
         QueryEncoder.from_dir(d)
+    data["kind"] = "query"
+    data["dim"] = 33
+    (d / "medretrieve.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="dim 33"):
+        QueryEncoder.from_dir(d)
     (d / "medretrieve.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         QueryEncoder.from_dir(d)

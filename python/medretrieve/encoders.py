@@ -392,9 +392,12 @@ class _OnnxEncoder:
         names = [i.name for i in session.get_inputs()]
         if names != list(manifest.input_names):
             raise ValueError(f"{model_path} takes inputs {names} but the manifest says {manifest.input_names}")
-        outputs = [o.name for o in session.get_outputs()]
+        outputs = {o.name: o.shape for o in session.get_outputs()}
         if manifest.output_name not in outputs:
-            raise ValueError(f"{model_path} has outputs {outputs}, not the manifest's {manifest.output_name!r}")
+            raise ValueError(f"{model_path} has outputs {list(outputs)}, not the manifest's {manifest.output_name!r}")
+        width = outputs[manifest.output_name][-1]
+        if isinstance(width, int) and manifest.pooling != "none" and width != manifest.dim:
+            raise ValueError(f"{model_path} outputs width {width} but the manifest says dim {manifest.dim}")
         return cls(directory, manifest, session, tokenizer, limit)
 
     # -- properties
