@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -200,6 +202,8 @@ def run_lib(lib: Lib, x, q, gt, efs, threads, tmp) -> tuple[list[str], dict]:
         p50, p99, qps1 = latency(lib, q)
         rows.append((ef, rec, p50, p99, qps1, batch_qps))
     summary = {"build_s": build_s, "file_bpv": file_bytes / len(x), "rss_bpv": rss_growth / len(x), "rows": rows}
+    if isinstance(lib, Medretrieve):
+        summary["native_bpv"] = lib.idx.memory_bytes() / len(x)
     return rows, summary
 
 
@@ -246,6 +250,7 @@ def main() -> None:
     ap.add_argument("--libs", default="all", help="comma list of name prefixes, or all")
     ap.add_argument("--real", action="store_true", help="MiniLM embeddings of BioASQ snippets instead")
     ap.add_argument("--no-filter", action="store_true")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run one library in this process
     a = ap.parse_args()
     efs = [int(e) for e in a.efs.split(",")]
     if a.real:
@@ -266,32 +271,44 @@ def main() -> None:
         Medretrieve("int8", True, a.M, a.efc), Hnswlib(a.M, a.efc), Faiss(False, a.M, a.efc), Faiss(True, a.M, a.efc),
         Usearch("f32", a.M, a.efc), Usearch("i8", a.M, a.efc),
     ]
+    if a.worker:
+        # One library per process: resident-memory growth is then the index's own, not allocator leftovers.
+        import faiss
+
+        faiss.omp_set_num_threads(1)
+        lib = next(lib for lib in libs if lib.name == a.worker)
+        with tempfile.TemporaryDirectory() as tmp:
+            _, summary = run_lib(lib, x, q, gt, efs, a.threads, tmp)
+        print("RESULT " + json.dumps(summary), flush=True)
+        return
     if a.libs != "all":
         wanted = [w.strip() for w in a.libs.split(",")]
         libs = [lib for lib in libs if any(lib.name.startswith(w) for w in wanted)]
-    import faiss
-
-    faiss.omp_set_num_threads(1)
     print(f"# {data}; M={a.M} ef_construction={a.efc}; build and batch with {a.threads} threads; "
           f"simd={medretrieve.simd_level()}\n")
     print("| index | ef | recall@10 | p50 ms | p99 ms | 1-thread QPS | 2-thread batch QPS |")
     print("|---|---|---|---|---|---|---|", flush=True)
     summaries = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for lib in libs:
-            rows, summary = run_lib(lib, x, q, gt, efs, a.threads, tmp)
-            summaries[lib.name] = summary
-            for ef, rec, p50, p99, qps1, bq in rows:
-                print(f"| {lib.name} | {ef} | {rec:.4f} | {p50:.3f} | {p99:.3f} | {qps1:.0f} | {bq:.0f} |", flush=True)
-            del lib.idx
-            gc.collect()
+    passthrough = [arg for arg in sys.argv[1:] if not arg.startswith("--libs")]
+    for lib in libs:
+        proc = subprocess.run([sys.executable, __file__, *passthrough, "--worker", lib.name, "--no-filter"],
+                              capture_output=True, text=True)
+        line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+        if proc.returncode or not line:
+            print(f"| {lib.name} | failed: {proc.stderr.strip().splitlines()[-1:]} |", flush=True)
+            continue
+        summary = json.loads(line[0][7:])
+        summaries[lib.name] = summary
+        for ef, rec, p50, p99, qps1, bq in summary["rows"]:
+            print(f"| {lib.name} | {ef} | {rec:.4f} | {p50:.3f} | {p99:.3f} | {qps1:.0f} | {bq:.0f} |", flush=True)
     print("\n| index | build s | bytes/vector (file) | bytes/vector (RSS growth) | best 1-thread QPS at recall>=0.95 (ef) | at >=0.99 (ef) |")
     print("|---|---|---|---|---|---|")
     for name, s in summaries.items():
         at95, at99 = qps_at_recall(s["rows"], 0.95), qps_at_recall(s["rows"], 0.99)
         f95 = f"{at95[0]:.0f} ({at95[1]})" if at95 else "-"
         f99 = f"{at99[0]:.0f} ({at99[1]})" if at99 else "-"
-        print(f"| {name} | {s['build_s']:.1f} | {s['file_bpv']:.0f} | {s['rss_bpv']:.0f} | {f95} | {f99} |")
+        native = f" (native {s['native_bpv']:.0f})" if "native_bpv" in s else ""
+        print(f"| {name} | {s['build_s']:.1f} | {s['file_bpv']:.0f} | {s['rss_bpv']:.0f}{native} | {f95} | {f99} |")
     if not a.no_filter:
         for line in filtered(x, q[:300], [32, 64, 128], a.M, a.efc, a.threads):
             print(line, flush=True)

@@ -17,13 +17,7 @@ void FlatIndex::train(const float* sample, size_t n) {
   std::unique_lock<std::shared_mutex> g(mu_);
   if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot train");
   if (store_.count() > 0) throw std::runtime_error("train() must be called before the first add");
-  const size_t dim = store_.dim();
-  std::vector<float> buf, prepared(n * dim);
-  for (size_t i = 0; i < n; ++i) {
-    const float* r = store_.prepare_input(sample + i * dim, buf);
-    std::memcpy(prepared.data() + i * dim, r, dim * sizeof(float));
-  }
-  store_.train(prepared.data(), n);
+  store_.train(sample, n);
 }
 
 void FlatIndex::add(const float* data, size_t n, const uint64_t* ids, const std::vector<std::vector<uint32_t>>* labels,
@@ -45,12 +39,7 @@ void FlatIndex::add(const float* data, size_t n, const uint64_t* ids, const std:
   }
   if (!store_.trained()) {
     const size_t rows = n >= VectorStore::kMinTrainRows ? std::min(n, VectorStore::kTrainRows) : 0;
-    std::vector<float> sample(rows * dim);
-    for (size_t i = 0; i < rows; ++i) {
-      const float* r = store_.prepare_input(data + i * dim, buf);
-      std::memcpy(sample.data() + i * dim, r, dim * sizeof(float));
-    }
-    store_.train(sample.data(), rows);
+    store_.train(data, rows);
   }
   if (store_.count() + n > store_.capacity()) store_.reserve(std::max(store_.count() + n, store_.capacity() * 2));
   const uint32_t first = store_.allocate(ext.data(), n);

@@ -312,12 +312,7 @@ void Hnsw::train(const float* sample, size_t n) {
   std::unique_lock<std::shared_mutex> g(mu_);
   if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot train");
   if (store_.count() > 0) throw std::runtime_error("train() must be called before the first add");
-  std::vector<float> buf, prepared(n * p_.dim);
-  for (size_t i = 0; i < n; ++i) {
-    const float* r = store_.prepare_input(sample + i * p_.dim, buf);
-    std::memcpy(prepared.data() + i * p_.dim, r, p_.dim * sizeof(float));
-  }
-  store_.train(prepared.data(), n);
+  store_.train(sample, n);
 }
 
 void Hnsw::add(const float* data, size_t n, const uint64_t* ids, const std::vector<std::vector<uint32_t>>* labels,
@@ -372,12 +367,7 @@ void Hnsw::add(const float* data, size_t n, const uint64_t* ids, const std::vect
     std::lock_guard<std::mutex> tg(train_mu_);
     if (!store_.trained()) {
       const size_t rows = n >= VectorStore::kMinTrainRows ? std::min(n, VectorStore::kTrainRows) : 0;
-      std::vector<float> sample(rows * dim);
-      for (size_t i = 0; i < rows; ++i) {
-        const float* r = store_.prepare_input(data + i * dim, buf);
-        std::memcpy(sample.data() + i * dim, r, dim * sizeof(float));
-      }
-      store_.train(sample.data(), rows);
+      store_.train(data, rows);
     }
   }
   if (n_new) {

@@ -124,8 +124,11 @@ void VectorStore::train(const float* sample, size_t n) {
   std::fill(centre_.begin(), centre_.end(), 0.f);
   if (dtype_ == DType::Int8 && n > 0) {
     std::vector<double> acc(dim_, 0.0);
-    for (size_t i = 0; i < n; ++i)
-      for (size_t j = 0; j < dim_; ++j) acc[j] += sample[i * dim_ + j];
+    std::vector<float> buf;
+    for (size_t i = 0; i < n; ++i) {
+      const float* row = prepare_input(sample + i * dim_, buf);
+      for (size_t j = 0; j < dim_; ++j) acc[j] += row[j];
+    }
     for (size_t j = 0; j < dim_; ++j) centre_[j] = float(acc[j] / double(n));
   }
   set_trained(true);

@@ -110,7 +110,8 @@ class VectorStore {
 
   // --- quantization ---
   bool trained() const { return trained_; }
-  // Centre = mean of the sample rows (already prepared); n == 0 means zero centre.
+  // Centre = mean of the raw sample rows, each prepared (normalised for
+  // cosine) on the fly, without copying the sample; n == 0 means zero centre.
   void train(const float* sample, size_t n);
   const float* centre() const { return centre_.data(); }
   float centre_norm2() const { return centre_norm2_; }
