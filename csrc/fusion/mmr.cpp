@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "fusion/row_kernels.h"
 #include "kernels/distances.h"
 
 namespace medretrieve::fusion {
@@ -41,7 +42,8 @@ inline bool before(const Key& x, const Key& y) {
   return x.pos > y.pos;
 }
 
-// `pair_sim(i, j)` returns sim(candidate i, candidate j).
+// `pair_sim(i, j)` returns sim(candidate i, candidate j); `first_pass(p, out)`
+// fills out[i] = sim(i, p) for every i (the one-vector-many-rows kernels).
 //
 // Lazy form of the incremental update. The first pick is the most relevant
 // candidate; it is folded into every candidate's max-sim at once (one kernel
@@ -56,8 +58,8 @@ inline bool before(const Key& x, const Key& y) {
 // the picks and scores are exactly those of updating every candidate after
 // every pick (a max does not depend on the order it is taken in), while
 // candidates that can no longer win are never touched again.
-template <class PairSim>
-MmrResult greedy(size_t n, const float* rel, size_t k, float lambda, PairSim&& pair_sim) {
+template <class PairSim, class FirstPass>
+MmrResult greedy(size_t n, const float* rel, size_t k, float lambda, PairSim&& pair_sim, FirstPass&& first_pass) {
   MmrResult out;
   k = std::min(k, n);
   out.order.reserve(k);
@@ -79,15 +81,10 @@ MmrResult greedy(size_t n, const float* rel, size_t k, float lambda, PairSim&& p
   picks.reserve(k);
   std::vector<Key> heap;
   heap.reserve(n);
-  // Backwards: the relevance pass just walked the rows forwards, so the last
-  // ones are the likeliest to still be in cache.
-  for (size_t i = n; i-- > 0;) {
+  if (b != 0.f) first_pass(first, max_sim.data());  // sim(i, first) for every i at once
+  for (size_t i = 0; i < n; ++i) {
     if (i == first) continue;
-    if (b != 0.f) {
-      const float s = pair_sim(i, first);
-      if (!std::isfinite(s)) non_finite_similarity(i, first);
-      max_sim[i] = s;
-    }
+    if (b != 0.f && !std::isfinite(max_sim[i])) non_finite_similarity(i, first);
     heap.push_back(Key{a * rel[i] - b * max_sim[i], rel[i], uint32_t(i)});
   }
   std::make_heap(heap.begin(), heap.end(), before);
@@ -116,6 +113,15 @@ MmrResult greedy(size_t n, const float* rel, size_t k, float lambda, PairSim&& p
   return out;
 }
 
+// First pass through the pairwise similarity, for sims without a row kernel.
+template <class PairSim>
+auto pairwise_first_pass(size_t n, PairSim& pair_sim) {
+  return [n, &pair_sim](size_t p, float* out) {
+    for (size_t i = 0; i < n; ++i)
+      if (i != p) out[i] = pair_sim(i, p);
+  };
+}
+
 }  // namespace
 
 MmrResult mmr_select_f32(const float* const* rows, size_t n, size_t dim, const float* relevance, size_t k,
@@ -123,10 +129,18 @@ MmrResult mmr_select_f32(const float* const* rows, size_t n, size_t dim, const f
   check_common(n, rows, relevance, lambda);
   const kernels::KernelTable& kt = kernels::active();
   switch (sim) {
-    case Similarity::InnerProduct:
-      return greedy(n, relevance, k, lambda, [&](size_t i, size_t j) { return kt.dot_f32(rows[i], rows[j], dim); });
-    case Similarity::NegL2:
-      return greedy(n, relevance, k, lambda, [&](size_t i, size_t j) { return -kt.l2sq_f32(rows[i], rows[j], dim); });
+    case Similarity::InnerProduct: {
+      auto pair = [&](size_t i, size_t j) { return kt.dot_f32(rows[i], rows[j], dim); };
+      return greedy(n, relevance, k, lambda, pair,
+                    [&](size_t p, float* out) { rows::dot_f32(rows[p], rows, n, dim, out); });
+    }
+    case Similarity::NegL2: {
+      auto pair = [&](size_t i, size_t j) { return -kt.l2sq_f32(rows[i], rows[j], dim); };
+      return greedy(n, relevance, k, lambda, pair, [&](size_t p, float* out) {
+        rows::l2sq_f32(rows[p], rows, n, dim, out);
+        for (size_t i = 0; i < n; ++i) out[i] = -out[i];
+      });
+    }
     case Similarity::Cosine: {
       // Inverse norms once per candidate (only when a second pick is needed).
       std::vector<float> inv(n, 0.f);
@@ -135,8 +149,11 @@ MmrResult mmr_select_f32(const float* const* rows, size_t n, size_t dim, const f
           const float nn = kt.dot_f32(rows[i], rows[i], dim);
           inv[i] = nn > 0.f ? 1.f / std::sqrt(nn) : 0.f;
         }
-      return greedy(n, relevance, k, lambda,
-                    [&](size_t i, size_t j) { return kt.dot_f32(rows[i], rows[j], dim) * inv[i] * inv[j]; });
+      auto pair = [&](size_t i, size_t j) { return kt.dot_f32(rows[i], rows[j], dim) * inv[i] * inv[j]; };
+      return greedy(n, relevance, k, lambda, pair, [&](size_t p, float* out) {
+        rows::dot_f32(rows[p], rows, n, dim, out);
+        for (size_t i = 0; i < n; ++i) out[i] = out[i] * inv[i] * inv[p];
+      });
     }
   }
   throw std::invalid_argument("mmr: unknown similarity");
@@ -148,26 +165,33 @@ MmrResult mmr_select_i8(const int8_t* const* rows, const float* scale, const flo
   if (dim > kernels::kMaxInt8Dim)
     throw std::invalid_argument("mmr: int8 vectors longer than 131072 are not supported");
   const kernels::KernelTable& kt = kernels::active();
-  return greedy(n, relevance, k, lambda, [&](size_t i, size_t j) {
+  auto pair = [&](size_t i, size_t j) {
     const float si = scale ? scale[i] : 1.f, sj = scale ? scale[j] : 1.f;
     const float oi = offset ? offset[i] : 0.f, oj = offset ? offset[j] : 0.f;
     return base + oi + oj + weight * si * sj * float(kt.dot_i8(rows[i], rows[j], dim));
-  });
+  };
+  return greedy(n, relevance, k, lambda, pair, pairwise_first_pass(n, pair));
 }
 
 void relevance_f32(const float* query, const float* const* rows, size_t n, size_t dim, Similarity sim,
                    float* out) {
   const kernels::KernelTable& kt = kernels::active();
-  const float qn = sim == Similarity::Cosine ? std::sqrt(kt.dot_f32(query, query, dim)) : 1.f;
-  for (size_t i = 0; i < n; ++i) {
-    switch (sim) {
-      case Similarity::InnerProduct: out[i] = kt.dot_f32(query, rows[i], dim); break;
-      case Similarity::NegL2: out[i] = -kt.l2sq_f32(query, rows[i], dim); break;
-      case Similarity::Cosine: {
+  switch (sim) {
+    case Similarity::InnerProduct:
+      rows::dot_f32(query, rows, n, dim, out);
+      return;
+    case Similarity::NegL2:
+      rows::l2sq_f32(query, rows, n, dim, out);
+      for (size_t i = 0; i < n; ++i) out[i] = -out[i];
+      return;
+    case Similarity::Cosine: {
+      const float qn = std::sqrt(kt.dot_f32(query, query, dim));
+      rows::dot_f32(query, rows, n, dim, out);
+      for (size_t i = 0; i < n; ++i) {
         const float rn = std::sqrt(kt.dot_f32(rows[i], rows[i], dim));
-        out[i] = (qn > 0.f && rn > 0.f) ? kt.dot_f32(query, rows[i], dim) / (qn * rn) : 0.f;
-        break;
+        out[i] = (qn > 0.f && rn > 0.f) ? out[i] / (qn * rn) : 0.f;
       }
+      return;
     }
   }
 }
@@ -175,25 +199,25 @@ void relevance_f32(const float* query, const float* const* rows, size_t n, size_
 void relevance_i8(const float* query, const int8_t* const* rows, const float* scale, size_t n, size_t dim,
                   Similarity sim, float* out) {
   const kernels::KernelTable& kt = kernels::active();
-  const float qn = sim == Similarity::Cosine ? std::sqrt(kt.dot_f32(query, query, dim)) : 1.f;
-  std::vector<float> wide(dim);
-  for (size_t i = 0; i < n; ++i) {
-    const float s = scale ? scale[i] : 1.f;
-    // Widening is a plain loop the compiler vectorises; the dot goes through
-    // the dispatched SIMD kernel.
-    const int8_t* r = rows[i];
-    if (sim == Similarity::NegL2) {
-      for (size_t d = 0; d < dim; ++d) wide[d] = s * float(r[d]);
-      out[i] = -kt.l2sq_f32(query, wide.data(), dim);
-      continue;
-    }
-    for (size_t d = 0; d < dim; ++d) wide[d] = float(r[d]);
-    const float dot = kt.dot_f32(query, wide.data(), dim);
-    if (sim == Similarity::InnerProduct) {
-      out[i] = s * dot;
-    } else {  // cosine does not depend on the (positive) scale
-      const float rn = std::sqrt(kt.dot_f32(wide.data(), wide.data(), dim));
-      out[i] = (qn > 0.f && rn > 0.f && s > 0.f) ? dot / (qn * rn) : 0.f;
+  switch (sim) {
+    case Similarity::InnerProduct:
+      rows::dot_f32_i8(query, rows, n, dim, out);
+      if (scale)
+        for (size_t i = 0; i < n; ++i) out[i] *= scale[i];
+      return;
+    case Similarity::NegL2:
+      rows::l2sq_f32_i8(query, rows, scale, n, dim, out);
+      for (size_t i = 0; i < n; ++i) out[i] = -out[i];
+      return;
+    case Similarity::Cosine: {  // does not depend on the (positive) scale
+      const float qn = std::sqrt(kt.dot_f32(query, query, dim));
+      rows::dot_f32_i8(query, rows, n, dim, out);
+      for (size_t i = 0; i < n; ++i) {
+        const float rn = std::sqrt(float(kt.dot_i8(rows[i], rows[i], dim)));
+        const float s = scale ? scale[i] : 1.f;
+        out[i] = (qn > 0.f && rn > 0.f && s > 0.f) ? out[i] / (qn * rn) : 0.f;
+      }
+      return;
     }
   }
 }
