@@ -368,10 +368,14 @@ void bind_cuda(py::module_& m) {
           if (problems[b].int8 != problems[0].int8 || problems[b].dim != problems[0].dim)
             throw py::value_error("cuda MMR batch: every candidate matrix must share dtype and dim");
         }
+        // k > n selects n: size the device outputs by the largest problem.
+        size_t max_n = 0;
+        for (const auto& p : problems) max_n = std::max(max_n, p.n);
+        k = std::min(k, max_n);
         std::vector<int64_t> order(B * k, -1);
         std::vector<float> mmr_scores(B * k);
         cuda::Timing timing{warmup, repeats, {}};
-        if (B > 0) {
+        if (B > 0 && k > 0) {
           py::gil_scoped_release release;
           const size_t dim = problems[0].dim;
           std::vector<int64_t> offsets(B + 1, 0);
