@@ -182,8 +182,10 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes only (smoke test, ~1 min)")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--big-n", type=int, default=1_000_000)
+    parser.add_argument("--big-n", type=int, default=1_000_000, help="database rows of the headline int8 case")
     parser.add_argument("--big-queries", type=int, default=1000)
+    parser.add_argument("--mid-n", type=int, default=100_000, help="database rows of the other search cases")
+    parser.add_argument("--mmr-batch", type=int, default=256, help="MMR problems per batch")
     args = parser.parse_args()
     out = args.out / "gpu_check"
     out.mkdir(parents=True, exist_ok=True)
@@ -197,7 +199,7 @@ def main() -> int:
     print(f"[gpu_check] device: {device}; medretrieve {medretrieve.__version__}, CPU SIMD {medretrieve.simd_level()}")
     c = Checker(out, args.repeats, args.warmup)
     s = 1000 if args.quick else 1
-    n_mid = 100_000 // (10 if args.quick else 1)
+    n_mid = max(1, args.mid_n // (10 if args.quick else 1))
 
     for dtype in ("float32", "int8"):
         for metric in ("ip", "l2"):
@@ -206,12 +208,13 @@ def main() -> int:
         c.case(f"exact_{dtype}_awkward", lambda d=dtype: check_exact(
             c, f"exact_{d}_awkward", d, "ip", 37, 1001, 33, 1024 if d == "int8" else 7, seed=5))
     c.case("exact_int8_big", lambda: check_exact(
-        c, "exact_int8_big", "int8", "ip", args.big_queries // (10 if args.quick else 1), args.big_n // s, 768, 10,
+        c, "exact_int8_big", "int8", "ip", max(1, args.big_queries // (10 if args.quick else 1)), max(1, args.big_n // s),
+        768, 10,
         seed=11, check_queries=32, floors=True))
     for dtype in ("float32", "int8"):
         for metric in ("ip", "cosine", "l2"):
             c.case(f"mmr_{dtype}_{metric}", lambda d=dtype, m=metric: check_mmr(
-                c, f"mmr_{d}_{m}", d, m, 256 // (8 if args.quick else 1), 200, 768, 10, seed=21))
+                c, f"mmr_{d}_{m}", d, m, max(1, args.mmr_batch // (8 if args.quick else 1)), 200, 768, 10, seed=21))
     c.case("rrf_small", lambda: check_rrf(c, "rrf_small", 5, 1000, 3000, seed=31))
     c.case("rrf_large", lambda: check_rrf(c, "rrf_large", 5, 100_000 // (10 if args.quick else 1), 300_000, seed=32))
 

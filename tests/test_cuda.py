@@ -107,3 +107,59 @@ def test_cuda_rrf_is_identical_to_cpu() -> None:
         want = rrf(lists, weights=weights, top_n=None if trial < 3 else 25)
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_gpu_check_script_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/gpu_check.py with the CUDA entry points replaced by CPU stand-ins.
+
+    It will first meet a real GPU in a later session with little device time:
+    this catches its own bugs (shapes, comparisons, output files) beforehand.
+    """
+    import importlib.util
+    import sys
+
+    core = medretrieve._core
+
+    def fake_exact(q, x, k, metric, qs, xs, warmup, repeats):
+        qf = q.astype(np.float64) * (1 if qs is None else qs[:, None])
+        xf = x.astype(np.float64) * (1 if xs is None else xs[:, None])
+        s = qf @ xf.T
+        if metric == "l2":
+            s = 2 * s - (qf * qf).sum(1)[:, None] - (xf * xf).sum(1)[None, :]
+        ids = np.full((len(q), k), -1, np.int64)
+        scores = np.full((len(q), k), -np.inf, np.float32)
+        rows = np.arange(len(x))
+        for i, row in enumerate(s):
+            order = np.lexsort((rows, -row))[:k]
+            ids[i, : len(order)] = order
+            scores[i, : len(order)] = row[order]
+        return ids, scores, [1.0] * repeats
+
+    def fake_mmr(cands, k, lambdas, queries, rels, metric, scales, warmup, repeats):
+        return fusion.mmr_batch(queries, cands, k, lambdas, rels, metric=metric, scales=scales), [1.0] * repeats
+
+    def fake_rrf(lists, k, weights, top_n, warmup, repeats):
+        ids, scores = fusion.rrf(lists, k, weights, top_n or None)
+        return ids, scores, [1.0] * repeats
+
+    monkeypatch.setattr(core, "_cuda_available", lambda: (True, ""))
+    monkeypatch.setattr(core, "_cuda_device_summary", lambda: "CPU stand-in")
+    monkeypatch.setattr(core, "_cuda_exact_search", fake_exact)
+    monkeypatch.setattr(core, "_cuda_mmr_batch", fake_mmr)
+    monkeypatch.setattr(core, "_cuda_rrf", fake_rrf)
+    script = Path(__file__).resolve().parents[1] / "bench" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check_under_test", script)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--out", str(tmp_path), "--quick", "--repeats", "2",
+                                      "--warmup", "0", "--big-n", "40000", "--big-queries", "40",
+                                      "--mid-n", "5000", "--mmr-batch", "16"])
+    assert module.main() == 0
+    out = tmp_path / "gpu_check"
+    summary = (out / "summary.json").read_text()
+    assert '"status": "ok"' in summary and "ERROR" not in summary and "FAILED" not in summary
+    table = (out / "table.md").read_text()
+    for case in ("exact_int8_big", "exact_float32_awkward", "mmr_int8_cosine", "rrf_large"):
+        assert case in table
+    assert "fraction" in table and (out / "exact_int8_big.npz").exists()
