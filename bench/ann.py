@@ -250,6 +250,7 @@ def main() -> None:
     ap.add_argument("--libs", default="all", help="comma list of name prefixes, or all")
     ap.add_argument("--real", action="store_true", help="MiniLM embeddings of BioASQ snippets instead")
     ap.add_argument("--no-filter", action="store_true")
+    ap.add_argument("--filter-dtypes", default="int8,float32", help="medretrieve dtypes for the filtered table")
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run one library in this process
     a = ap.parse_args()
     efs = [int(e) for e in a.efs.split(",")]
@@ -310,7 +311,8 @@ def main() -> None:
         native = f" (native {s['native_bpv']:.0f})" if "native_bpv" in s else ""
         print(f"| {name} | {s['build_s']:.1f} | {s['file_bpv']:.0f} | {s['rss_bpv']:.0f}{native} | {f95} | {f99} |")
     if not a.no_filter:
-        for line in filtered(x, q[:300], [32, 64, 128], a.M, a.efc, a.threads):
+        dtypes = tuple(d for d in a.filter_dtypes.split(",") if d)
+        for line in filtered(x, q[:300], [32, 64, 128], a.M, a.efc, a.threads, dtypes):
             print(line, flush=True)
 
 

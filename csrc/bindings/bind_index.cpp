@@ -1,6 +1,9 @@
 // Bindings for the HNSW index and the flat index: type conversion, argument
 // checks, GIL release. The Python wrappers (medretrieve/index.py) normalise
 // inputs (dtype, contiguity, 1-d rows, label lists) before calling in here.
+// Every call that takes an index lock releases the GIL first: a search running
+// a Python filter needs the GIL in its worker threads while holding the lock
+// shared, so waiting for the lock with the GIL held could deadlock.
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -106,7 +109,12 @@ py::dict hnsw_stats(const mi::Hnsw& h) {
   d["centre_trained"] = h.store().trained();
   d["read_only"] = h.read_only();
   d["bytes_per_slab"] = h.store().stride();
-  d["memory_bytes"] = h.memory_bytes();
+  size_t memory;
+  {
+    py::gil_scoped_release nogil;
+    memory = h.memory_bytes();
+  }
+  d["memory_bytes"] = memory;
   d["filter_exact_factor"] = h.filter_exact_factor();
   d["simd_level"] = medretrieve::kernels::level_name(medretrieve::kernels::active().level);
   return d;
@@ -177,8 +185,8 @@ void bind_index(py::module_& m) {
              py::gil_scoped_release nogil;
              self.train(p, n);
            })
-      .def("mark_deleted", &mi::Hnsw::mark_deleted)
-      .def("unmark_deleted", &mi::Hnsw::unmark_deleted)
+      .def("mark_deleted", &mi::Hnsw::mark_deleted, py::call_guard<py::gil_scoped_release>())
+      .def("unmark_deleted", &mi::Hnsw::unmark_deleted, py::call_guard<py::gil_scoped_release>())
       .def("resize", &mi::Hnsw::resize, py::call_guard<py::gil_scoped_release>())
       .def("set_ef", &mi::Hnsw::set_ef)
       .def_property_readonly("ef", &mi::Hnsw::ef)
@@ -188,7 +196,11 @@ void bind_index(py::module_& m) {
       .def_property_readonly("capacity", &mi::Hnsw::capacity)
       .def_property_readonly("read_only", &mi::Hnsw::read_only)
       .def("ids", [](const mi::Hnsw& self) {
-        std::vector<uint64_t> v = self.ids();
+        std::vector<uint64_t> v;
+        {
+          py::gil_scoped_release nogil;  // never wait for the index lock while holding the GIL
+          v = self.ids();
+        }
         py::array_t<uint64_t> out(v.size());
         std::copy(v.begin(), v.end(), out.mutable_data());
         return out;
@@ -205,10 +217,10 @@ void bind_index(py::module_& m) {
              }
              return out;
            })
-      .def("labels_of", &mi::Hnsw::labels_of)
+      .def("labels_of", &mi::Hnsw::labels_of, py::call_guard<py::gil_scoped_release>())
       .def("contains", &mi::Hnsw::contains)
       .def("is_deleted", &mi::Hnsw::is_deleted_ext)
-      .def("memory_bytes", &mi::Hnsw::memory_bytes)
+      .def("memory_bytes", &mi::Hnsw::memory_bytes, py::call_guard<py::gil_scoped_release>())
       .def("stats", &hnsw_stats)
       .def("save", &mi::Hnsw::save, py::call_guard<py::gil_scoped_release>())
       .def("to_bytes", [](const mi::Hnsw& self) {
@@ -271,8 +283,8 @@ void bind_index(py::module_& m) {
              py::gil_scoped_release nogil;
              self.train(p, n);
            })
-      .def("mark_deleted", &mi::FlatIndex::mark_deleted)
-      .def("unmark_deleted", &mi::FlatIndex::unmark_deleted)
+      .def("mark_deleted", &mi::FlatIndex::mark_deleted, py::call_guard<py::gil_scoped_release>())
+      .def("unmark_deleted", &mi::FlatIndex::unmark_deleted, py::call_guard<py::gil_scoped_release>())
       .def("__len__", &mi::FlatIndex::size)
       .def_property_readonly("space", [](const mi::FlatIndex& self) { return std::string(mi::space_name(self.store().space())); })
       .def_property_readonly("dtype", [](const mi::FlatIndex& self) { return std::string(mi::dtype_name(self.store().dtype())); })
@@ -280,7 +292,11 @@ void bind_index(py::module_& m) {
       .def_property_readonly("count", &mi::FlatIndex::count)
       .def_property_readonly("read_only", &mi::FlatIndex::read_only)
       .def("ids", [](const mi::FlatIndex& self) {
-        std::vector<uint64_t> v = self.ids();
+        std::vector<uint64_t> v;
+        {
+          py::gil_scoped_release nogil;
+          v = self.ids();
+        }
         py::array_t<uint64_t> out(v.size());
         std::copy(v.begin(), v.end(), out.mutable_data());
         return out;
@@ -297,10 +313,14 @@ void bind_index(py::module_& m) {
              }
              return out;
            })
-      .def("memory_bytes", &mi::FlatIndex::memory_bytes)
+      .def("memory_bytes", &mi::FlatIndex::memory_bytes, py::call_guard<py::gil_scoped_release>())
       .def("save", &mi::FlatIndex::save, py::call_guard<py::gil_scoped_release>())
       .def("to_bytes", [](const mi::FlatIndex& self) {
-        std::vector<char> b = self.to_bytes();
+        std::vector<char> b;
+        {
+          py::gil_scoped_release nogil;
+          b = self.to_bytes();
+        }
         return py::bytes(b.data(), b.size());
       })
       .def_static("load", &mi::FlatIndex::load, py::arg("path"), py::arg("mmap") = false,

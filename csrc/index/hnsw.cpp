@@ -434,8 +434,10 @@ std::vector<Candidate> Hnsw::search_prepared(const QueryCtx& ctx, size_t k, size
     if (allowed_max == 0) return {};
     const size_t live = std::max<size_t>(1, count() - deleted_count());
     const double selectivity = std::min(1.0, double(allowed_max) / double(live));
-    const size_t boosted = std::min(std::max(ef, kMaxFilteredEf), size_t(double(ef) / selectivity));
-    const double graph_cost = double(boosted) * double(p_.M);
+    // The graph search keeps only allowed elements in its result list, so it
+    // expands about ef / selectivity nodes, each costing ~1.5 M distance
+    // evaluations (measured); exact search costs one per allowed element.
+    const double graph_cost = double(ef) / selectivity * 1.5 * double(p_.M);
     if (double(allowed_max) <= filter_exact_factor_ * graph_cost) {
       std::vector<uint32_t> ids;
       ids.reserve(allowed_max);
@@ -446,7 +448,6 @@ std::vector<Candidate> Hnsw::search_prepared(const QueryCtx& ctx, size_t k, size
       }
       return exact_topk(store_, ctx, filter, ids.data(), ids.size(), k, store_.keep_float());
     }
-    ef = std::max(ef, boosted);
   }
   const int max_level = std::min<int>(int(int32_t(state >> 32)), level_of(ep));
   const uint32_t start = greedy_descent(ctx, ep, max_level, 0, false);

@@ -48,8 +48,6 @@ class Hnsw {
  public:
   static constexpr uint32_t kNone = UINT32_MAX;
   static constexpr int kMaxLevel = 30;
-  // Filtered graph search raises ef by 1/selectivity up to this many.
-  static constexpr size_t kMaxFilteredEf = 4096;
 
   explicit Hnsw(const HnswParams& params);
   ~Hnsw();
@@ -83,7 +81,8 @@ class Hnsw {
   void unmark_deleted(uint64_t ext);
   void resize(size_t max_elements);
   void set_ef(size_t ef) { ef_.store(ef ? ef : 1); }
-  // Exact search over the allowed subset when its size <= factor * ef * M.
+  // Exact search over the allowed subset when its size <= factor * (estimated
+  // graph cost = ef / selectivity * 1.5 M distance evaluations); 0 forces graph search.
   void set_filter_exact_factor(double f) { filter_exact_factor_ = f; }
   double filter_exact_factor() const { return filter_exact_factor_; }
 
