@@ -175,8 +175,10 @@ __global__ void norm2_i8_kernel(const int8_t* __restrict__ X, int64_t n, int dim
 // ---- per-query top-k ------------------------------------------------------
 constexpr int kSelThreads = 512;
 
+// Order-preserving map of floats onto uint32 (-0 folded onto +0 so that, as
+// on the CPU, they tie and the smaller row id wins).
 __device__ __forceinline__ uint32_t ordered_key(float f) {
-  const uint32_t u = __float_as_uint(f);
+  const uint32_t u = __float_as_uint(f == 0.f ? 0.f : f);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 // (key desc, row asc) as one 64-bit number sorted descending; 0 = padding.
