@@ -301,7 +301,7 @@ def test_rrf_matches_reference(seed: int) -> None:
 
 
 def test_rrf_accepts_lists_tuples_and_integer_arrays() -> None:
-    a = [5, 3, 9, 3]
+    a = [5, 3, np.int64(9), 3]  # NumPy integer scalars inside a list are ids too
     b = (9, 1)
     c = np.array([1, 5], np.uint16)
     d = np.array([[7, 5, 9]], np.int32)[:, ::-1][0]  # non-contiguous view
@@ -339,6 +339,8 @@ def test_rrf_empty_inputs() -> None:
     "lists,kwargs,error,match",
     [
         ([["a", "b"]], {}, TypeError, "not an int"),
+        ([[1.0, 2.0]], {}, TypeError, "not an int"),
+        ([[np.float32(1.0)]], {}, TypeError, "not an int"),
         ([np.array(["a"])], {}, TypeError, "integer ids"),
         ([np.array([1.0, 2.0])], {}, TypeError, "integer ids"),
         ("abc", {}, TypeError, "ranked id lists"),

@@ -230,9 +230,15 @@ void read_id_list(const py::handle& obj, size_t l, std::vector<py::array_t<int64
   v.resize(n);
   for (size_t i = 0; i < n; ++i) {
     PyObject* o = items[i];
-    if (!PyLong_Check(o))
-      throw py::type_error("ranked list " + std::to_string(l) + " item " + std::to_string(i) +
-                           " is not an int (map string ids to ints first)");
+    py::object as_int;  // NumPy integer scalars and other __index__ types
+    if (!PyLong_Check(o)) {
+      if (PyFloat_Check(o) || !PyIndex_Check(o))
+        throw py::type_error("ranked list " + std::to_string(l) + " item " + std::to_string(i) +
+                             " is not an int (map string ids to ints first)");
+      as_int = py::reinterpret_steal<py::object>(PyNumber_Index(o));
+      if (!as_int) throw py::error_already_set();
+      o = as_int.ptr();
+    }
     int overflow = 0;
     const long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (overflow) throw py::value_error("id in ranked list " + std::to_string(l) + " does not fit in int64");
