@@ -132,12 +132,50 @@ def minilm_fidelity(work: Path, passages: List[str], threads: int) -> str:
     return "\n".join(lines)
 
 
+def corpus_section(dirs: Dict[str, Path], passages: List[str], torch_corpus: Callable, threads: int,
+                   batch_size: int) -> str:
+    """Passages/s for torch eager and ArticleEncoder fp32/int8, plus int8 fidelity on those passages."""
+    from medretrieve.encoders import ArticleEncoder, read_manifest
+
+    a_fp32 = ArticleEncoder.from_dir(dirs["fp32"], threads=threads)
+    a_int8 = ArticleEncoder.from_dir(dirs["int8"], threads=threads)
+    torch_corpus(passages[:4])
+    a_fp32.encode(passages[:4])
+    a_int8.encode(passages[:4])
+    corpus_engines = {"torch eager fp32": torch_corpus,
+                      "medretrieve ONNX fp32": lambda p: a_fp32.encode(p, batch_size=batch_size),
+                      "medretrieve ONNX int8": lambda p: a_int8.encode(p, batch_size=batch_size)}
+    # Slices of 2 batches, engines taking turns per slice (as for latency); each slice is
+    # length-sorted inside every engine.
+    slices = [passages[i:i + 2 * batch_size] for i in range(0, len(passages), 2 * batch_size)]
+    parts: Dict[str, List[np.ndarray]] = {name: [] for name in corpus_engines}
+    engines = {name: (lambda sl, name=name, fn=fn: parts[name].append(fn(sl)))
+               for name, fn in corpus_engines.items()}
+    ms = time_interleaved(engines, slices, warmup=0)
+    thr = {name: len(passages) / (sum(ms[name]) / 1e3) for name in corpus_engines}
+    vecs = {name: np.vstack(v) for name, v in parts.items()}
+    ref, q8 = vecs["medretrieve ONNX fp32"], vecs["medretrieve ONNX int8"]
+    cos = np.sum(ref * q8, 1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(q8, axis=1)
+    parity_torch = float(np.abs(vecs["torch eager fp32"] - ref).max())
+    ptok = [len(a_fp32._tokenizer.encode(p).ids) for p in passages]
+    fid = read_manifest(dirs["int8"]).fidelity
+    lines = [f"\nCorpus encoding, {len(passages)} passages ({int(np.mean(ptok))} tokens mean, {max(ptok)} max), "
+             f"batch {batch_size}, length-sorted batches for every engine:\n",
+             "| engine | passages/s | vs torch |", "|---|---|---|"]
+    lines += [f"| {name} | {v:.1f} | {v / thr['torch eager fp32']:.2f}x |" for name, v in thr.items()]
+    lines.append(f"\nint8 fidelity on these passages: mean cosine to fp32 {cos.mean():.4f} (min {cos.min():.4f}); "
+                 f"export-time figure in the manifest: {fid['value']:.4f} on {fid['samples']} samples. "
+                 f"ONNX fp32 vs torch max abs diff on the corpus vectors: {parity_torch:.2e}.")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--passages", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--skip-corpus", action="store_true", help="single-query latency only")
     ap.add_argument("--skip-minilm", action="store_true", help="skip the all-MiniLM-L6-v2 int8 fidelity table")
     ap.add_argument("--workdir", type=Path, default=None, help="keep the exported models here (default: temp)")
     args = ap.parse_args()
@@ -145,7 +183,7 @@ def main() -> int:
     import torch
     from transformers import AutoTokenizer, BertModel
 
-    from medretrieve.encoders import ArticleEncoder, QueryEncoder, read_manifest
+    from medretrieve.encoders import QueryEncoder
     from medretrieve.export import export_onnx
 
     torch.set_num_threads(args.threads)
@@ -198,44 +236,14 @@ def main() -> int:
         p50, p99 = percentiles(ms)
         rows.append(f"| {name} | {p50:.2f} | {p99:.2f} | {base[0] / p50:.2f}x | {base[1] / p99:.2f}x |")
     qtok = [len(q_fp32._tokenizer.encode(q).ids) for q in queries]
-
-    a_fp32 = ArticleEncoder.from_dir(dirs["fp32"], threads=args.threads)
-    a_int8 = ArticleEncoder.from_dir(dirs["int8"], threads=args.threads)
-    torch_corpus(passages[:4])
-    a_fp32.encode(passages[:4])
-    a_int8.encode(passages[:4])
-    corpus_engines = {"torch eager fp32": torch_corpus,
-                      "medretrieve ONNX fp32": lambda p: a_fp32.encode(p, batch_size=args.batch_size),
-                      "medretrieve ONNX int8": lambda p: a_int8.encode(p, batch_size=args.batch_size)}
-    # Slices of 2 batches, engines taking turns per slice (as for latency); each slice is
-    # length-sorted inside every engine.
-    slices = [passages[i:i + 2 * args.batch_size] for i in range(0, len(passages), 2 * args.batch_size)]
-    vecs: Dict[str, List[np.ndarray]] = {name: [] for name in corpus_engines}
-    engines = {name: (lambda sl, name=name, fn=fn: vecs[name].append(fn(sl)))
-               for name, fn in corpus_engines.items()}
-    ms = time_interleaved(engines, slices, warmup=0)
-    thr = {name: len(passages) / (sum(ms[name]) / 1e3) for name in corpus_engines}
-    vecs = {name: np.vstack(v) for name, v in vecs.items()}
-    ref, q8 = vecs["medretrieve ONNX fp32"], vecs["medretrieve ONNX int8"]
-    cos = np.sum(ref * q8, 1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(q8, axis=1)
-    parity_torch = float(np.abs(vecs["torch eager fp32"] - ref).max())
-    ptok = [len(a_fp32._tokenizer.encode(p).ids) for p in passages]
-    manifest_fid = read_manifest(dirs["int8"]).fidelity
-
     print(f"\nLoad average during the run: {os.getloadavg()[0]:.1f} (2-core shared machine); torch "
           f"{torch.__version__}, onnxruntime {__import__('onnxruntime').__version__}.")
-    print(f"\nSingle-query latency, BERT-base (random weights), {args.threads} threads, {len(queries)} BioASQ "
+    print(f"\nSingle-query latency, BERT-base (random weights), {args.threads} thread(s), {len(queries)} BioASQ "
           f"questions ({int(np.mean(qtok))} tokens mean, {max(qtok)} max), text -> [CLS] vector:\n")
     print("| engine | p50 ms | p99 ms | speed-up p50 | speed-up p99 |\n|---|---|---|---|---|")
-    print("\n".join(rows))
-    print(f"\nCorpus encoding, {len(passages)} passages ({int(np.mean(ptok))} tokens mean, {max(ptok)} max), "
-          f"batch {args.batch_size}, length-sorted batches for every engine:\n")
-    print("| engine | passages/s | vs torch |\n|---|---|---|")
-    for name, v in thr.items():
-        print(f"| {name} | {v:.1f} | {v / thr['torch eager fp32']:.2f}x |")
-    print(f"\nint8 fidelity on these passages: mean cosine to fp32 {cos.mean():.4f} (min {cos.min():.4f}); "
-          f"export-time figure in the manifest: {manifest_fid['value']:.4f} on {manifest_fid['samples']} samples. "
-          f"ONNX fp32 vs torch max abs diff on the corpus vectors: {parity_torch:.2e}.")
+    print("\n".join(rows), flush=True)
+    if not args.skip_corpus:
+        print(corpus_section(dirs, passages, torch_corpus, args.threads, args.batch_size), flush=True)
     if not args.skip_minilm:
         print(minilm_fidelity(work, passages, args.threads))
     if tmp is not None:
