@@ -3,6 +3,7 @@
     python bench/retrieval.py quality  [--encoder DIR] [--work DIR] [--limit N]
     python bench/retrieval.py latency  [--encoder DIR] [--work DIR] [--chunks 100000] [--queries 1000]
                                        [--cross-encoder]
+    python bench/retrieval.py lexical  (bm25s vs tantivy, when tantivy is importable)
 
 quality: the BioASQ 7b golden sets (../shared/data/bioasq/7B1-5) as a closed
 corpus: every distinct snippet is a chunk (one record per PMID, snippets as
@@ -303,9 +304,57 @@ def latency(args) -> None:
         sys.stdout.flush()
 
 
+def lexical(args) -> None:
+    """BM25 engines on the BioASQ snippets (and x30 copies ~ 100k): index build and query time."""
+    from medretrieve.lexical import LexicalIndex, tokenize
+    from medretrieve.sources import read_records
+
+    texts = [f"{r.title} {s.text}" for r in read_records(sorted(DATA.glob("7B*_golden.json")), format="bioasq")
+             for s in r.sections]
+    questions = [q["body"] for q in load_questions()]
+    print("\n| engine | chunks | index build s | query ms (mean over 500) |")
+    print("|---|---|---|---|")
+    for mult in (1, 30):
+        corpus = texts * mult
+        t0 = time.perf_counter()
+        idx = LexicalIndex()
+        idx.add(corpus, range(len(corpus)))
+        build = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for q in questions:
+            idx.search(q, k=100)
+        qms = (time.perf_counter() - t0) * 1000 / len(questions)
+        print(f"| bm25s (medretrieve.lexical) | {len(corpus)} | {build:.1f} | {qms:.2f} |")
+        try:
+            import tantivy
+        except ImportError:
+            continue
+        t0 = time.perf_counter()
+        sb = tantivy.SchemaBuilder()
+        sb.add_text_field("body", stored=False)
+        sb.add_integer_field("row", stored=True, indexed=False, fast=True)
+        schema = sb.build()
+        tix = tantivy.Index(schema)
+        w = tix.writer()
+        for i, t in enumerate(corpus):
+            # same biomedical tokens as bm25s, joined by spaces for tantivy's default tokenizer
+            w.add_document(tantivy.Document(body=" ".join(tokenize(t)), row=i))
+        w.commit()
+        tix.reload()
+        build = time.perf_counter() - t0
+        searcher = tix.searcher()
+        t0 = time.perf_counter()
+        for q in questions:
+            toks = [t.replace("-", " ") for t in tokenize(q)]
+            if toks:
+                searcher.search(tix.parse_query(" ".join(toks), ["body"]), 100)
+        qms = (time.perf_counter() - t0) * 1000 / len(questions)
+        print(f"| tantivy {getattr(tantivy, '__version__', '')} | {len(corpus)} | {build:.1f} | {qms:.2f} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("quality", "latency"))
+    p.add_argument("what", choices=("quality", "latency", "lexical"))
     p.add_argument("--encoder", default=None, help="encoder dir (default: the embedded int8 MiniLM)")
     p.add_argument("--work", default="/tmp/medretrieve-bench-retrieval")
     p.add_argument("--limit", type=int, default=0, help="quality: first N questions only")
@@ -320,7 +369,7 @@ def main() -> None:
         args.encoder = str(default_model_dir())
     if not DATA.is_dir():
         sys.exit(f"no BioASQ data at {DATA}")
-    quality(args) if args.what == "quality" else latency(args)
+    {"quality": quality, "latency": latency, "lexical": lexical}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -208,6 +208,8 @@ class _Ema:
         self.alpha = alpha
 
     def update(self, x: float) -> None:
+        # one outlier (a cold start, a descheduled thread) moves the estimate at most 2x
+        x = min(max(x, self.value / 2.0), self.value * 2.0)
         self.value = (1 - self.alpha) * self.value + self.alpha * x
 
 
@@ -291,8 +293,13 @@ class Retriever:
             col.encode_queries(["warm up"])
             col.encode_queries(["warm up", "warm up two"])
             if self.cross_encoder is not None:
+                import time as _t
+
                 r = col.rows[int(np.flatnonzero(col.alive)[0])]
+                self.cross_encoder.score("warm up", [(r.title, r.text)] * 8)  # cold: session start-up
+                t0 = _t.perf_counter()
                 self.cross_encoder.score("warm up", [(r.title, r.text)] * 8)
+                self._ce_pair_ms.value = (_t.perf_counter() - t0) * 1000.0 / 8
 
     # ------------------------------------------------------------- small utilities
     def _row_tokens(self, row: int) -> Set[str]:
@@ -588,11 +595,12 @@ class Retriever:
             n = min(len(rows), max(self.rerank_depth, 1)) if self.cross_encoder is not None else len(rows)
             if self.cross_encoder is not None and self.rerank_depth > 0:
                 reserve = 0.12 * dl.budget_ms if not math.isinf(dl.budget_ms) else 0.0
-                batch = 8
                 col = self.collection
                 while depth < n:
                     room = dl.remaining_ms() - reserve
-                    if room < batch * self._ce_pair_ms.value:
+                    # batches of up to 8 pairs, smaller when only a few fit in the time left
+                    batch = 8 if math.isinf(room) else min(8, int(room // max(self._ce_pair_ms.value, 1e-3)))
+                    if batch < 1:
                         break
                     part = rows[depth:depth + batch]
                     import time as _t
