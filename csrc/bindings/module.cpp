@@ -5,4 +5,5 @@ PYBIND11_MODULE(_core, m) {
   medretrieve::bindings::bind_kernels(m);
   medretrieve::bindings::bind_fusion(m);
   medretrieve::bindings::bind_index(m);
+  medretrieve::bindings::bind_search_mmr(m);
 }

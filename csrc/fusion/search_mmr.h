@@ -1,0 +1,28 @@
+// Search + MMR in one native call: the HNSW search fetches fetch_k candidates
+// and MMR diversifies them reading their vectors straight from the index's
+// storage (row pointers into the slabs; nothing is copied to Python).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "index/hnsw.h"
+#include "index/labels.h"
+
+namespace medretrieve::fusion {
+
+struct SearchMmrResult {
+  std::vector<int64_t> ids;       // external ids, in MMR pick order
+  std::vector<float> scores;      // MMR value of each pick
+  std::vector<float> relevance;   // similarity to the query (native score convention)
+};
+
+// k picks out of fetch_k candidates (fetch_k is raised to k, ef to fetch_k).
+// Pair similarities use the index's space: ip/cosine inner product, l2 the
+// negative squared distance; int8 indexes use the centred-code identity
+// x.y = c.c + c.r_x + c.r_y + s_x s_y dot_i8 (no dequantization).
+SearchMmrResult search_mmr(const index::Hnsw& hnsw, const float* query, size_t k, size_t fetch_k, float lambda,
+                           size_t ef, const index::LabelQuery* labels);
+
+}  // namespace medretrieve::fusion
