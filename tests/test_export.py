@@ -71,6 +71,24 @@ def test_sentence_transformers_config_is_read(tmp):
     assert (m.pooling, m.normalize) == ("mean", False)
 
 
+def test_sentence_transformers_legacy_subfolder_layout(tmp):
+    """Older sentence-transformers directories keep the HF model in 0_Transformer/."""
+    src = make_tiny_bert_dir(tmp, "symmetric", sentence_transformers="mean", seed=12)
+    legacy = tmp / "legacy-st"
+    (legacy / "0_Transformer").mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file() and f.name != "modules.json":
+            (legacy / "0_Transformer" / f.name).write_bytes(f.read_bytes())
+    (legacy / "1_Pooling").mkdir(exist_ok=True)
+    (legacy / "1_Pooling" / "config.json").write_bytes((src / "1_Pooling" / "config.json").read_bytes())
+    modules = json.loads((src / "modules.json").read_text())
+    modules[0]["path"] = "0_Transformer"
+    (legacy / "modules.json").write_text(json.dumps(modules))
+    m = read_manifest(export_onnx(legacy, tmp / "legacy-out", "symmetric"))
+    assert (m.pooling, m.normalize, m.max_length) == ("mean", True, 128)
+    assert m.parity["max_abs_diff"] < PARITY_TOLERANCE
+
+
 def test_unsupported_sentence_transformers_pooling_is_refused(tmp):
     src = make_tiny_bert_dir(tmp, "symmetric", sentence_transformers="mean", seed=5)
     cfg = src / "1_Pooling" / "config.json"
