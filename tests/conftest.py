@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,10 @@ TESTS_DIR = Path(__file__).resolve().parent
 ROOT = TESTS_DIR.parent
 # Helpers shared by several test files (e.g. the fake OpenAI-compatible server).
 sys.path.insert(0, str(TESTS_DIR))
+
+# default_model_dir() assembles the embedded model into a cache folder: keep
+# the test session's copy out of the user's ~/.cache.
+os.environ.setdefault("MEDRETRIEVE_CACHE_DIR", tempfile.mkdtemp(prefix="medretrieve-test-cache-"))
 
 SHARED_DATA = Path(os.environ.get("MEDRETRIEVE_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
