@@ -232,7 +232,8 @@ def test_llm_synonym_expansion_and_failure(collection):
         ret = Retriever(collection, llm=OpenAIBackend(srv.base_url, "fake", max_retries=0), llm_min_ms=0)
         res = ret.search("What is a dangerous complication of type 1 diabetes?", k=3, deadline_ms=5000)
         assert res.expansions["llm"] == ["ketoacidosis", "DKA"]
-        assert "expansion" in json.dumps(srv.requests[0]["json"]["messages"]).lower() or srv.requests
+        assert len(srv.requests) >= 1  # (recovery may ask again)
+        assert "complication of type 1 diabetes" in json.dumps(srv.requests[0]["json"]["messages"])
     with FakeLLMServer(lambda req: (500, "boom", 0.0)) as srv:
         ret = Retriever(collection, llm=OpenAIBackend(srv.base_url, "fake", max_retries=0), llm_min_ms=0)
         res = ret.search("What is a dangerous complication of type 1 diabetes?", k=3, deadline_ms=5000)
