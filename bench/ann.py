@@ -8,6 +8,7 @@ label-filtered recall / QPS when 10% and 5% of the elements are allowed.
     nice python bench/ann.py --n 20000 --nq 1000 --efc 100
     nice python bench/ann.py --n 200000 --nq 1000 --efc 100          # the issue's size (slow on 2 cores)
     nice python bench/ann.py --real                                   # MiniLM embeddings of the BioASQ snippets
+    nice python bench/ann.py --n 200000 --interleaved --libs "hnswlib float32,medretrieve int8,..."  # fair QPS
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -212,6 +213,38 @@ def qps_at_recall(rows, target: float) -> tuple[float, int] | None:
     return max(ok) if ok else None
 
 
+def interleaved(libs: list[Lib], x, q, gt, efs, threads, rounds: int = 5) -> list[str]:
+    """Single-query QPS with every library's queries interleaved in small slices, so load changes on a shared
+    machine hit all libraries alike (the per-library table measures each library at a different time)."""
+    for lib in libs:
+        t = time.perf_counter()
+        lib.build(x, threads)
+        print(f"  built {lib.name} in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
+    out = ["| ef | " + " | ".join(f"{lib.name} recall / QPS" for lib in libs) + " |",
+           "|---|" + "---|" * len(libs)]
+    clock = time.perf_counter
+    for ef in efs:
+        spent = {lib.name: 0.0 for lib in libs}
+        recs = {}
+        for lib in libs:
+            lib.set_ef(ef)
+            recs[lib.name] = recall(lib.batch(q, threads), gt)
+            for i in range(10):
+                lib.one(q[i])
+        slices = np.array_split(np.arange(len(q)), rounds * 10)
+        for _ in range(rounds):
+            for part in slices:
+                for lib in libs:
+                    t = clock()
+                    for i in part:
+                        lib.one(q[i])
+                    spent[lib.name] += clock() - t
+        n = len(q) * rounds
+        out.append(f"| {ef} | " + " | ".join(f"{recs[lib.name]:.4f} / {n / spent[lib.name]:.0f}" for lib in libs) + " |")
+        print(out[-1], file=sys.stderr, flush=True)
+    return out
+
+
 def filtered(x, q, efs, M, efc, threads, dtypes=("int8", "float32")) -> list[str]:
     rng = np.random.default_rng(5)
     labels = rng.integers(0, 20, len(x))  # 20 labels: one label = 5%, two = 10%
@@ -251,6 +284,8 @@ def main() -> None:
     ap.add_argument("--real", action="store_true", help="MiniLM embeddings of BioASQ snippets instead")
     ap.add_argument("--no-filter", action="store_true")
     ap.add_argument("--filter-dtypes", default="int8,float32", help="medretrieve dtypes for the filtered table")
+    ap.add_argument("--interleaved", action="store_true",
+                    help="build the chosen --libs in one process and time their single queries interleaved")
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run one library in this process
     a = ap.parse_args()
     efs = [int(e) for e in a.efs.split(",")]
@@ -284,7 +319,15 @@ def main() -> None:
         return
     if a.libs != "all":
         wanted = [w.strip() for w in a.libs.split(",")]
-        libs = [lib for lib in libs if any(lib.name.startswith(w) for w in wanted)]
+        libs = [lib for lib in libs if any(lib.name == w or lib.name.startswith(w + " ") for w in wanted)]
+    if a.interleaved:
+        import faiss
+
+        faiss.omp_set_num_threads(1)
+        print(f"# {data}; M={a.M} ef_construction={a.efc}; single-query QPS, 1 thread, libraries interleaved\n")
+        for line in interleaved(libs, x, q, gt, efs, a.threads):
+            print(line, flush=True)
+        return
     print(f"# {data}; M={a.M} ef_construction={a.efc}; build and batch with {a.threads} threads; "
           f"simd={medretrieve.simd_level()}\n")
     print("| index | ef | recall@10 | p50 ms | p99 ms | 1-thread QPS | 2-thread batch QPS |")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +68,6 @@ def evaluate(name: str, base: np.ndarray, q: np.ndarray) -> list[str]:
     }
     exact = q @ base.T
     for scheme, xb in decoded.items():
-        t = time.time()
         approx = q @ xb.T
         ids = np.argsort(-approx, axis=1)[:, :10]
         rec = recall(ids, truth)
@@ -80,7 +78,6 @@ def evaluate(name: str, base: np.ndarray, q: np.ndarray) -> list[str]:
         elif scheme.startswith("b"):
             native = f"{recall(native_flat(base, q, True), truth):.4f}"
         rows.append(f"| {name} | {scheme} | {rec:.4f} | {native or '-'} | {scale_err:.2e} |")
-        del t
     return rows
 
 
