@@ -67,8 +67,10 @@ class Hnsw {
   void search(const float* queries, size_t nq, size_t k, const size_t* ef, size_t n_ef, const LabelQuery* labels,
               const IdPredicate* predicate, int num_threads, int64_t* out_ids, float* out_scores) const;
 
-  // One query; internal ids and distances (lower is closer), closest first.
-  // For native callers (search_mmr): pair with the row accessors below.
+  // One query; internal ids and distances (lower is closer; similarity =
+  // -distance), closest first. For native callers (search_mmr): pair with the
+  // row accessors below. Unlike search(), these do not lock: hold
+  // std::shared_lock(mutex()) around the search AND the row reads.
   std::vector<Candidate> search_internal(const float* query, size_t k, size_t ef, const LabelQuery* labels,
                                          const IdPredicate* predicate) const;
   // Same with an already prepared query.
@@ -106,7 +108,9 @@ class Hnsw {
   size_t memory_bytes() const;
 
   // --- row access for native consumers (MMR): valid while the caller holds
-  // shared_lock(mutex()) and for internal ids < count(). ---
+  // shared_lock(mutex()) and for internal ids < count(). int8 pair similarity
+  // (fusion::mmr_select_i8): ip/cosine base = centre_norm2(), offset = aux,
+  // weight 1; l2 base = 0, offset = -aux, weight 2. float32: plain rows. ---
   const VectorStore& store() const { return store_; }
   std::shared_mutex& mutex() const { return mu_; }
   Space space() const { return p_.space; }
@@ -116,6 +120,7 @@ class Hnsw {
   float row_scale(uint32_t id) const { return store_.scale(id); }
   float row_aux(uint32_t id) const { return store_.aux(id); }
   const float* centre() const { return store_.centre(); }
+  float centre_norm2() const { return store_.centre_norm2(); }
 
   // --- persistence (file_format.cpp) ---
   void save(const std::string& path) const;
