@@ -594,15 +594,15 @@ class Retriever:
             ents = _entities(question)
             n = min(len(rows), max(self.rerank_depth, 1)) if self.cross_encoder is not None else len(rows)
             if self.cross_encoder is not None and self.rerank_depth > 0:
-                # Keep a quarter of the budget for what follows and for a slow last batch, and plan
-                # with 1.5x the running per-pair cost: a cross-encoder call cannot be interrupted,
+                # Keep 30% of the budget for what follows and for a slow last batch, and plan
+                # with 2x the running per-pair cost: a cross-encoder call cannot be interrupted,
                 # so the controller must stop early rather than overrun (misses, not depth, matter).
-                reserve = 0.25 * dl.budget_ms if not math.isinf(dl.budget_ms) else 0.0
+                reserve = 0.30 * dl.budget_ms if not math.isinf(dl.budget_ms) else 0.0
                 col = self.collection
                 while depth < n:
                     room = dl.remaining_ms() - reserve
                     # batches of up to 4 pairs, smaller when only a few fit in the time left
-                    est = 1.5 * max(self._ce_pair_ms.value, 1e-3)
+                    est = 2.0 * max(self._ce_pair_ms.value, 1e-3)
                     batch = 8 if math.isinf(room) else min(4, int(room // est))
                     if batch < 1:
                         break
