@@ -271,3 +271,14 @@ def test_deleted_documents_never_come_back(tmp_path):
     col.delete(["g0", "g1"])
     res = Retriever(col).search("allopurinol gout", k=4)
     assert {h.document_id for h in res.hits} <= {"g2", "a1"}
+
+
+def test_concurrent_searches_match_sequential_ones(retriever):
+    from concurrent.futures import ThreadPoolExecutor
+
+    qs = ["Which drugs treat MI?", "How is atrial fibrillation treated?", "What are the symptoms of asthma?",
+          "Is levodopa used for Parkinson's disease?"] * 3
+    ref = [[h.chunk_id for h in retriever.search(q, k=5, deadline_ms=None).hits] for q in qs]
+    with ThreadPoolExecutor(4) as ex:
+        got = list(ex.map(lambda q: [h.chunk_id for h in retriever.search(q, k=5, deadline_ms=None).hits], qs))
+    assert got == ref

@@ -46,6 +46,7 @@ import argparse
 import json
 import math
 import sys
+import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
@@ -279,7 +280,7 @@ class Retriever:
         self._ce_pair_ms = _Ema(4.0)
         self._first_stage_ms = _Ema(10.0)
         self._tok_cache: Dict[int, Set[str]] = {}
-        self._alts: Dict[str, List[Set[str]]] = {}
+        self._local = threading.local()  # per-thread search state (abbreviation alternatives)
         if warmup:
             self.warmup()
 
@@ -302,6 +303,10 @@ class Retriever:
                 self._ce_pair_ms.value = (_t.perf_counter() - t0) * 1000.0 / 8
 
     # ------------------------------------------------------------- small utilities
+    @property
+    def _alts(self) -> Dict[str, List[Set[str]]]:
+        return getattr(self._local, "alts", {})
+
     def _row_tokens(self, row: int) -> Set[str]:
         toks = self._tok_cache.get(row)
         if toks is None:
@@ -431,7 +436,7 @@ class Retriever:
             qtype = classify_query(question)
             intent = clinical_intent(question)
             q_terms = content_terms(question)
-            self._alts = _alternatives(question)
+            self._local.alts = _alternatives(question)
         record("classify", True, f"{qtype} / intent {intent}")
 
         # -- expansions
