@@ -257,16 +257,21 @@ def filtered(x, q, efs, M, efc, threads, dtypes=("int8", "float32")) -> list[str
             sub = np.flatnonzero(np.isin(labels, allowed))
             truth = sub[datagen.exact_knn(x[sub], q, K)]
             share = f"{len(sub) / len(x):.0%}"
-            for factor, path in ((1.0, "auto"), (0.0, "graph")):
+            for factor, mode in ((1.0, "auto"), (0.0, "graph")):
                 lib.core.set_filter_exact_factor(factor)
                 for ef in efs:
+                    path = mode
                     ids = lib.idx.search(q, K, ef=ef, labels=allowed, num_threads=1)[0]
-                    t = time.perf_counter()
-                    lib.idx.search(q, K, ef=ef, labels=allowed, num_threads=1)
-                    qps = len(q) / (time.perf_counter() - t)
+                    best = float("inf")
+                    for _ in range(3):  # best of 3: the shared box's load spikes
+                        t = time.perf_counter()
+                        lib.idx.search(q, K, ef=ef, labels=allowed, num_threads=1)
+                        best = min(best, time.perf_counter() - t)
+                    qps = len(q) / best
+                    if mode == "auto":  # the native cost model's choice (hnsw.cpp)
+                        exact = len(sub) <= factor * ef * len(x) / len(sub) * 1.5 * M
+                        path = "auto: exact" if exact else "auto: graph"
                     out.append(f"| {lib.name} | {share} | {ef} | {path} | {recall(ids, truth):.4f} | {qps:.0f} |")
-                    if path == "auto" and len(sub) <= factor * ef * M * max(1, len(x) / len(sub)):
-                        break  # exact: ef does not matter
         del lib
         gc.collect()
     return out
@@ -283,6 +288,7 @@ def main() -> None:
     ap.add_argument("--libs", default="all", help="comma list of name prefixes, or all")
     ap.add_argument("--real", action="store_true", help="MiniLM embeddings of BioASQ snippets instead")
     ap.add_argument("--no-filter", action="store_true")
+    ap.add_argument("--filter-only", action="store_true", help="only the label-filtered table")
     ap.add_argument("--filter-dtypes", default="int8,float32", help="medretrieve dtypes for the filtered table")
     ap.add_argument("--interleaved", action="store_true",
                     help="build the chosen --libs in one process and time their single queries interleaved")
@@ -320,6 +326,10 @@ def main() -> None:
     if a.libs != "all":
         wanted = [w.strip() for w in a.libs.split(",")]
         libs = [lib for lib in libs if any(lib.name == w or lib.name.startswith(w + " ") for w in wanted)]
+    if a.filter_only:
+        for line in filtered(x, q[:300], [32, 64, 128], a.M, a.efc, a.threads, tuple(a.filter_dtypes.split(","))):
+            print(line, flush=True)
+        return
     if a.interleaved:
         import faiss
 

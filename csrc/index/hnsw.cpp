@@ -442,9 +442,12 @@ std::vector<Candidate> Hnsw::search_prepared(const QueryCtx& ctx, size_t k, size
       std::vector<uint32_t> ids;
       ids.reserve(allowed_max);
       labels_.collect(*lq, ids);
-      if (lq->labels.size() > 1) {
-        std::sort(ids.begin(), ids.end());
-        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      if (lq->labels.size() > 1) {  // an element with several query labels is listed once per label
+        auto vis = visited_.borrow();  // O(n) de-duplication that keeps the lists' (ascending) order
+        size_t kept = 0;
+        for (uint32_t id : ids)
+          if (!vis->test_and_set(id)) ids[kept++] = id;
+        ids.resize(kept);
       }
       return exact_topk(store_, ctx, filter, ids.data(), ids.size(), k, store_.keep_float());
     }
