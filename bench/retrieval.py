@@ -4,6 +4,7 @@
     python bench/retrieval.py latency  [--encoder DIR] [--work DIR] [--chunks 100000] [--queries 1000]
                                        [--cross-encoder]
     python bench/retrieval.py lexical  (bm25s vs tantivy, when tantivy is importable)
+    python bench/retrieval.py overlap  (overlap down-weighting: dense document MAP@10 for weights 0, 0.5, 1)
 
 quality: the BioASQ 7b golden sets (../shared/data/bioasq/7B1-5) as a closed
 corpus: every distinct snippet is a chunk (one record per PMID, snippets as
@@ -304,6 +305,48 @@ def latency(args) -> None:
         sys.stdout.flush()
 
 
+def overlap(args) -> None:
+    """Overlap down-weighting: dense-only document MAP@10 with overlap weight 0 / 0.5 / 1.
+
+    Each BioASQ document becomes one section (its snippets joined), chunked with
+    max_tokens=64 so most documents split (30% overlap for standard sections).
+    """
+    from medretrieve.chunking import ChunkingConfig
+    from medretrieve.collection import Collection
+    from medretrieve.retrieve import Retriever
+    from medretrieve.sources import Record, Section, read_records
+
+    work = Path(args.work)
+    recs = [Record(r.id, r.title, [Section("abstract", " ".join(s.text for s in r.sections if s.title != "title"))])
+            for r in read_records(sorted(DATA.glob("7B*_golden.json")), format="bioasq")]
+    recs = [r for r in recs if r.sections[0].text.strip()]
+    questions = load_questions()
+    print("\n| overlap weight | chunks | with overlap | dense doc MAP@10 | dense doc R@10 |")
+    print("|---|---|---|---|---|")
+    for w in (0.0, 0.5, 1.0):
+        out = work / f"overlap-{w}"
+        cfg = ChunkingConfig(max_tokens=64, overlap_weight=w, overlap_min_tokens=0)
+        col = Collection.build(recs, out, encoder=args.encoder, chunking=cfg, progress=False, overwrite=True)
+        in_corpus = {r.document_id for r in col.rows}
+        ret = Retriever(col)
+        maps, recs10 = [], []
+        for q in questions:
+            rel = q["docs"] & in_corpus
+            if not rel:
+                continue
+            res = ret.search(q["body"], k=30, deadline_ms=None, **SYSTEMS["dense"])
+            docs: List[str] = []
+            for h in res.hits:
+                if h.document_id not in docs:
+                    docs.append(h.document_id)
+            m = _metrics(docs[:10], rel)
+            maps.append(m["MAP@10"])
+            recs10.append(m["R@10"])
+        n_ov = sum(1 for r in col.rows if r.overlap)
+        print(f"| {w} | {len(col)} | {n_ov} | {np.mean(maps):.4f} | {np.mean(recs10):.4f} |")
+        sys.stdout.flush()
+
+
 def lexical(args) -> None:
     """BM25 engines on the BioASQ snippets (and x30 copies ~ 100k): index build and query time."""
     from medretrieve.lexical import LexicalIndex, tokenize
@@ -354,7 +397,7 @@ def lexical(args) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("quality", "latency", "lexical"))
+    p.add_argument("what", choices=("quality", "latency", "lexical", "overlap"))
     p.add_argument("--encoder", default=None, help="encoder dir (default: the embedded int8 MiniLM)")
     p.add_argument("--work", default="/tmp/medretrieve-bench-retrieval")
     p.add_argument("--limit", type=int, default=0, help="quality: first N questions only")
@@ -369,7 +412,7 @@ def main() -> None:
         args.encoder = str(default_model_dir())
     if not DATA.is_dir():
         sys.exit(f"no BioASQ data at {DATA}")
-    {"quality": quality, "latency": latency, "lexical": lexical}[args.what](args)
+    {"quality": quality, "latency": latency, "lexical": lexical, "overlap": overlap}[args.what](args)
 
 
 if __name__ == "__main__":
