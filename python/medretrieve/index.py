@@ -355,6 +355,41 @@ class Index:
         k = _check_k(k)
         return self._c().search(rows, k, _as_ef(ef, rows.shape[0]), _query_labels(labels), None, self._threads(num_threads))
 
+    def search_mmr(
+        self,
+        query: Any,
+        k: int,
+        fetch_k: int = 50,
+        lambda_: float = 0.5,
+        ef: Optional[int] = None,
+        labels: Union[None, int, Iterable[int]] = None,
+        *,
+        return_relevance: bool = False,
+    ) -> Union[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Search ``fetch_k`` candidates and diversify them to ``k`` with MMR, in one native call.
+
+        MMR = lambda * sim(q, d) - (1 - lambda) * max_j sim(d, d_j), with the index's own similarity (ip/cosine:
+        inner product, l2: negative squared L2; int8 pairs from the stored codes, never dequantized to Python).
+        Returns ``(ids int64 [<=k], mmr_scores float32)`` in pick order, plus the similarity to the query
+        (``relevance``) when ``return_relevance``. ``fetch_k`` is raised to ``k`` and ``ef`` to ``fetch_k``.
+        Use ``medretrieve.lambda_for(query_type)`` for a per-query lambda.
+        """
+        q = _as_rows(query, self._dim, "query")
+        if q.shape[0] != 1:
+            raise IndexInputError(f"search_mmr takes one query, got {q.shape[0]} rows")
+        k = _check_k(k)
+        if isinstance(fetch_k, bool) or not isinstance(fetch_k, (int, np.integer)) or fetch_k < 1:
+            raise IndexInputError(f"fetch_k must be a positive integer, got {fetch_k!r}")
+        lam = float(lambda_)
+        if not 0.0 <= lam <= 1.0:
+            raise IndexInputError(f"lambda_ must be in [0, 1], got {lambda_!r}")
+        if ef is not None and (isinstance(ef, bool) or not isinstance(ef, (int, np.integer)) or ef < 1):
+            raise IndexInputError(f"ef must be a positive integer, got {ef!r}")
+        ids, scores, relevance = _core.search_mmr(
+            self._c(), q[0], k, int(fetch_k), lam, None if ef is None else int(ef), _query_labels(labels)
+        )
+        return (ids, scores, relevance) if return_relevance else (ids, scores)
+
     def labels_of(self, id: int) -> list[int]:
         """The labels element ``id`` carries."""
         return list(self._c().labels_of(int(id)))
