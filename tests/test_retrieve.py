@@ -145,6 +145,15 @@ def test_abbreviation_expansion_reaches_the_right_document(retriever):
     assert "demo-004" in [h.document_id for h in res.hits[:3]]
 
 
+@pytest.mark.parametrize("dense", [True, False])
+def test_abbreviation_joins_the_question_not_a_weaker_variant(retriever, dense):
+    # "How is an MI diagnosed?" matches every "diagnosed" passage; only the spelled-out abbreviation tells the
+    # myocardial infarction diagnosis section apart, so it must weigh as much as the question itself.
+    res = retriever.search("How is an MI diagnosed?", k=3, dense=dense, diversify=False, recover=False)
+    assert res.hits[0].document_id == "demo-004"
+    assert res.hits[0].section == "Diagnosis"
+
+
 def test_weak_question_detection_and_selective_recovery(collection):
     ret = Retriever(collection, weak_threshold=0.5)
     strong = Retriever(collection)

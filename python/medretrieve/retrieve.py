@@ -11,7 +11,8 @@
    index labels that falls back to the whole collection when it returns fewer
    than ``k`` chunks.
 4. ``bm25`` and ``fuse``: BM25 per variant, everything fused by RRF
-   (``medretrieve.rrf``; the question's own lists weigh 1, each variant's ``variant_weight`` = 0.5).
+   (``medretrieve.rrf``; the question's own lists weigh 1, each variant's ``variant_weight`` = 0.5; abbreviation
+   expansions are added to the question's own text rather than searched as a variant).
 5. ``rerank``: ``score = w_rrf rrf + w_keyword keyword + w_title title + w_entity entity``
    (+ ``w_ce ce`` with a cross-encoder; weights in ``DEFAULT_RERANK_WEIGHTS`` /
    ``DEFAULT_RERANK_WEIGHTS_CE``, overridable; ``ce`` = sigmoid of the logit; ``rrf`` normalised by the best;
@@ -452,7 +453,9 @@ class Retriever:
             record("expand", False, "disabled")
 
         # -- encode (the question always; variants only while the budget allows)
-        texts = [question] + list(variants.values())
+        # An abbreviation expansion only spells out the question's own terms ("MI" -> "myocardial infarction"),
+        # so it joins the question's own lists instead of standing as a down-weighted variant.
+        texts = [variants.pop("abbreviations", question)] + list(variants.values())
         qvecs = None
         if dense:
             n_enc = 1
@@ -736,7 +739,8 @@ class Retriever:
         extra, terms, note = self._variants(question, qtype, intent, dl,
                                             ("training", "abbreviations", "relations", "llm"),
                                             n_terms=15, n_neighbours=6)
-        texts = [t for name, t in extra.items() if t not in used_variants.values()]
+        # the abbreviation expansion is already part of the question's own text
+        texts = [t for name, t in extra.items() if name != "abbreviations" and t not in used_variants.values()]
         # relaxed lexical queries: each content term pair, so partial matches surface
         texts.append(" ".join(q_terms))
         col = self.collection
