@@ -174,3 +174,21 @@ def test_missing_path_and_directory(tmp_path):
     _write_lines(tmp_path / "a.jsonl", [json.dumps({"id": "1", "text": "one"})])
     _write_lines(tmp_path / "b.jsonl", [json.dumps({"id": "2", "text": "two"})])
     assert [r.id for r in read_records(tmp_path)] == ["1", "2"]
+
+
+def test_bioasq_documents_shared_by_several_files_are_merged(tmp_path):
+    def golden(name, snippets):
+        q = {"id": name, "body": "q?", "type": "summary", "documents": [],
+             "snippets": [{"text": t, "document": "http://www.ncbi.nlm.nih.gov/pubmed/123",
+                           "beginSection": "abstract"} for t in snippets]}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"questions": [q]}))
+        return path
+
+    a = golden("a", ["First snippet.", "Shared snippet."])
+    b = golden("b", ["Shared snippet.", "Second file's snippet."])
+    report = ReadReport()
+    records = list(read_records([a, b], report=report))
+    assert [r.id for r in records] == ["123"]
+    assert [s.text for s in records[0].sections] == ["First snippet.", "Shared snippet.", "Second file's snippet."]
+    assert report.skipped == [] and report.records == 1

@@ -391,13 +391,32 @@ def read_records(
     report = report if report is not None else ReadReport()
     rd = _Reader(errors, report)
     seen: set = set()
+    # BioASQ files share documents (each question quotes its own snippets of them), so a document read from
+    # several files is one record holding every distinct snippet; they are yielded after the other records.
+    bioasq: Dict[str, Record] = {}
     for rec in _iter_source(source, format, rd):
-        if rec.id in seen:
+        if rec.metadata.get("source") == "bioasq" and rec.id not in seen:
+            _merge_bioasq(bioasq, rec)
+            continue
+        if rec.id in seen or rec.id in bioasq:
             rd.bad(SourceError(f"record {rec.id}", "duplicate id (first one kept)"))
             continue
         seen.add(rec.id)
         report.records += 1
         yield rec
+    for rec in bioasq.values():
+        report.records += 1
+        yield rec
+
+
+def _merge_bioasq(docs: Dict[str, Record], rec: Record) -> None:
+    prev = docs.get(rec.id)
+    if prev is None:
+        docs[rec.id] = rec
+        return
+    have = {(s.title, s.text) for s in prev.sections}
+    prev.sections.extend(s for s in rec.sections if (s.title, s.text) not in have)
+    prev.title = prev.title or rec.title
 
 
 def _iter_source(source: SourceLike, fmt: str, rd: _Reader) -> Iterator[Record]:
