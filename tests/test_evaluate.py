@@ -1,6 +1,8 @@
 """Evaluation runs: retrieval and BioASQ answers with plain callables, the `eval` CLI, reports."""
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 
@@ -115,6 +117,20 @@ def test_bioasq_answer_fn_through_the_fake_llm():
     assert ans.exact == "yes" and ans.ideal.startswith("Yes, aspirin")
     res = E.evaluate_bioasq_answers(lambda _q: ans, [q])
     assert res["ideal"]["rouge2_f"] == 1.0
+
+
+def test_bioasq_answer_without_exact_line_keeps_its_prose_as_ideal():
+    from llm_server import FakeLLMServer
+
+    from medretrieve.llm import OpenAIBackend
+
+    (q,) = [q for q in load_bioasq(BIOASQ) if q.type == "yesno"]
+    q = dataclasses.replace(q, type="factoid")
+    with FakeLLMServer(lambda _r: "```\nAspirin inhibits platelet aggregation.\n```") as srv, \
+            OpenAIBackend(srv.base_url, "m", max_retries=0) as backend:
+        ans = E.make_bioasq_answer_fn(plain_search, backend, k=3)(q)
+    assert ans.exact is None and "EXACT" in ans.error
+    assert ans.ideal == "Aspirin inhibits platelet aggregation."
 
 
 # --------------------------------------------------------------------------- CLI

@@ -296,7 +296,9 @@ def make_bioasq_answer_fn(search_fn: SearchFn, backend: Any, k: int = 10, max_to
         try:
             parsed = generate.parse_bioasq(text, q.type)
         except ValueError as exc:
-            return BioASQAnswer(None, "", raw=text, error=str(exc), documents=documents)
+            # No readable exact answer: the exact answer scores as missing, but the model's prose is still its
+            # ideal answer (as Answerer keeps it), so ROUGE measures it instead of scoring an empty string.
+            return BioASQAnswer(None, generate.clean_output(text), raw=text, error=str(exc), documents=documents)
         return BioASQAnswer(parsed.get("exact_answer"), parsed.get("ideal_answer") or "", raw=text,
                             documents=documents)
 
