@@ -136,7 +136,9 @@ def test_tiny_deadline_skips_optional_stages(retriever):
         assert not st.ran and "budget" in st.reason
     assert "budget" in res.stage("encode").reason or res.stage("encode").reason.startswith("1 of 1")
     roomy = retriever.search("Which drugs treat MI and what are the symptoms?", k=5, deadline_ms=None)
-    assert roomy.stage("rerank").ran and roomy.stage("mmr").ran
+    assert roomy.stage("rerank").ran
+    # With time to spare nothing is skipped for budget (MMR may still have nothing to diversify: one clear winner).
+    assert all("budget" not in st.reason for st in roomy.stages), [(st.name, st.reason) for st in roomy.stages]
 
 
 def test_abbreviation_expansion_reaches_the_right_document(retriever):
