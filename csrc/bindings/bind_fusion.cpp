@@ -167,6 +167,27 @@ struct MmrProblem {
   }
 };
 
+// One MmrProblem per query of a batch call (CPU or CUDA): per-query candidates, query, relevance and scales.
+std::vector<MmrProblem> mmr_problems(const py::list& candidates, size_t k,
+                                     const py::array_t<float, py::array::c_style | py::array::forcecast>& lambdas,
+                                     const py::object& queries, const py::object& relevances,
+                                     const std::string& metric, const py::object& scales) {
+  const size_t B = py::len(candidates);
+  if (lambdas.ndim() != 1 || size_t(lambdas.shape(0)) != B)
+    throw py::value_error("lambdas must have one entry per query");
+  auto item = [](const py::object& seq, size_t i) -> py::object {
+    return seq.is_none() ? py::object(py::none()) : py::object(seq[py::int_(i)]);
+  };
+  std::vector<MmrProblem> problems(B);
+  for (size_t b = 0; b < B; ++b) {
+    problems[b].sim = similarity_named(metric);
+    problems[b].k = k;
+    problems[b].lambda = lambdas.data()[b];
+    problems[b].prepare(candidates[b], item(queries, b), item(relevances, b), item(scales, b));
+  }
+  return problems;
+}
+
 py::tuple to_numpy(const std::vector<int64_t>& ids, const std::vector<float>& scores) {
   py::array_t<int64_t> a(ids.size());
   py::array_t<float> b(scores.size());
@@ -359,21 +380,11 @@ void bind_cuda(py::module_& m) {
          int repeats) -> py::tuple {
         require_cuda();
 #if defined(MEDRETRIEVE_WITH_CUDA)
-        const size_t B = py::len(candidates);
-        if (lambdas.ndim() != 1 || size_t(lambdas.shape(0)) != B)
-          throw py::value_error("lambdas must have one entry per query");
-        auto item = [](const py::object& seq, size_t i) -> py::object {
-          return seq.is_none() ? py::object(py::none()) : py::object(seq[py::int_(i)]);
-        };
-        std::vector<MmrProblem> problems(B);
-        for (size_t b = 0; b < B; ++b) {
-          problems[b].sim = similarity_named(metric);
-          problems[b].k = k;
-          problems[b].lambda = lambdas.data()[b];
-          problems[b].prepare(candidates[b], item(queries, b), item(relevances, b), item(scales, b));
-          if (problems[b].int8 != problems[0].int8 || problems[b].dim != problems[0].dim)
+        std::vector<MmrProblem> problems = mmr_problems(candidates, k, lambdas, queries, relevances, metric, scales);
+        const size_t B = problems.size();
+        for (const auto& p : problems)
+          if (p.int8 != problems[0].int8 || p.dim != problems[0].dim)
             throw py::value_error("cuda MMR batch: every candidate matrix must share dtype and dim");
-        }
         // k > n selects n: size the device outputs by the largest problem.
         size_t max_n = 0;
         for (const auto& p : problems) max_n = std::max(max_n, p.n);
@@ -496,19 +507,8 @@ void bind_fusion(py::module_& m) {
       "_mmr_batch",
       [](py::list candidates, size_t k, py::array_t<float, py::array::c_style | py::array::forcecast> lambdas,
          py::object queries, py::object relevances, const std::string& metric, py::object scales, size_t threads) {
-        const size_t B = py::len(candidates);
-        if (lambdas.ndim() != 1 || size_t(lambdas.shape(0)) != B)
-          throw py::value_error("lambdas must have one entry per query");
-        auto item = [](const py::object& seq, size_t i) -> py::object {
-          return seq.is_none() ? py::object(py::none()) : py::object(seq[py::int_(i)]);
-        };
-        std::vector<MmrProblem> problems(B);
-        for (size_t b = 0; b < B; ++b) {
-          problems[b].sim = similarity_named(metric);
-          problems[b].k = k;
-          problems[b].lambda = lambdas.data()[b];
-          problems[b].prepare(candidates[b], item(queries, b), item(relevances, b), item(scales, b));
-        }
+        std::vector<MmrProblem> problems = mmr_problems(candidates, k, lambdas, queries, relevances, metric, scales);
+        const size_t B = problems.size();
         {
           py::gil_scoped_release release;
           parallel_for(B, threads, [&](size_t b) { problems[b].solve(); });
