@@ -50,10 +50,6 @@ def _check_simd_env() -> None:
 
 _check_simd_env()
 
-__all__ = ["simd_level", "cpu_simd_level", "__version__"]
-__all__ += ["mmr", "mmr_batch", "rrf", "fuse_scores", "lambda_for", "cuda_available"]
-__all__ += ["Index", "FlatIndex"]
-
 # Pipeline classes load lazily (importing them pulls in onnxruntime, ~0.3 s).
 _LAZY = {"Collection": "collection", "Retriever": "retrieve", "SearchResult": "retrieve", "Hit": "retrieve"}
 
@@ -66,4 +62,9 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'medretrieve' has no attribute {name!r}")
 
 
-__all__ += list(_LAZY)
+__all__ = [
+    "simd_level", "cpu_simd_level", "__version__",
+    "Index", "FlatIndex",
+    "mmr", "mmr_batch", "rrf", "fuse_scores", "lambda_for", "cuda_available",
+    *_LAZY,
+]
