@@ -63,6 +63,18 @@ void order_and_cut(std::vector<int32_t>& idx, size_t top_n, Less less) {
   }
 }
 
+// The fused list in the given order: ids[e], float(score[e]) for each entry e.
+Fused gather(const std::vector<int32_t>& idx, const std::vector<int64_t>& ids, const std::vector<double>& score) {
+  Fused out;
+  out.ids.reserve(idx.size());
+  out.scores.reserve(idx.size());
+  for (int32_t e : idx) {
+    out.ids.push_back(ids[e]);
+    out.scores.push_back(float(score[e]));
+  }
+  return out;
+}
+
 }  // namespace
 
 Fused rrf(const std::vector<IdList>& lists, double k, const double* weights, size_t top_n) {
@@ -110,14 +122,7 @@ Fused rrf(const std::vector<IdList>& lists, double k, const double* weights, siz
     if (best_rank[a] != best_rank[b]) return best_rank[a] < best_rank[b];
     return ids[a] < ids[b];
   });
-  Fused out;
-  out.ids.reserve(idx.size());
-  out.scores.reserve(idx.size());
-  for (int32_t e : idx) {
-    out.ids.push_back(ids[e]);
-    out.scores.push_back(float(score[e]));
-  }
-  return out;
+  return gather(idx, ids, score);
 }
 
 Fused fuse_scores(const std::vector<ScoredList>& lists, ScoreNorm norm, const double* weights, size_t top_n) {
@@ -201,14 +206,7 @@ Fused fuse_scores(const std::vector<ScoredList>& lists, ScoreNorm norm, const do
     if (fused[a] != fused[b]) return fused[a] > fused[b];
     return ids[a] < ids[b];
   });
-  Fused out;
-  out.ids.reserve(idx.size());
-  out.scores.reserve(idx.size());
-  for (int32_t e : idx) {
-    out.ids.push_back(ids[e]);
-    out.scores.push_back(float(fused[e]));
-  }
-  return out;
+  return gather(idx, ids, fused);
 }
 
 }  // namespace medretrieve::fusion
