@@ -435,9 +435,12 @@ std::vector<Candidate> Hnsw::search_prepared(const QueryCtx& ctx, size_t k, size
     const size_t live = std::max<size_t>(1, count() - deleted_count());
     const double selectivity = std::min(1.0, double(allowed_max) / double(live));
     // The graph search keeps only allowed elements in its result list, so it
-    // expands about ef / selectivity nodes, each costing ~1.5 M distance
-    // evaluations (measured); exact search costs one per allowed element.
-    const double graph_cost = double(ef) / selectivity * 1.5 * double(p_.M);
+    // expands about ef / selectivity nodes of ~M fresh neighbours each; exact
+    // search costs one evaluation per allowed element. The factor 0.75 is
+    // calibrated on 200k x 768 int8 (bench/ann.py --filter-only, RESULTS.md):
+    // exact wins at 2% and 5% allowed, the graph at 10% (exact over 20k
+    // elements no longer runs from cache).
+    const double graph_cost = double(ef) / selectivity * kGraphCostPerNode * double(p_.M);
     if (double(allowed_max) <= filter_exact_factor_ * graph_cost) {
       std::vector<uint32_t> ids;
       ids.reserve(allowed_max);

@@ -48,6 +48,8 @@ class Hnsw {
  public:
   static constexpr uint32_t kNone = UINT32_MAX;
   static constexpr int kMaxLevel = 30;
+  // Filtered-search cost model: distance evaluations per expanded node, in units of M.
+  static constexpr double kGraphCostPerNode = 0.75;
 
   explicit Hnsw(const HnswParams& params);
   ~Hnsw();
@@ -84,7 +86,7 @@ class Hnsw {
   void resize(size_t max_elements);
   void set_ef(size_t ef) { ef_.store(ef ? ef : 1); }
   // Exact search over the allowed subset when its size <= factor * (estimated
-  // graph cost = ef / selectivity * 1.5 M distance evaluations); 0 forces graph search.
+  // graph cost = ef / selectivity * kGraphCostPerNode * M distance evaluations); 0 forces graph search.
   void set_filter_exact_factor(double f) { filter_exact_factor_ = f; }
   double filter_exact_factor() const { return filter_exact_factor_; }
 
