@@ -268,6 +268,18 @@ void read_id_list(const py::handle& obj, size_t l, std::vector<py::array_t<int64
   out = {v.data(), v.size()};
 }
 
+// Every ranked list of an RRF call, read once: views point into NumPy arrays
+// (kept alive here) or into copies of Python sequences.
+struct RrfLists {
+  std::vector<py::array_t<int64_t>> keep;
+  std::vector<std::vector<int64_t>> owned;
+  std::vector<fu::IdList> views;
+  explicit RrfLists(const py::sequence& lists) : owned(py::len(lists)), views(py::len(lists)) {
+    keep.reserve(views.size());
+    for (size_t l = 0; l < views.size(); ++l) read_id_list(lists[l], l, keep, owned, views[l]);
+  }
+};
+
 std::vector<double> read_weights(const py::handle& weights, size_t n_lists) {
   std::vector<double> w;
   if (weights.is_none()) return w;
@@ -448,12 +460,9 @@ void bind_cuda(py::module_& m) {
       [](py::sequence lists, double k, py::object weights, size_t top_n, int warmup, int repeats) -> py::tuple {
         require_cuda();
 #if defined(MEDRETRIEVE_WITH_CUDA)
-        const size_t L = py::len(lists);
-        std::vector<py::array_t<int64_t>> keep;
-        keep.reserve(L);
-        std::vector<std::vector<int64_t>> owned(L);
-        std::vector<fu::IdList> views(L);
-        for (size_t l = 0; l < L; ++l) read_id_list(lists[l], l, keep, owned, views[l]);
+        RrfLists in(lists);
+        const size_t L = in.views.size();
+        std::vector<fu::IdList>& views = in.views;
         std::vector<double> w = read_weights(weights, L);
         if (!std::isfinite(k) || k < 0) throw py::value_error("rrf: k must be finite and >= 0");
         for (size_t l = 0; l < w.size(); ++l)
@@ -524,12 +533,9 @@ void bind_fusion(py::module_& m) {
   m.def(
       "_rrf",
       [](py::sequence lists, double k, py::object weights, size_t top_n) {
-        const size_t L = py::len(lists);
-        std::vector<py::array_t<int64_t>> keep;
-        keep.reserve(L);
-        std::vector<std::vector<int64_t>> owned(L);
-        std::vector<fu::IdList> views(L);
-        for (size_t l = 0; l < L; ++l) read_id_list(lists[l], l, keep, owned, views[l]);
+        RrfLists in(lists);
+        const size_t L = in.views.size();
+        std::vector<fu::IdList>& views = in.views;
         std::vector<double> w = read_weights(weights, L);
         fu::Fused f;
         {

@@ -510,6 +510,18 @@ class QueryEncoder(_OnnxEncoder):
         return self._encode_inputs(items, batch_size, progress, "queries")
 
 
+def _article_list(articles: Any) -> Sequence[Any]:
+    """One article (a str or a (title, text) pair) or a sequence of them, as a sequence."""
+    if isinstance(articles, str) or (isinstance(articles, tuple) and len(articles) == 2
+                                     and all(isinstance(a, str) for a in articles)):
+        return [articles]
+    if isinstance(articles, np.ndarray):
+        return articles.tolist()
+    if not isinstance(articles, Sequence):
+        raise TypeError(f"articles must be a sequence, got {type(articles).__name__}")
+    return articles
+
+
 class ArticleEncoder(_OnnxEncoder):
     """Encodes articles (a str, or a (title, text) pair) into vectors.
 
@@ -521,13 +533,7 @@ class ArticleEncoder(_OnnxEncoder):
     _accepted_kinds = ("article", "symmetric")
 
     def _inputs(self, articles: Union[Article, Sequence[Article]]) -> List[Any]:
-        if isinstance(articles, str) or (isinstance(articles, tuple) and len(articles) == 2
-                                         and all(isinstance(a, str) for a in articles)):
-            articles = [articles]
-        if isinstance(articles, np.ndarray):
-            articles = articles.tolist()
-        if not isinstance(articles, Sequence):
-            raise TypeError(f"articles must be a sequence, got {type(articles).__name__}")
+        articles = _article_list(articles)
         pair_model = self._manifest.kind == "article"
         items: List[Any] = []
         for i, a in enumerate(articles):
@@ -562,13 +568,7 @@ class CrossEncoder(_OnnxEncoder):
         the pair (query, article) is truncated to ``max_length`` tokens.
         """
         _check_text(query, "query")
-        if isinstance(articles, str) or (isinstance(articles, tuple) and len(articles) == 2
-                                         and all(isinstance(a, str) for a in articles)):
-            articles = [articles]
-        if isinstance(articles, np.ndarray):
-            articles = articles.tolist()
-        if not isinstance(articles, Sequence):
-            raise TypeError(f"articles must be a sequence, got {type(articles).__name__}")
+        articles = _article_list(articles)
         pairs = []
         for i, a in enumerate(articles):
             title, text = _split_article(a, i)
