@@ -176,6 +176,35 @@ def check_rrf(c: Checker, name: str, lists: int, length: int, universe: int, see
             "passed": same_ids and err == 0.0}
 
 
+def check_flat_index(c: Checker, name: str, dtype: str, space: str, n: int, nq: int, dim: int, k: int,
+                     seed: int) -> Dict[str, object]:
+    """FlatIndex(device="cuda") end to end (device copy, query preparation, id mapping) against the CPU FlatIndex;
+    wall time per batch (host work and transfers included), median over the repeats."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, dim)).astype(np.float32)
+    q = rng.normal(size=(nq, dim)).astype(np.float32)
+    cpu = medretrieve.FlatIndex(space, dim, dtype=dtype)
+    gpu = medretrieve.FlatIndex(space, dim, dtype=dtype, device="cuda")
+    for f in (cpu, gpu):
+        f.add(x)
+        f.mark_deleted(n // 2)
+    ids, scores = gpu.search(q, k)  # builds the device copy
+    times = []
+    for i in range(c.warmup + c.repeats):
+        t0 = time.perf_counter()
+        gpu.search(q, k)
+        if i >= c.warmup:
+            times.append((time.perf_counter() - t0) * 1000)
+    t0 = time.perf_counter()
+    ref_ids, ref_scores = cpu.search(q, k)
+    cpu_ms = (time.perf_counter() - t0) * 1000
+    agree = float((ids == ref_ids).mean())
+    err = rel_err(scores, ref_scores)
+    c.save(name, seed=np.array(seed), ids=ids, scores=scores, ref_ids=ref_ids, ref_scores=ref_scores)
+    return {"shape": f"{nq} x {n} x {dim}, k={k}", "rel_err": err, "id_agreement": agree, **timing_row(times),
+            "cpu_ms": round(cpu_ms, 2), "passed": agree >= 0.999 and err < 1e-4}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_check_out")))
@@ -215,6 +244,10 @@ def main() -> int:
         for metric in ("ip", "cosine", "l2"):
             c.case(f"mmr_{dtype}_{metric}", lambda d=dtype, m=metric: check_mmr(
                 c, f"mmr_{d}_{m}", d, m, max(1, args.mmr_batch // (8 if args.quick else 1)), 200, 768, 10, seed=21))
+    for dtype in ("float32", "int8"):
+        for space in ("ip", "l2"):
+            c.case(f"flat_index_{dtype}_{space}", lambda d=dtype, sp=space: check_flat_index(
+                c, f"flat_index_{d}_{sp}", d, sp, n_mid, 64, 768, 10, seed=41))
     c.case("rrf_small", lambda: check_rrf(c, "rrf_small", 5, 1000, 3000, seed=31))
     c.case("rrf_large", lambda: check_rrf(c, "rrf_large", 5, 100_000 // (10 if args.quick else 1), 300_000, seed=32))
 
@@ -228,6 +261,8 @@ def main() -> int:
     ]
     for r in c.rows:
         notes = r.get("error", "")
+        if "cpu_ms" in r:
+            notes = f"wall time per batch incl. transfers; CPU FlatIndex {r['cpu_ms']} ms"
         if "fraction_of_bandwidth_floor" in r:
             notes = (f"{r['db_GB_per_s']} GB/s of database; bandwidth floor {r['bandwidth_floor_ms']} ms "
                      f"(fraction {r['fraction_of_bandwidth_floor']}); int8 compute floor "

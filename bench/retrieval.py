@@ -43,13 +43,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("MEDRETRIEVE_SHARED_DATA", ROOT.parent / "shared" / "data")) / "bioasq"
 
+_OFF = dict(expand=False, rerank=False, diversify=False, recover=False, route=False, feedback=False)
 SYSTEMS = {
-    "BM25": dict(dense=False, expand=False, rerank=False, diversify=False, recover=False, route=False),
-    "dense": dict(lexical=False, expand=False, rerank=False, diversify=False, recover=False, route=False),
-    "hybrid RRF": dict(expand=False, rerank=False, diversify=False, recover=False, route=False),
-    "hybrid + rerank": dict(expand=False, diversify=False, recover=False, route=False),
+    "BM25": dict(_OFF, dense=False),
+    "dense": dict(_OFF, lexical=False),
+    "hybrid RRF": dict(_OFF),
+    "hybrid + feedback": dict(_OFF, feedback=True),
+    "hybrid + feedback + heuristic rerank": dict(_OFF, feedback=True, rerank=True),
     "full pipeline": dict(),
 }
+# systems run with the fold's retriever: training memory and a learned ranker fitted on the other four files
+FOLD_SYSTEMS = ("full pipeline", "full, no recovery", "full, no learned ranker")
 
 
 def _norm(text: str) -> str:
@@ -125,6 +129,12 @@ def quality(args) -> None:
     memories = {f.name: TrainingMemory.from_bioasq([g for g in files if g != f]) for f in files}
     plain = Retriever(col)
     per_fold = {name: Retriever(col, training=mem) for name, mem in memories.items()}
+    rankers = {}
+    for name, ret in per_fold.items():
+        t0 = time.perf_counter()
+        rankers[name] = ret.fit_ranker(memories[name])
+        print(f"ranker for {name} fitted on {rankers[name].info['questions']} questions in "
+              f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
     # relevant snippet chunks: every chunk whose text is (part of) a gold snippet; computed per question
     text_rows: Dict[str, List[str]] = {}
     for r in col.rows:
@@ -140,12 +150,16 @@ def quality(args) -> None:
     weak_ids: List[int] = []
     per_q: Dict[str, List[Dict[str, float]]] = {}
     times: Dict[str, List[float]] = {}
-    for name, switches in list(SYSTEMS.items()) + [("full, no recovery", dict(recover=False))]:
+    extra = [("full, no recovery", dict(recover=False)), ("full, no learned ranker", dict())]
+    for name, switches in list(SYSTEMS.items()) + extra:
         agg: Dict[str, List[float]] = {}
         rows_q = []
         t_all = []
         for qi, q in enumerate(questions):
-            ret = per_fold[q["file"]] if name.startswith("full") else plain
+            ret = plain
+            if name in FOLD_SYSTEMS:
+                ret = per_fold[q["file"]]
+                ret.ranker = None if name == "full, no learned ranker" else rankers[q["file"]]
             t0 = time.perf_counter()
             res = ret.search(q["body"], k=30, deadline_ms=None, **switches)
             t_all.append((time.perf_counter() - t0) * 1000)
@@ -269,21 +283,25 @@ def latency(args) -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     col = build_bioasq_collection(args.encoder, work)
+    # the learned ranker, fitted on all 500 BioASQ questions before the filler is added (latency only:
+    # quality numbers come from the leave-one-file-out rankers of `quality`)
+    ranker = Retriever(col).fit_ranker(sorted(DATA.glob("7B*_golden.json")))
     t0 = time.perf_counter()
     add_filler(col, args.chunks)
     print(f"collection at {len(col)} chunks ({time.perf_counter() - t0:.0f} s to add filler)", file=sys.stderr)
     questions = [q["body"] for q in load_questions()]
     qs = [questions[i % len(questions)] for i in range(args.queries)]
-    configs = [("no cross-encoder", None)]
+    configs = [("no cross-encoder, learned ranker", None, ranker), ("no cross-encoder, heuristic rerank", None, None)]
     if args.cross_encoder:
-        configs.append(("random MiniLM-size cross-encoder (int8)", str(make_cross_encoder(work))))
+        configs.append(("random MiniLM-size cross-encoder (int8) + learned ranker",
+                        str(make_cross_encoder(work)), ranker))
     print(f"\nLatency: {len(col)} chunks ({col.n_documents} documents), deadline_ms={args.deadline_ms:g}, "
           f"{len(qs)} queries, CPU threads={os.cpu_count()}\n")
     print("| configuration | p50 ms | p90 ms | p99 ms | max ms | misses (> deadline + 10 ms) | rerank depth mean "
           "(min-max) | stages skipped (share of queries) |")
     print("|---|---|---|---|---|---|---|---|")
-    for name, ce in configs:
-        ret = Retriever(col, cross_encoder=ce)
+    for name, ce, rk in configs:
+        ret = Retriever(col, cross_encoder=ce, ranker=rk)
         for q in qs[:5]:
             ret.search(q, k=10, deadline_ms=args.deadline_ms)
         lat, depths = [], []

@@ -34,6 +34,7 @@ def test_device_cuda_raises_clear_runtime_error() -> None:
         lambda: rrf([[1, 2], [2]], device="cuda"),
         lambda: fusion.cuda_exact_search(x, x, 2),
         lambda: medretrieve._core._cuda_device_summary(),
+        lambda: medretrieve.FlatIndex("ip", 8, device="cuda"),
     ]
     for call in calls:
         with pytest.raises(RuntimeError, match="CUDA is not available"):
@@ -147,6 +148,7 @@ def test_gpu_check_script_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(core, "_cuda_exact_search", fake_exact)
     monkeypatch.setattr(core, "_cuda_mmr_batch", fake_mmr)
     monkeypatch.setattr(core, "_cuda_rrf", fake_rrf)
+    monkeypatch.setattr(core, "_CudaTable", NumpyTable, raising=False)
     script = Path(__file__).resolve().parents[1] / "bench" / "gpu_check.py"
     spec = importlib.util.spec_from_file_location("gpu_check_under_test", script)
     module = importlib.util.module_from_spec(spec)
@@ -163,3 +165,99 @@ def test_gpu_check_script_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.Mo
     for case in ("exact_int8_big", "exact_float32_awkward", "mmr_int8_cosine", "rrf_large"):
         assert case in table
     assert "fraction" in table and (out / "exact_int8_big.npz").exists()
+
+
+class NumpyTable:
+    """Stand-in for ``_core._CudaTable`` with the kernels' arithmetic (int8: exact integer dot products scaled by
+    ``s_q * s_x``; l2 also subtracts both squared norms), so FlatIndex's device path runs on any machine."""
+
+    def __init__(self) -> None:
+        self.rows, self.scales = None, None
+
+    def assign(self, rows, scales=None) -> None:
+        self.rows, self.scales = np.array(rows), None if scales is None else np.array(scales)
+
+    def search(self, q, q_scales, k, metric):
+        x = self.rows
+        if x.dtype == np.int8:
+            dot = q.astype(np.int64) @ x.astype(np.int64).T
+            qs = np.ones(len(q)) if q_scales is None else q_scales.astype(np.float64)
+            xs = np.ones(len(x)) if self.scales is None else self.scales.astype(np.float64)
+            s = qs[:, None] * xs[None, :] * dot
+            if metric == "l2":
+                qn = (q.astype(np.int64) ** 2).sum(1) * qs ** 2
+                xn = (x.astype(np.int64) ** 2).sum(1) * xs ** 2
+                s = 2 * s - qn[:, None] - xn[None, :]
+        else:
+            q64, x64 = q.astype(np.float64), x.astype(np.float64)
+            s = q64 @ x64.T if metric == "ip" else -((q64[:, None] - x64[None]) ** 2).sum(-1)
+        pos = np.full((len(q), k), -1, np.int64)
+        out = np.full((len(q), k), -np.inf, np.float32)
+        rows = np.arange(len(x))
+        for i, si in enumerate(s):
+            top = np.lexsort((rows, -si))[:k]
+            pos[i, :len(top)], out[i, :len(top)] = top, si[top]
+        return pos, out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("space", ["ip", "l2", "cosine"])
+def test_flat_index_device_path_matches_cpu(monkeypatch: pytest.MonkeyPatch, dtype: str, space: str) -> None:
+    """FlatIndex(device="cuda")'s host half (packing, query preparation, score offsets, id mapping, rebuilds after
+    adds and deletions, CPU fallback for labels) against the CPU index, with the numpy stand-in for the GPU."""
+    monkeypatch.setattr(medretrieve._core, "_cuda_available", lambda: (True, ""))
+    monkeypatch.setattr(medretrieve._core, "_CudaTable", NumpyTable, raising=False)
+    rng = np.random.default_rng(7)
+    dim = 37
+    x = (rng.normal(size=(700, dim)) + 0.5).astype(np.float32)
+    q = (rng.normal(size=(9, dim)) + 0.5).astype(np.float32)
+    ids = np.arange(1000, 1700)
+    labels = [[i % 3] for i in range(700)]
+    cpu = medretrieve.FlatIndex(space, dim, dtype=dtype)
+    gpu = medretrieve.FlatIndex(space, dim, dtype=dtype, device="cuda")
+    for f in (cpu, gpu):
+        f.add(x[:400], ids[:400], labels[:400])
+    assert gpu.device == "cuda" and "cuda" in repr(gpu)
+
+    def same(k: int) -> None:
+        ci, cs = cpu.search(q, k)
+        gi, gs = gpu.search(q, k)
+        np.testing.assert_array_equal(gi, ci)
+        np.testing.assert_allclose(gs, cs, rtol=2e-5, atol=2e-4 * max(1.0, float(np.abs(cs[np.isfinite(cs)]).max())))
+
+    same(10)
+    for f in (cpu, gpu):  # the device copy is rebuilt after adds and deletions
+        f.add(x[400:], ids[400:], labels[400:])
+        f.mark_deleted(1003)
+        f.mark_deleted(1500)
+    same(25)
+    same(1)
+    for f in (cpu, gpu):
+        f.unmark_deleted(1500)
+    same(7)
+    li, _ = gpu.search(q, 5, labels=[1])  # labels: CPU path
+    np.testing.assert_array_equal(li, cpu.search(q, 5, labels=[1])[0])
+    small = medretrieve.FlatIndex(space, dim, dtype=dtype, device="cuda")
+    small.add(x[:3])
+    si, ss = small.search(q[:2], 5)  # k > n: padded like the CPU path
+    assert (si[:, 3:] == -1).all() and np.isneginf(ss[:, 3:]).all()
+    with pytest.raises(ValueError, match="1024"):
+        gpu.search(q, 1025)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("space", ["ip", "l2"])
+def test_flat_index_on_the_gpu_matches_cpu(dtype: str, space: str) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(5000, 96)).astype(np.float32)
+    q = rng.normal(size=(33, 96)).astype(np.float32)
+    cpu = medretrieve.FlatIndex(space, 96, dtype=dtype)
+    gpu = medretrieve.FlatIndex(space, 96, dtype=dtype, device="cuda")
+    for f in (cpu, gpu):
+        f.add(x)
+        f.mark_deleted(17)
+    ci, cs = cpu.search(q, 20)
+    gi, gs = gpu.search(q, 20)
+    np.testing.assert_array_equal(gi, ci)
+    np.testing.assert_allclose(gs, cs, rtol=1e-4, atol=1e-3)

@@ -488,6 +488,63 @@ void bind_cuda(py::module_& m) {
       },
       py::arg("lists"), py::arg("k") = 60.0, py::arg("weights") = py::none(), py::arg("top_n") = 0,
       py::arg("warmup") = 0, py::arg("repeats") = 0);
+
+#if defined(MEDRETRIEVE_WITH_CUDA)
+  // Device-resident rows for FlatIndex(device="cuda"); search returns row positions.
+  py::class_<cuda::DeviceTable>(m, "_CudaTable")
+      .def(py::init([] {
+        require_cuda();
+        return std::make_unique<cuda::DeviceTable>();
+      }))
+      .def("assign",
+           [](cuda::DeviceTable& self, py::array rows, py::object scales) {
+             if (rows.ndim() != 2) throw py::value_error("rows must be 2-d");
+             require_c_contiguous(rows, "rows");
+             const size_t n = size_t(rows.shape(0)), dim = size_t(rows.shape(1));
+             if (has_dtype<float>(rows)) {
+               const float* p = static_cast<const float*>(rows.data());
+               py::gil_scoped_release release;
+               self.assign_f32(p, n, dim);
+             } else if (has_dtype<int8_t>(rows)) {
+               const float* s = scales.is_none() ? nullptr : vector_of<float>(scales, n, "scales");
+               const int8_t* p = static_cast<const int8_t*>(rows.data());
+               py::gil_scoped_release release;
+               self.assign_i8(p, s, n, dim);
+             } else {
+               throw py::type_error("rows must be float32 or int8");
+             }
+           },
+           py::arg("rows"), py::arg("scales") = py::none())
+      .def("search",
+           [](const cuda::DeviceTable& self, py::array queries, py::object qscales, size_t k,
+              const std::string& metric) {
+             const cuda::Metric met = cuda_metric(metric);
+             if (queries.ndim() != 2 || size_t(queries.shape(1)) != self.dim())
+               throw py::value_error("queries must be 2-d with dim " + std::to_string(self.dim()));
+             require_c_contiguous(queries, "queries");
+             const size_t nq = size_t(queries.shape(0));
+             py::array_t<int64_t> ids({nq, k});
+             py::array_t<float> scores({nq, k});
+             int64_t* oi = ids.mutable_data();
+             float* os = scores.mutable_data();
+             if (self.is_int8() && has_dtype<int8_t>(queries)) {
+               const float* qs = qscales.is_none() ? nullptr : vector_of<float>(qscales, nq, "query scales");
+               const int8_t* q = static_cast<const int8_t*>(queries.data());
+               py::gil_scoped_release release;
+               self.search_i8(q, qs, nq, k, met, oi, os);
+             } else if (!self.is_int8() && has_dtype<float>(queries)) {
+               const float* q = static_cast<const float*>(queries.data());
+               py::gil_scoped_release release;
+               self.search_f32(q, nq, k, met, oi, os);
+             } else {
+               throw py::type_error("queries must have the table's dtype");
+             }
+             return py::make_tuple(ids, scores);
+           },
+           py::arg("queries"), py::arg("query_scales"), py::arg("k"), py::arg("metric"))
+      .def_property_readonly("rows", &cuda::DeviceTable::rows)
+      .def_property_readonly("device_bytes", &cuda::DeviceTable::device_bytes);
+#endif
 }
 
 }  // namespace

@@ -91,6 +91,20 @@ py::tuple result_arrays(size_t nq, size_t k, std::vector<int64_t>& ids, std::vec
   return py::make_tuple(a, b);
 }
 
+template <typename T>
+py::array_t<T> matrix_of(const std::vector<T>& v, size_t n, size_t dim) {
+  py::array_t<T> out({n, dim});
+  std::copy(v.begin(), v.end(), out.mutable_data());
+  return out;
+}
+
+template <typename T>
+py::array_t<T> vector_of_values(const std::vector<T>& v) {
+  py::array_t<T> out(v.size());
+  std::copy(v.begin(), v.end(), out.mutable_data());
+  return out;
+}
+
 py::dict hnsw_stats(const mi::Hnsw& h) {
   py::dict d;
   const auto& p = h.params();
@@ -313,6 +327,37 @@ void bind_index(py::module_& m) {
              }
              return out;
            })
+      .def("_pack_live",
+           [](const mi::FlatIndex& self) -> py::tuple {
+             mi::PackedRows p;
+             {
+               py::gil_scoped_release nogil;
+               p = self.pack_live();
+             }
+             const size_t n = p.ids.size(), dim = self.store().dim();
+             py::array_t<int64_t> ids(n);
+             std::copy(p.ids.begin(), p.ids.end(), ids.mutable_data());
+             if (self.store().dtype() != mi::DType::Int8)
+               return py::make_tuple(ids, matrix_of(p.rows, n, dim), py::none());
+             return py::make_tuple(ids, matrix_of(p.codes, n, dim), vector_of_values(p.scales));
+           },
+           "(ids, int8 codes + scales | float rows, None) of the live rows, for a device copy.")
+      .def("_pack_queries",
+           [](const mi::FlatIndex& self, CArray<float> queries) -> py::tuple {
+             size_t nq;
+             const float* q = rows_of(queries, self.store().dim(), &nq, "queries");
+             mi::PackedQueries p;
+             {
+               py::gil_scoped_release nogil;
+               p = self.pack_queries(q, nq);
+             }
+             const size_t dim = self.store().dim();
+             if (self.store().dtype() != mi::DType::Int8)
+               return py::make_tuple(matrix_of(p.rows, nq, dim), py::none(), vector_of_values(p.offsets));
+             return py::make_tuple(matrix_of(p.codes, nq, dim), vector_of_values(p.scales),
+                                   vector_of_values(p.offsets));
+           },
+           "(int8 codes + scales | float rows, None, offsets) of queries prepared as search() prepares them.")
       .def("memory_bytes", &mi::FlatIndex::memory_bytes, py::call_guard<py::gil_scoped_release>())
       .def("save", &mi::FlatIndex::save, py::call_guard<py::gil_scoped_release>())
       .def("to_bytes", [](const mi::FlatIndex& self) {

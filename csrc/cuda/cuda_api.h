@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,33 @@ void exact_search_f32(const float* queries, size_t nq, const float* db, size_t n
 void exact_search_i8(const int8_t* queries, const float* qscale, size_t nq, const int8_t* db, const float* dbscale,
                      size_t n, size_t dim, size_t k, Metric metric, int64_t* ids, float* scores,
                      Timing* timing = nullptr);
+
+// A database kept on the device between searches (FlatIndex(device="cuda")):
+// the same kernels as exact_search_*, without re-uploading the rows. Row
+// positions are returned (the caller maps them to its ids).
+class DeviceTable {
+ public:
+  DeviceTable();
+  ~DeviceTable();
+  DeviceTable(const DeviceTable&) = delete;
+  DeviceTable& operator=(const DeviceTable&) = delete;
+  // Replaces the contents (scales may be null: 1). Squared code norms for
+  // NegL2 are computed once here.
+  void assign_f32(const float* rows, size_t n, size_t dim);
+  void assign_i8(const int8_t* codes, const float* scales, size_t n, size_t dim);
+  void search_f32(const float* queries, size_t nq, size_t k, Metric metric, int64_t* ids, float* scores,
+                  Timing* timing = nullptr) const;
+  void search_i8(const int8_t* queries, const float* qscale, size_t nq, size_t k, Metric metric, int64_t* ids,
+                 float* scores, Timing* timing = nullptr) const;
+  size_t rows() const;
+  size_t dim() const;
+  bool is_int8() const;
+  size_t device_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Batched MMR, one thread block per problem. Problem b owns candidate rows
 // [offsets[b], offsets[b+1]) of `rows` and their relevance; it selects

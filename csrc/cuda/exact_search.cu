@@ -334,60 +334,137 @@ void search_common(size_t nq, size_t n, size_t k, int64_t* ids, float* scores, T
   detail::time_kernels(timing, launch_all);
 }
 
-}  // namespace
-
-void exact_search_f32(const float* queries, size_t nq, const float* db, size_t n, size_t dim, size_t k,
-                      Metric metric, int64_t* ids, float* scores, Timing* timing) {
-  detail::require_device();
-  check_search_args(nq, n, dim, k, queries, db, ids, scores);
-  DeviceBuffer<float> d_q, d_x;
+// Scores against a device-resident database, then top-k (queries uploaded here).
+void search_f32_resident(const float* queries, size_t nq, const float* d_x, size_t n, size_t dim, size_t k,
+                         Metric metric, int64_t* ids, float* scores, Timing* timing) {
+  DeviceBuffer<float> d_q;
   d_q.upload(queries, nq * dim);
-  d_x.upload(db, n * dim);
   search_common(nq, n, k, ids, scores, timing, [&](size_t q0, size_t qc, float* out) {
     dim3 grid(detail::blocks_for(n, kFTile), detail::blocks_for(qc, kFTile));
     if (metric == Metric::NegL2)
-      scores_f32_kernel<true><<<grid, 256>>>(d_q.get() + q0 * dim, int(qc), d_x.get(), int64_t(n), int(dim), out,
+      scores_f32_kernel<true><<<grid, 256>>>(d_q.get() + q0 * dim, int(qc), d_x, int64_t(n), int(dim), out,
                                              int64_t(n));
     else
-      scores_f32_kernel<false><<<grid, 256>>>(d_q.get() + q0 * dim, int(qc), d_x.get(), int64_t(n), int(dim), out,
+      scores_f32_kernel<false><<<grid, 256>>>(d_q.get() + q0 * dim, int(qc), d_x, int64_t(n), int(dim), out,
                                               int64_t(n));
     MR_CUDA_LAUNCHED("scores_f32_kernel");
   });
 }
 
-void exact_search_i8(const int8_t* queries, const float* qscale, size_t nq, const int8_t* db, const float* dbscale,
-                     size_t n, size_t dim, size_t k, Metric metric, int64_t* ids, float* scores, Timing* timing) {
-  detail::require_device();
-  check_search_args(nq, n, dim, k, queries, db, ids, scores);
-  DeviceBuffer<int8_t> d_q, d_x;
-  DeviceBuffer<float> d_qs, d_xs, d_qn, d_xn;
+void norms_i8(const int8_t* d_rows, size_t n, size_t dim, DeviceBuffer<float>& out) {
+  out.resize(n);
+  if (!n) return;
+  norm2_i8_kernel<<<detail::blocks_for(n * 32, 256), 256>>>(d_rows, int64_t(n), int(dim), out.get());
+  MR_CUDA_LAUNCHED("norm2_i8_kernel");
+}
+
+// d_xs may be null (scales 1); d_xn is needed for NegL2 only.
+void search_i8_resident(const int8_t* queries, const float* qscale, size_t nq, const int8_t* d_x, const float* d_xs,
+                        const float* d_xn, size_t n, size_t dim, size_t k, Metric metric, int64_t* ids, float* scores,
+                        Timing* timing) {
+  DeviceBuffer<int8_t> d_q;
+  DeviceBuffer<float> d_qs, d_qn;
   d_q.upload(queries, nq * dim);
-  d_x.upload(db, n * dim);
   if (qscale) d_qs.upload(qscale, nq);
-  if (dbscale) d_xs.upload(dbscale, n);
   const bool l2 = metric == Metric::NegL2;
-  if (l2 && nq && n) {
-    d_qn.resize(nq);
-    d_xn.resize(n);
-    norm2_i8_kernel<<<detail::blocks_for(nq * 32, 256), 256>>>(d_q.get(), int64_t(nq), int(dim), d_qn.get());
-    norm2_i8_kernel<<<detail::blocks_for(n * 32, 256), 256>>>(d_x.get(), int64_t(n), int(dim), d_xn.get());
-    MR_CUDA_LAUNCHED("norm2_i8_kernel");
-  }
+  if (l2) norms_i8(d_q.get(), nq, dim, d_qn);
   const bool vec16 = dim % 16 == 0;  // cudaMalloc bases are 256-byte aligned
   search_common(nq, n, k, ids, scores, timing, [&](size_t q0, size_t qc, float* out) {
     dim3 grid(detail::blocks_for(n, kIBN), detail::blocks_for(qc, kIBM));
     const float* qs = qscale ? d_qs.get() + q0 : nullptr;
     const float* qn = l2 ? d_qn.get() + q0 : nullptr;
     if (vec16)
-      scores_i8_kernel<true><<<grid, 256>>>(d_q.get() + q0 * dim, qs, qn, int(qc), d_x.get(),
-                                            dbscale ? d_xs.get() : nullptr, d_xn.get(), int64_t(n), int(dim), l2, out,
-                                            int64_t(n));
+      scores_i8_kernel<true><<<grid, 256>>>(d_q.get() + q0 * dim, qs, qn, int(qc), d_x, d_xs, d_xn, int64_t(n),
+                                            int(dim), l2, out, int64_t(n));
     else
-      scores_i8_kernel<false><<<grid, 256>>>(d_q.get() + q0 * dim, qs, qn, int(qc), d_x.get(),
-                                             dbscale ? d_xs.get() : nullptr, d_xn.get(), int64_t(n), int(dim), l2, out,
-                                             int64_t(n));
+      scores_i8_kernel<false><<<grid, 256>>>(d_q.get() + q0 * dim, qs, qn, int(qc), d_x, d_xs, d_xn, int64_t(n),
+                                             int(dim), l2, out, int64_t(n));
     MR_CUDA_LAUNCHED("scores_i8_kernel");
   });
+}
+
+}  // namespace
+
+void exact_search_f32(const float* queries, size_t nq, const float* db, size_t n, size_t dim, size_t k,
+                      Metric metric, int64_t* ids, float* scores, Timing* timing) {
+  detail::require_device();
+  check_search_args(nq, n, dim, k, queries, db, ids, scores);
+  DeviceBuffer<float> d_x;
+  d_x.upload(db, n * dim);
+  search_f32_resident(queries, nq, d_x.get(), n, dim, k, metric, ids, scores, timing);
+}
+
+void exact_search_i8(const int8_t* queries, const float* qscale, size_t nq, const int8_t* db, const float* dbscale,
+                     size_t n, size_t dim, size_t k, Metric metric, int64_t* ids, float* scores, Timing* timing) {
+  detail::require_device();
+  check_search_args(nq, n, dim, k, queries, db, ids, scores);
+  DeviceBuffer<int8_t> d_x;
+  DeviceBuffer<float> d_xs, d_xn;
+  d_x.upload(db, n * dim);
+  if (dbscale) d_xs.upload(dbscale, n);
+  if (metric == Metric::NegL2) norms_i8(d_x.get(), n, dim, d_xn);
+  search_i8_resident(queries, qscale, nq, d_x.get(), dbscale ? d_xs.get() : nullptr, d_xn.get(), n, dim, k, metric,
+                     ids, scores, timing);
+}
+
+// ---- DeviceTable ----------------------------------------------------------
+struct DeviceTable::Impl {
+  bool int8 = false;
+  size_t n = 0, dim = 0;
+  bool has_scales = false;
+  DeviceBuffer<float> rows_f32, scales, norms;
+  DeviceBuffer<int8_t> rows_i8;
+};
+
+DeviceTable::DeviceTable() : impl_(new Impl) { detail::require_device(); }
+DeviceTable::~DeviceTable() = default;
+
+void DeviceTable::assign_f32(const float* rows, size_t n, size_t dim) {
+  if (dim == 0 || dim > (size_t(1) << 17)) throw std::invalid_argument("cuda table: dim must be in [1, 131072]");
+  if (n && !rows) throw std::invalid_argument("cuda table: null rows");
+  auto next = std::make_unique<Impl>();
+  next->n = n;
+  next->dim = dim;
+  next->rows_f32.upload(rows, n * dim);
+  impl_ = std::move(next);  // the old table stays valid until the new one is complete
+}
+
+void DeviceTable::assign_i8(const int8_t* codes, const float* scales, size_t n, size_t dim) {
+  if (dim == 0 || dim > (size_t(1) << 17)) throw std::invalid_argument("cuda table: dim must be in [1, 131072]");
+  if (n && !codes) throw std::invalid_argument("cuda table: null codes");
+  auto next = std::make_unique<Impl>();
+  next->int8 = true;
+  next->n = n;
+  next->dim = dim;
+  next->rows_i8.upload(codes, n * dim);
+  next->has_scales = scales != nullptr;
+  if (scales) next->scales.upload(scales, n);
+  norms_i8(next->rows_i8.get(), n, dim, next->norms);
+  MR_CUDA_CHECK(cudaDeviceSynchronize());
+  impl_ = std::move(next);
+}
+
+void DeviceTable::search_f32(const float* queries, size_t nq, size_t k, Metric metric, int64_t* ids, float* scores,
+                             Timing* timing) const {
+  if (impl_->int8) throw std::invalid_argument("cuda table holds int8 rows: use search_i8");
+  check_search_args(nq, impl_->n, impl_->dim, k, queries, impl_->rows_f32.get(), ids, scores);
+  search_f32_resident(queries, nq, impl_->rows_f32.get(), impl_->n, impl_->dim, k, metric, ids, scores, timing);
+}
+
+void DeviceTable::search_i8(const int8_t* queries, const float* qscale, size_t nq, size_t k, Metric metric,
+                            int64_t* ids, float* scores, Timing* timing) const {
+  if (!impl_->int8) throw std::invalid_argument("cuda table holds float32 rows: use search_f32");
+  check_search_args(nq, impl_->n, impl_->dim, k, queries, impl_->rows_i8.get(), ids, scores);
+  search_i8_resident(queries, qscale, nq, impl_->rows_i8.get(), impl_->has_scales ? impl_->scales.get() : nullptr,
+                     impl_->norms.get(), impl_->n, impl_->dim, k, metric, ids, scores, timing);
+}
+
+size_t DeviceTable::rows() const { return impl_->n; }
+size_t DeviceTable::dim() const { return impl_->dim; }
+bool DeviceTable::is_int8() const { return impl_->int8; }
+size_t DeviceTable::device_bytes() const {
+  const Impl& t = *impl_;
+  return t.rows_f32.size() * sizeof(float) + t.rows_i8.size() + (t.scales.size() + t.norms.size()) * sizeof(float);
 }
 
 }  // namespace medretrieve::cuda

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "index/parallel.h"
+#include "kernels/quantizer.h"
 
 namespace medretrieve::index {
 
@@ -106,6 +107,50 @@ std::vector<uint64_t> FlatIndex::ids() const {
   std::shared_lock<std::shared_mutex> g(mu_);
   std::vector<uint64_t> out(store_.count());
   for (size_t i = 0; i < out.size(); ++i) out[i] = store_.ext_id(uint32_t(i));
+  return out;
+}
+
+PackedRows FlatIndex::pack_live() const {
+  std::shared_lock<std::shared_mutex> g(mu_);
+  const size_t dim = store_.dim(), n = store_.count();
+  const bool int8 = store_.dtype() == DType::Int8;
+  PackedRows out;
+  out.ids.reserve(size());
+  for (uint32_t id = 0; id < n; ++id) {
+    if (store_.is_deleted(id)) continue;
+    out.ids.push_back(store_.ext_id(id));
+    if (int8) {
+      const int8_t* c = store_.code_i8(id);
+      out.codes.insert(out.codes.end(), c, c + dim);
+      out.scales.push_back(store_.scale(id));
+    } else {
+      const float* r = store_.code_f32(id);
+      out.rows.insert(out.rows.end(), r, r + dim);
+    }
+  }
+  return out;
+}
+
+PackedQueries FlatIndex::pack_queries(const float* queries, size_t nq) const {
+  std::shared_lock<std::shared_mutex> g(mu_);
+  const size_t dim = store_.dim();
+  const bool int8 = store_.dtype() == DType::Int8, l2 = store_.space() == Space::L2;
+  PackedQueries out;
+  out.offsets.assign(nq, 0.f);
+  for (size_t i = 0; i < nq; ++i) {
+    QueryCtx ctx;
+    store_.prepare_query(queries + i * dim, ctx);
+    if (!int8) {
+      out.rows.insert(out.rows.end(), ctx.vec.begin(), ctx.vec.end());
+      continue;
+    }
+    // prepare_query: score = -distance = -(base + factor * s_x * dot) (+ -aux for l2), factor = -s_q (ip) or
+    // -2 s_q (l2). For l2 the accelerator also subtracts s_q^2 |code_q|^2, which the offset adds back.
+    const float sq = l2 ? -ctx.factor / 2.f : -ctx.factor;
+    out.codes.insert(out.codes.end(), ctx.code.begin(), ctx.code.end());
+    out.scales.push_back(sq);
+    out.offsets[i] = l2 ? kernels::code_norm2(ctx.code.data(), sq, dim) - ctx.base : -ctx.base;
+  }
   return out;
 }
 

@@ -1,7 +1,8 @@
 // Exact (brute-force) k-NN over float32 or int8 vectors, with labels and
 // deletions. Uses the same VectorStore (no link area) and the same exact_topk
-// as the HNSW's filtered fallback. Multithreaded over queries. CPU only: the
-// CUDA back end plugs in at the Python level (FlatIndex(device=...)).
+// as the HNSW's filtered fallback. Multithreaded over queries. The CUDA back
+// end (FlatIndex(device="cuda") in Python) searches a device copy of
+// pack_live() with queries from pack_queries().
 #pragma once
 
 #include <cstddef>
@@ -18,6 +19,28 @@
 namespace medretrieve::index {
 
 class MappedFile;
+
+// Live rows in internal order, packed for an accelerator: external ids and
+// either int8 codes [n, dim] + per-row scales (int8) or float rows (float32).
+struct PackedRows {
+  std::vector<uint64_t> ids;
+  std::vector<int8_t> codes;
+  std::vector<float> scales;
+  std::vector<float> rows;
+};
+
+// Queries prepared exactly as search() prepares them. int8: codes [nq, dim]
+// and scales s_q such that the CPU score is
+//   ip:  offset + s_q * s_x * dot(code_q, code_x)
+//   l2:  offset + 2 s_q s_x dot(code_q, code_x) - s_q^2 |code_q|^2 - s_x^2 |code_x|^2
+// (the accelerator computes the part after the offset). float32: the
+// prepared rows (normalised for cosine), offsets 0.
+struct PackedQueries {
+  std::vector<int8_t> codes;
+  std::vector<float> scales;
+  std::vector<float> offsets;
+  std::vector<float> rows;
+};
 
 class FlatIndex {
  public:
@@ -37,6 +60,8 @@ class FlatIndex {
   void unmark_deleted(uint64_t ext);
   void get_items(const uint64_t* ids, size_t n, float* out) const;
   std::vector<uint64_t> ids() const;
+  PackedRows pack_live() const;
+  PackedQueries pack_queries(const float* queries, size_t nq) const;
   size_t size() const { return store_.count() - store_.deleted_count(); }  // live elements
   size_t count() const { return store_.count(); }
   size_t memory_bytes() const { return store_.memory_bytes() + labels_.memory_bytes(); }

@@ -1,4 +1,4 @@
-"""Command line: ``medretrieve build | search | answer | eval | export-onnx | demo``.
+"""Command line: ``medretrieve build | search | fit-ranker | answer | eval | export-onnx | demo``.
 
 Each subcommand lives in the module of its pipeline stage, which provides
 ``add_cli(subparsers)``; modules are imported lazily so ``--help`` stays fast
@@ -16,6 +16,7 @@ _COMMANDS = {
     "export-onnx": "medretrieve.export",
     "build": "medretrieve.collection",
     "search": "medretrieve.retrieve",
+    "fit-ranker": "medretrieve.rerank",
     "demo": "medretrieve.demo",
     "answer": "medretrieve.generate",
     "eval": "medretrieve.evaluate",

@@ -137,6 +137,7 @@ class Collection:
         self.alive = np.array([not r.deleted for r in self.rows], dtype=bool)
         self.labels = np.array([r.label for r in self.rows], dtype=np.int64)
         self._n_documents = len({r.document_id for r in self.rows if not r.deleted})
+        self._doc_rows: Optional[Dict[str, List[int]]] = None
 
     def __len__(self) -> int:
         """Number of live chunks."""
@@ -177,6 +178,16 @@ class Collection:
     def parent(self, parent_id: str) -> Optional[SectionPart]:
         """The whole section a chunk belongs to (context for a hit)."""
         return self.sections.get(parent_id)
+
+    def document_rows(self, document_id: str) -> List[int]:
+        """Rows of the live chunks of one document, in document order (empty when unknown)."""
+        if self._doc_rows is None:
+            by_doc: Dict[str, List[int]] = {}
+            for i, r in enumerate(self.rows):
+                if not r.deleted:
+                    by_doc.setdefault(r.document_id, []).append(i)
+            self._doc_rows = by_doc
+        return self._doc_rows.get(document_id, [])
 
     def vectors(self, rows: Sequence[int]) -> np.ndarray:
         """Stored (dequantised) vectors of ``rows``, float32 [n, dim]."""

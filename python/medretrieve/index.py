@@ -24,6 +24,7 @@ negative squared L2 for ``l2``. The hnswlib API (``knn_query``) returns hnswlib'
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
@@ -527,20 +528,31 @@ class Index:
 class FlatIndex:
     """Exact k-NN over float32 or int8 vectors (same quantizer as ``Index``), with labels and deletions.
 
-    Used for small corpora, for filtered fallbacks and as ground truth. ``device="cpu"`` only for now; the CUDA back
-    end plugs in here (``device="cuda"``) once wired.
+    Used for small corpora, for filtered fallbacks and as ground truth.
+
+    ``device="cuda"`` keeps a copy of the live rows on the GPU (int8 codes + scales, or float32 rows; built on the
+    first search and rebuilt after adds and deletions) and searches it with the CUDA kernels: int8 dot products in
+    exact int32 on tensor cores, so ids match the CPU path and scores agree to float rounding. Searches with
+    ``labels`` or ``filter`` run on the CPU. The CPU copy stays the source of truth (save, get_items, labels).
     """
 
     def __init__(self, space: str, dim: int, dtype: str = "float32", device: str = "cpu") -> None:
         self._space = _check_space(space)
         self._dim = _check_dim(dim)
         self._dtype = _check_dtype(dtype)
-        if device == "cuda":
-            raise RuntimeError("FlatIndex(device='cuda') is not available yet in this build; use device='cpu'")
-        if device != "cpu":
-            raise IndexInputError(f"device must be 'cpu' or 'cuda', got {device!r}")
-        self._device = device
         self._core = _core.FlatIndexCore(self._space, self._dtype, self._dim)
+        self._set_device(device)
+
+    def _set_device(self, device: str) -> None:
+        if device not in ("cpu", "cuda"):
+            raise IndexInputError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        if device == "cuda":
+            ok, why = _core._cuda_available()
+            if not ok:
+                raise RuntimeError(f"FlatIndex(device='cuda'): CUDA is not available here: {why}")
+        self._device = device
+        self._table: Any = None  # device copy: (table, ids of its rows), None when stale
+        self._table_lock = threading.Lock()
 
     @property
     def space(self) -> str:
@@ -571,6 +583,7 @@ class FlatIndex:
         rows = _as_rows(vectors, self._dim)
         ids_arr = _as_ids(ids, rows.shape[0])
         off, vals = _labels_csr(labels, rows.shape[0])
+        self._table = None
         self._core.add(rows, ids_arr, off, vals, int(num_threads))
 
     def search(
@@ -590,12 +603,37 @@ class FlatIndex:
         k = _check_k(k)
         if filter is not None and not callable(filter):
             raise TypeError("filter must be callable: filter(id) -> bool")
+        if self._device == "cuda" and labels is None and filter is None and k > 0 and len(rows):
+            return self._search_device(rows, k)
         return self._core.search(rows, k, _query_labels(labels), filter, int(num_threads))
 
+    def _device_table(self) -> tuple[Any, np.ndarray]:
+        with self._table_lock:
+            if self._table is None:
+                ids, data, scales = self._core._pack_live()
+                table = _core._CudaTable()
+                table.assign(data, scales)
+                self._table = (table, ids)
+            return self._table
+
+    def _search_device(self, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        table, ids = self._device_table()
+        if k > 1024:
+            raise IndexInputError(f"k must be <= 1024 on device='cuda', got {k}")
+        q, q_scales, offsets = self._core._pack_queries(rows)
+        pos, scores = table.search(q, q_scales, k, "l2" if self._space == "l2" else "ip")
+        found = pos >= 0
+        out_ids = np.full(pos.shape, -1, dtype=np.int64)
+        out_ids[found] = ids[pos[found]]
+        scores = np.where(found, scores + offsets[:, None], -np.inf).astype(np.float32)
+        return out_ids, scores
+
     def mark_deleted(self, id: int) -> None:
+        self._table = None
         self._core.mark_deleted(int(id))
 
     def unmark_deleted(self, id: int) -> None:
+        self._table = None
         self._core.unmark_deleted(int(id))
 
     def get_items(self, ids: Any) -> np.ndarray:
@@ -612,9 +650,11 @@ class FlatIndex:
         self._core.save(os.fspath(path))
 
     @classmethod
-    def load(cls, path: Union[str, os.PathLike], mmap: bool = False) -> "FlatIndex":
+    def load(cls, path: Union[str, os.PathLike], mmap: bool = False, device: str = "cpu") -> "FlatIndex":
         core = _core.FlatIndexCore.load(os.fspath(path), bool(mmap))
-        return cls._wrap(core)
+        obj = cls._wrap(core)
+        obj._set_device(device)
+        return obj
 
     @classmethod
     def _wrap(cls, core: Any) -> "FlatIndex":
@@ -631,8 +671,9 @@ class FlatIndex:
     def _wrap_into(self, core: Any) -> None:
         # The native object (from the file header) is the source of truth for space / dtype / dim.
         self._core = core
-        self._device = "cpu"
+        self._set_device("cpu")
         self._space, self._dtype, self._dim = core.space, core.dtype, core.dim
 
     def __repr__(self) -> str:
-        return f"FlatIndex(space={self._space!r}, dim={self._dim}, dtype={self._dtype!r}, size={len(self)})"
+        return (f"FlatIndex(space={self._space!r}, dim={self._dim}, dtype={self._dtype!r}, size={len(self)}"
+                + (", device='cuda')" if self._device == "cuda" else ")"))

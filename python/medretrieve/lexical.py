@@ -24,6 +24,7 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
+from collections import Counter
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -71,6 +72,9 @@ def tokenize(text: str, stem: bool = True, remove_stopwords: bool = True) -> Lis
             out.append(stemmer.stemWord(tok) if stemmer else tok)
             continue
         out.append(tok)
+        if "-" in tok and any(c.isdigit() for c in tok):
+            # codes are written with and without the hyphen ("CPX-351" / "CPX351", "IL-6" / "IL6")
+            out.append(tok.replace("-", ""))
         if "-" in tok or "/" in tok:
             for part in re.split(r"[-/]", tok):
                 if len(part) >= 3 and part.isalpha() and part not in sw:
@@ -93,6 +97,8 @@ class LexicalIndex:
         self._alive = np.zeros(0, dtype=bool)
         self._bm25 = None
         self._vocab: dict = {}
+        self._df: Optional[Counter] = None
+        self._order = np.zeros(0, dtype=np.int64)
 
     # ------------------------------------------------------------- building
     def __len__(self) -> int:
@@ -121,6 +127,8 @@ class LexicalIndex:
         if self._tokens:
             self._bm25.index(self._tokens, show_progress=False)
         self._vocab = self._bm25.vocab_dict if self._tokens else {}
+        self._df = None
+        self._order = np.argsort(self._ids, kind="stable")  # for id -> row lookups
 
     def delete(self, ids: Iterable[int]) -> int:
         """Hide rows from search; returns how many were live."""
@@ -140,6 +148,31 @@ class LexicalIndex:
         s = np.asarray(self._bm25.get_scores(toks), dtype=np.float32)
         s[~self._alive] = 0.0
         return s
+
+    def idf(self, tokens: Sequence[str]) -> np.ndarray:
+        """BM25 idf, ``log(1 + (n - df + 0.5) / (df + 0.5))``, of each (already tokenised) token over
+        the live rows; an unseen token gets the idf of df = 0."""
+        if self._df is None:
+            df: Counter = Counter()
+            for i in np.flatnonzero(self._alive):
+                df.update(set(self._tokens[i]))
+            self._df = df
+        n = len(self)
+        d = np.array([self._df.get(t, 0) for t in tokens], dtype=np.float64)
+        return np.log1p((n - d + 0.5) / (d + 0.5))
+
+    def scores_for(self, query: str, ids: Sequence[int]) -> np.ndarray:
+        """BM25 scores of ``query`` for the rows with external ``ids`` (0 for unknown or deleted ids)."""
+        s = self.scores(query)
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        out = np.zeros(len(ids), dtype=np.float32)
+        if len(self._ids) == 0:
+            return out
+        pos = np.minimum(np.searchsorted(self._ids, ids, sorter=self._order), len(self._ids) - 1)
+        rows = self._order[pos]
+        ok = self._ids[rows] == ids
+        out[ok] = s[rows[ok]]
+        return out
 
     def search(self, query: str, k: int = 10, allowed: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
         """Top ``k`` rows by BM25: ``(ids int64, scores float32)``, best first; rows scoring 0 are left out.

