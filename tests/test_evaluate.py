@@ -139,7 +139,7 @@ def test_bioasq_answer_without_exact_line_keeps_its_prose_as_ideal():
 def test_cli_eval_retrieval_writes_results(tmp_path, monkeypatch, capsys):
     from medretrieve.cli import main
 
-    monkeypatch.setattr(E, "open_search_fn", lambda collection, deadline_ms=None, options=None: plain_search)
+    monkeypatch.setattr(E, "open_search_fn", lambda collection, deadline_ms=None, options=None, ranker=None: plain_search)
     out = tmp_path / "out"
     rc = main(["eval", "retrieval", str(tmp_path / "coll"), "--bioasq", str(BIOASQ), "--out", str(out), "--no-progress"])
     assert rc == 0
@@ -164,7 +164,7 @@ def test_cli_eval_medrgb_tables_and_plots(tmp_path, monkeypatch):
 
     from medretrieve.cli import main
 
-    monkeypatch.setattr(E, "open_search_fn", lambda collection, deadline_ms=None, options=None: fake_search)
+    monkeypatch.setattr(E, "open_search_fn", lambda collection, deadline_ms=None, options=None, ranker=None: fake_search)
     # three questions whose text carries the q1..q3 markers fake_search and smart_llm read
     medqa = tmp_path / "medqa.jsonl"
     medqa.write_text("".join(
@@ -265,7 +265,7 @@ def test_cli_eval_bioasq_through_the_fake_llm(tmp_path, monkeypatch):
 
     from medretrieve.cli import main
 
-    monkeypatch.setattr(E, "open_search_fn", lambda collection, deadline_ms=None, options=None: plain_search)
+    monkeypatch.setattr(E, "open_search_fn", lambda collection, deadline_ms=None, options=None, ranker=None: plain_search)
 
     def reply(request):
         user = request["messages"][-1]["content"]

@@ -194,3 +194,9 @@ def test_fit_ranker_cli(collection, tmp_path, bioasq_files, capsys):
     assert main(["search", str(col.directory), q, "--ranker", str(out), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert any(s["name"] == "rerank" and "learned ranker" in s["reason"] for s in res["stages"])
+    # the evaluation harness takes the same ranker
+    ev = tmp_path / "eval"
+    assert main(["eval", "retrieval", str(col.directory), "--bioasq", str(small), "--ranker", str(out),
+                 "--out", str(ev), "--no-progress", "--deadline-ms", "0"]) == 0
+    results = json.loads((ev / "results.json").read_text())
+    assert results["ranker"] == str(out) and results["latency_ms"]["mean"] > 0

@@ -343,17 +343,18 @@ def retriever_search_fn(retriever: Any, deadline_ms: Any = RETRIEVER_DEFAULT,
 
 
 def open_search_fn(collection_dir: str, deadline_ms: Optional[float] = None,
-                   options: Optional[Mapping[str, Any]] = None) -> SearchFn:
+                   options: Optional[Mapping[str, Any]] = None, ranker: Optional[str] = None) -> SearchFn:
     """``search_fn`` over a built collection with the default ``Retriever``.
 
     ``deadline_ms`` as on the command line: None keeps the retriever's default,
-    0 means no deadline; ``options`` go to every ``Retriever.search`` call.
+    0 means no deadline; ``options`` go to every ``Retriever.search`` call;
+    ``ranker``: a learned ranker JSON (``medretrieve fit-ranker``).
     """
     from .collection import Collection
     from .retrieve import Retriever
 
     deadline: Any = RETRIEVER_DEFAULT if deadline_ms is None else (None if deadline_ms == 0 else deadline_ms)
-    return retriever_search_fn(Retriever(Collection.open(collection_dir)), deadline, options)
+    return retriever_search_fn(Retriever(Collection.open(collection_dir), ranker=ranker), deadline, options)
 
 
 def parse_search_options(pairs: Optional[Sequence[str]]) -> dict[str, Any]:
@@ -402,13 +403,13 @@ def _limit(items: list, limit: Optional[int]) -> list:
 def cmd_retrieval(args: argparse.Namespace) -> int:
     questions = _limit(load_bioasq(args.bioasq), args.limit)
     options = parse_search_options(args.search_option)
-    search = open_search_fn(args.collection, args.deadline_ms, options)
+    search = open_search_fn(args.collection, args.deadline_ms, options, args.ranker)
     result = evaluate_retrieval(search, questions, k=args.k, fetch_k=args.fetch_k, progress=not args.no_progress)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     data = {"collection": str(args.collection), "bioasq": [str(p) for p in args.bioasq],
             "deadline_ms": args.deadline_ms, "fetch_k": args.fetch_k or 3 * args.k, "search_options": options,
-            **result.to_dict()}
+            "ranker": args.ranker, **result.to_dict()}
     _write_json(out / "results.json", data)
     md = retrieval_markdown_for(data)
     _write_text(out / "results.md", md)
@@ -429,7 +430,7 @@ def cmd_bioasq(args: argparse.Namespace) -> int:
     from .report import bioasq_markdown
 
     questions = _limit(load_bioasq(args.bioasq), args.limit)
-    search = open_search_fn(args.collection, args.deadline_ms)
+    search = open_search_fn(args.collection, args.deadline_ms, ranker=args.ranker)
     backend = _backend(args)
     answer_fn = make_bioasq_answer_fn(search, backend, k=args.k)
     result = evaluate_bioasq_answers(answer_fn, questions, max_workers=args.workers, progress=not args.no_progress)
@@ -462,7 +463,7 @@ def cmd_medrgb(args: argparse.Namespace) -> int:
 
     datasets = load_datasets(args.dataset, args.limit)
     settings = make_settings(args.scenarios, args.n, args.p, args.standard_n)
-    search = open_search_fn(args.collection, args.deadline_ms)
+    search = open_search_fn(args.collection, args.deadline_ms, ranker=args.ranker)
     backend = _backend(args)
     out = Path(args.out)
     runs = []
@@ -533,6 +534,7 @@ def add_cli(subparsers: Any) -> None:
         p.add_argument("--deadline-ms", type=float, default=None,
                        help="retrieval deadline per search (ms; default: the retriever's, 0: none)")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
+        p.add_argument("--ranker", default=None, help="learned ranker JSON for the retriever (medretrieve fit-ranker)")
 
     def llm(p: argparse.ArgumentParser) -> None:
         p.add_argument("--llm", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
