@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <thread>
 #include <cstdio>
@@ -238,6 +239,53 @@ TEST(Flat, ExactMatchesBruteForceWithLabelsAndDeletions) {
   const std::vector<char> bytes = f.to_bytes();
   auto g = FlatIndex::from_bytes(bytes.data(), bytes.size());
   EXPECT_EQ(g->size(), n - 1);
+}
+
+// pack_live / pack_queries feed the CUDA table: the accelerator's formula
+// (float64 here) plus the per-query offset must give the CPU search's scores.
+TEST(Flat, PackedRowsAndQueriesReproduceTheCpuScores) {
+  const size_t n = 300, nq = 5, dim = 29, k = 300;
+  const auto x = random_rows(n, dim, 11), q = random_rows(nq, dim, 12);
+  for (Space space : {Space::IP, Space::L2, Space::Cosine}) {
+    for (DType dtype : {DType::Int8, DType::Float32}) {
+      FlatIndex f(space, dtype, dim);
+      f.add(x.data(), n, nullptr, nullptr, 1);
+      f.mark_deleted(3);
+      const PackedRows rows = f.pack_live();
+      const PackedQueries pq = f.pack_queries(q.data(), nq);
+      ASSERT_EQ(rows.ids.size(), n - 1);
+      EXPECT_EQ(rows.ids[3], 4u);  // the deleted row is skipped, order kept
+      std::vector<int64_t> ids(nq * k);
+      std::vector<float> sc(nq * k);
+      f.search(q.data(), nq, k, nullptr, nullptr, 1, ids.data(), sc.data());
+      for (size_t i = 0; i < nq; ++i) {
+        for (size_t j = 0; j < n - 1; ++j) {
+          double s = 0;
+          if (dtype == DType::Int8) {
+            double dot = 0, qn = 0, xn = 0;
+            for (size_t d = 0; d < dim; ++d) {
+              const double a = pq.codes[i * dim + d], b = rows.codes[j * dim + d];
+              dot += a * b;
+              qn += a * a;
+              xn += b * b;
+            }
+            const double sq = pq.scales[i], sx = rows.scales[j];
+            s = space == Space::L2 ? 2 * sq * sx * dot - sq * sq * qn - sx * sx * xn : sq * sx * dot;
+          } else {
+            for (size_t d = 0; d < dim; ++d) {
+              const double a = pq.rows[i * dim + d], b = rows.rows[j * dim + d];
+              s += space == Space::L2 ? -(a - b) * (a - b) : a * b;
+            }
+          }
+          s += pq.offsets[i];
+          const int64_t ext = int64_t(rows.ids[j]);
+          const size_t at = size_t(std::find(ids.begin() + i * k, ids.begin() + (i + 1) * k, ext) - ids.begin());
+          ASSERT_LT(at, (i + 1) * k);
+          EXPECT_NEAR(s, sc[at], 1e-4 * std::max(1.0, std::fabs(s))) << "space " << int(space) << " row " << j;
+        }
+      }
+    }
+  }
 }
 
 TEST(Hnsw, SearchWhileAddingReturnsFullValidRows) {
