@@ -95,7 +95,8 @@ def _as_paths(paths: Union[PathLike, Iterable[PathLike]]) -> list[Path]:
     return out
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """The JSON value in ``path``; ValueError naming the file when it is missing or not valid JSON."""
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
     try:
@@ -244,7 +245,7 @@ def load_bioasq(paths: Union[PathLike, Iterable[PathLike]]) -> list[BioASQQuesti
     out: list[BioASQQuestion] = []
     seen: set[str] = set()
     for path in _as_paths(paths):
-        data = _read_json(path)
+        data = read_json(path)
         if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
             raise ValueError(f"{path}: expected an object with a 'questions' list (BioASQ golden format)")
         for i, raw in enumerate(data["questions"]):
@@ -378,7 +379,7 @@ def load_pubmedqa(path: PathLike) -> list[MCQuestion]:
     from retrieval).
     """
     path = Path(path)
-    data = _read_json(path)
+    data = read_json(path)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected an object keyed by PMID (PubMedQA format)")
     letter = {v: k for k, v in PUBMEDQA_OPTIONS.items()}

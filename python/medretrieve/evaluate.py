@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from . import metrics
-from .datasets import BioASQQuestion, MCQuestion, load_bioasq, load_dataset
+from .datasets import BioASQQuestion, MCQuestion, load_bioasq, load_dataset, read_json
 
 SearchFn = Callable[[str, int], Sequence[Any]]
 
@@ -490,13 +490,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     runs = []
     for path in args.results:
-        path = Path(path)
-        if not path.is_file():
-            raise ValueError(f"{path}: no such file")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+        data = read_json(Path(path))
         if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
             raise ValueError(f"{path}: not the results.json of 'medretrieve eval medrgb' (no 'runs' list)")
         runs.extend(data["runs"])

@@ -158,10 +158,9 @@ class LinearRanker:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no ranker at {path}")
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} is not valid JSON: {exc}") from None
+        from .datasets import read_json
+
+        d = read_json(path)
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ValueError(f"{path} is not a medretrieve ranker (expected format {FORMAT!r})")
         try:
