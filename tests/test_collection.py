@@ -58,7 +58,10 @@ def test_build_open_add_delete_round_trip(tmp_path, encoder_dir):
     assert again.n_documents == 4 and again.rows[-1].document_id == "d4"
     assert again.lexical.search("triptans", k=1)[0].tolist() == [4]
 
+    assert again.document_rows("d1") == [0, 1] and again.document_rows("d4") == [4]
+    assert again.document_rows("unknown") == []
     assert again.delete(["d1", "unknown"]) == 2
+    assert again.document_rows("d1") == []  # live chunks only, refreshed after a delete
     assert again.delete(["d1"]) == 0
     final = Collection.open(out)
     assert final.n_documents == 3 and len(final) == 3

@@ -71,3 +71,38 @@ def test_empty_index_searches_to_nothing():
     idx = LexicalIndex()
     ids, scores = idx.search("anything", k=3)
     assert ids.size == 0 and scores.size == 0
+
+
+def test_codes_match_with_and_without_hyphens():
+    assert "cpx351" in tokenize("CPX-351 is liposomal") and "cpx-351" in tokenize("CPX-351 is liposomal")
+    assert "il6" in tokenize("IL-6") and "covid19" in tokenize("COVID-19")
+    assert "antiinflammatory" not in tokenize("anti-inflammatory")  # only codes with digits are joined
+    idx = LexicalIndex()
+    idx.add(["CPX-351 was approved for AML", "daunorubicin and cytarabine"], [0, 1])
+    ids, _ = idx.search("What is CPX351?", k=2)
+    assert ids.tolist() == [0]
+
+
+def test_idf_matches_the_bm25_formula_and_follows_deletions():
+    idx = LexicalIndex(stem=False, remove_stopwords=False)
+    idx.add(["aa bb", "aa cc", "aa bb dd", "ee"], [10, 11, 12, 13])
+    n = 4
+    expect = [np.log1p((n - df + 0.5) / (df + 0.5)) for df in (3, 2, 0)]
+    np.testing.assert_allclose(idx.idf(["aa", "bb", "zz"]), expect)
+    idx.delete([12])
+    n = 3
+    np.testing.assert_allclose(idx.idf(["aa", "bb"]), [np.log1p((n - df + 0.5) / (df + 0.5)) for df in (2, 1)])
+    idx.add(["bb bb"], [14])  # a re-fit recomputes the frequencies
+    np.testing.assert_allclose(idx.idf(["bb"]), [np.log1p((4 - 2 + 0.5) / (2 + 0.5))])
+
+
+def test_scores_for_picks_the_rows_of_the_given_ids():
+    idx = LexicalIndex()
+    idx.add(["aspirin inhibits platelets", "metformin lowers glucose", "aspirin for pain"], [7, 3, 5])
+    full = dict(zip(*[a.tolist() for a in idx.search("aspirin platelets", k=3)]))
+    got = idx.scores_for("aspirin platelets", [5, 7, 3, 99, -1])
+    np.testing.assert_allclose(got[:2], [full[5], full[7]], rtol=1e-6)
+    assert got[2] == 0.0 and got[3] == 0.0 and got[4] == 0.0  # no match, unknown ids
+    idx.delete([7])
+    assert idx.scores_for("aspirin platelets", [7])[0] == 0.0
+    assert LexicalIndex().scores_for("x", [1, 2]).tolist() == [0.0, 0.0]

@@ -134,6 +134,8 @@ class LexicalIndex:
         """Hide rows from search; returns how many were live."""
         mask = np.isin(self._ids, np.asarray(list(ids), dtype=np.int64)) & self._alive
         self._alive[mask] = False
+        if mask.any():
+            self._df = None  # document frequencies are over live rows
         return int(mask.sum())
 
     # ------------------------------------------------------------- search

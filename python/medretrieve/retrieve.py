@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import threading
 from dataclasses import asdict, dataclass, field
@@ -248,7 +249,8 @@ class Retriever:
     ``cross_encoder``: a :class:`~medretrieve.encoders.CrossEncoder` or its
     directory; ``llm``: a backend with ``generate(messages, ...)`` (H4) for LLM
     synonyms; ``training``: a :class:`~medretrieve.expansion.TrainingMemory` or
-    a list of BioASQ golden files for training-memory expansion.
+    a list of BioASQ golden files for training-memory expansion; ``ranker``: a
+    :class:`~medretrieve.rerank.LinearRanker` or its JSON file (see :meth:`fit_ranker`).
     """
 
     def __init__(
@@ -273,7 +275,7 @@ class Retriever:
         mmr_floor: float = 0.95,
         rerank_weights: Optional[Dict[str, float]] = None,
         rerank_weights_ce: Optional[Dict[str, float]] = None,
-        ranker=None,
+        ranker: Union[LinearRanker, str, "os.PathLike[str]", None] = None,
         feedback_weight: float = 1.0,
         feedback_docs: int = 3,
         warmup: bool = True,
@@ -326,6 +328,9 @@ class Retriever:
         abbreviations(), relations(), tokenize("warm up")
         col = self.collection
         if len(col):
+            if self.ranker is not None:  # document frequencies and the document -> chunks map, built once
+                col.lexical.idf(["warm"])
+                col.document_rows("")
             col.encode_queries(["warm up"])
             col.encode_queries(["warm up", "warm up two"])
             if self.cross_encoder is not None:
