@@ -200,3 +200,29 @@ def test_fit_ranker_cli(collection, tmp_path, bioasq_files, capsys):
                  "--out", str(ev), "--no-progress", "--deadline-ms", "0"]) == 0
     results = json.loads((ev / "results.json").read_text())
     assert results["ranker"] == str(out) and results["latency_ms"]["mean"] > 0
+
+
+class OverlapCrossEncoder:
+    """Scores a pair by word overlap (a stand-in with a cross-encoder's interface)."""
+
+    def score(self, query, articles):
+        q = set(query.lower().split())
+        return np.array([len(q & set((t + " " + x).lower().split())) - 2.0 for t, x in articles], dtype=np.float32)
+
+
+def test_ranker_with_a_cross_encoder(collection):
+    from medretrieve.retrieve import Retriever
+
+    ret = Retriever(collection, cross_encoder=OverlapCrossEncoder())
+    ret.fit_ranker(TRAINING)
+    res = ret.search("Which inhalers treat asthma?", k=5, deadline_ms=None)
+    assert "cross-encoder depth" in res.stage("rerank").reason
+    top = res.hits[0]
+    assert "cross_encoder" in top.scores and np.isfinite(top.scores["rerank"])
+    # with a ranker its probability takes the fused rank's place in the cross-encoder formula
+    plain = Retriever(collection, cross_encoder=OverlapCrossEncoder()).search("Which inhalers treat asthma?", k=5,
+                                                                             deadline_ms=None)
+    by_chunk = {h.chunk_id: h.scores for h in plain.hits}
+    shared = [h for h in res.hits if h.chunk_id in by_chunk]
+    assert shared and all(h.scores["cross_encoder"] == by_chunk[h.chunk_id]["cross_encoder"] for h in shared)
+    assert any(abs(h.scores["rerank"] - by_chunk[h.chunk_id]["rerank"]) > 1e-6 for h in shared)
