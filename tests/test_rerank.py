@@ -185,7 +185,10 @@ def test_fit_ranker_cli(collection, tmp_path, bioasq_files, capsys):
     golden = json.loads(bioasq_files[0].read_text())
     small = tmp_path / "small_golden.json"
     small.write_text(json.dumps({"questions": golden["questions"][:12]}))
-    col = Collection.build([small], tmp_path / "bio", encoder=default_model_dir(), format="bioasq", progress=False)
+    other = tmp_path / "other_golden.json"
+    other.write_text(json.dumps({"questions": json.loads(bioasq_files[1].read_text())["questions"][:12]}))
+    col = Collection.build([small, other], tmp_path / "bio", encoder=default_model_dir(), format="bioasq",
+                           progress=False)
     assert main(["fit-ranker", str(col.directory), str(small), "-o", str(out), "--memory"]) == 0
     printed = capsys.readouterr().out
     assert "ranker fitted on" in printed and "doc_coverage" in printed
@@ -200,6 +203,13 @@ def test_fit_ranker_cli(collection, tmp_path, bioasq_files, capsys):
                  "--out", str(ev), "--no-progress", "--deadline-ms", "0"]) == 0
     results = json.loads((ev / "results.json").read_text())
     assert results["ranker"] == str(out) and results["latency_ms"]["mean"] > 0
+    # leave-one-file-out rankers: each file's questions are ranked by a model fitted on the other file
+    assert main(["eval", "retrieval", str(col.directory), "--bioasq", str(small), str(other), "--ranker-folds",
+                 "--out", str(ev), "--no-progress", "--deadline-ms", "0"]) == 0
+    assert json.loads((ev / "results.json").read_text())["ranker"] == "leave-one-file-out"
+    assert main(["eval", "retrieval", str(col.directory), "--bioasq", str(small), "--ranker-folds",
+                 "--out", str(ev), "--no-progress"]) == 2  # one file: no fold to hold out
+    assert "at least two BioASQ files" in capsys.readouterr().err
 
 
 class OverlapCrossEncoder:

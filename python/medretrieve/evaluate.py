@@ -357,6 +357,35 @@ def open_search_fn(collection_dir: str, deadline_ms: Optional[float] = None,
     return retriever_search_fn(Retriever(Collection.open(collection_dir), ranker=ranker), deadline, options)
 
 
+def fold_ranker_search_fn(collection_dir: str, questions: Sequence[BioASQQuestion], deadline_ms: Optional[float] = None,
+                          options: Optional[Mapping[str, Any]] = None) -> SearchFn:
+    """``search_fn`` whose learned ranker never saw the question: one ranker per source file of ``questions``,
+    fitted (``Retriever.fit_ranker``) on the questions of the other files (leave-one-file-out; a question asked
+    in several files is held out of every fold that evaluates it)."""
+    from .collection import Collection
+    from .retrieve import Retriever
+
+    sources = sorted({q.source for q in questions})
+    if len(sources) < 2:
+        raise ValueError("leave-one-file-out rankers need questions from at least two BioASQ files")
+    retriever = Retriever(Collection.open(collection_dir))
+    fold_of = {q.body: q.source for q in questions}
+    rankers = {}
+    for src in sources:
+        # training pairs from the other files, minus any question asked again in this file
+        held_out = {q.body for q in questions if q.source == src}
+        pairs = [(q.body, q.documents) for q in questions if q.source != src and q.body not in held_out]
+        rankers[src] = retriever.fit_ranker(pairs)
+    deadline: Any = RETRIEVER_DEFAULT if deadline_ms is None else (None if deadline_ms == 0 else deadline_ms)
+    search = retriever_search_fn(retriever, deadline, options)
+
+    def by_fold(query: str, k: int) -> Sequence[Any]:
+        retriever.ranker = rankers[fold_of[query]]
+        return search(query, k)
+
+    return by_fold
+
+
 def parse_search_options(pairs: Optional[Sequence[str]]) -> dict[str, Any]:
     """``["lexical=false", "per_document=2"]`` -> ``{"lexical": False, "per_document": 2}``.
 
@@ -403,13 +432,18 @@ def _limit(items: list, limit: Optional[int]) -> list:
 def cmd_retrieval(args: argparse.Namespace) -> int:
     questions = _limit(load_bioasq(args.bioasq), args.limit)
     options = parse_search_options(args.search_option)
-    search = open_search_fn(args.collection, args.deadline_ms, options, args.ranker)
+    if args.ranker_folds:
+        if args.ranker:
+            raise ValueError("give either --ranker or --ranker-folds, not both")
+        search = fold_ranker_search_fn(args.collection, questions, args.deadline_ms, options)
+    else:
+        search = open_search_fn(args.collection, args.deadline_ms, options, args.ranker)
     result = evaluate_retrieval(search, questions, k=args.k, fetch_k=args.fetch_k, progress=not args.no_progress)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     data = {"collection": str(args.collection), "bioasq": [str(p) for p in args.bioasq],
             "deadline_ms": args.deadline_ms, "fetch_k": args.fetch_k or 3 * args.k, "search_options": options,
-            "ranker": args.ranker, **result.to_dict()}
+            "ranker": "leave-one-file-out" if args.ranker_folds else args.ranker, **result.to_dict()}
     _write_json(out / "results.json", data)
     md = retrieval_markdown_for(data)
     _write_text(out / "results.md", md)
@@ -544,6 +578,8 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--fetch-k", type=int, default=None, help="hits asked from the retriever (default 3*k)")
     p.add_argument("--search-option", action="append", metavar="NAME=VALUE",
                    help="extra Retriever.search keyword, repeatable (e.g. lexical=false for dense only)")
+    p.add_argument("--ranker-folds", action="store_true",
+                   help="learned ranker per file, fitted on the other files' questions (leave-one-file-out)")
     common(p)
     p.set_defaults(func=_run(cmd_retrieval))
 
