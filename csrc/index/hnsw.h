@@ -145,6 +145,8 @@ class Hnsw {
 
   void insert(uint32_t id, const float* x, int level);
   void relink(uint32_t id, const float* x);
+  void repair_neighbours(uint32_t id);
+  std::vector<uint32_t> links_copy(uint32_t id, int level) const;
   uint32_t greedy_descent(const QueryCtx& ctx, uint32_t ep, int from_level, int to_level, bool locked) const;
   MaxHeap search_layer_build(const QueryCtx& ctx, uint32_t ep, int level, uint32_t exclude) const;
   MaxHeap search_layer0(const QueryCtx& ctx, uint32_t ep, size_t ef, const ElementFilter* filter) const;
