@@ -102,6 +102,32 @@ TEST(Hnsw, RecallAgainstBruteForceEverySpaceAndDtype) {
   }
 }
 
+// Updates move vectors; the old neighbourhoods are repaired, so recall after
+// many parallel updates (2 threads, as under the sanitizers in CI) stays high.
+TEST(Hnsw, ParallelUpdatesKeepRecall) {
+  const size_t n = 1200, nq = 30, dim = 16, k = 10;
+  auto x = random_rows(n, dim, 3);
+  const auto q = random_rows(nq, dim, 4);
+  for (DType d : {DType::Float32, DType::Int8}) {
+    Hnsw h(params(Space::L2, d, dim, n));
+    h.add(x.data(), n, nullptr, nullptr, 2, false, false);
+    const auto moved = random_rows(n / 2, dim, 5);
+    std::vector<uint64_t> ids(n / 2);
+    for (size_t i = 0; i < n / 2; ++i) {
+      ids[i] = 2 * i;  // every other element moves to a new random position
+      std::copy(moved.begin() + i * dim, moved.begin() + (i + 1) * dim, x.begin() + 2 * i * dim);
+    }
+    h.add(moved.data(), n / 2, ids.data(), nullptr, 2, true, false);
+    EXPECT_EQ(h.count(), n);
+    const auto truth = brute(x, n, q, nq, dim, k, Space::L2);
+    std::vector<int64_t> out(nq * k);
+    std::vector<float> sc(nq * k);
+    const size_t ef = 100;
+    h.search(q.data(), nq, k, &ef, 1, nullptr, nullptr, 1, out.data(), sc.data());
+    EXPECT_GE(recall(out, truth, k), d == DType::Float32 ? 0.95 : 0.88) << dtype_name(d);
+  }
+}
+
 TEST(Hnsw, LabelsRestrictResultsExactlyAndDeletedNeverReturned) {
   const size_t n = 800, dim = 16, k = 5;
   const auto x = random_rows(n, dim, 3);
