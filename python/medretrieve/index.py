@@ -551,7 +551,9 @@ class FlatIndex:
             if not ok:
                 raise RuntimeError(f"FlatIndex(device='cuda'): CUDA is not available here: {why}")
         self._device = device
-        self._table: Any = None  # device copy: (table, ids of its rows), None when stale
+        # device copy: (table, ids of its rows, the mutation count it was packed at)
+        self._table: Any = None
+        self._mutations = 0  # bumped after every add / delete / undelete: a copy packed earlier is stale
         self._table_lock = threading.Lock()
 
     @property
@@ -583,8 +585,8 @@ class FlatIndex:
         rows = _as_rows(vectors, self._dim)
         ids_arr = _as_ids(ids, rows.shape[0])
         off, vals = _labels_csr(labels, rows.shape[0])
-        self._table = None
         self._core.add(rows, ids_arr, off, vals, int(num_threads))
+        self._mutations += 1
 
     def search(
         self,
@@ -609,12 +611,13 @@ class FlatIndex:
 
     def _device_table(self) -> tuple[Any, np.ndarray]:
         with self._table_lock:
-            if self._table is None:
+            if self._table is None or self._table[2] != self._mutations:
+                version = self._mutations  # read before packing: a concurrent change makes the copy stale
                 ids, data, scales = self._core._pack_live()
                 table = _core._CudaTable()
                 table.assign(data, scales)
-                self._table = (table, ids)
-            return self._table
+                self._table = (table, ids, version)
+            return self._table[0], self._table[1]
 
     def _search_device(self, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         table, ids = self._device_table()
@@ -629,12 +632,12 @@ class FlatIndex:
         return out_ids, scores
 
     def mark_deleted(self, id: int) -> None:
-        self._table = None
         self._core.mark_deleted(int(id))
+        self._mutations += 1
 
     def unmark_deleted(self, id: int) -> None:
-        self._table = None
         self._core.unmark_deleted(int(id))
+        self._mutations += 1
 
     def get_items(self, ids: Any) -> np.ndarray:
         arr = np.asarray(ids)
