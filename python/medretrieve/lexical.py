@@ -8,7 +8,8 @@ Tokenisation (:func:`tokenize`): lower-cased; a token is a run of letters /
 digits joined by ``-`` or ``/`` (and ``.`` between digits), so gene, protein
 and drug names stay whole ("IL-6", "BRCA1", "COVID-19", "TNF-alpha", "5-HT",
 "2.5"); a hyphenated token also yields its alphabetic parts of 3+ letters
-("tnf", "alpha") so "TNF alpha" still matches; stopwords are dropped; purely
+("tnf", "alpha") so "TNF alpha" still matches, and a hyphenated code with digits also
+yields its hyphen-free form ("cpx-351" -> "cpx351", "il-6" -> "il6"); stopwords are dropped; purely
 alphabetic tokens are Snowball-stemmed (PyStemmer) when ``stem=True``; tokens
 with digits or hyphens are never stemmed.
 
@@ -22,9 +23,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections import Counter
 from functools import lru_cache
 from pathlib import Path
-from collections import Counter
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
