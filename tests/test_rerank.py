@@ -236,3 +236,14 @@ def test_ranker_with_a_cross_encoder(collection):
     shared = [h for h in res.hits if h.chunk_id in by_chunk]
     assert shared and all(h.scores["cross_encoder"] == by_chunk[h.chunk_id]["cross_encoder"] for h in shared)
     assert any(abs(h.scores["rerank"] - by_chunk[h.chunk_id]["rerank"]) > 1e-6 for h in shared)
+
+
+def test_fit_ranker_rejects_what_is_neither_pairs_nor_files(collection):
+    from medretrieve.retrieve import Retriever
+
+    ret = Retriever(collection)
+    for bad in ([1, 2], [("q", ["d"]), 3], 42):
+        with pytest.raises(TypeError, match="paths"):
+            ret.fit_ranker(bad)
+    with pytest.raises(TypeError, match="paths"):
+        Retriever(collection, training=[7])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -208,8 +209,14 @@ class TrainingMemory:
         """Questions, documents (PMIDs) and snippets of BioASQ golden JSON files."""
         from .sources import pmid_from_url
 
+        if isinstance(files, (str, os.PathLike)):
+            files = [files]
+        if not isinstance(files, Iterable):
+            raise TypeError(f"BioASQ golden files must be paths, got {type(files).__name__}: {files!r}")
         items: List[TrainingItem] = []
         for f in files:
+            if not isinstance(f, (str, os.PathLike)):
+                raise TypeError(f"BioASQ golden files must be paths, got {type(f).__name__}: {f!r}")
             with open(f, "r", encoding="utf-8") as fh:
                 data = json.load(fh)
             for q in data.get("questions", []):

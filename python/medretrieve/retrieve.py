@@ -822,13 +822,13 @@ class Retriever:
         is relevant. Questions whose candidates hold no relevant document teach nothing and are skipped.
         Returns the ranker (also set as ``self.ranker``; save it with ``ranker.save(path)``).
         """
-        if isinstance(examples, TrainingMemory):
-            pairs = [(it.question, set(it.documents)) for it in examples.items]
-        elif isinstance(examples, (list, tuple)) and examples and all(
+        if isinstance(examples, (list, tuple)) and examples and all(
                 isinstance(e, (tuple, list)) and len(e) == 2 and isinstance(e[0], str) for e in examples):
             pairs = [(q, set(map(str, docs))) for q, docs in examples]
         else:
-            pairs = [(it.question, set(it.documents)) for it in TrainingMemory.from_bioasq(examples).items]
+            if not isinstance(examples, TrainingMemory):
+                examples = TrainingMemory.from_bioasq(examples)  # paths; anything else raises TypeError
+            pairs = [(it.question, set(it.documents)) for it in examples.items]
         if not pairs:
             raise ValueError("fit_ranker needs at least one training question")
         saved, self.ranker = self.ranker, None
