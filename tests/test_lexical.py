@@ -103,6 +103,13 @@ def test_scores_for_picks_the_rows_of_the_given_ids():
     got = idx.scores_for("aspirin platelets", [5, 7, 3, 99, -1])
     np.testing.assert_allclose(got[:2], [full[5], full[7]], rtol=1e-6)
     assert got[2] == 0.0 and got[3] == 0.0 and got[4] == 0.0  # no match, unknown ids
+    vec = idx.scores("aspirin platelets")  # one scoring pass serves top-k and lookups
+    np.testing.assert_array_equal(idx.scores_for(vec, [5, 7, 3, 99, -1]), got)
+    for a, b in zip(idx.top(vec, k=2, allowed=np.array([0, 0, 0, 0, 0, 1, 0, 1], bool)),
+                    idx.search("aspirin platelets", k=2, allowed=np.array([0, 0, 0, 0, 0, 1, 0, 1], bool))):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="one value per row"):
+        idx.top(vec[:2], k=2)
     idx.delete([7])
     assert idx.scores_for("aspirin platelets", [7])[0] == 0.0
     assert LexicalIndex().scores_for("x", [1, 2]).tolist() == [0.0, 0.0]

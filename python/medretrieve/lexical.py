@@ -26,7 +26,7 @@ import re
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -164,9 +164,10 @@ class LexicalIndex:
         d = np.array([self._df.get(t, 0) for t in tokens], dtype=np.float64)
         return np.log1p((n - d + 0.5) / (d + 0.5))
 
-    def scores_for(self, query: str, ids: Sequence[int]) -> np.ndarray:
-        """BM25 scores of ``query`` for the rows with external ``ids`` (0 for unknown or deleted ids)."""
-        s = self.scores(query)
+    def scores_for(self, query: Union[str, np.ndarray], ids: Sequence[int]) -> np.ndarray:
+        """BM25 scores for the rows with external ``ids`` (0 for unknown or deleted ids); ``query`` is the query
+        text or the vector :meth:`scores` already returned for it (no second scoring pass)."""
+        s = self.scores(query) if isinstance(query, str) else np.asarray(query, dtype=np.float32)
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         out = np.zeros(len(ids), dtype=np.float32)
         if len(self._ids) == 0:
@@ -182,9 +183,16 @@ class LexicalIndex:
 
         ``allowed``: optional boolean mask over external ids (``allowed[id]``) restricting the search.
         """
+        return self.top(self.scores(query), k, allowed)
+
+    def top(self, scores: np.ndarray, k: int = 10, allowed: Optional[np.ndarray] = None
+            ) -> Tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` over a score vector :meth:`scores` returned (to reuse one scoring pass)."""
         if not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
-        s = self.scores(query)
+        s = np.asarray(scores, dtype=np.float32)
+        if s.shape != (len(self._ids),):
+            raise ValueError(f"scores must hold one value per row ({len(self._ids)}), got shape {s.shape}")
         if allowed is not None:
             allowed = np.asarray(allowed, dtype=bool)
             ok = np.zeros(len(self._ids), dtype=bool)

@@ -225,6 +225,7 @@ class _Gathered:
     fused_ids: np.ndarray
     fused_scores: np.ndarray
     scored: Dict[str, Dict[int, float]]
+    question_bm25: Optional[np.ndarray]  # BM25 of texts[0] over every row (None when BM25 was off)
 
 
 class _Ema:
@@ -407,8 +408,9 @@ class Retriever:
 
     def _first_stage(self, texts: Sequence[str], qvecs: Optional[np.ndarray], efs: Sequence[int], k: int,
                      labels: Optional[List[int]], dl: Deadline
-                     ) -> Tuple[List[np.ndarray], List[np.ndarray], List[str]]:
-        """Dense and BM25 lists for each text (dense only for rows of ``qvecs``)."""
+                     ) -> Tuple[List[np.ndarray], List[np.ndarray], List[str], Optional[np.ndarray]]:
+        """Dense and BM25 lists for each text (dense only for rows of ``qvecs``), and the BM25 score vector of
+        the first text (the question's own; the ranker's ``bm25`` feature reads it), None without texts."""
         col = self.collection
         ids_lists: List[np.ndarray] = []
         score_lists: List[np.ndarray] = []
@@ -427,14 +429,18 @@ class Retriever:
                     ids_lists.append(ids[i][ok])
                     score_lists.append(scores[i][ok])
                     kinds.append("dense")
+        question_bm25 = None
         with dl.stage("bm25"):
             allowed = alive if labels is None else alive & np.isin(col.labels, labels)
-            for t in texts:
-                ids, scores = col.lexical.search(t, k=k, allowed=allowed)
+            for j, t in enumerate(texts):
+                all_scores = col.lexical.scores(t)
+                if j == 0:
+                    question_bm25 = all_scores
+                ids, scores = col.lexical.top(all_scores, k=k, allowed=allowed)
                 ids_lists.append(ids)
                 score_lists.append(scores)
                 kinds.append("bm25")
-        return ids_lists, score_lists, kinds
+        return ids_lists, score_lists, kinds, question_bm25
 
     def _gather(self, question: str, k: int, dl: Deadline, deadline_ms: Optional[float], record, *,
                 expand: bool, route: bool, dense: bool, lexical: bool, feedback: bool) -> "_Gathered":
@@ -488,10 +494,11 @@ class Retriever:
         lists: List[np.ndarray] = []
         weights: List[float] = []
         scored: Dict[str, Dict[int, float]] = {"dense": {}, "bm25": {}}
+        question_bm25: List[Optional[np.ndarray]] = [None]
 
         def run_first(labels: Optional[List[int]]) -> List[np.ndarray]:
             efs = [max(ef, ncand)] + [max(ef // 2, ncand)] * (0 if qvecs is None else len(qvecs) - 1)
-            ids_l, sc_l, kinds = self._first_stage(bm25_texts, qvecs, efs, ncand, labels, dl)
+            ids_l, sc_l, kinds, question_bm25[0] = self._first_stage(bm25_texts, qvecs, efs, ncand, labels, dl)
             out = []
             n_dense = 0 if qvecs is None else len(qvecs)
             for j, (ids, sc, kind) in enumerate(zip(ids_l, sc_l, kinds)):
@@ -542,7 +549,7 @@ class Retriever:
             fused_scores = np.asarray(fused_scores, dtype=np.float32)
         record("fuse", True, f"RRF of {len(lists)} lists -> {len(fused_ids)} candidates")
         return _Gathered(qtype, intent, q_terms, variants, exp_terms, texts, qvecs, fb_vec, fused_ids,
-                         fused_scores, scored)
+                         fused_scores, scored, question_bm25[0])
 
     def _feedback(self, qvec: np.ndarray, lists: Sequence[np.ndarray], weights: Sequence[float], ef: int,
                   ncand: int, labels: Optional[List[int]], dl: Deadline):
@@ -721,13 +728,17 @@ class Retriever:
                        if self.ranker is not None else None)
             first = base[:n] if learned is None else learned
             signals = {}
-            for i, r in enumerate(rows[:n]):
+
+            def heuristics(r: int) -> Tuple[float, float, float]:  # keyword, title, entity
                 kw = self._lexrel(q_terms, r)
                 title_toks = set(tokenize(self.collection.rows[r].title))
                 tt = _term_match(q_terms, title_toks, self._alts) if q_terms else 0.0
-                en = self._entity_match(ents, r) if ents else kw
+                return kw, tt, (self._entity_match(ents, r) if ents else kw)
+
+            for i, r in enumerate(rows[:n]):
                 if r in ce:
                     w = self.rerank_weights_ce
+                    kw, tt, en = heuristics(r)
                     s = (w["rrf"] * first[i] + w["ce"] * float(_sigmoid(np.float32(ce[r]))) + w["keyword"] * kw
                          + w["title"] * tt + w["entity"] * en)
                 elif self.cross_encoder is not None:
@@ -736,6 +747,7 @@ class Retriever:
                     s = float(learned[i])
                 else:
                     w = self.rerank_weights
+                    kw, tt, en = heuristics(r)
                     s = w["rrf"] * base[i] + w["keyword"] * kw + w["title"] * tt + w["entity"] * en
                 signals[r] = s
             reranked = [r for r in rows[:n] if signals.get(r) is not None]
@@ -785,7 +797,8 @@ class Retriever:
         f["dense"] = dense
         f["dense_gap"] = dense - dense.max()
         f["feedback"] = vecs @ g.fb_vec if g.fb_vec is not None else dense
-        bm = col.lexical.scores_for(g.texts[0], rows_a).astype(np.float64)
+        bm25 = g.question_bm25 if g.question_bm25 is not None else g.texts[0]
+        bm = col.lexical.scores_for(bm25, rows_a).astype(np.float64)
         f["bm25"] = bm / max(float(bm.max()), 1e-12)
         q_terms = g.q_terms
         idf = col.lexical.idf(q_terms)
