@@ -3,42 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Optional
 
 import pytest
 from llm_server import FakeLLMServer, chat_reply, error_reply, scripted
 
 from medretrieve import generate as G
 from medretrieve.llm import OpenAIBackend
-
-try:  # the real result types when the retrieval stage is present
-    from medretrieve.retrieve import Hit, SearchResult
-except ImportError:  # pragma: no cover - same shape as contracts.md
-
-    @dataclass
-    class Hit:  # type: ignore[no-redef]
-        chunk_id: str
-        document_id: str
-        text: str
-        title: str
-        section: str
-        score: float
-        scores: dict
-        metadata: dict
-        parent_id: Optional[str]
-
-    @dataclass
-    class SearchResult:  # type: ignore[no-redef]
-        question: str
-        hits: list
-        query_type: str
-        weak: bool
-        weak_reasons: list
-        recovered: bool
-        stages: list
-        timings_ms: dict
-
+from medretrieve.retrieve import Hit, SearchResult
 
 SOURCES = [
     "Baloxavir marboxil was approved by the FDA in 2018 for acute uncomplicated influenza in patients aged 12 "

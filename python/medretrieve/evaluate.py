@@ -280,10 +280,10 @@ def _strings(value: Any) -> list[str]:
 
 def make_bioasq_answer_fn(search_fn: SearchFn, backend: Any, k: int = 10, max_tokens: int = 512,
                           max_chars: Optional[int] = 1500) -> Callable[[BioASQQuestion], BioASQAnswer]:
-    """Phase A+ answering: retrieve ``k`` snippets, prompt with ``prompts.bioasq_messages``, parse with ``generate.parse_bioasq``."""
+    """Phase A+ answering: retrieve ``k`` snippets, prompt with ``prompts.bioasq_messages``, parse with ``parsers.parse_bioasq``."""
     import threading
 
-    from . import generate, prompts
+    from . import parsers, prompts
 
     lock = threading.Lock()
 
@@ -294,11 +294,11 @@ def make_bioasq_answer_fn(search_fn: SearchFn, backend: Any, k: int = 10, max_to
                                 max_tokens=max_tokens, temperature=0.0)
         documents = metrics._unique(str(_get(h, "document_id", "")) for h in hits if _get(h, "document_id", ""))
         try:
-            parsed = generate.parse_bioasq(text, q.type)
+            parsed = parsers.parse_bioasq(text, q.type)
         except ValueError as exc:
             # No readable exact answer: the exact answer scores as missing, but the model's prose is still its
             # ideal answer (as Answerer keeps it), so ROUGE measures it instead of scoring an empty string.
-            return BioASQAnswer(None, generate.clean_output(text), raw=text, error=str(exc), documents=documents)
+            return BioASQAnswer(None, parsers.clean_output(text), raw=text, error=str(exc), documents=documents)
         return BioASQAnswer(parsed.get("exact_answer"), parsed.get("ideal_answer") or "", raw=text,
                             documents=documents)
 
@@ -493,7 +493,6 @@ def load_datasets(specs: Sequence[str], limit: Optional[int] = None) -> list[tup
 
 def cmd_medrgb(args: argparse.Namespace) -> int:
     from .medrgb import MedRGBRunner, make_settings
-    from .report import medrgb_markdown, plot_accuracy_vs_p
 
     datasets = load_datasets(args.dataset, args.limit)
     settings = make_settings(args.scenarios, args.n, args.p, args.standard_n)
@@ -509,19 +508,12 @@ def cmd_medrgb(args: argparse.Namespace) -> int:
         run = runner.run(questions, settings)
         runs.append({"label": args.label or args.model, **run.to_dict()})
     _write_json(out / "results.json", {"runs": runs})
-    md = "## MedRGB\n\n" + medrgb_markdown(runs)
-    _write_text(out / "results.md", md)
-    plots = plot_accuracy_vs_p(runs, out)
-    print(md)
-    for p in plots:
-        print(f"plot: {p}")
+    _medrgb_report(runs, out)
     return 0 if not any(r["errors"] for r in runs) else 1
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Merge the runs of several ``eval medrgb`` results.json files into one set of tables and plots."""
-    from .report import medrgb_markdown, plot_accuracy_vs_p
-
     runs = []
     for path in args.results:
         data = read_json(Path(path))
@@ -530,13 +522,19 @@ def cmd_report(args: argparse.Namespace) -> int:
         runs.extend(data["runs"])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    _medrgb_report(runs, out)
+    return 0
+
+
+def _medrgb_report(runs: list, out: Path) -> None:
+    """results.md and the accuracy-vs-p plots of MedRGB runs in ``out``; the table is printed too."""
+    from .report import medrgb_markdown, plot_accuracy_vs_p
+
     md = "## MedRGB\n\n" + medrgb_markdown(runs)
     _write_text(out / "results.md", md)
-    plots = plot_accuracy_vs_p(runs, out)
     print(md)
-    for p in plots:
+    for p in plot_accuracy_vs_p(runs, out):
         print(f"plot: {p}")
-    return 0
 
 
 def _run(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

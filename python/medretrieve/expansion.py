@@ -270,11 +270,11 @@ class TrainingMemory:
 
 
 def llm_terms(llm, question: str, kind: str = "synonyms", deadline_ms: Optional[float] = None) -> List[str]:
-    """Terms from an LLM backend (``medretrieve.prompts.expansion_messages`` + ``generate.parse_list``).
+    """Terms from an LLM backend (``medretrieve.prompts.expansion_messages`` + ``parsers.parse_list``).
 
     Raises the backend's ``LLMError`` or ``ValueError`` on failure; the caller records it.
     """
-    from .generate import parse_list
+    from .parsers import parse_list
     from .prompts import expansion_messages
 
     text = llm.generate(expansion_messages(question, kind=kind), max_tokens=96, temperature=0.0,

@@ -102,13 +102,17 @@ def check_messages(messages: Sequence[dict]) -> list[dict]:
     return out
 
 
-def _check_generation_args(max_tokens: int, temperature: float, deadline_ms: Optional[float]) -> None:
+def _checked_request(messages: Sequence[dict], max_tokens: int, temperature: float, deadline_ms: Optional[float],
+                     response_format: ResponseFormat) -> tuple:
+    """Every backend's ``generate`` arguments, validated: ``(messages, response format dict or None)``."""
+    msgs = check_messages(messages)
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
         raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
     if not isinstance(temperature, (int, float)) or not 0.0 <= temperature <= 2.0:
         raise ValueError(f"temperature must be in [0, 2], got {temperature!r}")
     if deadline_ms is not None and (not isinstance(deadline_ms, (int, float)) or deadline_ms != deadline_ms):
         raise ValueError(f"deadline_ms must be a number of ms or None, got {deadline_ms!r}")
+    return msgs, normalize_response_format(response_format)
 
 
 def normalize_response_format(response_format: ResponseFormat) -> Optional[dict]:
@@ -279,9 +283,7 @@ class OpenAIBackend:
         response_format: ResponseFormat = None,
     ) -> str:
         """The assistant's reply text. Raises an :class:`LLMError` subclass on failure."""
-        msgs = check_messages(messages)
-        _check_generation_args(max_tokens, temperature, deadline_ms)
-        fmt = normalize_response_format(response_format)
+        msgs, fmt = _checked_request(messages, max_tokens, temperature, deadline_ms, response_format)
         deadline = _deadline_at(deadline_ms)
         body: dict = {**self.extra_body, "model": self.model, "messages": msgs,
                       "max_tokens": max_tokens, "temperature": float(temperature)}
@@ -488,9 +490,8 @@ class TransformersBackend:
         response_format: ResponseFormat = None,
     ) -> str:
         """The model's continuation of the chat, decoded without special tokens."""
-        msgs = check_messages(messages)
-        _check_generation_args(max_tokens, temperature, deadline_ms)
-        normalize_response_format(response_format)  # validated, not enforceable locally
+        msgs, _ = _checked_request(messages, max_tokens, temperature, deadline_ms, response_format)
+        # (a response format is validated but cannot be enforced on a local model)
         if deadline_ms is not None and deadline_ms <= 0:
             raise LLMTimeout("deadline passed before generation started")
         torch, transformers = self._torch, self._transformers

@@ -540,13 +540,13 @@ class MedRGBRunner:
     # -- phase 1: signal documents ----------------------------------------
 
     def _signal_for(self, q: MCQuestion, need: int, cache: JsonlCache) -> None:
-        from . import generate, prompts
+        from . import parsers, prompts
 
         n_topics = self.n_topics or max(1, -(-need // self.per_topic))
         topics_error = ""
         try:
             text = self._generate(prompts.search_topics_messages(_question_prompt(q), n=n_topics))
-            topics = [t for t in generate.parse_list(text) if t.strip()][:n_topics]
+            topics = [t for t in parsers.parse_list(text) if t.strip()][:n_topics]
         except MODEL_FAILURES as exc:  # unreadable topic list: search with the question alone
             topics, topics_error = [], f"{type(exc).__name__}: {exc}"
         except LLMError as exc:  # transport: not cached, retried on the next run
@@ -576,14 +576,14 @@ class MedRGBRunner:
     # -- phase 2: sub-questions and counterfactuals ------------------------
 
     def _sub_qa_for(self, q: MCQuestion, signal: list[ContextDoc], cache: JsonlCache) -> None:
-        from . import generate, prompts
+        from . import parsers, prompts
 
         docs = [{"title": d.title, "text": d.text} for d in signal[:5]]
         try:
             text = self._generate(
                 prompts.sub_qa_messages(q.question, docs, n=self.n_sub_questions, max_chars=self.doc_max_chars)
             )
-            pairs = generate.parse_sub_qa(text)
+            pairs = parsers.parse_sub_qa(text)
             error = ""
         except MODEL_FAILURES as exc:
             pairs, error = [], f"{type(exc).__name__}: {exc}"
@@ -593,12 +593,12 @@ class MedRGBRunner:
         cache.add({"question_id": q.id, "sub_qa": [_pair(p) for p in pairs], "error": error})
 
     def _counterfactual_for(self, job: tuple[MCQuestion, ContextDoc], cache: JsonlCache) -> None:
-        from . import generate, prompts
+        from . import parsers, prompts
 
         q, doc = job
         try:
             text = self._generate(prompts.counterfactual_messages(doc.text, q.answer_text), json_object=True)
-            parsed = generate.parse_counterfactual(text)
+            parsed = parsers.parse_counterfactual(text)
         except MODEL_FAILURES as exc:
             # An unusable rewrite is recorded; robustness items needing it are reported, not scored.
             cache.add({"question_id": q.id, "doc_id": doc.doc_id, "text": None, "error": f"{type(exc).__name__}: {exc}"})
@@ -634,7 +634,7 @@ class MedRGBRunner:
         return compose_context(signal, pool, setting.n, setting.p, seed, question_id=q.id)
 
     def _item(self, job: tuple, cache: JsonlCache) -> None:
-        from . import generate, prompts
+        from . import parsers, prompts
 
         q, setting, signal, pool, cfs, sub_qa = job
         try:
@@ -677,7 +677,7 @@ class MedRGBRunner:
         parsed = None
         if not failure:
             try:
-                parsed = generate.parse_medrgb(raw, setting.scenario, q.options)
+                parsed = parsers.parse_medrgb(raw, setting.scenario, q.options)
             except ValueError as exc:
                 failure = str(exc)
         if parsed is None:
@@ -698,12 +698,12 @@ class MedRGBRunner:
         cache.add(item.to_dict())
 
     def _judge(self, question: str, gold: str, pred: Optional[str]) -> float:
-        from . import generate, prompts
+        from . import parsers, prompts
 
         if not pred:
             return 0.0
         try:
-            return float(generate.parse_judge(self._generate(prompts.judge_messages(question, gold, pred))))
+            return float(parsers.parse_judge(self._generate(prompts.judge_messages(question, gold, pred))))
         except MODEL_FAILURES:
             return 0.0  # an unreadable or rejected verdict gives no credit
 
@@ -795,7 +795,7 @@ def _pair(p: Any) -> dict:
 
 
 def _fill_from_parsed(item: ItemResult, parsed: Mapping[str, Any]) -> None:
-    """Copy a ``generate.parse_medrgb`` result (document numbers from 1) into ``item``."""
+    """Copy a ``parsers.parse_medrgb`` result (document numbers from 1) into ``item``."""
 
     def ids(numbers: Optional[Iterable[Any]]) -> Optional[list[str]]:
         if numbers is None:
