@@ -29,6 +29,16 @@ bool use_avx512() {
 #if defined(MEDRETRIEVE_X86)
 #define MR_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
+// One step of an accumulator: kL2 adds (x - y)^2, else x * y.
+template <bool kL2>
+MR_AVX512 inline __m512 accumulate(__m512 x, __m512 y, __m512 acc) {
+  if (kL2) {
+    const __m512 d = _mm512_sub_ps(x, y);
+    return _mm512_fmadd_ps(d, d, acc);
+  }
+  return _mm512_fmadd_ps(x, y, acc);
+}
+
 // R rows at once; kL2: sum (v - s*row)^2, else sum v * row. Each row keeps
 // one accumulator and the same order of operations for every R.
 template <int R, bool kL2>
@@ -39,26 +49,14 @@ MR_AVX512 void f32_block(const float* v, const float* const* rows, size_t dim, f
   for (; i + 16 <= dim; i += 16) {
     const __m512 x = _mm512_loadu_ps(v + i);
     for (int r = 0; r < R; ++r) {
-      const __m512 y = _mm512_loadu_ps(rows[r] + i);
-      if (kL2) {
-        const __m512 d = _mm512_sub_ps(x, y);
-        acc[r] = _mm512_fmadd_ps(d, d, acc[r]);
-      } else {
-        acc[r] = _mm512_fmadd_ps(x, y, acc[r]);
-      }
+      acc[r] = accumulate<kL2>(x, _mm512_loadu_ps(rows[r] + i), acc[r]);
     }
   }
   if (i < dim) {
     const __mmask16 m = static_cast<__mmask16>((1u << (dim - i)) - 1u);
     const __m512 x = _mm512_maskz_loadu_ps(m, v + i);
     for (int r = 0; r < R; ++r) {
-      const __m512 y = _mm512_maskz_loadu_ps(m, rows[r] + i);
-      if (kL2) {
-        const __m512 d = _mm512_sub_ps(x, y);
-        acc[r] = _mm512_fmadd_ps(d, d, acc[r]);
-      } else {
-        acc[r] = _mm512_fmadd_ps(x, y, acc[r]);
-      }
+      acc[r] = accumulate<kL2>(x, _mm512_maskz_loadu_ps(m, rows[r] + i), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
@@ -77,12 +75,7 @@ MR_AVX512 void i8_block(const float* v, const int8_t* const* rows, const float* 
     for (int r = 0; r < R; ++r) {
       const __m512 y = _mm512_cvtepi32_ps(
           _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[r] + i))));
-      if (kL2) {
-        const __m512 d = _mm512_sub_ps(x, _mm512_mul_ps(s[r], y));
-        acc[r] = _mm512_fmadd_ps(d, d, acc[r]);
-      } else {
-        acc[r] = _mm512_fmadd_ps(x, y, acc[r]);
-      }
+      acc[r] = accumulate<kL2>(x, kL2 ? _mm512_mul_ps(s[r], y) : y, acc[r]);
     }
   }
   if (i < dim) {
@@ -90,12 +83,7 @@ MR_AVX512 void i8_block(const float* v, const int8_t* const* rows, const float* 
     const __m512 x = _mm512_maskz_loadu_ps(m, v + i);
     for (int r = 0; r < R; ++r) {
       const __m512 y = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, rows[r] + i)));
-      if (kL2) {
-        const __m512 d = _mm512_sub_ps(x, _mm512_mul_ps(s[r], y));
-        acc[r] = _mm512_fmadd_ps(d, d, acc[r]);
-      } else {
-        acc[r] = _mm512_fmadd_ps(x, y, acc[r]);
-      }
+      acc[r] = accumulate<kL2>(x, kL2 ? _mm512_mul_ps(s[r], y) : y, acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
