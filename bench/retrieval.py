@@ -1,6 +1,6 @@
 """Retrieval pipeline benchmarks: BioASQ quality per stage, and latency under a deadline at 100k chunks.
 
-    python bench/retrieval.py quality  [--encoder DIR] [--work DIR] [--limit N]
+    python bench/retrieval.py quality  [--encoder DIR] [--work DIR] [--limit N] [--dump FILE]
     python bench/retrieval.py latency  [--encoder DIR] [--work DIR] [--chunks 100000] [--queries 1000]
                                        [--cross-encoder]
     python bench/retrieval.py lexical  (bm25s vs tantivy, when tantivy is importable)
@@ -73,7 +73,7 @@ def load_questions() -> List[dict]:
                     docs.add(pmid_from_url(d))
                 except ValueError:
                     pass
-            out.append({"file": f.name, "body": q["body"], "type": q["type"], "docs": docs,
+            out.append({"file": f.name, "id": q["id"], "body": q["body"], "type": q["type"], "docs": docs,
                         "snippets": [_norm(s["text"]) for s in q.get("snippets") or []]})
     return out
 
@@ -152,6 +152,7 @@ def quality(args) -> None:
     per_q: Dict[str, List[Dict[str, float]]] = {}
     times: Dict[str, List[float]] = {}
     extra = [("full, no recovery", dict(recover=False)), ("full, no learned ranker", dict())]
+    dump = open(args.dump, "w", encoding="utf-8") if args.dump else None
     for name, switches in list(SYSTEMS.items()) + extra:
         agg: Dict[str, List[float]] = {}
         rows_q = []
@@ -166,6 +167,9 @@ def quality(args) -> None:
             t_all.append((time.perf_counter() - t0) * 1000)
             docs, snips, _ = _rankings(col, res, q)
             rel_docs = q["docs"] & in_corpus
+            if dump and name == "full pipeline":
+                dump.write(json.dumps({"file": q["file"], "id": q["id"], "question": q["body"], "type": q["type"],
+                                       "ranked": docs, "gold": sorted(rel_docs)}) + "\n")
             m = {f"doc {k_}": v for k_, v in _metrics(docs, rel_docs).items()}
             m.update({f"snippet {k_}": v for k_, v in _metrics(snips, gold_snippet_chunks(q)).items()})
             rows_q.append(m)
@@ -177,6 +181,8 @@ def quality(args) -> None:
         per_q[name] = rows_q
         times[name] = t_all
         print(f"{name}: done ({np.mean(t_all):.0f} ms/query)", file=sys.stderr)
+    if dump:
+        dump.close()
 
     cols = ["doc MAP@10", "doc R@10", "doc nDCG@10", "snippet MAP@10", "snippet R@10", "snippet nDCG@10"]
     print(f"\nBioASQ 7b (7B1-5, {len(questions)} questions, {len(col)} snippet chunks, "
@@ -420,6 +426,8 @@ def main() -> None:
     p.add_argument("--encoder", default=None, help="encoder dir (default: the embedded int8 MiniLM)")
     p.add_argument("--work", default="/tmp/medretrieve-bench-retrieval")
     p.add_argument("--limit", type=int, default=0, help="quality: first N questions only")
+    p.add_argument("--dump", default=None, help="quality: write the full pipeline's document rankings "
+                   "(JSON lines: file, question, ranked ids, gold ids) for bench/label_audit.py")
     p.add_argument("--chunks", type=int, default=100_000)
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--deadline-ms", type=float, default=300.0)

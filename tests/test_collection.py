@@ -133,3 +133,23 @@ def test_cli_build_and_search(tmp_path, encoder_dir, capsys):
     assert res["hits"][0]["document_id"] == "d3" and len(res["hits"]) == 2
     assert main(["search", str(out), "gout", "--k", "1"]) == 0
     assert "d3" in capsys.readouterr().out
+
+
+def test_collection_indexed_by_an_older_tokenizer_is_retokenized_on_open(tmp_path, encoder_dir):
+    from medretrieve.lexical import TOKENIZER_VERSION, LexicalIndex
+
+    docs = DOCS + [{"id": "d4", "title": "HAM-TSP", "text": "Mogamulizumab (anti-CCR4) was tested in HAM-TSP."}]
+    col = Collection.build(docs, tmp_path / "col", encoder=encoder_dir, progress=False)
+    expected = col.lexical.search("CCR4", k=3)[0].tolist()
+    assert [col.rows[i].document_id for i in expected] == ["d4"]
+    # rewrite the lexical index as the first tokenizer wrote it: no version, no "ccr4" part
+    path = tmp_path / "col" / "lexical" / LexicalIndex.FILE
+    payload = json.loads(path.read_text())
+    del payload["tokenizer"]
+    payload["tokens"] = [[t for t in toks if t != "ccr4"] for toks in payload["tokens"]]
+    path.write_text(json.dumps(payload))
+    assert LexicalIndex.load(path.parent).search("CCR4", k=3)[0].size == 0
+    reopened = Collection.open(tmp_path / "col")
+    assert reopened.lexical.tokenizer_version == TOKENIZER_VERSION
+    assert reopened.lexical.search("CCR4", k=3)[0].tolist() == expected
+    assert reopened.lexical._tokens == col.lexical._tokens  # same token lists as a fresh build

@@ -113,3 +113,15 @@ def test_scores_for_picks_the_rows_of_the_given_ids():
     idx.delete([7])
     assert idx.scores_for("aspirin platelets", [7])[0] == 0.0
     assert LexicalIndex().scores_for("x", [1, 2]).tolist() == [0.0, 0.0]
+
+
+def test_parts_of_compounds_with_digits_match():
+    # "anti-CCR4" must answer a question about CCR4; "MIC-1/GDF15" one about GDF15
+    toks = tokenize("Mogamulizumab (anti-CCR4) and MIC-1/GDF15, IL-17A")
+    assert {"ccr4", "gdf15", "17a", "anti-ccr4", "mic-1/gdf15"} <= set(toks)
+    assert "il" not in toks and "1" not in toks  # short parts stay out
+    idx = LexicalIndex()
+    idx.add(["Mogamulizumab (Anti-CCR4) in HTLV-1-associated myelopathy", "CCR5 antagonists in HIV"], [0, 1])
+    ids, _ = idx.search("Name one CCR4 targeted drug", k=2)
+    assert ids.tolist() == [0]
+

@@ -33,7 +33,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 import numpy as np
 
 from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record, overlap_weights
-from .lexical import LexicalIndex
+from .lexical import TOKENIZER_VERSION, LexicalIndex
 from .sources import FORMATS, ReadReport, Record, SourceLike, read_records
 
 FORMAT = "medretrieve-collection-1"
@@ -63,6 +63,11 @@ class ChunkRow:
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, ensure_ascii=False, separators=(",", ":"))
+
+
+def _lexical_text(title: str, text: str, overlap: str) -> str:
+    """What BM25 indexes for a chunk: its title, the overlap carried over and its own text."""
+    return " ".join(p for p in (title, overlap, text) if p)
 
 
 def _versions() -> Dict[str, str]:
@@ -284,6 +289,12 @@ class Collection:
                 sections[s.section_id] = s
         dense = Index.load(str(d / DENSE))
         lexical = LexicalIndex.load(d / LEXICAL)
+        if lexical.tokenizer_version != TOKENIZER_VERSION:
+            # indexed by another tokenizer: re-tokenise the live rows in memory (written on the next save)
+            fresh = LexicalIndex(lexical.stem, lexical.remove_stopwords, lexical.k1, lexical.b)
+            live = [r for r in rows if not r.deleted]
+            fresh.add([_lexical_text(r.title, r.text, r.overlap) for r in live], [r.row for r in live])
+            lexical = fresh
         return cls(d, manifest, rows, sections, dense, lexical, encoder, query_encoder)
 
     # ------------------------------------------------------------- updates
@@ -344,7 +355,7 @@ class Collection:
         for i, c in zip(ids.tolist(), chunks):
             self.rows.append(ChunkRow(i, c.chunk_id, c.document_id, c.title, c.section, c.core_text,
                                       c.overlap_text, c.position, c.parent_id, c.label, c.metadata))
-        self.lexical.add([f"{c.title} {c.text}".strip() for c in chunks], ids.tolist())
+        self.lexical.add([_lexical_text(c.title, c.core_text, c.overlap_text) for c in chunks], ids.tolist())
         self._refresh_arrays()
 
     def _commit(self) -> None:

@@ -7,11 +7,13 @@ chunks in about a millisecond (bench/RESULTS.md, "Retrieval pipeline").
 Tokenisation (:func:`tokenize`): lower-cased; a token is a run of letters /
 digits joined by ``-`` or ``/`` (and ``.`` between digits), so gene, protein
 and drug names stay whole ("IL-6", "BRCA1", "COVID-19", "TNF-alpha", "5-HT",
-"2.5"); a hyphenated token also yields its alphabetic parts of 3+ letters
-("tnf", "alpha") so "TNF alpha" still matches, and a hyphenated code with digits also
-yields its hyphen-free form ("cpx-351" -> "cpx351", "il-6" -> "il6"); stopwords are dropped; purely
+"2.5"); a hyphenated or slashed token also yields its parts of 3+ characters that hold a
+letter ("tnf", "alpha"; "anti-CCR4" -> "ccr4", "MIC-1/GDF15" -> "gdf15") so "TNF alpha" and
+"CCR4" still match, and a hyphenated code with digits also yields its hyphen-free form
+("cpx-351" -> "cpx351", "il-6" -> "il6"); stopwords are dropped; purely
 alphabetic tokens are Snowball-stemmed (PyStemmer) when ``stem=True``; tokens
-with digits or hyphens are never stemmed.
+with digits or hyphens are never stemmed. :data:`TOKENIZER_VERSION` is stored with an
+index; ``Collection.open`` re-tokenises a collection indexed by an older version.
 
 Incremental add and delete: ``add`` re-fits BM25 over all kept token lists
 (the statistics depend on the whole corpus; a re-fit of 100k chunks takes a
@@ -29,6 +31,9 @@ from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+
+# bumped whenever tokenize() changes what it emits (stored token lists must then be rebuilt)
+TOKENIZER_VERSION = 2
 
 _TOKEN_RE = re.compile(r"[^\W_]+(?:(?:[-/]|(?<=\d)\.(?=\d))[^\W_]+)*")
 
@@ -78,8 +83,9 @@ def tokenize(text: str, stem: bool = True, remove_stopwords: bool = True) -> Lis
             out.append(tok.replace("-", ""))
         if "-" in tok or "/" in tok:
             for part in re.split(r"[-/]", tok):
-                if len(part) >= 3 and part.isalpha() and part not in sw:
-                    out.append(stemmer.stemWord(part) if stemmer else part)
+                if len(part) < 3 or part in sw or not any(c.isalpha() for c in part):
+                    continue
+                out.append(stemmer.stemWord(part) if stemmer and part.isalpha() else part)
     return out
 
 
@@ -100,6 +106,7 @@ class LexicalIndex:
         self._vocab: dict = {}
         self._df: Optional[Counter] = None
         self._order = np.zeros(0, dtype=np.int64)
+        self.tokenizer_version = TOKENIZER_VERSION  # of the stored token lists (older ones come from load)
 
     # ------------------------------------------------------------- building
     def __len__(self) -> int:
@@ -217,6 +224,7 @@ class LexicalIndex:
             "remove_stopwords": self.remove_stopwords,
             "k1": self.k1,
             "b": self.b,
+            "tokenizer": self.tokenizer_version,
             "ids": self._ids[keep].tolist(),
             "tokens": [self._tokens[i] for i in keep],
         }
@@ -237,6 +245,7 @@ class LexicalIndex:
         idx = cls(payload["stem"], payload["remove_stopwords"], payload["k1"], payload["b"])
         idx._ids = np.asarray(payload["ids"], dtype=np.int64)
         idx._tokens = payload["tokens"]
+        idx.tokenizer_version = int(payload.get("tokenizer", 1))
         idx._alive = np.ones(len(idx._ids), dtype=bool)
         idx._fit()
         return idx
