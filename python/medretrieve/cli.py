@@ -1,4 +1,4 @@
-"""Command line: ``medretrieve build | search | fit-ranker | answer | eval | export-onnx | demo``.
+"""Command line: ``medretrieve build | search | fit-ranker | fit-query-encoder | answer | eval | export-onnx | demo``.
 
 Each subcommand lives in the module of its pipeline stage, which provides
 ``add_cli(subparsers)``; modules are imported lazily so ``--help`` stays fast
@@ -17,6 +17,7 @@ _COMMANDS = {
     "build": "medretrieve.collection",
     "search": "medretrieve.retrieve",
     "fit-ranker": "medretrieve.rerank",
+    "fit-query-encoder": "medretrieve.adapt",
     "demo": "medretrieve.demo",
     "answer": "medretrieve.generate",
     "eval": "medretrieve.evaluate",

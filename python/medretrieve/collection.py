@@ -169,7 +169,11 @@ class Collection:
         if self._query_encoder is None:
             from .encoders import QueryEncoder
 
-            self._query_encoder = QueryEncoder.from_dir(self._query_encoder_dir)
+            enc = QueryEncoder.from_dir(self._query_encoder_dir)
+            if enc.dim != self.dense.dim:
+                raise ValueError(f"query encoder {self._query_encoder_dir} gives {enc.dim}-dim vectors but the "
+                                 f"collection's index holds {self.dense.dim}-dim vectors")
+            self._query_encoder = enc
         return self._query_encoder
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:

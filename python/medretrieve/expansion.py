@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -230,6 +230,10 @@ class TrainingMemory:
                 items.append(TrainingItem(q.get("body", ""), docs, [s for s in snips if s]))
         return cls(items)
 
+    def pairs(self) -> List[Tuple[str, Set[str]]]:
+        """``(question, relevant document ids)`` of every training question."""
+        return [(it.question, set(it.documents)) for it in self.items]
+
     def neighbours(self, question: str, n: int = 3, min_score: float = 0.0,
                    exclude_same: bool = True) -> List[Tuple[TrainingItem, float]]:
         """Up to ``n`` nearest training questions with their BM25 score (normalised by the best)."""
@@ -267,6 +271,17 @@ class TrainingMemory:
 
 
 # ---------------------------------------------------------------- LLM synonyms
+
+
+def training_pairs(examples: Any) -> List[Tuple[str, Set[str]]]:
+    """``(question, relevant document ids)`` from a :class:`TrainingMemory`, BioASQ golden files (paths),
+    or ``(question, document ids)`` pairs; anything else raises TypeError."""
+    if isinstance(examples, (list, tuple)) and examples and all(
+            isinstance(e, (tuple, list)) and len(e) == 2 and isinstance(e[0], str) for e in examples):
+        return [(q, set(map(str, docs))) for q, docs in examples]
+    if not isinstance(examples, TrainingMemory):
+        examples = TrainingMemory.from_bioasq(examples)
+    return examples.pairs()
 
 
 def llm_terms(llm, question: str, kind: str = "synonyms", deadline_ms: Optional[float] = None) -> List[str]:

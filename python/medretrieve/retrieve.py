@@ -70,6 +70,7 @@ from .expansion import (
     content_terms,
     llm_terms,
     relation_terms,
+    training_pairs,
 )
 from .lexical import raw_tokens, tokenize
 from .rerank import FEATURES, LinearRanker
@@ -835,13 +836,7 @@ class Retriever:
         is relevant. Questions whose candidates hold no relevant document teach nothing and are skipped.
         Returns the ranker (also set as ``self.ranker``; save it with ``ranker.save(path)``).
         """
-        if isinstance(examples, (list, tuple)) and examples and all(
-                isinstance(e, (tuple, list)) and len(e) == 2 and isinstance(e[0], str) for e in examples):
-            pairs = [(q, set(map(str, docs))) for q, docs in examples]
-        else:
-            if not isinstance(examples, TrainingMemory):
-                examples = TrainingMemory.from_bioasq(examples)  # paths; anything else raises TypeError
-            pairs = [(it.question, set(it.documents)) for it in examples.items]
+        pairs = training_pairs(examples)
         if not pairs:
             raise ValueError("fit_ranker needs at least one training question")
         saved, self.ranker = self.ranker, None
@@ -1038,6 +1033,8 @@ def add_cli(sub) -> None:
     p.add_argument("--cross-encoder", default=None, help="cross-encoder model directory")
     p.add_argument("--training", nargs="*", default=None, help="BioASQ golden files for training memory")
     p.add_argument("--ranker", default=None, help="learned ranker JSON (medretrieve fit-ranker)")
+    p.add_argument("--query-encoder", default=None,
+                   help="query encoder directory replacing the collection's (medretrieve fit-query-encoder)")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.set_defaults(func=_cli_search)
 
@@ -1059,7 +1056,7 @@ def _cli_search(args: argparse.Namespace) -> int:
     from .collection import Collection
 
     try:
-        col = Collection.open(args.collection)
+        col = Collection.open(args.collection, query_encoder=args.query_encoder)
         ret = Retriever(col, cross_encoder=args.cross_encoder, training=args.training, ranker=args.ranker)
         res = ret.search(args.question, k=args.k, deadline_ms=args.deadline_ms)
     except (ValueError, FileNotFoundError, TypeError) as exc:

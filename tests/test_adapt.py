@@ -1,0 +1,147 @@
+"""medretrieve.adapt: query-encoder adaptation against a collection's stored vectors (tiny BERT, no download)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from encoder_fixtures import make_tiny_bert_dir  # noqa: E402
+from medretrieve.adapt import INFO_NAME, fit_query_encoder  # noqa: E402
+from medretrieve.collection import Collection  # noqa: E402
+from medretrieve.encoders import read_manifest  # noqa: E402
+from medretrieve.export import export_onnx  # noqa: E402
+
+TOPICS = {
+    "1001": "metformin insulin glucose diabetes mellitus type dose",
+    "1002": "brca1 gene mutations hereditary breast ovarian cancer carriers genetic testing",
+    "1003": "aspirin inhibits platelet aggregation cyclooxygenase thromboxane",
+    "1004": "vaccine against respiratory syncytial virus older adults",
+    "1005": "pneumonia fever cough chest lung treatment",
+    "1006": "hypertension blood pressure heart kidney therapy",
+}
+# Questions worded unlike their documents, so the random tiny encoder ranks them poorly before training.
+TRAIN = [
+    ("what is the first line drug for adults", {"1001"}),
+    ("which genes cause the syndrome in relatives", {"1002"}),
+    ("how does this drug work", {"1003"}),
+    ("is there a vaccine for older adults", {"1004"}),
+    ("what causes fever and cough", {"1005"}),
+    ("what is the treatment of the patient", {"1006"}),
+]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("adapt")
+    base = make_tiny_bert_dir(tmp, "symmetric", sentence_transformers="mean", seed=5, name="base")
+    enc = export_onnx(base, tmp / "enc", "symmetric")
+    docs = [{"id": k, "title": "", "text": f"{v}. {v}."} for k, v in TOPICS.items()]
+    col = Collection.build(docs, tmp / "col", encoder=str(enc), progress=False)
+    return tmp, base, col
+
+
+def _doc_ranks(col: Collection) -> list:
+    """1-based dense rank of each training question's relevant document (its best chunk)."""
+    live = np.flatnonzero(col.alive)
+    vecs = col.vectors(live)
+    out = []
+    for (q, docs), qv in zip(TRAIN, col.encode_queries([q for q, _ in TRAIN])):
+        order = [col.rows[int(live[i])].document_id for i in np.argsort(-(vecs @ qv), kind="stable")]
+        out.append(order.index(next(iter(docs))) + 1)
+    return out
+
+
+def test_adaptation_moves_training_questions_to_their_documents(setup):
+    tmp, base, col = setup
+    before = _doc_ranks(col)
+    res = fit_query_encoder(col, TRAIN, base, tmp / "q1", epochs=40, lr=1e-3, batch_size=4, seed=0)
+    after = _doc_ranks(Collection.open(col.directory, query_encoder=res.out_dir))
+    assert sum(before) > len(TRAIN)  # the untrained encoder gets some wrong
+    assert after == [1] * len(TRAIN), (before, after)
+    assert res.losses[-1] < res.losses[0]
+    assert res.agreement > 0.999  # base is the collection's own model (fp32 export)
+    assert (res.questions, res.skipped, res.candidates) == (len(TRAIN), 0, len(col))
+    m = read_manifest(res.out_dir)
+    assert (m.kind, m.pooling, m.normalize) == ("query", "mean", True)
+    info = json.loads((Path(res.out_dir) / INFO_NAME).read_text())
+    assert info["questions"] == len(TRAIN) and len(info["losses"]) == 40
+    # the stored document vectors are untouched: only the query side changed
+    assert np.array_equal(Collection.open(col.directory).vectors([0, 1]), col.vectors([0, 1]))
+
+
+def test_questions_without_documents_in_the_collection_are_skipped_or_refused(setup):
+    tmp, base, col = setup
+    res = fit_query_encoder(col, TRAIN[:2] + [("what about gout", {"nowhere"})], base, tmp / "q2", epochs=1)
+    assert (res.questions, res.skipped) == (2, 1)
+    with pytest.raises(ValueError, match="none of the 1 training questions"):
+        fit_query_encoder(col, [("what about gout", {"nowhere"})], base, tmp / "q3", epochs=1)
+
+
+def test_a_base_that_is_not_the_collections_model_is_refused(setup):
+    tmp, _, col = setup
+    other = make_tiny_bert_dir(tmp, "symmetric", sentence_transformers="mean", seed=9, name="other")
+    with pytest.raises(ValueError, match="does not reproduce the collection's query encoder"):
+        fit_query_encoder(col, TRAIN, other, tmp / "q4", epochs=1)
+    assert not (tmp / "q4").exists()
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(epochs=0), "epochs"), (dict(epochs=1.5), "epochs"), (dict(lr=-1.0), "lr"),
+    (dict(temperature=float("nan")), "temperature"), (dict(batch_size=0), "batch_size"),
+])
+def test_bad_settings_raise(setup, kwargs, match):
+    tmp, base, col = setup
+    with pytest.raises(ValueError, match=match):
+        fit_query_encoder(col, TRAIN, base, tmp / "bad", **kwargs)
+
+
+def test_existing_output_is_kept_unless_overwrite(setup):
+    tmp, base, col = setup
+    out = tmp / "taken"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError):
+        fit_query_encoder(col, TRAIN, base, out, epochs=1)
+    assert (out / "keep.txt").read_text() == "mine"
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        fit_query_encoder(col, TRAIN, tmp / "no-model", tmp / "q5", epochs=1)
+    with pytest.raises(TypeError):
+        fit_query_encoder(col, 42, base, tmp / "q6", epochs=1)
+
+
+def test_a_query_encoder_of_another_width_is_refused_on_use(setup):
+    tmp, _, col = setup
+    wide = make_tiny_bert_dir(tmp, "query", seed=1, name="wide")
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig.from_pretrained(wide)
+    cfg.hidden_size, cfg.intermediate_size = 48, 96
+    BertModel(cfg).save_pretrained(wide)
+    enc = export_onnx(wide, tmp / "wide-onnx", "query")
+    reopened = Collection.open(col.directory, query_encoder=str(enc))
+    with pytest.raises(ValueError, match="48-dim vectors but the collection's index holds 32-dim"):
+        reopened.encode_queries(["what is the first line drug"])
+
+
+def test_cli_fit_query_encoder_and_search_with_it(setup, tmp_path, capsys):
+    from medretrieve.cli import main
+
+    tmp, base, col = setup
+    golden = tmp_path / "golden.json"
+    golden.write_text(json.dumps({"questions": [
+        {"body": q, "type": "summary", "documents": [f"http://www.ncbi.nlm.nih.gov/pubmed/{d}" for d in docs]}
+        for q, docs in TRAIN]}))
+    out = tmp_path / "qenc"
+    assert main(["fit-query-encoder", str(col.directory), str(golden), "--base", str(base), "-o", str(out),
+                 "--epochs", "2", "--lr", "1e-3"]) == 0
+    assert "adapted on 6 questions" in capsys.readouterr().out
+    assert main(["search", str(col.directory), "what is the first line drug for adults", "--query-encoder",
+                 str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["hits"]
+    assert main(["fit-query-encoder", str(col.directory), str(golden), "--base", str(base), "-o", str(out)]) == 2
+    assert "not empty" in capsys.readouterr().err
