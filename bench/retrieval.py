@@ -367,11 +367,14 @@ def latency(args) -> None:
             ret.search(q, k=10, deadline_ms=args.deadline_ms)
         lat, depths = [], []
         skipped: Dict[str, int] = {}
-        for q in qs:
+        slowest = (0.0, -1, {})
+        for i, q in enumerate(qs):
             t0 = time.perf_counter()
             res = ret.search(q, k=10, deadline_ms=args.deadline_ms)
             lat.append((time.perf_counter() - t0) * 1000)
             depths.append(res.rerank_depth)
+            if lat[-1] > slowest[0]:
+                slowest = (lat[-1], i, res.timings_ms)
             for s in res.stages:
                 if not s.ran and "budget" in s.reason:
                     skipped[s.name] = skipped.get(s.name, 0) + 1
@@ -382,6 +385,8 @@ def latency(args) -> None:
               f"{np.percentile(lat_a, 99):.1f} | {lat_a.max():.1f} | {miss} ({miss / len(qs):.2%}) | "
               f"{np.mean(depths):.1f} ({min(depths)}-{max(depths)}) | {sk} |")
         sys.stdout.flush()
+        stages = ", ".join(f"{k_} {v:.0f}" for k_, v in slowest[2].items() if v >= 1)
+        print(f"  {name}: slowest query #{slowest[1]} {slowest[0]:.0f} ms (stages, ms: {stages})", file=sys.stderr)
 
 
 def overlap(args) -> None:

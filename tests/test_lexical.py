@@ -125,3 +125,13 @@ def test_parts_of_compounds_with_digits_match():
     ids, _ = idx.search("Name one CCR4 targeted drug", k=2)
     assert ids.tolist() == [0]
 
+
+
+def test_tokens_of_returns_the_stored_tokens_of_live_rows():
+    idx = LexicalIndex()
+    idx.add(["Mogamulizumab (anti-CCR4)", "metformin for diabetes"], [7, 3])
+    assert idx.tokens_of(7) == tokenize("Mogamulizumab (anti-CCR4)")
+    assert idx.tokens_of(3) == tokenize("metformin for diabetes")
+    assert idx.tokens_of(5) is None and idx.tokens_of(99) is None and LexicalIndex().tokens_of(0) is None
+    idx.delete([7])
+    assert idx.tokens_of(7) is None

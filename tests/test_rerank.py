@@ -299,3 +299,16 @@ def test_a_ranker_saved_before_a_feature_was_added_still_scores(collection, tmp_
     r.save(tmp_path / "old.json")
     res = Retriever(collection, ranker=tmp_path / "old.json").search("Which inhalers treat asthma?", k=3)
     assert "learned ranker" in res.stage("rerank").reason and res.hits
+
+
+def test_warmup_freezes_the_collection_out_of_the_cyclic_gc(collection):
+    import gc
+
+    from medretrieve.retrieve import Retriever
+
+    gc.unfreeze()
+    Retriever(collection, warmup=False)
+    assert gc.get_freeze_count() == 0
+    Retriever(collection)
+    assert gc.get_freeze_count() >= len(collection.rows)  # rows (and everything else alive) frozen
+    gc.unfreeze()

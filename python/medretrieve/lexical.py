@@ -185,6 +185,17 @@ class LexicalIndex:
         out[ok] = s[rows[ok]]
         return out
 
+    def tokens_of(self, id: int) -> Optional[List[str]]:
+        """The stored tokens of the live row with external ``id`` (None when unknown or deleted): what
+        :func:`tokenize` gave when it was added, so callers need not tokenise the text again."""
+        if len(self._ids) == 0:
+            return None
+        pos = int(np.searchsorted(self._ids, id, sorter=self._order))
+        if pos >= len(self._ids):
+            return None
+        row = int(self._order[pos])
+        return self._tokens[row] if self._ids[row] == id and self._alive[row] else None
+
     def search(self, query: str, k: int = 10, allowed: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
         """Top ``k`` rows by BM25: ``(ids int64, scores float32)``, best first; rows scoring 0 are left out.
 

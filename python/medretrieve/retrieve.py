@@ -255,6 +255,8 @@ class Retriever:
     synonyms; ``training``: a :class:`~medretrieve.expansion.TrainingMemory` or
     a list of BioASQ golden files for training-memory expansion; ``ranker``: a
     :class:`~medretrieve.rerank.LinearRanker` or its JSON file (see :meth:`fit_ranker`).
+    ``warmup`` (default True): :meth:`warmup` at construction, which also takes the objects alive
+    then out of Python's cyclic garbage collector (``gc.freeze``).
     """
 
     def __init__(
@@ -326,10 +328,19 @@ class Retriever:
             self.warmup()
 
     def warmup(self) -> None:
-        """Load the encoders and run them once, so the first search does not pay session start-up."""
+        """Load the encoders and run them once, so the first search does not pay session start-up; then
+        collect garbage once and freeze what is alive (``gc.freeze``).
+
+        Why the freeze: a collection's rows and token lists are hundreds of thousands of long-lived Python
+        objects, and every full (generation 2) collection walks them all; at 100k chunks one such pass stalled
+        a search for 0.44 s (bench/RESULTS.md). Frozen objects are still freed by reference counting; only
+        reference cycles among them are never reclaimed, which long-lived index data does not form.
+        """
+        import gc
+
         from .expansion import abbreviations, relations
 
-        abbreviations(), relations(), tokenize("warm up")
+        abbreviations(), relations(), tokenize("warm up"), subject_words("warm up motolimod")
         col = self.collection
         if len(col):
             if self.ranker is not None:  # document frequencies and the document -> chunks map, built once
@@ -345,6 +356,8 @@ class Retriever:
                 t0 = _t.perf_counter()
                 self.cross_encoder.score("warm up", [(r.title, r.text)] * 8)
                 self._ce_pair_ms.value = (_t.perf_counter() - t0) * 1000.0 / 8
+        gc.collect()
+        gc.freeze()
 
     # ------------------------------------------------------------- small utilities
     @property
@@ -352,10 +365,15 @@ class Retriever:
         return getattr(self._local, "alts", {})
 
     def _row_tokens(self, row: int) -> Set[str]:
+        """BM25 tokens of a chunk (title, overlap and text), as the lexical index stored them: tokenising
+        again here cost up to 0.4 s on a query whose candidates' documents held thousands of chunks."""
         toks = self._tok_cache.get(row)
         if toks is None:
-            r = self.collection.rows[row]
-            toks = set(tokenize(f"{r.title} {r.text}"))
+            stored = self.collection.lexical.tokens_of(row)
+            if stored is None:  # not in the lexical index (deleted): tokenise the text
+                r = self.collection.rows[row]
+                stored = tokenize(f"{r.title} {r.overlap} {r.text}")
+            toks = set(stored)
             if len(self._tok_cache) > 200_000:
                 self._tok_cache.clear()
             self._tok_cache[row] = toks
