@@ -270,9 +270,6 @@ class TrainingMemory:
         return out
 
 
-# ---------------------------------------------------------------- LLM synonyms
-
-
 def training_pairs(examples: Any) -> List[Tuple[str, Set[str]]]:
     """``(question, relevant document ids)`` from a :class:`TrainingMemory`, BioASQ golden files (paths),
     or ``(question, document ids)`` pairs; anything else raises TypeError."""
@@ -282,6 +279,9 @@ def training_pairs(examples: Any) -> List[Tuple[str, Set[str]]]:
     if not isinstance(examples, TrainingMemory):
         examples = TrainingMemory.from_bioasq(examples)
     return examples.pairs()
+
+
+# ---------------------------------------------------------------- LLM synonyms
 
 
 def llm_terms(llm, question: str, kind: str = "synonyms", deadline_ms: Optional[float] = None) -> List[str]:
@@ -326,7 +326,8 @@ def wordpiece_count(word: str) -> int:
 def subject_words(question: str) -> List[Tuple[Set[str], int]]:
     """The question's subject words: content words outside a general-English vocabulary (split into 2+
     WordPiece pieces, e.g. "motolimod" -> mo ##to ##lim ##od; a compound counts its rarest part) or holding a
-    digit, as (BM25 token set, piece count). Unlike idf, this does not depend on the collection, where a question's own subject can be common."""
+    digit, as (BM25 token set, piece count). Unlike idf, this does not depend on the collection, where a
+    question's own subject can be common."""
     sw = stopwords()
     out: List[Tuple[Set[str], int]] = []
     seen: Set[str] = set()

@@ -377,8 +377,8 @@ class Retriever:
         return getattr(self._local, "alts", {})
 
     def _row_tokens(self, row: int) -> Set[str]:
-        """BM25 tokens of a chunk (title, overlap and text), as the lexical index stored them: tokenising
-        again here cost up to 0.4 s on a query whose candidates' documents held thousands of chunks."""
+        """BM25 tokens of a chunk (title, overlap and text), as the lexical index stored them (tokenising the
+        candidates' documents again cost ~4 ms of a 19 ms p50 search at 100k chunks)."""
         toks = self._tok_cache.get(row)
         if toks is None:
             stored = self.collection.lexical.tokens_of(row)
@@ -846,7 +846,7 @@ class Retriever:
         f["coverage"] = np.array([self._coverage(q_terms, idf, self._row_tokens(r)) for r in rows])
         docs = [col.rows[r].document_id for r in rows]
         subject = g.subject
-        weights = np.array([p for _, p in subject], dtype=np.float64)
+        subject_total = float(sum(p for _, p in subject))
         doc_cov: Dict[str, float] = {}
         doc_subject: Dict[str, float] = {}
         for d in set(docs):
@@ -854,8 +854,8 @@ class Retriever:
             for r in col.document_rows(d)[:64]:
                 toks |= self._row_tokens(r)
             doc_cov[d] = self._coverage(q_terms, idf, toks)
-            doc_subject[d] = (float(sum(w for (ts, _), w in zip(subject, weights) if ts & toks) / weights.sum())
-                              if subject else doc_cov[d])
+            doc_subject[d] = (sum(p for ts, p in subject if ts & toks) / subject_total if subject
+                              else doc_cov[d])
         f["doc_coverage"] = np.array([doc_cov[d] for d in docs])
         f["doc_subject"] = np.array([doc_subject[d] for d in docs])
         best_dense: Dict[str, float] = {}
