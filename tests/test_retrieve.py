@@ -293,3 +293,28 @@ def test_concurrent_searches_match_sequential_ones(retriever):
     with ThreadPoolExecutor(4) as ex:
         got = list(ex.map(lambda q: [h.chunk_id for h in retriever.search(q, k=5, deadline_ms=None).hits], qs))
     assert got == ref
+
+
+def test_recovery_never_trades_a_hit_for_one_covering_less_of_the_subject(tmp_path):
+    from medretrieve.budget import Deadline
+    from medretrieve.collection import Collection
+    from medretrieve.encoders import default_model_dir
+    from medretrieve.expansion import content_terms
+
+    # "zanubrutinib" (the subject) is in one short abstract that shares few other words with the question; three
+    # abstracts share almost every other word of the question but not the subject
+    cll = "Chronic lymphocytic leukemia treatment outcomes were effective in study {}."
+    docs = [{"id": "z", "title": "", "text": "Zanubrutinib was studied."}]
+    docs += [{"id": f"c{i}", "title": "", "text": cll.format(i)} for i in range(3)]
+    docs += [{"id": f"f{i}", "title": "", "text": t} for i, t in enumerate(
+        ["Metformin lowers glucose.", "Aspirin inhibits platelets.", "Asthma is treated with inhalers."])]
+    col = Collection.build(docs, tmp_path / "col", encoder=default_model_dir(), progress=False)
+    row = {r.document_id: r.row for r in col.rows}
+    q = "Is zanubrutinib effective for chronic lymphocytic leukemia treatment outcomes?"
+    ret = Retriever(col)
+    # a weak top 4: two unrelated hits on top, then another unrelated one and the subject's abstract
+    top = [row["f0"], row["f1"], row["f2"], row["z"]]
+    new_top, info = ret._recover(q, "yesno", "treatment", content_terms(q), top, 4, {}, Deadline(None), 2)
+    assert info["replaced"] >= 1  # the unrelated weak hit is replaced by a leukemia abstract ...
+    assert row["z"] in new_top  # ... but the subject's abstract is not, though it matches fewer words
+    assert new_top[:2] == top[:2]

@@ -157,6 +157,12 @@ def _entities(question: str) -> List[str]:
     return list(dict.fromkeys(out))
 
 
+def _subject_share(subject: Sequence[Tuple[Set[str], int]], toks: Set[str]) -> float:
+    """Share of the question's subject words (``expansion.subject_words``, weighted by piece count) in ``toks``."""
+    total = sum(p for _, p in subject)
+    return sum(p for ts, p in subject if ts & toks) / total if total else 0.0
+
+
 def _alternatives(question: str) -> Dict[str, List[Set[str]]]:
     """Content term of an abbreviation in the question -> token sets of its expansions."""
     from .expansion import abbreviations
@@ -389,6 +395,13 @@ class Retriever:
             if len(self._tok_cache) > 200_000:
                 self._tok_cache.clear()
             self._tok_cache[row] = toks
+        return toks
+
+    def _doc_tokens(self, document_id: str) -> Set[str]:
+        """BM25 tokens of a document's first 64 live chunks."""
+        toks: Set[str] = set()
+        for r in self.collection.document_rows(document_id)[:64]:
+            toks |= self._row_tokens(r)
         return toks
 
     def _lexrel(self, q_terms: Sequence[str], row: int) -> float:
@@ -845,17 +858,12 @@ class Retriever:
         idf = col.lexical.idf(q_terms)
         f["coverage"] = np.array([self._coverage(q_terms, idf, self._row_tokens(r)) for r in rows])
         docs = [col.rows[r].document_id for r in rows]
-        subject = g.subject
-        subject_total = float(sum(p for _, p in subject))
         doc_cov: Dict[str, float] = {}
         doc_subject: Dict[str, float] = {}
         for d in set(docs):
-            toks: Set[str] = set()
-            for r in col.document_rows(d)[:64]:
-                toks |= self._row_tokens(r)
+            toks = self._doc_tokens(d)
             doc_cov[d] = self._coverage(q_terms, idf, toks)
-            doc_subject[d] = (sum(p for ts, p in subject if ts & toks) / subject_total if subject
-                              else doc_cov[d])
+            doc_subject[d] = _subject_share(g.subject, toks) if g.subject else doc_cov[d]
         f["doc_coverage"] = np.array([doc_cov[d] for d in docs])
         f["doc_subject"] = np.array([doc_subject[d] for d in docs])
         best_dense: Dict[str, float] = {}
@@ -1033,13 +1041,22 @@ class Retriever:
             repeats = [i for i in reversed(range(half, len(new_top)))
                        if first_of[rows[new_top[i]].document_id] != i and i not in low]
         used: Set[int] = set(new_top)
+        # nor may a replacement cover less of the question's subject (drug, gene) than the hit it replaces
+        subject = subject_words(question)
+
+        def subject_of(row: int) -> float:
+            return _subject_share(subject, self._doc_tokens(rows[row].document_id)) if subject else 0.0
+
         for i in low + repeats:
             old = new_top[i]
             need_new_doc = i in repeats
             docs_now = {rows[r].document_id for r in new_top}
+            old_subject = subject_of(old)
             for rel, r in cand_rel:
                 if r in used or any(_jaccard(self._row_tokens(r), self._row_tokens(o)) >= self.near_duplicate
                                     for o in new_top):
+                    continue
+                if subject_of(r) < old_subject:
                     continue
                 if need_new_doc:
                     ok = rows[r].document_id not in docs_now and rel >= rel_now[old]
