@@ -8,8 +8,7 @@ collection's own document vectors keeps the index, the lexical side and every st
 and the result is an ordinary ONNX query encoder (``Collection.open(dir, query_encoder=...)``,
 ``medretrieve search --query-encoder``). Measured on BioASQ 7b, leave-one-file-out (bench/RESULTS.md,
 "Query-encoder adaptation"): document MAP@10 of held-out questions, dense 0.838 -> 0.871, hybrid RRF
-0.873 -> 0.890; the full pipeline with a learned ranker does not gain (0.908 -> 0.904; all measured before
-the ranker's ``doc_subject`` feature and the BM25 subject boost). A ranker fitted
+0.886 -> 0.895; the full pipeline with a learned ranker does not gain (0.915 -> 0.909). A ranker fitted
 on the questions the encoder was trained on sees dense scores better than new questions will get, so
 fit rankers on other questions than the encoder's.
 
