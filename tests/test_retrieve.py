@@ -299,7 +299,7 @@ def test_recovery_never_trades_a_hit_for_one_covering_less_of_the_subject(tmp_pa
     from medretrieve.budget import Deadline
     from medretrieve.collection import Collection
     from medretrieve.encoders import default_model_dir
-    from medretrieve.expansion import content_terms
+    from medretrieve.expansion import content_terms, subject_words
 
     # "zanubrutinib" (the subject) is in one short abstract that shares few other words with the question; three
     # abstracts share almost every other word of the question but not the subject
@@ -314,7 +314,8 @@ def test_recovery_never_trades_a_hit_for_one_covering_less_of_the_subject(tmp_pa
     ret = Retriever(col)
     # a weak top 4: two unrelated hits on top, then another unrelated one and the subject's abstract
     top = [row["f0"], row["f1"], row["f2"], row["z"]]
-    new_top, info = ret._recover(q, "yesno", "treatment", content_terms(q), top, 4, {}, Deadline(None), 2)
+    new_top, info = ret._recover(q, "yesno", "treatment", content_terms(q), top, 4, {}, Deadline(None), 2,
+                                 subject_words(q))
     assert info["replaced"] >= 1  # the unrelated weak hit is replaced by a leukemia abstract ...
     assert row["z"] in new_top  # ... but the subject's abstract is not, though it matches fewer words
     assert new_top[:2] == top[:2]

@@ -101,10 +101,10 @@ def fit_query_encoder(collection, examples, base: Union[str, os.PathLike], out_d
     """
     from .expansion import training_pairs
 
+    from .export import _load_torch_model, check_output_dir, export_onnx
+
     _check_args(epochs, lr, batch_size, temperature)
-    out = Path(out_dir).expanduser()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise FileExistsError(f"{out} exists and is not empty; pass overwrite=True (--overwrite)")
+    out = check_output_dir(out_dir, overwrite)  # before training, not after
     base_dir = Path(base).expanduser()
     if not (base_dir / "config.json").is_file():
         raise FileNotFoundError(f"{base_dir} is not a Hugging Face model directory (no config.json)")
@@ -125,14 +125,14 @@ def fit_query_encoder(collection, examples, base: Union[str, os.PathLike], out_d
         raise ValueError(f"none of the {len(pairs)} training questions has a relevant document in the collection")
 
     import torch
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoTokenizer
 
     current = collection.query_encoder()
     m = current.manifest
     torch.manual_seed(seed)
     rng = random.Random(seed)
     tokenizer = AutoTokenizer.from_pretrained(str(base_dir), local_files_only=True)
-    model = AutoModel.from_pretrained(str(base_dir), local_files_only=True)
+    model = _load_torch_model(base_dir, "query", local=True)
 
     def embed(texts: List[str]) -> "torch.Tensor":
         enc = tokenizer(texts, truncation=True, max_length=m.max_length, padding=True, return_tensors="pt")
@@ -191,8 +191,6 @@ def fit_query_encoder(collection, examples, base: Union[str, os.PathLike], out_d
     bar.close()
     seconds = time.perf_counter() - t0
     model.eval()
-
-    from .export import export_onnx
 
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".adapt-", dir=out.parent))

@@ -288,12 +288,18 @@ def export_onnx(source: Union[str, Path], out_dir: Union[str, Path], kind: str, 
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if quantize not in (None, "none", "int8", "fp16"):
         raise ValueError(f"quantize must be int8, fp16 or None, got {quantize!r}")
-    out_dir = Path(out_dir).expanduser()
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
-        raise FileExistsError(f"{out_dir} exists and is not empty; pass overwrite=True (--overwrite)")
+    out_dir = check_output_dir(out_dir, overwrite)
     local = Path(source).expanduser().is_dir()
     with _hub_offline(local):
         return _export(source, out_dir, kind, pooling, normalize, quantize, max_length, local)
+
+
+def check_output_dir(out_dir: Union[str, Path], overwrite: bool) -> Path:
+    """``out_dir`` as a Path; FileExistsError when it exists, is not empty and ``overwrite`` is False."""
+    out_dir = Path(out_dir).expanduser()
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
+        raise FileExistsError(f"{out_dir} exists and is not empty; pass overwrite=True (--overwrite)")
+    return out_dir
 
 
 @contextlib.contextmanager

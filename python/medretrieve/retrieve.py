@@ -698,7 +698,7 @@ class Retriever:
             if dl.remaining_ms() > 0.25 * (dl.budget_ms if not math.isinf(dl.budget_ms) else 100.0):
                 with dl.stage("recovery"):
                     top, recovery = self._recover(question, qtype, intent, q_terms, top, k, variants, dl,
-                                                  per_document)
+                                                  per_document, g.subject)
                 recovered = recovery.get("replaced", 0) > 0
                 record("recovery", True, recovery.get("note", ""))
             else:
@@ -993,7 +993,7 @@ class Retriever:
                 reasons.append(f"redundant: mean Jaccard {red:.2f} > {self.redundancy_threshold}")
         return reasons
 
-    def _recover(self, question, qtype, intent, q_terms, top, k, used_variants, dl, per_document):
+    def _recover(self, question, qtype, intent, q_terms, top, k, used_variants, dl, per_document, subject=()):
         """Extra expansions; replace only weak hits, and only with better ones."""
         extra, terms, note = self._variants(question, qtype, intent, dl,
                                             ("training", "abbreviations", "relations", "llm"),
@@ -1042,10 +1042,13 @@ class Retriever:
                        if first_of[rows[new_top[i]].document_id] != i and i not in low]
         used: Set[int] = set(new_top)
         # nor may a replacement cover less of the question's subject (drug, gene) than the hit it replaces
-        subject = subject_words(question)
+        doc_subject: Dict[str, float] = {}
 
         def subject_of(row: int) -> float:
-            return _subject_share(subject, self._doc_tokens(rows[row].document_id)) if subject else 0.0
+            d = rows[row].document_id
+            if d not in doc_subject:
+                doc_subject[d] = _subject_share(subject, self._doc_tokens(d)) if subject else 0.0
+            return doc_subject[d]
 
         for i in low + repeats:
             old = new_top[i]
