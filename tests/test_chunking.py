@@ -124,6 +124,8 @@ def test_config_validation():
         ChunkingConfig(max_tokens=2)
     with pytest.raises(ValueError):
         ChunkingConfig(overlap=0.9)
+    with pytest.raises(ValueError, match="complex_title_pattern"):
+        ChunkingConfig(complex_title_pattern="(unclosed")
     assert ChunkingConfig.from_dict(ChunkingConfig(max_tokens=99).to_dict()).max_tokens == 99
 
 

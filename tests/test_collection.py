@@ -63,14 +63,17 @@ def test_build_open_add_delete_round_trip(tmp_path, encoder_dir):
     assert again.delete(["d1", "unknown"]) == 2
     assert again.document_rows("d1") == []  # live chunks only, refreshed after a delete
     assert again.delete(["d1"]) == 0
+    assert again.delete("d4") == 1  # one id as a plain string, not its characters
+    assert again.document_rows("d4") == []
     final = Collection.open(out)
-    assert final.n_documents == 3 and len(final) == 3
+    assert final.n_documents == 2 and len(final) == 2
     assert not final.alive[0] and not final.alive[1]
     assert final.lexical.search("metformin", k=3)[0].size == 0
+    assert final.lexical.search("triptans", k=3)[0].size == 0
     ids, _ = final.dense.search(final.encode_queries(["metformin diabetes"]), k=5)
     assert not set(ids[0].tolist()) & {0, 1}
     assert "d1#s0" not in final.sections
-    assert json.loads((out / "manifest.json").read_text())["counts"]["deleted_chunks"] == 2
+    assert json.loads((out / "manifest.json").read_text())["counts"]["deleted_chunks"] == 3
 
 
 def test_atomic_build_leaves_nothing_on_failure(tmp_path, encoder_dir, monkeypatch):

@@ -114,6 +114,40 @@ def test_section_routing_prefers_the_intent_sections_and_falls_back(retriever, c
     assert not off.stage("route").ran
 
 
+@pytest.mark.parametrize("setting,match", [
+    (dict(rrf_k=-60), "rrf_k"), (dict(rrf_k=float("nan")), "rrf_k"), (dict(variant_weight=-1), "variant_weight"),
+    (dict(ef_base=0), "ef_base"), (dict(ef_min=300, ef_max=10), "ef_min"), (dict(candidates=2.5), "candidates"),
+    (dict(rerank_depth=-1), "rerank_depth"), (dict(weak_threshold=5), "weak_threshold"),
+    (dict(min_articles=-1), "min_articles"), (dict(redundancy_threshold=-0.1), "redundancy_threshold"),
+    (dict(near_duplicate=0), "near_duplicate"), (dict(mmr_floor=2), "mmr_floor"), (dict(llm_min_ms=-1), "llm_min_ms"),
+    (dict(feedback_weight=float("inf")), "feedback_weight"), (dict(feedback_docs=0), "feedback_docs"),
+    (dict(candidates=True), "candidates"), (dict(rrf_k="60"), "rrf_k"),
+    (dict(rerank_weights={"foo": 1.0}), "unknown weights"), (dict(rerank_weights={"rrf": float("nan")}), "rrf"),
+    (dict(rerank_weights_ce={"ce": -1.0}), "ce"),
+])
+def test_bad_settings_fail_at_construction(collection, setting, match):
+    with pytest.raises(ValueError, match=match):
+        Retriever(collection, warmup=False, **setting)
+
+
+def test_valid_edge_settings_are_accepted(collection):
+    r = Retriever(collection, warmup=False, rrf_k=0, near_duplicate=1.5, weak_threshold=1.0, mmr_floor=0.0,
+                  rerank_weights={"title": 0.1}, ef_min=16, ef_max=16)
+    res = r.search("Which drugs treat asthma?", k=5, deadline_ms=None)
+    assert res.hits and all(np.isfinite(h.score) for h in res.hits)
+
+
+def test_bad_per_document_and_prune_limits(retriever):
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="per_document"):
+            retriever.search("Which drugs treat asthma?", k=5, per_document=bad)
+    res = retriever.search("Which drugs treat asthma?", k=5)
+    with pytest.raises(ValueError, match="per_question"):
+        prune(res, per_question=0)
+    with pytest.raises(ValueError, match="near_duplicate"):
+        prune(res, near_duplicate=0)
+
+
 def test_ablation_switches(retriever):
     q = "Which drugs treat asthma?"
     bm = retriever.search(q, k=5, dense=False, expand=False, rerank=False, diversify=False, recover=False)

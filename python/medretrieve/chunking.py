@@ -157,7 +157,10 @@ class ChunkingConfig:
                 raise ValueError(f"{name} must be in [0, 0.5], got {v!r}")
         if not 0.0 <= self.overlap_weight <= 1.0:
             raise ValueError(f"overlap_weight must be in [0, 1], got {self.overlap_weight!r}")
-        re.compile(self.complex_title_pattern)
+        try:
+            re.compile(self.complex_title_pattern)
+        except re.error as e:
+            raise ValueError(f"complex_title_pattern is not a valid regular expression: {e}") from None
 
     def to_dict(self) -> Dict[str, Any]:
         return dict(self.__dict__)

@@ -323,9 +323,9 @@ class Collection:
         self._commit()
         return len(self.rows) - before
 
-    def delete(self, doc_ids: Iterable[str]) -> int:
-        """Remove documents by id; returns chunks removed (unknown ids are ignored)."""
-        wanted = {str(d) for d in doc_ids}
+    def delete(self, doc_ids: Union[str, Iterable[str]]) -> int:
+        """Remove documents by id (one id or several); returns chunks removed (unknown ids are ignored)."""
+        wanted = {doc_ids} if isinstance(doc_ids, str) else {str(d) for d in doc_ids}
         hit = [r for r in self.rows if r.document_id in wanted and not r.deleted]
         if not hit:
             return 0

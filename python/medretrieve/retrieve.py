@@ -199,8 +199,7 @@ def prune(hits: Union["SearchResult", Sequence[Hit]], per_question: int = 2, per
     in all, dropping near-duplicates (token Jaccard >= ``near_duplicate``)."""
     if isinstance(hits, SearchResult):
         hits = hits.hits
-    if per_question < 1 or per_document < 1:
-        raise ValueError("per_question and per_document must be >= 1")
+    _check_settings(per_question=per_question, per_document=per_document, near_duplicate=near_duplicate)
     out: List[Hit] = []
     per_doc: Dict[str, int] = {}
     seen: List[Set[str]] = []
@@ -253,6 +252,46 @@ class _Ema:
 # ----------------------------------------------------------------- the retriever
 
 
+
+# setting -> (integer only, lowest, highest); None: unbounded on that side
+_SETTING_RANGES: Dict[str, Tuple[bool, Optional[float], Optional[float]]] = {
+    "candidates": (True, 1, None), "rrf_k": (False, 0.0, None), "variant_weight": (False, 0.0, None),
+    "ef_base": (True, 1, None), "ef_min": (True, 1, None), "ef_max": (True, 1, None),
+    "rerank_depth": (True, 0, None), "weak_threshold": (False, 0.0, 1.0), "min_articles": (True, 0, None),
+    "redundancy_threshold": (False, 0.0, 1.0), "near_duplicate": (False, 0.0, None),
+    "llm_min_ms": (False, 0.0, None), "mmr_floor": (False, 0.0, 1.0), "feedback_weight": (False, 0.0, None),
+    "feedback_docs": (True, 1, None), "per_question": (True, 1, None), "per_document": (True, 1, None),
+}
+
+
+def _check_settings(**values: Any) -> None:
+    """ValueError naming the first setting (of :data:`_SETTING_RANGES`) that is not a finite number in its range."""
+    for name, value in values.items():
+        integer, lo, hi = _SETTING_RANGES[name]
+        kind = (int, np.integer) if integer else (int, float, np.integer, np.floating)
+        if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) \
+                or (lo is not None and value < lo) or (hi is not None and value > hi):
+            what = "an integer" if integer else "a finite number"
+            bounds = f" >= {lo}" if hi is None else f" in [{lo}, {hi}]"
+            raise ValueError(f"{name} must be {what}{bounds}, got {value!r}")
+    if values.get("near_duplicate") == 0:
+        raise ValueError("near_duplicate must be > 0 (a Jaccard of 0 would drop every hit after the first)")
+    if "ef_min" in values and values["ef_min"] > values["ef_max"]:
+        raise ValueError(f"ef_min ({values['ef_min']}) must not exceed ef_max ({values['ef_max']})")
+
+
+def _check_weights(name: str, weights: Optional[Dict[str, float]], defaults: Dict[str, float]) -> None:
+    if weights is None:
+        return
+    unknown = sorted(set(weights) - set(defaults))
+    if unknown:
+        raise ValueError(f"{name}: unknown weights {unknown}; known: {sorted(defaults)}")
+    for key, w in weights.items():
+        if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(w) or w < 0:
+            raise ValueError(f"{name}[{key!r}] must be a finite number >= 0, got {w!r}")
+
+
 class Retriever:
     """Hybrid dense + BM25 retrieval over a :class:`~medretrieve.collection.Collection`.
 
@@ -270,6 +309,25 @@ class Retriever:
     the pipeline without a ranker 0.885 -> 0.893, with a ranker 0.916 -> 0.912.
     ``warmup`` (default True): :meth:`warmup` at construction, which also takes the objects alive
     then out of Python's cyclic garbage collector (``gc.freeze``).
+
+    Tuning (each checked here, so a bad value fails at construction rather than as odd results):
+
+    - ``candidates`` (>= 1): fused candidates kept for reranking; ``rrf_k`` (>= 0): the RRF constant;
+      ``variant_weight`` (>= 0): RRF weight of an expansion's list, the question's own lists weigh 1.
+    - ``ef_base`` / ``ef_min`` / ``ef_max`` (1 <= ef_min <= ef_max): HNSW ef, ``ef_base`` scaled by the query
+      type's importance and the share of the deadline left, clamped to [ef_min, ef_max].
+    - ``rerank_depth`` (>= 0): most pairs a cross-encoder scores; ``rerank_weights`` / ``rerank_weights_ce``:
+      overrides of the formula's weights (keys of ``DEFAULT_RERANK_WEIGHTS`` / ``_CE``, finite, >= 0).
+    - ``weak_threshold`` (0-1): lexical relevance of the top 5 below which a question is weak;
+      ``min_articles`` (>= 0): fewer distinct documents in the hits is weak; ``redundancy_threshold`` (0-1):
+      mean pairwise token Jaccard of the top 5 above which it is weak.
+    - ``near_duplicate`` (> 0): a hit whose token Jaccard with an earlier hit reaches it is dropped; above 1
+      nothing is dropped. Measured on BioASQ (bench/RESULTS.md) it costs every system about 0.003 document
+      MAP@10, because it also drops another document's copy of a sentence; it keeps prompts free of repeats.
+    - ``llm_min_ms`` (>= 0): time that must be left for LLM synonyms to be asked for; ``mmr_floor`` (0-1):
+      MMR reorders only candidates scoring at least this share of the best.
+    - ``feedback_weight`` (>= 0) / ``feedback_docs`` (>= 1): pseudo-relevance feedback, the mean vector of
+      the top ``feedback_docs`` fused chunks added with this weight.
     """
 
     def __init__(
@@ -310,8 +368,13 @@ class Retriever:
         if training is not None and not isinstance(training, TrainingMemory):
             training = TrainingMemory.from_bioasq(training)
         self.training = training
-        if candidates < 1 or rerank_depth < 0:
-            raise ValueError("candidates must be >= 1 and rerank_depth >= 0")
+        _check_settings(candidates=candidates, rrf_k=rrf_k, variant_weight=variant_weight, ef_base=ef_base,
+                        ef_min=ef_min, ef_max=ef_max, rerank_depth=rerank_depth, weak_threshold=weak_threshold,
+                        min_articles=min_articles, redundancy_threshold=redundancy_threshold,
+                        near_duplicate=near_duplicate, llm_min_ms=llm_min_ms, mmr_floor=mmr_floor,
+                        feedback_weight=feedback_weight, feedback_docs=feedback_docs)
+        _check_weights("rerank_weights", rerank_weights, DEFAULT_RERANK_WEIGHTS)
+        _check_weights("rerank_weights_ce", rerank_weights_ce, DEFAULT_RERANK_WEIGHTS_CE)
         self.candidates = candidates
         self.rrf_k = rrf_k
         self.variant_weight = variant_weight
@@ -332,8 +395,6 @@ class Retriever:
         if ranker is not None and not isinstance(ranker, LinearRanker):
             ranker = LinearRanker.load(ranker)
         self.ranker = ranker
-        if feedback_weight < 0 or feedback_docs < 1:
-            raise ValueError("feedback_weight must be >= 0 and feedback_docs >= 1")
         self.feedback_weight = float(feedback_weight)
         self.feedback_docs = int(feedback_docs)
         if subject_boost is not None and (not isinstance(subject_boost, (int, np.integer))
@@ -660,6 +721,8 @@ class Retriever:
             raise ValueError(f"k must be a positive integer, got {k!r}")
         if not (dense or lexical):
             raise ValueError("at least one of dense and lexical retrieval must be on")
+        if per_document is not None:
+            _check_settings(per_document=per_document)
         dl = Deadline(deadline_ms)
         stages: List[StageInfo] = []
 
