@@ -69,6 +69,13 @@ def test_per_query_ef_array_and_ef_below_k() -> None:
         idx.search(q, 5, ef=[10, 20])
     with pytest.raises(ValueError):
         idx.search(q, 5, ef=0)
+    idx.set_ef(0)  # hnswlib accepts 0: every query is raised to its k
+    assert idx.ef == 1 and (idx.search(q, 5)[0] >= 0).all()
+    with pytest.raises(ValueError, match="ef must be >= 0"):
+        idx.set_ef(-1)
+    with pytest.raises(TypeError, match="ef must be an integer"):
+        idx.set_ef(12.5)
+    assert idx.ef == 1  # a rejected value leaves the setting as it was
 
 
 def test_label_filter_keeps_only_allowed_and_stays_accurate() -> None:

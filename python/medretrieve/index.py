@@ -297,7 +297,12 @@ class Index:
         self._num_threads = int(num_threads)
 
     def set_ef(self, ef: int) -> None:
-        """Default efSearch (candidate list size); values below k are raised to k per query."""
+        """Default efSearch (candidate list size); values below k are raised to k per query (0 is accepted, as
+        in hnswlib)."""
+        if isinstance(ef, bool) or not isinstance(ef, (int, np.integer)):
+            raise TypeError(f"ef must be an integer, got {type(ef).__name__}")
+        if ef < 0:
+            raise IndexInputError(f"ef must be >= 0, got {ef}")
         self._c().set_ef(max(1, int(ef)))
 
     def _threads(self, num_threads: int) -> int:
