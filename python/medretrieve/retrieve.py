@@ -252,7 +252,6 @@ class _Ema:
 # ----------------------------------------------------------------- the retriever
 
 
-
 # setting -> (integer only, lowest, highest); None: unbounded on that side
 _SETTING_RANGES: Dict[str, Tuple[bool, Optional[float], Optional[float]]] = {
     "candidates": (True, 1, None), "rrf_k": (False, 0.0, None), "variant_weight": (False, 0.0, None),
@@ -264,13 +263,17 @@ _SETTING_RANGES: Dict[str, Tuple[bool, Optional[float], Optional[float]]] = {
 }
 
 
+def _is_number(value: Any, integer: bool = False) -> bool:
+    """A finite int or float (an int when ``integer``); bools are not numbers here."""
+    kind = (int, np.integer) if integer else (int, float, np.integer, np.floating)
+    return not isinstance(value, bool) and isinstance(value, kind) and math.isfinite(value)
+
+
 def _check_settings(**values: Any) -> None:
     """ValueError naming the first setting (of :data:`_SETTING_RANGES`) that is not a finite number in its range."""
     for name, value in values.items():
         integer, lo, hi = _SETTING_RANGES[name]
-        kind = (int, np.integer) if integer else (int, float, np.integer, np.floating)
-        if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) \
-                or (lo is not None and value < lo) or (hi is not None and value > hi):
+        if not _is_number(value, integer) or (lo is not None and value < lo) or (hi is not None and value > hi):
             what = "an integer" if integer else "a finite number"
             bounds = f" >= {lo}" if hi is None else f" in [{lo}, {hi}]"
             raise ValueError(f"{name} must be {what}{bounds}, got {value!r}")
@@ -287,8 +290,7 @@ def _check_weights(name: str, weights: Optional[Dict[str, float]], defaults: Dic
     if unknown:
         raise ValueError(f"{name}: unknown weights {unknown}; known: {sorted(defaults)}")
     for key, w in weights.items():
-        if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)) \
-                or not math.isfinite(w) or w < 0:
+        if not _is_number(w) or w < 0:
             raise ValueError(f"{name}[{key!r}] must be a finite number >= 0, got {w!r}")
 
 
