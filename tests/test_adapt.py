@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from encoder_fixtures import make_tiny_bert_dir  # noqa: E402
-from medretrieve.adapt import INFO_NAME, fit_query_encoder  # noqa: E402
+from medretrieve.adapt import INFO_NAME, fit_cross_encoder, fit_query_encoder  # noqa: E402
 from medretrieve.collection import Collection  # noqa: E402
 from medretrieve.encoders import read_manifest  # noqa: E402
 from medretrieve.export import export_onnx  # noqa: E402
@@ -144,4 +144,78 @@ def test_cli_fit_query_encoder_and_search_with_it(setup, tmp_path, capsys):
                  str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["hits"]
     assert main(["fit-query-encoder", str(col.directory), str(golden), "--base", str(base), "-o", str(out)]) == 2
+    assert "not empty" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------- cross-encoder
+def test_fit_cross_encoder_learns_the_training_pairs_and_exports_onnx(setup):
+    from medretrieve.encoders import CrossEncoder
+    from medretrieve.retrieve import Retriever
+
+    tmp, base, col = setup
+    ret = Retriever(col, warmup=False)
+    res = fit_cross_encoder(ret, TRAIN, base, tmp / "ce", epochs=20, lr=5e-3, seed=0)  # a tiny model learns slowly
+    # one group per training question (one chunk per document), the relevant chunk against the other five
+    assert (res.questions, res.skipped, res.groups) == (6, 0, 6) and len(res.losses) == 20
+    assert res.losses[-1] < 0.5 * res.losses[0]
+    info = json.loads((tmp / "ce" / INFO_NAME).read_text())
+    assert info["groups"] == 6 and info["base"] == str(base)
+    ce = CrossEncoder.from_dir(tmp / "ce")
+    docs = {r.document_id: (r.title, r.text) for r in col.rows}
+    wins = 0
+    for q, rel in TRAIN:
+        ids = sorted(docs)
+        logits = ce.score(q, [docs[d] for d in ids])
+        wins += ids[int(np.argmax(logits))] in rel
+    assert wins >= 5  # the training questions now find their own documents
+    res2 = Retriever(col, cross_encoder=str(tmp / "ce"), warmup=False).search(TRAIN[0][0], k=3, deadline_ms=None)
+    assert "cross_encoder" in res2.hits[0].scores and res2.hits[0].document_id in TRAIN[0][1]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(epochs=0), "epochs"), (dict(lr=-1.0), "lr"), (dict(group_size=1), "group_size"),
+    (dict(max_positives=0), "max_positives"), (dict(max_length=4), "max_length"),
+])
+def test_fit_cross_encoder_bad_settings_raise_before_training(setup, kwargs, match):
+    from medretrieve.retrieve import Retriever
+
+    tmp, base, col = setup
+    with pytest.raises(ValueError, match=match):
+        fit_cross_encoder(Retriever(col, warmup=False), TRAIN, base, tmp / "ce-bad", **kwargs)
+    assert not (tmp / "ce-bad").exists()
+
+
+def test_fit_cross_encoder_refuses_unusable_input(setup):
+    from medretrieve.retrieve import Retriever
+
+    tmp, base, col = setup
+    ret = Retriever(col, warmup=False)
+    with pytest.raises(ValueError, match="none of the 1 training questions"):
+        fit_cross_encoder(ret, [("what is the first line drug", {"9999"})], base, tmp / "ce-none")
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        fit_cross_encoder(ret, TRAIN, tmp / "no-model", tmp / "ce-none2")
+    taken = tmp / "ce-taken"
+    taken.mkdir()
+    (taken / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError):
+        fit_cross_encoder(ret, TRAIN, base, taken)
+    assert (taken / "keep.txt").read_text() == "mine"
+
+
+def test_cli_fit_cross_encoder(setup, tmp_path, capsys):
+    from medretrieve.cli import main
+
+    tmp, base, col = setup
+    golden = tmp_path / "golden.json"
+    golden.write_text(json.dumps({"questions": [
+        {"body": q, "type": "summary", "documents": [f"http://www.ncbi.nlm.nih.gov/pubmed/{d}" for d in docs]}
+        for q, docs in TRAIN]}))
+    out = tmp_path / "ce"
+    assert main(["fit-cross-encoder", str(col.directory), str(golden), "--base", str(base), "-o", str(out),
+                 "--epochs", "1", "--lr", "1e-3"]) == 0
+    assert "cross-encoder fitted on 6 questions" in capsys.readouterr().out
+    assert main(["search", str(col.directory), "what is the first line drug for adults", "--cross-encoder",
+                 str(out), "--json"]) == 0
+    assert "cross_encoder" in json.loads(capsys.readouterr().out)["hits"][0]["scores"]
+    assert main(["fit-cross-encoder", str(col.directory), str(golden), "--base", str(base), "-o", str(out)]) == 2
     assert "not empty" in capsys.readouterr().err

@@ -238,6 +238,59 @@ def test_ranker_with_a_cross_encoder(collection):
     assert any(abs(h.scores["rerank"] - by_chunk[h.chunk_id]["rerank"]) > 1e-6 for h in shared)
 
 
+class ConstantCrossEncoder:
+    """One logit per chunk id (0 for the rest), counting the pairs it saw in order."""
+
+    def __init__(self, collection, logits=None):
+        self.by_text = {r.text: r.chunk_id for r in collection.rows}
+        self.logits = logits or {}
+        self.seen = []
+
+    def score(self, query, articles):
+        ids = [self.by_text[x] for _, x in articles]
+        self.seen += ids
+        return np.array([self.logits.get(i, 0.0) for i in ids], dtype=np.float32)
+
+
+def test_ranker_and_cross_encoder_add_logits_in_the_rankers_order(collection):
+    from medretrieve.retrieve import Retriever
+
+    q = "Which inhalers treat asthma?"
+    ranked = Retriever(collection)
+    ranker = ranked.fit_ranker(TRAINING)
+    alone = ranked.search(q, k=8, deadline_ms=None, diversify=False, recover=False)
+    p_alone = {h.chunk_id: h.scores["rerank"] for h in alone.hits}
+
+    # a cross-encoder with nothing to say (logit 0) leaves the ranker's probabilities and order as they were, and
+    # a cut depth spends itself on the ranker's best candidates
+    zero = ConstantCrossEncoder(collection)
+    both = Retriever(collection, cross_encoder=zero, ranker=ranker, rerank_depth=4)
+    zero.seen.clear()  # warmup's call
+    res = both.search(q, k=8, deadline_ms=None, diversify=False, recover=False)
+    assert "learned ranker's order, logits added (weight 0.5)" in res.stage("rerank").reason
+    assert zero.seen == [h.chunk_id for h in alone.hits[:4]]
+    assert [h.chunk_id for h in res.hits] == [h.chunk_id for h in alone.hits]
+    for h in res.hits[:4]:
+        assert h.scores["rerank"] == pytest.approx(p_alone[h.chunk_id], rel=1e-5)
+
+    # a logit that outweighs the ranker's margin moves a lower candidate up: sigmoid(logit(p) + 0.5 x logit_ce)
+    def logit(p):
+        return float(np.log(p / (1 - p)))
+
+    target = alone.hits[3].chunk_id
+    ce_logit = 2 * (logit(alone.hits[0].scores["rerank"]) - logit(p_alone[target])) + 2.0
+    loud = Retriever(collection, cross_encoder=ConstantCrossEncoder(collection, {target: ce_logit}), ranker=ranker,
+                     rerank_depth=4)
+    top = loud.search(q, k=8, deadline_ms=None, diversify=False, recover=False).hits[0]
+    assert top.chunk_id == target
+    expected = 1 / (1 + np.exp(-(logit(p_alone[target]) + 0.5 * ce_logit)))
+    assert top.scores["rerank"] == pytest.approx(expected, rel=1e-4)
+    off = Retriever(collection, cross_encoder=ConstantCrossEncoder(collection, {target: ce_logit}), ranker=ranker,
+                    rerank_depth=4, ranker_ce_weight=0.0)
+    assert off.search(q, k=8, deadline_ms=None, diversify=False, recover=False).hits[0].chunk_id == \
+        alone.hits[0].chunk_id
+
+
 def test_fit_ranker_rejects_what_is_neither_pairs_nor_files(collection):
     from medretrieve.retrieve import Retriever
 

@@ -1,7 +1,7 @@
-"""Command line: ``medretrieve build | search | fit-ranker | fit-query-encoder | answer | eval | export-onnx | demo``.
+"""Command line: ``medretrieve build | search | fit-ranker | fit-query-encoder | fit-cross-encoder | answer | ...``.
 
 Each subcommand lives in the module of its pipeline stage, which provides
-``add_cli(subparsers)``; modules are imported lazily so ``--help`` stays fast
+``add_cli(subparsers)`` (or the function named after a colon); modules are imported lazily so ``--help`` stays fast
 and optional dependencies (torch for export) load only when used.
 """
 from __future__ import annotations
@@ -11,13 +11,14 @@ import importlib
 import sys
 from typing import Optional, Sequence
 
-# subcommand -> module that registers it (with add_cli(subparsers)).
+# subcommand -> module that registers it (with add_cli(subparsers), or "module:function").
 _COMMANDS = {
     "export-onnx": "medretrieve.export",
     "build": "medretrieve.collection",
     "search": "medretrieve.retrieve",
     "fit-ranker": "medretrieve.rerank",
     "fit-query-encoder": "medretrieve.adapt",
+    "fit-cross-encoder": "medretrieve.adapt:add_cross_encoder_cli",
     "demo": "medretrieve.demo",
     "answer": "medretrieve.generate",
     "eval": "medretrieve.evaluate",
@@ -33,13 +34,14 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
             # Register a stub so --help lists every command without importing it.
             sub.add_parser(name, help=f"(see `medretrieve {name} --help`)")
             continue
+        module, _, function = module.partition(":")
         try:
             mod = importlib.import_module(module)
         except ImportError as exc:  # optional extra missing
             p = sub.add_parser(name, help=f"unavailable: {exc}")
             p.set_defaults(func=lambda args, exc=exc: _unavailable(exc))
             continue
-        mod.add_cli(sub)
+        getattr(mod, function or "add_cli")(sub)
     return parser
 
 
