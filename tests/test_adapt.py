@@ -128,14 +128,20 @@ def test_a_query_encoder_of_another_width_is_refused_on_use(setup):
         reopened.encode_queries(["what is the first line drug"])
 
 
-def test_cli_fit_query_encoder_and_search_with_it(setup, tmp_path, capsys):
-    from medretrieve.cli import main
-
-    tmp, base, col = setup
+def _golden_file(tmp_path: Path) -> Path:
+    """TRAIN as a BioASQ golden file."""
     golden = tmp_path / "golden.json"
     golden.write_text(json.dumps({"questions": [
         {"body": q, "type": "summary", "documents": [f"http://www.ncbi.nlm.nih.gov/pubmed/{d}" for d in docs]}
         for q, docs in TRAIN]}))
+    return golden
+
+
+def test_cli_fit_query_encoder_and_search_with_it(setup, tmp_path, capsys):
+    from medretrieve.cli import main
+
+    tmp, base, col = setup
+    golden = _golden_file(tmp_path)
     out = tmp_path / "qenc"
     assert main(["fit-query-encoder", str(col.directory), str(golden), "--base", str(base), "-o", str(out),
                  "--epochs", "2", "--lr", "1e-3"]) == 0
@@ -206,10 +212,7 @@ def test_cli_fit_cross_encoder(setup, tmp_path, capsys):
     from medretrieve.cli import main
 
     tmp, base, col = setup
-    golden = tmp_path / "golden.json"
-    golden.write_text(json.dumps({"questions": [
-        {"body": q, "type": "summary", "documents": [f"http://www.ncbi.nlm.nih.gov/pubmed/{d}" for d in docs]}
-        for q, docs in TRAIN]}))
+    golden = _golden_file(tmp_path)
     out = tmp_path / "ce"
     assert main(["fit-cross-encoder", str(col.directory), str(golden), "--base", str(base), "-o", str(out),
                  "--epochs", "1", "--lr", "1e-3"]) == 0

@@ -91,6 +91,42 @@ def _check_args(epochs: Any, lr: Any, batch_size: Any, temperature: Any) -> None
             raise ValueError(f"{name} must be a positive number, got {v!r}")
 
 
+def _optimiser(model, lr: float, steps: int):
+    """AdamW with linear warm-up over 10% of the steps, then linear decay to 0."""
+    import torch
+
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    warm = max(1.0, 0.1 * steps)
+    return opt, torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * max(0.0, 1 - s / steps))
+
+
+def _step(loss, model, opt, sched) -> None:
+    """One update, gradients clipped at norm 1."""
+    import torch
+
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    opt.zero_grad()
+
+
+def _export_trained(model, tokenizer, out: Path, kind: str, **export_args: Any) -> None:
+    """Save the fine-tuned model next to ``out`` and export it there as ONNX (``export.export_onnx``)."""
+    from .export import export_onnx
+
+    model.eval()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".adapt-", dir=out.parent))
+    try:
+        model.save_pretrained(work)
+        tokenizer.save_pretrained(work)
+        export_onnx(work, out, kind, **export_args)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def fit_query_encoder(collection, examples, base: Union[str, os.PathLike], out_dir: Union[str, os.PathLike], *,
                       epochs: int = 4, lr: float = 5e-5, batch_size: int = 32, temperature: float = 0.05,
                       quantize: Optional[str] = None, seed: int = 0, overwrite: bool = False,
@@ -108,7 +144,7 @@ def fit_query_encoder(collection, examples, base: Union[str, os.PathLike], out_d
     """
     from .expansion import training_pairs
 
-    from .export import _load_torch_model, check_output_dir, export_onnx
+    from .export import _load_torch_model, check_output_dir
 
     _check_args(epochs, lr, batch_size, temperature)
     out = check_output_dir(out_dir, overwrite)  # before training, not after
@@ -168,9 +204,7 @@ def fit_query_encoder(collection, examples, base: Union[str, os.PathLike], out_d
     targets = torch.from_numpy(np.ascontiguousarray(collection.vectors(live), dtype=np.float32))
     order = list(range(len(questions)))
     steps = epochs * math.ceil(len(order) / batch_size)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    warm = max(1.0, 0.1 * steps)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * max(0.0, 1 - s / steps))
+    opt, sched = _optimiser(model, lr, steps)
     losses: List[float] = []
     t0 = time.perf_counter()
     model.train()
@@ -187,27 +221,14 @@ def fit_query_encoder(collection, examples, base: Union[str, os.PathLike], out_d
             for row, j in enumerate(batch):
                 mask[row, torch.from_numpy(positives[j])] = True
             loss = (torch.logsumexp(logits, 1) - torch.logsumexp(logits.masked_fill(~mask, -torch.inf), 1)).mean()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad()
+            _step(loss, model, opt, sched)
             total += float(loss.detach()) * len(batch)
             bar.update(1)
         losses.append(total / len(order))
     bar.close()
     seconds = time.perf_counter() - t0
-    model.eval()
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".adapt-", dir=out.parent))
-    try:
-        model.save_pretrained(work)
-        tokenizer.save_pretrained(work)
-        export_onnx(work, out, "query", pooling=m.pooling, normalize=m.normalize, quantize=quantize,
+    _export_trained(model, tokenizer, out, "query", pooling=m.pooling, normalize=m.normalize, quantize=quantize,
                     max_length=m.max_length, overwrite=overwrite)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     result = Adaptation(str(out), str(base_dir), len(questions), len(pairs) - len(questions),
                         int(sum(len(p) for p in positives)), int(len(live)), epochs, float(lr), batch_size,
                         float(temperature), agreement, losses, seconds)
@@ -248,14 +269,16 @@ def fit_cross_encoder(retriever, examples, base: Union[str, os.PathLike], out_di
     the 30 best-ranked, and the loss is the softmax cross-entropy of the group (the relevant chunk first).
     Pairs are read as the product reads them: ``(question, "Title. Text")``. ``base``: a local Hugging Face
     model directory; a bi-encoder (e.g. all-MiniLM-L6-v2) gets a new one-logit head. Measured on one fold of
-    BioASQ 7b (bench/cross_encoder_probe.py): about +0.01 document MAP@10 over a learned ranker when their
-    logits are added (``Retriever(ranker_ce_weight=...)``). Needs torch and transformers (fit time only).
+    BioASQ 7b (bench/RESULTS.md): over a learned ranker's 100 candidates +0.009..+0.011 document MAP@10 when their
+    logits are added (``Retriever(ranker_ce_weight=...)``); through the full pipeline +0.004 at depth 50, and
+    nothing at a 300 ms deadline on 2 CPU cores, which leave time for ~10 pairs. Needs torch and transformers
+    (fit time only).
     Raises ValueError for bad settings or no usable question, FileExistsError when ``out_dir`` is not empty
     and ``overwrite`` is False (checked before training).
     """
     from .encoders import join_title
     from .expansion import training_pairs
-    from .export import check_output_dir, export_onnx
+    from .export import check_output_dir
 
     _check_args(epochs, lr, 1, 1.0)
     for name, v, lo in (("group_size", group_size, 2), ("max_positives", max_positives, 1),
@@ -294,9 +317,7 @@ def fit_cross_encoder(retriever, examples, base: Union[str, os.PathLike], out_di
     model = AutoModelForSequenceClassification.from_pretrained(
         str(base_dir), num_labels=1, ignore_mismatched_sizes=True, attn_implementation="eager", local_files_only=True)
     steps = epochs * len(groups)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    warm = max(1.0, 0.1 * steps)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * max(0.0, 1 - s / steps))
+    opt, sched = _optimiser(model, lr, steps)
     first = torch.zeros(1, dtype=torch.long)
     losses: List[float] = []
     t0 = time.perf_counter()
@@ -309,25 +330,13 @@ def fit_cross_encoder(retriever, examples, base: Union[str, os.PathLike], out_di
             enc = tokenizer([question] * len(hits), [join_title(h.title, h.text) for h in hits], truncation=True,
                             max_length=max_length, padding=True, return_tensors="pt")
             loss = torch.nn.functional.cross_entropy(model(**enc).logits.reshape(1, -1), first)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad()
+            _step(loss, model, opt, sched)
             total += float(loss.detach())
             bar.update(1)
         losses.append(total / len(groups))
     bar.close()
     seconds = time.perf_counter() - t0
-    model.eval()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".adapt-", dir=out.parent))
-    try:
-        model.save_pretrained(work)
-        tokenizer.save_pretrained(work)
-        export_onnx(work, out, "cross", quantize=quantize, max_length=max_length, overwrite=overwrite)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    _export_trained(model, tokenizer, out, "cross", quantize=quantize, max_length=max_length, overwrite=overwrite)
     result = CrossEncoderFit(str(out), str(base_dir), used, len(pairs) - used, len(groups), epochs, float(lr),
                              group_size, losses, seconds)
     (out / INFO_NAME).write_text(json.dumps(asdict(result), indent=2), encoding="utf-8")
@@ -335,20 +344,26 @@ def fit_cross_encoder(retriever, examples, base: Union[str, os.PathLike], out_di
 
 
 # ----------------------------------------------------------------- CLI
-def add_cli(sub) -> None:
-    p = sub.add_parser("fit-query-encoder",
-                       help="fine-tune a collection's query encoder on training questions (needs torch)")
+def _fit_parser(sub, name: str, help: str, base_help: str, output_help: str, epochs: int, lr: float):
+    """The arguments every fit-* command of this module shares; returns the parser for the rest."""
+    p = sub.add_parser(name, help=help)
     p.add_argument("collection", help="collection directory (medretrieve build)")
     p.add_argument("training", nargs="+", help="BioASQ golden JSON files: questions with relevant documents")
-    p.add_argument("--base", required=True,
-                   help="Hugging Face weights of the collection's encoder (local directory)")
-    p.add_argument("-o", "--output", required=True, help="directory for the ONNX query encoder")
-    p.add_argument("--epochs", type=int, default=4)
-    p.add_argument("--lr", type=float, default=5e-5)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--temperature", type=float, default=0.05)
+    p.add_argument("--base", required=True, help=base_help)
+    p.add_argument("-o", "--output", required=True, help=output_help)
+    p.add_argument("--epochs", type=int, default=epochs)
+    p.add_argument("--lr", type=float, default=lr)
     p.add_argument("--quantize", choices=("int8",), default=None)
     p.add_argument("--overwrite", action="store_true")
+    return p
+
+
+def add_cli(sub) -> None:
+    p = _fit_parser(sub, "fit-query-encoder", "fine-tune a collection's query encoder on training questions "
+                    "(needs torch)", "Hugging Face weights of the collection's encoder (local directory)",
+                    "directory for the ONNX query encoder", epochs=4, lr=5e-5)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--temperature", type=float, default=0.05)
     p.set_defaults(func=_cli)
 
 
@@ -370,19 +385,12 @@ def _cli(args) -> int:
 
 
 def add_cross_encoder_cli(sub) -> None:
-    p = sub.add_parser("fit-cross-encoder",
-                       help="fine-tune a cross-encoder on training questions against a collection (needs torch)")
-    p.add_argument("collection", help="collection directory (medretrieve build)")
-    p.add_argument("training", nargs="+", help="BioASQ golden JSON files: questions with relevant documents")
-    p.add_argument("--base", required=True, help="Hugging Face model directory to start from (local)")
-    p.add_argument("-o", "--output", required=True, help="directory for the ONNX cross-encoder")
+    p = _fit_parser(sub, "fit-cross-encoder", "fine-tune a cross-encoder on training questions against a "
+                    "collection (needs torch)", "Hugging Face model directory to start from (local)",
+                    "directory for the ONNX cross-encoder", epochs=1, lr=3e-5)
     p.add_argument("--ranker", default=None,
                    help="learned ranker (JSON) the candidates are ranked with, as they will be at search time")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--lr", type=float, default=3e-5)
     p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--quantize", choices=("int8",), default=None)
-    p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=_cross_encoder_cli)
 
 

@@ -28,8 +28,8 @@
    chunk, or ``keyword`` when there is none). With a cross-encoder and a learned ranker, the cross-encoder reads
    the candidates in the ranker's order and a scored candidate gets ``sigmoid(logit(p_ranker) + ranker_ce_weight x
    ce_logit)`` (default weight 0.5): both are relevance models, and adding logits kept their combined gain (about
-   +0.01 document MAP@10 on a BioASQ fold) where the fixed formula kept +0.001 (bench/RESULTS.md). The
-   cross-encoder runs in batches while the budget allows; the depth reached is reported.
+   +0.01 document MAP@10 over the ranker's candidates on a BioASQ fold) where the fixed formula kept +0.001
+   (bench/RESULTS.md). The cross-encoder runs in batches while the budget allows; the depth reached is reported.
 6. ``mmr``: diversification with the query type's lambda (``medretrieve.lambda_for``,
    ``medretrieve.mmr`` over the stored vectors) among the candidates scoring within
    ``mmr_floor`` (0.95) of the best, skipped when time is short. (Over all candidates it
