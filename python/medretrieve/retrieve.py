@@ -866,7 +866,7 @@ class Retriever:
                 tt = _term_match(q_terms, title_toks, self._alts) if q_terms else 0.0
                 return kw, tt, (self._entity_match(ents, r) if ents else kw)
 
-            for i, r in enumerate(rows if learned is not None else rows[:n]):
+            for i, r in enumerate(rows):
                 if r in ce and learned is not None:
                     # both model relevance: add their logits (bench/cross_encoder_probe.py)
                     p = min(max(float(learned[i]), 1e-9), 1.0 - 1e-9)
