@@ -128,28 +128,27 @@ def test_a_query_encoder_of_another_width_is_refused_on_use(setup):
         reopened.encode_queries(["what is the first line drug"])
 
 
-def _golden_file(tmp_path: Path) -> Path:
-    """TRAIN as a BioASQ golden file."""
+@pytest.mark.parametrize("command,fitted,search_flag", [
+    ("fit-query-encoder", "adapted on 6 questions", "--query-encoder"),
+    ("fit-cross-encoder", "cross-encoder fitted on 6 questions", "--cross-encoder"),
+])
+def test_cli_fit_and_search_with_the_result(setup, tmp_path, capsys, command, fitted, search_flag):
+    from medretrieve.cli import main
+
+    tmp, base, col = setup
     golden = tmp_path / "golden.json"
     golden.write_text(json.dumps({"questions": [
         {"body": q, "type": "summary", "documents": [f"http://www.ncbi.nlm.nih.gov/pubmed/{d}" for d in docs]}
         for q, docs in TRAIN]}))
-    return golden
-
-
-def test_cli_fit_query_encoder_and_search_with_it(setup, tmp_path, capsys):
-    from medretrieve.cli import main
-
-    tmp, base, col = setup
-    golden = _golden_file(tmp_path)
-    out = tmp_path / "qenc"
-    assert main(["fit-query-encoder", str(col.directory), str(golden), "--base", str(base), "-o", str(out),
+    out = tmp_path / "model"
+    assert main([command, str(col.directory), str(golden), "--base", str(base), "-o", str(out),
                  "--epochs", "2", "--lr", "1e-3"]) == 0
-    assert "adapted on 6 questions" in capsys.readouterr().out
-    assert main(["search", str(col.directory), "what is the first line drug for adults", "--query-encoder",
+    assert fitted in capsys.readouterr().out
+    assert main(["search", str(col.directory), "what is the first line drug for adults", search_flag,
                  str(out), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["hits"]
-    assert main(["fit-query-encoder", str(col.directory), str(golden), "--base", str(base), "-o", str(out)]) == 2
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert hits and (search_flag != "--cross-encoder" or "cross_encoder" in hits[0]["scores"])
+    assert main([command, str(col.directory), str(golden), "--base", str(base), "-o", str(out)]) == 2
     assert "not empty" in capsys.readouterr().err
 
 
@@ -206,19 +205,3 @@ def test_fit_cross_encoder_refuses_unusable_input(setup):
     with pytest.raises(FileExistsError):
         fit_cross_encoder(ret, TRAIN, base, taken)
     assert (taken / "keep.txt").read_text() == "mine"
-
-
-def test_cli_fit_cross_encoder(setup, tmp_path, capsys):
-    from medretrieve.cli import main
-
-    tmp, base, col = setup
-    golden = _golden_file(tmp_path)
-    out = tmp_path / "ce"
-    assert main(["fit-cross-encoder", str(col.directory), str(golden), "--base", str(base), "-o", str(out),
-                 "--epochs", "1", "--lr", "1e-3"]) == 0
-    assert "cross-encoder fitted on 6 questions" in capsys.readouterr().out
-    assert main(["search", str(col.directory), "what is the first line drug for adults", "--cross-encoder",
-                 str(out), "--json"]) == 0
-    assert "cross_encoder" in json.loads(capsys.readouterr().out)["hits"][0]["scores"]
-    assert main(["fit-cross-encoder", str(col.directory), str(golden), "--base", str(base), "-o", str(out)]) == 2
-    assert "not empty" in capsys.readouterr().err

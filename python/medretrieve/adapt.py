@@ -91,25 +91,39 @@ def _check_args(epochs: Any, lr: Any, batch_size: Any, temperature: Any) -> None
             raise ValueError(f"{name} must be a positive number, got {v!r}")
 
 
-def _optimiser(model, lr: float, steps: int):
-    """AdamW with linear warm-up over 10% of the steps, then linear decay to 0."""
+def _train(model, items: List[Any], loss_of, *, epochs: int, batch_size: int, lr: float, rng: random.Random,
+           desc: str, progress: bool) -> tuple:
+    """Fine-tune ``model`` on ``items`` in shuffled batches: ``loss_of(batch)`` gives the batch's mean loss. AdamW
+    with linear warm-up over 10% of the steps then linear decay to 0, gradients clipped at norm 1. Returns (mean
+    loss of each epoch, wall time in s)."""
     import torch
+    from tqdm import tqdm
 
+    steps = epochs * math.ceil(len(items) / batch_size)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     warm = max(1.0, 0.1 * steps)
-    return opt, torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * max(0.0, 1 - s / steps))
-
-
-def _step(loss, model, opt, sched) -> None:
-    """One update, gradients clipped at norm 1."""
-    import torch
-
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    sched.step()
-    opt.zero_grad()
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * max(0.0, 1 - s / steps))
+    order = list(range(len(items)))
+    losses: List[float] = []
+    t0 = time.perf_counter()
+    model.train()
+    bar = tqdm(total=steps, desc=desc, disable=not progress)
+    for _ in range(epochs):
+        rng.shuffle(order)
+        total = 0.0
+        for i in range(0, len(order), batch_size):
+            batch = [items[j] for j in order[i:i + batch_size]]
+            loss = loss_of(batch)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+            total += float(loss.detach()) * len(batch)
+            bar.update(1)
+        losses.append(total / len(order))
+    bar.close()
+    return losses, time.perf_counter() - t0
 
 
 def _export_trained(model, tokenizer, out: Path, kind: str, **export_args: Any) -> None:
@@ -202,31 +216,16 @@ def fit_query_encoder(collection, examples, base: Union[str, os.PathLike], out_d
                          f"{agreement:.3f} < {MIN_AGREEMENT}); pass the model the collection was built with")
 
     targets = torch.from_numpy(np.ascontiguousarray(collection.vectors(live), dtype=np.float32))
-    order = list(range(len(questions)))
-    steps = epochs * math.ceil(len(order) / batch_size)
-    opt, sched = _optimiser(model, lr, steps)
-    losses: List[float] = []
-    t0 = time.perf_counter()
-    model.train()
-    from tqdm import tqdm
 
-    bar = tqdm(total=steps, desc="adapt query encoder", disable=not progress)
-    for _ in range(epochs):
-        rng.shuffle(order)
-        total = 0.0
-        for i in range(0, len(order), batch_size):
-            batch = order[i:i + batch_size]
-            logits = embed([questions[j] for j in batch]) @ targets.T / temperature
-            mask = torch.zeros_like(logits, dtype=torch.bool)
-            for row, j in enumerate(batch):
-                mask[row, torch.from_numpy(positives[j])] = True
-            loss = (torch.logsumexp(logits, 1) - torch.logsumexp(logits.masked_fill(~mask, -torch.inf), 1)).mean()
-            _step(loss, model, opt, sched)
-            total += float(loss.detach()) * len(batch)
-            bar.update(1)
-        losses.append(total / len(order))
-    bar.close()
-    seconds = time.perf_counter() - t0
+    def loss_of(batch: List[int]) -> "torch.Tensor":
+        logits = embed([questions[j] for j in batch]) @ targets.T / temperature
+        mask = torch.zeros_like(logits, dtype=torch.bool)
+        for row, j in enumerate(batch):
+            mask[row, torch.from_numpy(positives[j])] = True
+        return (torch.logsumexp(logits, 1) - torch.logsumexp(logits.masked_fill(~mask, -torch.inf), 1)).mean()
+
+    losses, seconds = _train(model, list(range(len(questions))), loss_of, epochs=epochs, batch_size=batch_size,
+                             lr=lr, rng=rng, desc="adapt query encoder", progress=progress)
     _export_trained(model, tokenizer, out, "query", pooling=m.pooling, normalize=m.normalize, quantize=quantize,
                     max_length=m.max_length, overwrite=overwrite)
     result = Adaptation(str(out), str(base_dir), len(questions), len(pairs) - len(questions),
@@ -316,26 +315,16 @@ def fit_cross_encoder(retriever, examples, base: Union[str, os.PathLike], out_di
     tokenizer = AutoTokenizer.from_pretrained(str(base_dir), local_files_only=True)
     model = AutoModelForSequenceClassification.from_pretrained(
         str(base_dir), num_labels=1, ignore_mismatched_sizes=True, attn_implementation="eager", local_files_only=True)
-    steps = epochs * len(groups)
-    opt, sched = _optimiser(model, lr, steps)
     first = torch.zeros(1, dtype=torch.long)
-    losses: List[float] = []
-    t0 = time.perf_counter()
-    model.train()
-    bar = tqdm(total=steps, desc="fit cross-encoder", disable=not progress)
-    for _ in range(epochs):
-        rng.shuffle(groups)
-        total = 0.0
-        for question, hits in groups:
-            enc = tokenizer([question] * len(hits), [join_title(h.title, h.text) for h in hits], truncation=True,
-                            max_length=max_length, padding=True, return_tensors="pt")
-            loss = torch.nn.functional.cross_entropy(model(**enc).logits.reshape(1, -1), first)
-            _step(loss, model, opt, sched)
-            total += float(loss.detach())
-            bar.update(1)
-        losses.append(total / len(groups))
-    bar.close()
-    seconds = time.perf_counter() - t0
+
+    def loss_of(batch: List[tuple]) -> "torch.Tensor":
+        (question, hits), = batch  # one group per step
+        enc = tokenizer([question] * len(hits), [join_title(h.title, h.text) for h in hits], truncation=True,
+                        max_length=max_length, padding=True, return_tensors="pt")
+        return torch.nn.functional.cross_entropy(model(**enc).logits.reshape(1, -1), first)
+
+    losses, seconds = _train(model, groups, loss_of, epochs=epochs, batch_size=1, lr=lr, rng=rng,
+                             desc="fit cross-encoder", progress=progress)
     _export_trained(model, tokenizer, out, "cross", quantize=quantize, max_length=max_length, overwrite=overwrite)
     result = CrossEncoderFit(str(out), str(base_dir), used, len(pairs) - used, len(groups), epochs, float(lr),
                              group_size, losses, seconds)
