@@ -39,9 +39,10 @@ def main() -> None:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from medretrieve.expansion import TrainingMemory
-    from medretrieve.metrics import average_precision_at_k
-    from medretrieve.retrieve import Retriever
+    from medretrieve.retrieval.expansion import TrainingMemory
+    from medretrieve.evaluation.metrics import average_precision_at_k
+    from medretrieve.retrieval.retriever import Retriever
+    from medretrieve.training.ranker import fit_ranker
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--fold", default="7B1_golden.json", help="the held-out golden file")
@@ -63,7 +64,7 @@ def main() -> None:
         raise SystemExit(f"--fold must be one of {[f.name for f in files]}")
     memory = TrainingMemory.from_bioasq([f for f in files if f.name != args.fold])
     ret = Retriever(col, training=memory)
-    ret.fit_ranker(memory)
+    fit_ranker(ret, memory)
     questions = bench.load_questions()
 
     def candidates(q):

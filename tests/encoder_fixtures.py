@@ -103,7 +103,7 @@ def export_tiny(tmp_path: Path, kind: str, quantize: Optional[str] = None, token
     Deterministic (seeded), so an export already in ``tmp_path`` with the same
     arguments is reused: test modules can share one ``tmp_path_factory`` folder.
     """
-    from medretrieve.export import export_onnx
+    from medretrieve.models.export import export_onnx
 
     extra = "-".join(f"{k}={v}" for k, v in sorted(export_kwargs.items()))
     name = f"tiny-{kind}-{tokenizer}-{sentence_transformers or 'hf'}-{seed}"

@@ -1,4 +1,4 @@
-"""medretrieve.adapt: query-encoder adaptation against a collection's stored vectors (tiny BERT, no download)."""
+"""medretrieve.training: query-encoder and cross-encoder fine-tuning against a collection (tiny BERT, no download)."""
 from __future__ import annotations
 
 import json
@@ -11,10 +11,12 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from encoder_fixtures import make_tiny_bert_dir  # noqa: E402
-from medretrieve.adapt import INFO_NAME, fit_cross_encoder, fit_query_encoder  # noqa: E402
-from medretrieve.collection import Collection  # noqa: E402
-from medretrieve.encoders import read_manifest  # noqa: E402
-from medretrieve.export import export_onnx  # noqa: E402
+from medretrieve.training._loop import INFO_NAME  # noqa: E402
+from medretrieve.training.query_encoder import fit_query_encoder  # noqa: E402
+from medretrieve.training.cross_encoder import fit_cross_encoder
+from medretrieve.corpus.collection import Collection  # noqa: E402
+from medretrieve.models.encoders import read_manifest  # noqa: E402
+from medretrieve.models.export import export_onnx  # noqa: E402
 
 TOPICS = {
     "1001": "metformin insulin glucose diabetes mellitus type dose",
@@ -154,8 +156,8 @@ def test_cli_fit_and_search_with_the_result(setup, tmp_path, capsys, command, fi
 
 # ----------------------------------------------------------------- cross-encoder
 def test_fit_cross_encoder_learns_the_training_pairs_and_exports_onnx(setup):
-    from medretrieve.encoders import CrossEncoder
-    from medretrieve.retrieve import Retriever
+    from medretrieve.models.encoders import CrossEncoder
+    from medretrieve.retrieval.retriever import Retriever
 
     tmp, base, col = setup
     ret = Retriever(col, warmup=False)
@@ -182,7 +184,7 @@ def test_fit_cross_encoder_learns_the_training_pairs_and_exports_onnx(setup):
     (dict(max_positives=0), "max_positives"), (dict(max_length=4), "max_length"),
 ])
 def test_fit_cross_encoder_bad_settings_raise_before_training(setup, kwargs, match):
-    from medretrieve.retrieve import Retriever
+    from medretrieve.retrieval.retriever import Retriever
 
     tmp, base, col = setup
     with pytest.raises(ValueError, match=match):
@@ -191,7 +193,7 @@ def test_fit_cross_encoder_bad_settings_raise_before_training(setup, kwargs, mat
 
 
 def test_fit_cross_encoder_refuses_unusable_input(setup):
-    from medretrieve.retrieve import Retriever
+    from medretrieve.retrieval.retriever import Retriever
 
     tmp, base, col = setup
     ret = Retriever(col, warmup=False)

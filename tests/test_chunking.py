@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from medretrieve.chunking import (
+from medretrieve.corpus.chunking import (
     CATEGORY_IDS,
     ChunkingConfig,
     chunk_record,
@@ -16,7 +16,7 @@ from medretrieve.chunking import (
     section_label,
     split_sentences,
 )
-from medretrieve.sources import Record, Section
+from medretrieve.corpus.sources import Record, Section
 
 
 def test_sentence_splitter_survives_biomedical_abbreviations():

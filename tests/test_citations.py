@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from medretrieve import citations as C
-from medretrieve import generate
+from medretrieve.generation import citations as C
+from medretrieve.generation import generate
 
 
 def test_generate_re_exports_citations():

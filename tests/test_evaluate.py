@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from medretrieve import evaluate as E
-from medretrieve.datasets import load_bioasq
+from medretrieve.evaluation import evaluate as E
+from medretrieve.evaluation.datasets import load_bioasq
 
 FIX = Path(__file__).parent / "fixtures" / "eval"
 BIOASQ = FIX / "bioasq_tiny.json"
@@ -103,7 +103,7 @@ def test_evaluate_bioasq_answers_hand_computed():
 def test_bioasq_answer_fn_through_the_fake_llm():
     from llm_server import FakeLLMServer
 
-    from medretrieve.llm import OpenAIBackend
+    from medretrieve.generation.llm import OpenAIBackend
 
     def reply(request):
         user = request["messages"][-1]["content"]
@@ -122,7 +122,7 @@ def test_bioasq_answer_fn_through_the_fake_llm():
 def test_bioasq_answer_without_exact_line_keeps_its_prose_as_ideal():
     from llm_server import FakeLLMServer
 
-    from medretrieve.llm import OpenAIBackend
+    from medretrieve.generation.llm import OpenAIBackend
 
     (q,) = [q for q in load_bioasq(BIOASQ) if q.type == "yesno"]
     q = dataclasses.replace(q, type="factoid")
@@ -199,7 +199,7 @@ def test_cli_eval_medrgb_tables_and_plots(tmp_path, monkeypatch):
 
 
 def test_medrgb_markdown_layout_rows_are_runs():
-    from medretrieve.report import medrgb_markdown
+    from medretrieve.evaluation.report import medrgb_markdown
 
     def run(label, ds, acc):
         return {"label": label, "dataset": ds, "errors": [], "settings": {
@@ -216,13 +216,13 @@ def test_cli_eval_retrieval_on_a_built_collection(tmp_path, capsys):
     from encoder_fixtures import export_tiny
 
     from medretrieve.cli import main
-    from medretrieve.collection import Collection
+    from medretrieve.corpus.collection import Collection
 
     encoder = export_tiny(tmp_path, "symmetric")
     Collection.build(BIOASQ, tmp_path / "coll", encoder=encoder, progress=False)
     out = tmp_path / "out"
     rc = main(["eval", "retrieval", str(tmp_path / "coll"), "--bioasq", str(BIOASQ), "--out", str(out),
-               "--deadline-ms", "0", "--no-progress"])
+               "--deadline-ms", "none", "--no-progress"])
     assert rc == 0, capsys.readouterr().err
     data = json.loads((out / "results.json").read_text())
     rows = {r["id"]: r for r in data["rows"]}
@@ -235,12 +235,14 @@ def test_cli_eval_retrieval_on_a_built_collection(tmp_path, capsys):
 
 
 def test_parse_search_options():
-    assert E.parse_search_options(["lexical=false", "per-document=2", "x=0.5", "y=none", "z=abc"]) == {
+    from medretrieve.cli.evaluate import parse_search_options
+
+    assert parse_search_options(["lexical=false", "per-document=2", "x=0.5", "y=none", "z=abc"]) == {
         "lexical": False, "per_document": 2, "x": 0.5, "y": None, "z": "abc"}
     with pytest.raises(ValueError, match="NAME=VALUE"):
-        E.parse_search_options(["lexical"])
+        parse_search_options(["lexical"])
     with pytest.raises(ValueError, match="--k"):
-        E.parse_search_options(["k=3"])
+        parse_search_options(["k=3"])
 
 
 def test_retriever_search_fn_passes_options_and_deadline():

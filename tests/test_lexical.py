@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from medretrieve.lexical import LexicalIndex, raw_tokens, tokenize
+from medretrieve.corpus.lexical import LexicalIndex, raw_tokens, tokenize
 
 
 def test_gene_and_drug_tokens_stay_whole():

@@ -6,7 +6,7 @@ import time
 import pytest
 from llm_server import FakeLLMServer, chat_reply, error_reply, refused_base_url, scripted
 
-from medretrieve.llm import (
+from medretrieve.generation.llm import (
     Backend,
     LLMBadResponse,
     LLMContextTooLong,
@@ -306,7 +306,7 @@ def tiny_model(request, tmp_path_factory):
 
 
 def test_transformers_backend_generates(tiny_model):
-    from medretrieve.llm import TransformersBackend
+    from medretrieve.generation.llm import TransformersBackend
 
     b = TransformersBackend(tiny_model)
     assert isinstance(b, Backend)
@@ -321,7 +321,7 @@ def test_transformers_backend_generates(tiny_model):
 
 
 def test_transformers_backend_context_too_long(tiny_model):
-    from medretrieve.llm import TransformersBackend
+    from medretrieve.generation.llm import TransformersBackend
 
     b = TransformersBackend(tiny_model)
     with pytest.raises(LLMContextTooLong, match="context window of 64"):
@@ -332,7 +332,7 @@ def test_transformers_backend_context_too_long(tiny_model):
 
 
 def test_transformers_backend_deadline(tiny_model):
-    from medretrieve.llm import TransformersBackend
+    from medretrieve.generation.llm import TransformersBackend
 
     b = TransformersBackend(tiny_model, max_context=100000)
     with pytest.raises(LLMTimeout):
@@ -344,7 +344,7 @@ def test_transformers_backend_deadline(tiny_model):
 
 def test_transformers_backend_bad_folder(tmp_path):
     pytest.importorskip("transformers")
-    from medretrieve.llm import TransformersBackend
+    from medretrieve.generation.llm import TransformersBackend
 
     with pytest.raises(FileNotFoundError):
         TransformersBackend(tmp_path / "missing")
@@ -353,7 +353,7 @@ def test_transformers_backend_bad_folder(tmp_path):
 
 
 def test_transformers_backend_prompt_format(tiny_model):
-    from medretrieve.llm import TransformersBackend
+    from medretrieve.generation.llm import TransformersBackend
 
     b = TransformersBackend(tiny_model, dtype="float32")
     prompt = b.tokenizer.decode(b._prompt_ids(MSGS)[0])

@@ -94,9 +94,9 @@ def smollm2_url(tmp_path_factory):
 
 
 def test_smollm2_answers_bioasq_yesno(smollm2_url):
-    from medretrieve.generate import parse_bioasq
-    from medretrieve.llm import OpenAIBackend
-    from medretrieve.prompts import bioasq_messages
+    from medretrieve.generation.generate import parse_bioasq
+    from medretrieve.generation.llm import OpenAIBackend
+    from medretrieve.generation.prompts import bioasq_messages
 
     with OpenAIBackend(smollm2_url, "smollm2", timeout_s=120) as backend:
         raw = backend.generate(bioasq_messages(QUESTION, "yesno", SNIPPETS, phase="B"), max_tokens=128,
@@ -108,7 +108,7 @@ def test_smollm2_answers_bioasq_yesno(smollm2_url):
 
 
 def test_smollm2_free_text_through_backend(smollm2_url):
-    from medretrieve.llm import LLMContextTooLong, OpenAIBackend
+    from medretrieve.generation.llm import LLMContextTooLong, OpenAIBackend
 
     with OpenAIBackend(smollm2_url, "smollm2", timeout_s=120) as backend:
         text = backend.generate([{"role": "user", "content": "Name one symptom of influenza."}], max_tokens=24)

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from medretrieve.datasets import MCQuestion
-from medretrieve.medrgb import (
+from medretrieve.evaluation.datasets import MCQuestion
+from medretrieve.evaluation.medrgb import (
     N_VALUES,
     P_VALUES,
     ContextDoc,
@@ -182,7 +182,7 @@ def smart_llm(request: dict):
 
 @pytest.fixture()
 def backend_factory():
-    from medretrieve.llm import OpenAIBackend
+    from medretrieve.generation.llm import OpenAIBackend
 
     made = []
 

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from medretrieve import metrics as M
-from medretrieve.datasets import Snippet
+from medretrieve.evaluation import metrics as M
+from medretrieve.evaluation.datasets import Snippet
 
 RANKED = ["a", "x", "b", "y", "c"]
 GOLD = {"a", "b", "c", "d"}

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from medretrieve import generate
-from medretrieve import parsers as P
+from medretrieve.generation import generate
+from medretrieve.generation import parsers as P
 
 
 def test_generate_re_exports_the_parsers():

@@ -7,7 +7,7 @@ from importlib import resources
 
 import pytest
 
-from medretrieve import prompts as P
+from medretrieve.generation import prompts as P
 
 Q = "Is baloxavir approved for influenza?"
 SNIPPETS = ["Baloxavir marboxil was approved for influenza A and B.", {"title": "Xofluza", "text": "A cap inhibitor."}]
@@ -49,7 +49,7 @@ def test_every_prompt_is_system_plus_user_with_no_unfilled_placeholder():
 
 
 def test_templates_are_package_files():
-    folder = resources.files("medretrieve").joinpath("templates")
+    folder = resources.files("medretrieve.generation").joinpath("templates")
     names = {p.name for p in folder.iterdir()}
     for name in ("bioasq.txt", "cite.txt", "answer_only.txt", "judge.txt", "medrgb_robustness.txt",
                  "expansion_synonyms.txt", "search_topics.txt", "sub_qa.txt", "counterfactual.txt"):

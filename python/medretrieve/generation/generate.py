@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Union
 
 from . import parsers as _parsers
-from .budget import Deadline
+from ..retrieval.budget import Deadline
 from .citations import SEMANTIC_THRESHOLD, SUPPORT_THRESHOLD, Citation, split_sentences, verify_citations
 from .parsers import (
     CITE_RE,
@@ -55,13 +55,13 @@ __all__ = [
     "AbstentionPolicy",
     "Answer",
     "Answerer",
-    "add_cli",
 ]
 
 # ---------------------------------------------------------------------------
 # BioASQ submission
 
-def _get(item: Any, key: str, default: Any = None) -> Any:
+def field_of(item: Any, key: str, default: Any = None) -> Any:
+    """``item[key]`` for a mapping, ``item.key`` for an object (hits and questions come as either)."""
     if isinstance(item, Mapping):
         return item.get(key, default)
     return getattr(item, key, default)
@@ -87,17 +87,17 @@ def _entities(value: Any, limit: int, qid: str) -> list[list[str]]:
 
 
 def _submission_entry(item: Any) -> dict:
-    qid = _get(item, "id")
+    qid = field_of(item, "id")
     if not isinstance(qid, str) or not qid:
         raise ValueError(f"every answer needs a non-empty str 'id', got {qid!r}")
-    qtype = _get(item, "type") or _get(item, "qtype")
+    qtype = field_of(item, "type") or field_of(item, "qtype")
     if qtype not in BIOASQ_TYPES:
         raise ValueError(f"question {qid}: type must be one of {BIOASQ_TYPES}, got {qtype!r}")
-    ideal = _get(item, "ideal_answer") or ""
+    ideal = field_of(item, "ideal_answer") or ""
     if isinstance(ideal, (list, tuple)):
         ideal = " ".join(str(x) for x in ideal)
     entry: dict = {"id": qid, "ideal_answer": str(ideal)}
-    exact = _get(item, "exact_answer")
+    exact = field_of(item, "exact_answer")
     if qtype == "yesno" and exact is None:
         pass  # no answer (abstained or failed): the entry goes without exact_answer, scored as wrong
     elif qtype == "yesno":
@@ -113,7 +113,7 @@ def _submission_entry(item: Any) -> dict:
     elif qtype == "list":
         entry["exact_answer"] = _entities(exact, 100, qid)
     for key, limit in (("documents", 10), ("snippets", 10)):
-        value = _get(item, key)
+        value = field_of(item, key)
         if value:
             entry[key] = list(value)[:limit]
     return entry
@@ -185,21 +185,21 @@ class AbstentionPolicy:
 
     def check(self, result: Any) -> Optional[str]:
         """The reason to abstain, or None to go on and answer."""
-        hits = list(_get(result, "hits") or [])
+        hits = list(field_of(result, "hits") or [])
         if len(hits) < self.min_hits:
             return f"only {len(hits)} evidence passages were retrieved (need {self.min_hits})"
-        if self.weak and _get(result, "weak", False):
-            if not (self.trust_recovery and _get(result, "recovered", False)):
-                reasons = _get(result, "weak_reasons") or []
+        if self.weak and field_of(result, "weak", False):
+            if not (self.trust_recovery and field_of(result, "recovered", False)):
+                reasons = field_of(result, "weak_reasons") or []
                 why = "; ".join(str(r) for r in reasons) or "no reason given"
                 return f"the retriever flagged the question as weak ({why})"
         if self.min_top_score is not None and hits:
             scores = []
             for h in hits:
                 if self.score_key is None:
-                    scores.append(float(_get(h, "score", float("-inf"))))
+                    scores.append(float(field_of(h, "score", float("-inf"))))
                 else:
-                    stage = (_get(h, "scores") or {}).get(self.score_key)
+                    stage = (field_of(h, "scores") or {}).get(self.score_key)
                     if stage is not None:
                         scores.append(float(stage))
             if not scores:
@@ -254,7 +254,7 @@ class Answer:
 
     def submission_entry(self, question_id: str, qtype: Optional[str] = None) -> dict:
         """An entry for :func:`write_bioasq_submission` (id, type, exact and ideal answer, documents)."""
-        docs = _dedupe(str(_get(h, "document_id", "")) for h in self.evidence)
+        docs = _dedupe(str(field_of(h, "document_id", "")) for h in self.evidence)
         return {"id": question_id, "type": qtype or self.qtype or "summary", "exact_answer": self.exact_answer,
                 "ideal_answer": self.text, "documents": [d for d in docs if d]}
 
@@ -268,7 +268,7 @@ def _hit_dict(hit: Any) -> dict:
     return {k: getattr(hit, k) for k in keys if hasattr(hit, k)}
 
 
-_MODES = ("cite", "answer_only", "bioasq")
+MODES = ("cite", "answer_only", "bioasq")
 
 
 class Answerer:
@@ -303,8 +303,8 @@ class Answerer:
         search_kwargs: Optional[dict] = None,
         shrink_on_overflow: bool = True,
     ) -> None:
-        if mode not in _MODES:
-            raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if not hasattr(retriever, "search"):
             raise TypeError("retriever must have a search(question, k=..., deadline_ms=...) method")
         if not hasattr(backend, "generate"):
@@ -348,9 +348,9 @@ class Answerer:
             kwargs["deadline_ms"] = max(0.0, budget)
         with clock.stage("retrieve"):
             result = self.retriever.search(question, k=self.k, **kwargs)
-        hits = list(_get(result, "hits") or [])
-        if qtype is None and _get(result, "query_type") in BIOASQ_TYPES:
-            qtype = _get(result, "query_type")
+        hits = list(field_of(result, "hits") or [])
+        if qtype is None and field_of(result, "query_type") in BIOASQ_TYPES:
+            qtype = field_of(result, "query_type")
         if self.mode == "bioasq" and qtype is None:
             qtype = "summary"
         ans = Answer(question=question, text="", qtype=qtype, mode=self.mode, evidence=hits)
@@ -426,76 +426,3 @@ class Answerer:
         ans.text = clean_output(raw)
         ans.abstained = True
         ans.abstain_reason = "the model judged the retrieved evidence insufficient"
-
-
-# ---------------------------------------------------------------------------
-# CLI: medretrieve answer
-
-def add_cli(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "answer",
-        help="answer a question from a collection with an OpenAI-compatible LLM, citing sources",
-        description="Retrieve evidence from COLLECTION_DIR and answer QUESTION with the LLM at --llm, "
-        "citing numbered sources and checking each citation.",
-    )
-    p.add_argument("collection", metavar="COLLECTION_DIR", help="collection folder (medretrieve build)")
-    p.add_argument("question", help="the question to answer")
-    p.add_argument("--llm", required=True, metavar="BASE_URL", help="OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--model", required=True, help="model name the server knows")
-    p.add_argument("--mode", choices=_MODES, default="cite", help="cite (default), answer_only or bioasq")
-    p.add_argument("--qtype", choices=BIOASQ_TYPES, default=None, help="ask for an exact answer of this BioASQ type")
-    p.add_argument("--k", type=int, default=10, help="evidence passages to retrieve (default 10)")
-    p.add_argument("--deadline-ms", type=float, default=None, help="time budget for the whole answer (ms)")
-    p.add_argument("--max-tokens", type=int, default=512, help="most tokens the LLM may write (default 512)")
-    p.add_argument("--timeout-s", type=float, default=60.0, help="per-request LLM timeout (s, default 60)")
-    p.add_argument("--json", action="store_true", help="print the full answer as JSON")
-    p.set_defaults(func=_cli_answer)
-
-
-def _cli_answer(args: Any) -> int:
-    from .llm import OpenAIBackend
-
-    try:
-        from .collection import Collection
-        from .retrieve import Retriever
-    except ImportError as exc:
-        print(f"medretrieve answer: retrieval is unavailable: {exc}", file=sys.stderr)
-        return 2
-    try:
-        collection = Collection.open(args.collection)
-    except (OSError, ValueError) as exc:
-        print(f"medretrieve answer: cannot open collection {args.collection!r}: {exc}", file=sys.stderr)
-        return 2
-    with OpenAIBackend(args.llm, args.model, timeout_s=args.timeout_s) as backend:
-        answerer = Answerer(Retriever(collection), backend, mode=args.mode, k=args.k, max_tokens=args.max_tokens)
-        ans = answerer.answer(args.question, qtype=args.qtype, deadline_ms=args.deadline_ms)
-    if args.json:
-        print(json.dumps(ans.to_dict(), indent=2, ensure_ascii=False, default=str))
-    else:
-        _print_answer(ans)
-    if ans.error:
-        print(f"medretrieve answer: {ans.error}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _print_answer(ans: Answer) -> None:
-    print(ans.text or "(no answer)")
-    if ans.exact_answer is not None:
-        print(f"\nExact answer: {ans.exact_answer}")
-    if ans.abstained:
-        print(f"\nAbstained: {ans.abstain_reason}")
-    for note in ans.notes:
-        print(f"\nNote: {note}")
-    if ans.evidence:
-        print("\nSources:")
-        for n, h in enumerate(ans.evidence, 1):
-            title = _get(h, "title") or ""
-            print(f"  [{n}] {_get(h, 'document_id', '')} {title}".rstrip())
-    bad = ans.unsupported
-    if bad:
-        print("\nUnsupported sentences:")
-        for c in bad:
-            print(f"  - {c.sentence}  ({c.reason})")
-    t = ans.timings
-    print("\nTimings (ms): " + ", ".join(f"{k} {v:.0f}" for k, v in t.items()))

@@ -15,7 +15,9 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-DEMO_CORPUS = Path(__file__).resolve().parent / "assets" / "demo_corpus.jsonl"
+from .._assets import ASSETS
+
+DEMO_CORPUS = ASSETS / "demo_corpus.jsonl"
 DEMO_QUESTIONS = (
     "What is the first-line drug treatment for type 2 diabetes?",
     "Is levodopa used to treat Parkinson's disease?",
@@ -32,9 +34,10 @@ def run_demo(questions: Sequence[str] = DEMO_QUESTIONS, k: int = 3, deadline_ms:
 
     Prints as it goes (to ``out``, default stdout) and returns the ``SearchResult`` list.
     """
-    from .collection import Collection
-    from .encoders import default_model_dir
-    from .retrieve import Retriever, format_result
+    from ..corpus.collection import Collection
+    from ..models.encoders import default_model_dir
+    from ..retrieval.retriever import Retriever
+    from .search import format_result
 
     out = out or sys.stdout
     with tempfile.TemporaryDirectory(prefix="medretrieve-demo-", dir=workdir) as tmp:
@@ -57,7 +60,7 @@ def run_demo(questions: Sequence[str] = DEMO_QUESTIONS, k: int = 3, deadline_ms:
         return results
 
 
-def add_cli(sub) -> None:
+def add_demo(sub) -> None:
     p = sub.add_parser("demo", help="build a small built-in collection and answer a few questions (offline)")
     p.add_argument("--k", type=int, default=3)
     p.add_argument("--deadline-ms", type=float, default=300.0)
@@ -66,9 +69,5 @@ def add_cli(sub) -> None:
 
 
 def _cli_demo(args: argparse.Namespace) -> int:
-    try:
-        run_demo(args.question or DEMO_QUESTIONS, k=args.k, deadline_ms=args.deadline_ms)
-    except ImportError as exc:
-        print(f"medretrieve demo: {exc}", file=sys.stderr)
-        return 2
+    run_demo(args.question or DEMO_QUESTIONS, k=args.k, deadline_ms=args.deadline_ms)
     return 0

@@ -1,4 +1,4 @@
-"""Export a Hugging Face encoder to an ONNX model directory for :mod:`medretrieve.encoders`.
+"""Export a Hugging Face encoder to an ONNX model directory for :mod:`medretrieve.models.encoders`.
 
 Export-time only: torch and transformers are imported inside the functions,
 never by the run-time encoders. The graph outputs ``last_hidden_state`` (or
@@ -17,12 +17,10 @@ CLI::
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
@@ -121,7 +119,8 @@ def _resolve_settings(kind: str, pooling: Optional[str], normalize: Optional[boo
 # --------------------------------------------------------------------------- torch side
 
 
-def _load_torch_model(model_dir: Union[str, Path], kind: str, local: bool):
+def load_torch_model(model_dir: Union[str, Path], kind: str, local: bool) -> Any:
+    """A Hugging Face model for ``kind`` (a one-logit classifier for ``cross``), eval mode, eager attention."""
     import torch  # noqa: F401  (export-time extra)
     from transformers import AutoModel, AutoModelForSequenceClassification
 
@@ -329,7 +328,7 @@ def _export(source: Union[str, Path], out_dir: Path, kind: str, pooling: Optiona
             raise FileNotFoundError(f"{source} is not a model directory (nor a hub id like org/name)")
         st, model_dir = {}, str(source)
 
-    model = _load_torch_model(model_dir, kind, local)
+    model = load_torch_model(model_dir, kind, local)
     max_positions = int(getattr(model.config, "max_position_embeddings", 512) or 512)
     if getattr(model.config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
         max_positions -= 2  # RoBERTa positions start after the padding index
@@ -436,40 +435,5 @@ def _publish(work: Path, out_dir: Path) -> None:
         stale.unlink()
 
 
-# --------------------------------------------------------------------------- CLI
-
-
-def add_cli(subparsers) -> None:
-    """Register ``medretrieve export-onnx``."""
-    p = subparsers.add_parser("export-onnx", help="export a Hugging Face encoder to an ONNX model directory",
-                              description="Export a Hugging Face encoder (local directory) to an ONNX model directory "
-                              "with a medretrieve.json manifest, checked against torch.")
-    p.add_argument("source", metavar="SOURCE_DIR", help="local Hugging Face model directory (or a hub id)")
-    p.add_argument("out_dir", metavar="OUT_DIR", help="directory to create")
-    p.add_argument("--kind", required=True, choices=KINDS)
-    p.add_argument("--pooling", choices=("cls", "mean"), default=None,
-                   help="default: the sentence-transformers config, else cls (query/article) or mean (symmetric)")
-    p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
-                   help="L2-normalise vectors (default: as the source's config / the kind's convention)")
-    p.add_argument("--quantize", choices=("int8", "fp16"), default=None)
-    p.add_argument("--max-length", type=int, default=None, help="token limit (default 64 query, 512 article/cross)")
-    p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists")
-    p.set_defaults(func=_cli)
-
-
-def _cli(args: argparse.Namespace) -> int:
-    try:
-        out = export_onnx(args.source, args.out_dir, args.kind, pooling=args.pooling, normalize=args.normalize,
-                          quantize=args.quantize, max_length=args.max_length, overwrite=args.overwrite)
-    except (ValueError, FileNotFoundError, FileExistsError, ImportError) as exc:
-        print(f"medretrieve export-onnx: {exc}", file=sys.stderr)
-        return 2
-    manifest = _read_json(out / "medretrieve.json")
-    summary = {k: manifest[k] for k in ("kind", "pooling", "normalize", "max_length", "dim", "quantization",
-                                        "parity", "fidelity")}
-    print(f"exported {args.source} -> {out}")
-    print(json.dumps(summary, indent=2))
-    return 0
-
-
-__all__ = ["export_onnx", "sentence_transformers_settings", "add_cli", "SAMPLE_TEXTS", "PARITY_TOLERANCE"]
+__all__ = ["export_onnx", "sentence_transformers_settings", "load_torch_model", "check_output_dir", "SAMPLE_TEXTS",
+           "PARITY_TOLERANCE"]

@@ -1,4 +1,4 @@
-"""Learned reranking: a logistic model over cheap relevance signals, fitted on training questions.
+"""The learned ranker: a logistic model over cheap relevance signals, fitted on training questions.
 
 Without a trained cross-encoder the fused RRF rank is the strongest single signal, but the
 retrievers' raw scores, the question's idf-weighted term coverage, pseudo-relevance feedback and
@@ -6,10 +6,10 @@ document-level agreement each carry evidence the rank throws away. :class:`Linea
 them: ``p(relevant) = sigmoid(bias + w . (x - mean) / scale)`` over the features in
 :data:`FEATURES`, fitted by L2-regularised logistic regression (Newton's method, NumPy only) on
 questions with known relevant documents (e.g. BioASQ golden files; a candidate chunk is a positive
-when its document is relevant). ``Retriever.fit_ranker`` builds the training set from the
+when its document is relevant). ``medretrieve.training.fit_ranker`` builds the training set from the
 retriever's own candidates, so the model learns the signals exactly as search computes them.
 
-Features of one candidate chunk (computed by ``Retriever``; all cheap, no model call):
+Features of one candidate chunk (computed by ``retrieval.rerank``; all cheap, no model call):
 
 =============  ===================================================================================
 rrf            fused RRF score / the best fused score
@@ -26,7 +26,7 @@ doc_dense      best ``dense`` among the document's candidate chunks
 doc_bm25       best ``bm25`` among the document's candidate chunks
 doc_count      number of the document's chunks among the top 30 fused candidates
 entity         share of the question's entity-like tokens (IL-6, BRCA1) found in the chunk
-doc_subject    share of the question's subject words (``expansion.subject_words``: outside BERT's
+doc_subject    share of the question's subject words (``retrieval.query``: outside BERT's
                general-English WordPiece vocabulary, weighted by their piece count) found in the
                chunk's document (``doc_coverage`` when the question has none). Why: in a collection
                built around a topic, the question's subject ("motolimod") is common and its idf low,
@@ -35,13 +35,14 @@ doc_subject    share of the question's subject words (``expansion.subject_words`
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Sequence, Tuple, Union
 
 import numpy as np
+
+from .._files import read_json, write_json_atomic
 
 __all__ = ["FEATURES", "LinearRanker"]
 
@@ -153,18 +154,13 @@ class LinearRanker:
 
     def save(self, path: Union[str, os.PathLike]) -> None:
         """Write the ranker as JSON (atomically: a crash leaves the old file intact)."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1), encoding="utf-8")
-        os.replace(tmp, path)
+        write_json_atomic(path, self.to_dict())
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike]) -> "LinearRanker":
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no ranker at {path}")
-        from .datasets import read_json
-
         d = read_json(path)
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ValueError(f"{path} is not a medretrieve ranker (expected format {FORMAT!r})")
@@ -172,41 +168,3 @@ class LinearRanker:
             return cls(d["features"], d["weights"], d["bias"], d["mean"], d["scale"], d.get("info", {}))
         except KeyError as exc:
             raise ValueError(f"{path} lacks the field {exc.args[0]!r}") from None
-
-
-# ----------------------------------------------------------------- CLI
-
-
-def add_cli(sub) -> None:
-    p = sub.add_parser("fit-ranker", help="fit a learned reranker on training questions (BioASQ golden files)")
-    p.add_argument("collection", help="collection directory (medretrieve build)")
-    p.add_argument("training", nargs="+", help="BioASQ golden JSON files: questions with relevant documents")
-    p.add_argument("-o", "--output", required=True, help="ranker JSON to write (use with search --ranker)")
-    p.add_argument("--l2", type=float, default=1.0, help="L2 penalty on the standardised weights")
-    p.add_argument("--memory", action="store_true",
-                   help="also use the training files as training memory while fitting (then search with "
-                        "--training too, so the features match)")
-    p.set_defaults(func=_cli_fit)
-
-
-def _cli_fit(args) -> int:
-    import sys
-
-    from .collection import Collection
-    from .expansion import TrainingMemory
-    from .retrieve import Retriever
-
-    try:
-        col = Collection.open(args.collection)
-        memory = TrainingMemory.from_bioasq(args.training)
-        ret = Retriever(col, training=memory if args.memory else None)
-        ranker = ret.fit_ranker(memory, l2=args.l2, progress=True)
-        ranker.save(args.output)
-    except (ValueError, FileNotFoundError, TypeError, OSError) as exc:
-        print(f"medretrieve fit-ranker: {exc}", file=sys.stderr)
-        return 2
-    print(f"ranker fitted on {ranker.info['questions']} questions ({ranker.info['positives']} relevant of "
-          f"{ranker.info['rows']} candidates) -> {args.output}")
-    for name, w in zip(ranker.features, ranker.weights.tolist()):
-        print(f"  {name:13s} {w:+.3f}")
-    return 0

@@ -1,4 +1,4 @@
-"""``medretrieve eval retrieval | bioasq | medrgb | report``: evaluation runs with JSON results, markdown and plots.
+"""Evaluation runs (``medretrieve eval retrieval | bioasq | medrgb | report``) with JSON results, markdown, plots.
 
 The evaluation functions take plain callables, so any retriever or pipeline
 can be measured (and tests need no index):
@@ -7,7 +7,7 @@ can be measured (and tests need no index):
   questions: document- and snippet-level MAP@k, P@k, R@k, nDCG@k, MRR.
 - :func:`evaluate_bioasq_answers` with ``answer_fn(question) -> BioASQAnswer``:
   exact-answer metrics per type and ROUGE-2 / ROUGE-SU4 of ideal answers.
-- MedRGB runs live in :mod:`medretrieve.medrgb`; the CLI wires a collection,
+- MedRGB runs live in :mod:`medretrieve.evaluation.medrgb`; the CLI wires a collection,
   a retriever and an OpenAI-compatible backend to them.
 
 Ranked documents are the distinct ``document_id`` s of the hits in rank order
@@ -17,16 +17,18 @@ retriever is asked for ``fetch_k`` (default ``3 * k``) hits, enough to fill
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from .._files import write_text_atomic
+from ..corpus.collection import Collection
+from ..retrieval.retriever import Retriever
+from ..training.ranker import fit_ranker
 from . import metrics
 from .datasets import BioASQQuestion, MCQuestion, load_bioasq, load_dataset, read_json
 
@@ -283,7 +285,7 @@ def make_bioasq_answer_fn(search_fn: SearchFn, backend: Any, k: int = 10, max_to
     """Phase A+ answering: retrieve ``k`` snippets, prompt with ``prompts.bioasq_messages``, parse with ``parsers.parse_bioasq``."""
     import threading
 
-    from . import parsers, prompts
+    from ..generation import parsers, prompts
 
     lock = threading.Lock()
 
@@ -305,28 +307,13 @@ def make_bioasq_answer_fn(search_fn: SearchFn, backend: Any, k: int = 10, max_to
     return answer
 
 
-# --------------------------------------------------------------------------- CLI helpers
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
-    tmp.replace(path)
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 #: ``deadline_ms`` value meaning "use the retriever's own default deadline".
 RETRIEVER_DEFAULT: Any = object()
 
 
 def retriever_search_fn(retriever: Any, deadline_ms: Any = RETRIEVER_DEFAULT,
                         options: Optional[Mapping[str, Any]] = None) -> SearchFn:
-    """``search_fn(query, k) -> hits`` over a ``medretrieve.retrieve.Retriever``.
+    """``search_fn(query, k) -> hits`` over a :class:`~medretrieve.retrieval.retriever.Retriever`.
 
     ``deadline_ms``: per search (ms); None for no deadline; by default the
     retriever's own default. ``options``: more ``Retriever.search`` keywords
@@ -342,29 +329,22 @@ def retriever_search_fn(retriever: Any, deadline_ms: Any = RETRIEVER_DEFAULT,
     return search
 
 
-def open_search_fn(collection_dir: str, deadline_ms: Optional[float] = None,
+def open_search_fn(collection_dir: str, deadline_ms: Any = RETRIEVER_DEFAULT,
                    options: Optional[Mapping[str, Any]] = None, ranker: Optional[str] = None) -> SearchFn:
     """``search_fn`` over a built collection with the default ``Retriever``.
 
-    ``deadline_ms`` as on the command line: None keeps the retriever's default,
-    0 means no deadline; ``options`` go to every ``Retriever.search`` call;
-    ``ranker``: a learned ranker JSON (``medretrieve fit-ranker``).
+    ``deadline_ms`` as in :func:`retriever_search_fn` (None: no deadline); ``options`` go to every
+    ``Retriever.search`` call; ``ranker``: a learned ranker JSON (``medretrieve fit-ranker``).
     """
-    from .collection import Collection
-    from .retrieve import Retriever
-
-    deadline: Any = RETRIEVER_DEFAULT if deadline_ms is None else (None if deadline_ms == 0 else deadline_ms)
-    return retriever_search_fn(Retriever(Collection.open(collection_dir), ranker=ranker), deadline, options)
+    return retriever_search_fn(Retriever(Collection.open(collection_dir), ranker=ranker), deadline_ms, options)
 
 
-def fold_ranker_search_fn(collection_dir: str, questions: Sequence[BioASQQuestion], deadline_ms: Optional[float] = None,
-                          options: Optional[Mapping[str, Any]] = None) -> SearchFn:
+def fold_ranker_search_fn(collection_dir: str, questions: Sequence[BioASQQuestion],
+                          deadline_ms: Any = RETRIEVER_DEFAULT, options: Optional[Mapping[str, Any]] = None
+                          ) -> SearchFn:
     """``search_fn`` whose learned ranker never saw the question: one ranker per source file of ``questions``,
-    fitted (``Retriever.fit_ranker``) on the questions of the other files (leave-one-file-out; a question asked
+    fitted (``training.fit_ranker``) on the questions of the other files (leave-one-file-out; a question asked
     in several files is held out of every fold that evaluates it)."""
-    from .collection import Collection
-    from .retrieve import Retriever
-
     sources = sorted({q.source for q in questions})
     if len(sources) < 2:
         raise ValueError("leave-one-file-out rankers need questions from at least two BioASQ files")
@@ -375,9 +355,8 @@ def fold_ranker_search_fn(collection_dir: str, questions: Sequence[BioASQQuestio
         # training pairs from the other files, minus any question asked again in this file
         held_out = {q.body for q in questions if q.source == src}
         pairs = [(q.body, q.documents) for q in questions if q.source != src and q.body not in held_out]
-        rankers[src] = retriever.fit_ranker(pairs)
-    deadline: Any = RETRIEVER_DEFAULT if deadline_ms is None else (None if deadline_ms == 0 else deadline_ms)
-    search = retriever_search_fn(retriever, deadline, options)
+        rankers[src] = fit_ranker(retriever, pairs)
+    search = retriever_search_fn(retriever, deadline_ms, options)
 
     def by_fold(query: str, k: int) -> Sequence[Any]:
         retriever.ranker = rankers[fold_of[query]]
@@ -386,72 +365,20 @@ def fold_ranker_search_fn(collection_dir: str, questions: Sequence[BioASQQuestio
     return by_fold
 
 
-def parse_search_options(pairs: Optional[Sequence[str]]) -> dict[str, Any]:
-    """``["lexical=false", "per_document=2"]`` -> ``{"lexical": False, "per_document": 2}``.
-
-    Values: true/false, none, integers, floats, else the string.
-    """
-    out: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, raw = pair.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key.isidentifier():
-            raise ValueError(f"--search-option {pair!r} must look like NAME=VALUE (e.g. lexical=false)")
-        if key in ("k", "deadline_ms"):
-            raise ValueError(f"--search-option {key} is set by --k / --deadline-ms")
-        low = raw.strip().lower()
-        value: Any
-        if low in ("true", "false"):
-            value = low == "true"
-        elif low == "none":
-            value = None
-        else:
-            try:
-                value = int(raw)
-            except ValueError:
-                try:
-                    value = float(raw)
-                except ValueError:
-                    value = raw
-        out[key] = value
-    return out
-
-
-def _backend(args: argparse.Namespace) -> Any:
-    from .llm import OpenAIBackend
-
-    return OpenAIBackend(args.llm, args.model, api_key=args.api_key, timeout_s=args.timeout_s)
-
-
-def _limit(items: list, limit: Optional[int]) -> list:
+def load_datasets(specs: Sequence[str], limit: Optional[int] = None) -> list[tuple[str, list[MCQuestion]]]:
+    """Datasets from ``KIND:PATH`` specs; several specs of one kind are merged (e.g. several BioASQ files);
+    ``limit``: the first N questions of each."""
     if limit is not None and limit < 1:
-        raise ValueError(f"--limit must be >= 1, got {limit}")
-    return items[:limit] if limit else items
-
-
-def cmd_retrieval(args: argparse.Namespace) -> int:
-    questions = _limit(load_bioasq(args.bioasq), args.limit)
-    options = parse_search_options(args.search_option)
-    if args.ranker_folds:
-        if args.ranker:
-            raise ValueError("give either --ranker or --ranker-folds, not both")
-        search = fold_ranker_search_fn(args.collection, questions, args.deadline_ms, options)
-    else:
-        search = open_search_fn(args.collection, args.deadline_ms, options, args.ranker)
-    result = evaluate_retrieval(search, questions, k=args.k, fetch_k=args.fetch_k, progress=not args.no_progress)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    data = {"collection": str(args.collection), "bioasq": [str(p) for p in args.bioasq],
-            "deadline_ms": args.deadline_ms, "fetch_k": args.fetch_k or 3 * args.k, "search_options": options,
-            "ranker": "leave-one-file-out" if args.ranker_folds else args.ranker, **result.to_dict()}
-    _write_json(out / "results.json", data)
-    md = retrieval_markdown_for(data)
-    _write_text(out / "results.md", md)
-    print(md)
-    return 0
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    merged: dict[str, list[MCQuestion]] = {}
+    for spec in specs:
+        kind, qs = load_dataset(spec)
+        merged.setdefault(kind, []).extend(qs)
+    return [(kind, qs[:limit] if limit else qs) for kind, qs in merged.items()]
 
 
 def retrieval_markdown_for(data: Mapping[str, Any]) -> str:
+    """The markdown table of an ``eval retrieval`` results.json, labelled by collection and search options."""
     from .report import retrieval_markdown
 
     label = Path(str(data.get("collection", ""))).name or None
@@ -460,152 +387,12 @@ def retrieval_markdown_for(data: Mapping[str, Any]) -> str:
     return retrieval_markdown(data, label=label)
 
 
-def cmd_bioasq(args: argparse.Namespace) -> int:
-    from .report import bioasq_markdown
-
-    questions = _limit(load_bioasq(args.bioasq), args.limit)
-    search = open_search_fn(args.collection, args.deadline_ms, ranker=args.ranker)
-    backend = _backend(args)
-    answer_fn = make_bioasq_answer_fn(search, backend, k=args.k)
-    result = evaluate_bioasq_answers(answer_fn, questions, max_workers=args.workers, progress=not args.no_progress)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    data = {"collection": str(args.collection), "model": args.model, **result}
-    _write_json(out / "results.json", data)
-    from .generate import write_bioasq_submission
-
-    # BioASQ submission format (exact + ideal answers, evidence documents) for the official scorer
-    write_bioasq_submission(submission_entries(questions, result), out / "submission.json", system=args.model)
-    md = bioasq_markdown(data)
-    _write_text(out / "results.md", md)
-    print(md)
-    return 0 if not result["errors"] else 1
-
-
-def load_datasets(specs: Sequence[str], limit: Optional[int] = None) -> list[tuple[str, list[MCQuestion]]]:
-    """Datasets from ``KIND:PATH`` specs; several specs of one kind are merged (e.g. several BioASQ files)."""
-    merged: dict[str, list[MCQuestion]] = {}
-    for spec in specs:
-        kind, qs = load_dataset(spec)
-        merged.setdefault(kind, []).extend(qs)
-    return [(kind, _limit(qs, limit)) for kind, qs in merged.items()]
-
-
-def cmd_medrgb(args: argparse.Namespace) -> int:
-    from .medrgb import MedRGBRunner, make_settings
-
-    datasets = load_datasets(args.dataset, args.limit)
-    settings = make_settings(args.scenarios, args.n, args.p, args.standard_n)
-    search = open_search_fn(args.collection, args.deadline_ms, ranker=args.ranker)
-    backend = _backend(args)
-    out = Path(args.out)
-    runs = []
-    for kind, questions in datasets:
-        runner = MedRGBRunner(
-            backend, search, out / kind, dataset=kind, model=args.model, collection=str(args.collection),
-            seed=args.seed, max_workers=args.workers, judge=not args.no_judge, progress=not args.no_progress,
-        )
-        run = runner.run(questions, settings)
-        runs.append({"label": args.label or args.model, **run.to_dict()})
-    _write_json(out / "results.json", {"runs": runs})
-    _medrgb_report(runs, out)
-    return 0 if not any(r["errors"] for r in runs) else 1
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    """Merge the runs of several ``eval medrgb`` results.json files into one set of tables and plots."""
-    runs = []
-    for path in args.results:
-        data = read_json(Path(path))
-        if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
-            raise ValueError(f"{path}: not the results.json of 'medretrieve eval medrgb' (no 'runs' list)")
-        runs.extend(data["runs"])
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    _medrgb_report(runs, out)
-    return 0
-
-
-def _medrgb_report(runs: list, out: Path) -> None:
-    """results.md and the accuracy-vs-p plots of MedRGB runs in ``out``; the table is printed too."""
+def write_medrgb_report(runs: list, out: Path) -> str:
+    """results.md and the accuracy-vs-p plots of MedRGB runs in ``out``; returns the markdown and the plot
+    paths' lines."""
     from .report import medrgb_markdown, plot_accuracy_vs_p
 
     md = "## MedRGB\n\n" + medrgb_markdown(runs)
-    _write_text(out / "results.md", md)
-    print(md)
-    for p in plot_accuracy_vs_p(runs, out):
-        print(f"plot: {p}")
-
-
-def _run(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    def wrapped(args: argparse.Namespace) -> int:
-        try:
-            return fn(args)
-        except (ValueError, FileNotFoundError, RuntimeError) as exc:
-            print(f"medretrieve eval: {exc}", file=sys.stderr)
-            return 2
-
-    return wrapped
-
-
-def add_cli(subparsers: Any) -> None:
-    """Register ``medretrieve eval retrieval | bioasq | medrgb``."""
-    parser = subparsers.add_parser("eval", help="evaluate retrieval (BioASQ), answers (BioASQ) or MedRGB scenarios")
-    sub = parser.add_subparsers(dest="eval_command", metavar="{retrieval,bioasq,medrgb,report}")
-    sub.required = True
-
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--out", required=True, help="output folder (results.json, results.md, plots, caches)")
-        p.add_argument("--limit", type=int, default=None, help="only the first N questions (per dataset)")
-        p.add_argument("--deadline-ms", type=float, default=None,
-                       help="retrieval deadline per search (ms; default: the retriever's, 0: none)")
-        p.add_argument("--no-progress", action="store_true", help="no progress bars")
-        p.add_argument("--ranker", default=None, help="learned ranker JSON for the retriever (medretrieve fit-ranker)")
-
-    def llm(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--llm", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
-        p.add_argument("--model", required=True, help="model name sent to the server")
-        p.add_argument("--api-key", default=None, help="API key (else MEDRETRIEVE_LLM_API_KEY / OPENAI_API_KEY)")
-        p.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout (s)")
-        p.add_argument("--workers", type=int, default=4, help="parallel LLM requests")
-
-    p = sub.add_parser("retrieval", help="BioASQ document/snippet MAP@k, recall@k, nDCG@k of a collection")
-    p.add_argument("collection", help="collection folder (medretrieve build)")
-    p.add_argument("--bioasq", nargs="+", required=True, help="BioASQ golden JSON file(s)")
-    p.add_argument("--k", type=int, default=10, help="cut-off (BioASQ: 10)")
-    p.add_argument("--fetch-k", type=int, default=None, help="hits asked from the retriever (default 3*k)")
-    p.add_argument("--search-option", action="append", metavar="NAME=VALUE",
-                   help="extra Retriever.search keyword, repeatable (e.g. lexical=false for dense only)")
-    p.add_argument("--ranker-folds", action="store_true",
-                   help="learned ranker per file, fitted on the other files' questions (leave-one-file-out)")
-    common(p)
-    p.set_defaults(func=_run(cmd_retrieval))
-
-    p = sub.add_parser("bioasq", help="BioASQ Phase A+ answers: exact-answer metrics and ROUGE")
-    p.add_argument("collection", help="collection folder (medretrieve build)")
-    p.add_argument("--bioasq", nargs="+", required=True, help="BioASQ golden JSON file(s)")
-    p.add_argument("--k", type=int, default=10, help="snippets given to the LLM")
-    llm(p)
-    common(p)
-    p.set_defaults(func=_run(cmd_bioasq))
-
-    p = sub.add_parser("medrgb", help="MedRGB scenarios (standard, sufficiency, integration, robustness)")
-    p.add_argument("--dataset", nargs="+", action="extend", required=True,
-                   help="KIND:PATH with KIND mmlu_med (folder), medqa (JSONL), pubmedqa (JSON), bioasq (golden JSON)")
-    p.add_argument("--collection", required=True, help="collection folder the signal documents come from")
-    p.add_argument("--scenarios", nargs="+", default=["standard", "sufficiency", "integration", "robustness"],
-                   choices=["standard", "sufficiency", "integration", "robustness"])
-    p.add_argument("--p", nargs="+", type=int, default=[0, 20, 40, 60, 80, 100], help="signal ratios (%%)")
-    p.add_argument("--n", nargs="+", type=int, default=[5, 10, 20], help="documents per context")
-    p.add_argument("--standard-n", nargs="+", type=int, default=[5, 20], help="documents for standard RAG")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--label", default=None, help="row name in the tables (default: the model name)")
-    p.add_argument("--no-judge", action="store_true", help="skip the LLM judge of integration sub-answers")
-    llm(p)
-    common(p)
-    p.set_defaults(func=_run(cmd_medrgb))
-
-    p = sub.add_parser("report", help="one MedRGB table set (rows: runs) from several medrgb results.json files")
-    p.add_argument("results", nargs="+", help="results.json files written by 'medretrieve eval medrgb'")
-    p.add_argument("--out", required=True, help="output folder (results.md, plots)")
-    p.set_defaults(func=_run(cmd_report))
+    write_text_atomic(out / "results.md", md)
+    plots = plot_accuracy_vs_p(runs, out)
+    return md + "".join(f"\nplot: {p}" for p in plots)

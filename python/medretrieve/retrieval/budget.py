@@ -1,14 +1,16 @@
-"""Deadlines and per-stage timings for one request.
+"""Deadlines, per-stage timings and the running cost estimates a search plans its optional stages with.
 
-Every retrieval stage runs inside ``Deadline.stage(name)``, which records its
-wall time (ms) into ``Deadline.timings_ms``; optional stages ask
-``remaining_ms()`` first and shrink or skip themselves when time is short.
-The clock is ``time.perf_counter`` (monotonic, sub-microsecond).
+Every retrieval stage runs inside ``Deadline.stage(name)``, which records its wall time (ms) into
+``Deadline.timings_ms``; optional stages ask ``remaining_ms()`` first and shrink or skip themselves when time is
+short, planning with :class:`CostModel`'s running estimates. The clock is ``time.perf_counter`` (monotonic,
+sub-microsecond). ``deadline_ms=None`` means no deadline everywhere in medretrieve; 0 means already expired.
 """
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Dict, Iterator, Optional
 
 
@@ -29,6 +31,10 @@ class Deadline:
         self.start = time.perf_counter()
         self.timings_ms: Dict[str, float] = {}
 
+    @property
+    def unlimited(self) -> bool:
+        return math.isinf(self.budget_ms)
+
     def elapsed_ms(self) -> float:
         """Milliseconds since the deadline was created."""
         return (time.perf_counter() - self.start) * 1000.0
@@ -39,6 +45,10 @@ class Deadline:
 
     def expired(self) -> bool:
         return self.remaining_ms() <= 0.0
+
+    def share_ms(self, fraction: float) -> float:
+        """``fraction`` of the whole budget in ms (0 without a deadline): time a stage keeps for later ones."""
+        return 0.0 if self.unlimited else fraction * self.budget_ms
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -54,3 +64,25 @@ class Deadline:
         out = dict(self.timings_ms)
         out["total"] = self.elapsed_ms()
         return out
+
+
+class Ema:
+    """Exponential moving average of a cost (ms), seeded with a prior."""
+
+    def __init__(self, prior: float, alpha: float = 0.2) -> None:
+        self.value = prior
+        self.alpha = alpha
+
+    def update(self, x: float) -> None:
+        # one outlier (a cold start, a descheduled thread) moves the estimate at most 2x
+        x = min(max(x, self.value / 2.0), self.value * 2.0)
+        self.value = (1 - self.alpha) * self.value + self.alpha * x
+
+
+@dataclass
+class CostModel:
+    """Running estimates (ms) of the stages whose work a search sizes to the time left."""
+
+    encode_ms: Ema = field(default_factory=lambda: Ema(15.0))  # one query text through the query encoder
+    ce_pair_ms: Ema = field(default_factory=lambda: Ema(4.0))  # one (question, chunk) pair through a cross-encoder
+    feedback_ms: Ema = field(default_factory=lambda: Ema(10.0))  # the pseudo-relevance-feedback search

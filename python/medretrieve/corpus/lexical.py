@@ -64,29 +64,40 @@ def raw_tokens(text: str) -> List[str]:
     return [m.group(0).lower() for m in _TOKEN_RE.finditer(text)]
 
 
-def tokenize(text: str, stem: bool = True, remove_stopwords: bool = True) -> List[str]:
-    """Tokens of ``text`` for BM25 (see module docstring)."""
+def word_tokens(text: str, stem: bool = True, remove_stopwords: bool = True) -> List[Tuple[str, List[str]]]:
+    """Each raw token of ``text`` (:func:`raw_tokens`) with the BM25 tokens it yields (none for a stopword).
+
+    This is the one tokenising pass: :func:`tokenize` flattens it, and a search analyses its question with it
+    once (``retrieval.query``) so the per-word view (subject words, abbreviations) needs no second pass.
+    """
     if not isinstance(text, str):
         raise TypeError(f"text must be a string, got {type(text).__name__}")
     sw = stopwords() if remove_stopwords else frozenset()
     stemmer = _stemmer() if stem else None
-    out: List[str] = []
+    out: List[Tuple[str, List[str]]] = []
     for tok in raw_tokens(text):
         if tok in sw or (len(tok) == 1 and tok.isalpha()):
+            out.append((tok, []))
             continue
         if tok.isalpha():
-            out.append(stemmer.stemWord(tok) if stemmer else tok)
+            out.append((tok, [stemmer.stemWord(tok) if stemmer else tok]))
             continue
-        out.append(tok)
+        toks = [tok]
         if "-" in tok and any(c.isdigit() for c in tok):
             # codes are written with and without the hyphen ("CPX-351" / "CPX351", "IL-6" / "IL6")
-            out.append(tok.replace("-", ""))
+            toks.append(tok.replace("-", ""))
         if "-" in tok or "/" in tok:
             for part in re.split(r"[-/]", tok):
                 if len(part) < 3 or part in sw or not any(c.isalpha() for c in part):
                     continue
-                out.append(stemmer.stemWord(part) if stemmer and part.isalpha() else part)
+                toks.append(stemmer.stemWord(part) if stemmer and part.isalpha() else part)
+        out.append((tok, toks))
     return out
+
+
+def tokenize(text: str, stem: bool = True, remove_stopwords: bool = True) -> List[str]:
+    """Tokens of ``text`` for BM25 (see module docstring)."""
+    return [t for _, toks in word_tokens(text, stem, remove_stopwords) for t in toks]
 
 
 class LexicalIndex:
@@ -147,13 +158,18 @@ class LexicalIndex:
         return int(mask.sum())
 
     # ------------------------------------------------------------- search
-    def scores(self, query: str, extra_tokens: Sequence[str] = ()) -> np.ndarray:
-        """BM25 score of every row (0 for deleted rows), float32. ``extra_tokens`` (already tokenised) join the
+    def scores(self, query: Union[str, Sequence[str]], extra_tokens: Sequence[str] = ()) -> np.ndarray:
+        """BM25 score of every row (0 for deleted rows), float32. ``query``: a text, or its tokens when the caller
+        has them already (a search tokenises its question once). ``extra_tokens`` (already tokenised) join the
         query's tokens; a token given twice counts twice, which is how a query term is up-weighted."""
-        if not isinstance(query, str):
-            raise TypeError(f"query must be a string, got {type(query).__name__}")
+        if isinstance(query, str):
+            query_tokens = tokenize(query, self.stem, self.remove_stopwords)
+        elif isinstance(query, (list, tuple)) and all(isinstance(t, str) for t in query):
+            query_tokens = list(query)
+        else:
+            raise TypeError(f"query must be a string or a list of tokens, got {type(query).__name__}")
         n = len(self._ids)
-        toks = [t for t in tokenize(query, self.stem, self.remove_stopwords) + list(extra_tokens) if t in self._vocab]
+        toks = [t for t in query_tokens + list(extra_tokens) if t in self._vocab]
         if not toks or n == 0:
             return np.zeros(n, dtype=np.float32)
         s = np.asarray(self._bm25.get_scores(toks), dtype=np.float32)
@@ -172,10 +188,10 @@ class LexicalIndex:
         d = np.array([self._df.get(t, 0) for t in tokens], dtype=np.float64)
         return np.log1p((n - d + 0.5) / (d + 0.5))
 
-    def scores_for(self, query: Union[str, np.ndarray], ids: Sequence[int]) -> np.ndarray:
+    def scores_for(self, query: Union[str, Sequence[str], np.ndarray], ids: Sequence[int]) -> np.ndarray:
         """BM25 scores for the rows with external ``ids`` (0 for unknown or deleted ids); ``query`` is the query
-        text or the vector :meth:`scores` already returned for it (no second scoring pass)."""
-        s = self.scores(query) if isinstance(query, str) else np.asarray(query, dtype=np.float32)
+        (text or tokens) or the vector :meth:`scores` already returned for it (no second scoring pass)."""
+        s = np.asarray(query, dtype=np.float32) if isinstance(query, np.ndarray) else self.scores(query)
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         out = np.zeros(len(ids), dtype=np.float32)
         if len(self._ids) == 0:
@@ -197,7 +213,7 @@ class LexicalIndex:
         row = int(self._order[pos])
         return self._tokens[row] if self._ids[row] == id and self._alive[row] else None
 
-    def search(self, query: str, k: int = 10, allowed: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
+    def search(self, query: Union[str, Sequence[str]], k: int = 10, allowed: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
         """Top ``k`` rows by BM25: ``(ids int64, scores float32)``, best first; rows scoring 0 are left out.
 
         ``allowed``: optional boolean mask over external ids (``allowed[id]``) restricting the search.

@@ -32,6 +32,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .._assets import ASSETS
+
 MANIFEST_NAME = "medretrieve.json"
 MODEL_NAME = "model.onnx"
 TOKENIZER_JSON = "tokenizer.json"
@@ -650,7 +652,7 @@ def _assemble_default(tmp: Path, model: Path, expected_sha: str, version: str) -
         os.symlink(model, tmp / MODEL_NAME)
     except OSError:
         shutil.copyfile(model, tmp / MODEL_NAME)
-    asset = Path(__file__).resolve().parent / "assets" / _DEFAULT_TOKENIZER_ASSET
+    asset = ASSETS / _DEFAULT_TOKENIZER_ASSET
     if not asset.is_file():
         raise FileNotFoundError(f"{asset} missing; the medretrieve installation is incomplete")
     with gzip.open(asset, "rb") as src, open(tmp / TOKENIZER_JSON, "wb") as dst:

@@ -19,11 +19,9 @@ renames, so a failure leaves either the old collection or nothing.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -32,6 +30,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
+from .._version import __version__
 from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record, overlap_weights
 from .lexical import TOKENIZER_VERSION, LexicalIndex
 from .sources import FORMATS, ReadReport, Record, SourceLike, read_records
@@ -73,20 +72,17 @@ def _lexical_text(title: str, text: str, overlap: str) -> str:
 def _versions() -> Dict[str, str]:
     from importlib import metadata
 
-    out = {}
-    for pkg in ("medretrieve", "numpy", "bm25s", "onnxruntime"):
+    out = {"medretrieve": __version__}
+    for pkg in ("numpy", "bm25s", "onnxruntime"):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
-            if pkg == "medretrieve":
-                from . import __version__
-
-                out[pkg] = __version__
+            pass
     return out
 
 
 def _encoder_info(directory: Union[str, os.PathLike]) -> Dict[str, Any]:
-    from .encoders import read_manifest
+    from ..models.encoders import read_manifest
 
     d = Path(directory).expanduser().resolve()
     m = read_manifest(d)
@@ -110,7 +106,7 @@ def _embed_chunks(encoder, chunks: Sequence[Chunk], cfg: ChunkingConfig, batch_s
 
 
 def _new_index(dim: int, dtype: str, M: int, ef_construction: int, capacity: int):
-    from .index import Index
+    from ..index import Index
 
     index = Index(space="ip", dim=dim)
     index.init_index(max_elements=max(capacity, 16), M=M, ef_construction=ef_construction, dtype=dtype)
@@ -160,14 +156,14 @@ class Collection:
     # ------------------------------------------------------------- encoders
     def article_encoder(self):
         if self._article_encoder is None:
-            from .encoders import ArticleEncoder
+            from ..models.encoders import ArticleEncoder
 
             self._article_encoder = ArticleEncoder.from_dir(self._encoder_dir)
         return self._article_encoder
 
     def query_encoder(self):
         if self._query_encoder is None:
-            from .encoders import QueryEncoder
+            from ..models.encoders import QueryEncoder
 
             enc = QueryEncoder.from_dir(self._query_encoder_dir)
             if enc.dim != self.dense.dim:
@@ -273,7 +269,7 @@ class Collection:
     def open(cls, directory: Union[str, os.PathLike], encoder: Optional[str] = None,
              query_encoder: Optional[str] = None) -> "Collection":
         """Open a built collection (``encoder`` / ``query_encoder`` override the manifest's dirs)."""
-        from .index import Index
+        from ..index import Index
 
         d = Path(directory)
         mpath = d / MANIFEST
@@ -390,41 +386,3 @@ class Collection:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-
-
-# ----------------------------------------------------------------- CLI
-
-
-def add_cli(sub) -> None:
-    p = sub.add_parser("build", help="build a collection (chunks, dense + BM25 indexes) from a corpus")
-    p.add_argument("source", nargs="+", help="corpus file(s) or directory")
-    p.add_argument("out_dir", help="collection directory to create")
-    p.add_argument("--encoder", required=True, help="article or symmetric encoder directory")
-    p.add_argument("--query-encoder", default=None, help="query encoder directory (default: --encoder)")
-    p.add_argument("--format", default="auto", choices=FORMATS)
-    p.add_argument("--errors", default="skip", choices=("skip", "raise"))
-    p.add_argument("--dtype", default="int8", choices=("int8", "float32"))
-    p.add_argument("--M", type=int, default=16)
-    p.add_argument("--ef-construction", type=int, default=200)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-tokens", type=int, default=ChunkingConfig.max_tokens)
-    p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(func=_cli_build)
-
-
-def _cli_build(args: argparse.Namespace) -> int:
-    report = ReadReport()
-    t0 = time.perf_counter()
-    try:
-        col = Collection.build(args.source, args.out_dir, encoder=args.encoder, query_encoder=args.query_encoder,
-                               chunking=ChunkingConfig(max_tokens=args.max_tokens), errors=args.errors,
-                               dtype=args.dtype, M=args.M, ef_construction=args.ef_construction,
-                               batch_size=args.batch_size, progress=not args.quiet, format=args.format,
-                               overwrite=args.overwrite, report=report)
-    except (ValueError, FileNotFoundError, FileExistsError, TypeError) as exc:
-        print(f"medretrieve build: {exc}", file=sys.stderr)
-        return 2
-    print(f"built {col.directory}: {col.n_documents} documents, {len(col)} chunks "
-          f"in {time.perf_counter() - t0:.1f} s; {report.summary()}")
-    return 0

@@ -106,7 +106,7 @@ def split_sentences(text: str) -> list[str]:
 
 
 def _content_terms(text: str) -> set:
-    from .lexical import tokenize
+    from ..corpus.lexical import tokenize
 
     meta = _meta_terms()
     return {t for t in tokenize(_CITE_RE.sub(" ", text)) if t not in meta}
@@ -117,7 +117,7 @@ _META_CACHE: list = []
 
 def _meta_terms() -> frozenset:
     if not _META_CACHE:
-        from .lexical import tokenize
+        from ..corpus.lexical import tokenize
 
         _META_CACHE.append(frozenset(tokenize(_META_WORDS, remove_stopwords=False)))
     return _META_CACHE[0]

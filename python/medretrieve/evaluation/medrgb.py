@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from . import metrics
 from .datasets import MCQuestion
-from .llm import LLMBadResponse, LLMError
+from ..generation.llm import LLMBadResponse, LLMError
 
 SCENARIOS = ("standard", "sufficiency", "integration", "robustness")
 P_VALUES = (0, 20, 40, 60, 80, 100)
@@ -540,7 +540,8 @@ class MedRGBRunner:
     # -- phase 1: signal documents ----------------------------------------
 
     def _signal_for(self, q: MCQuestion, need: int, cache: JsonlCache) -> None:
-        from . import parsers, prompts
+        from ..generation import parsers
+        from ..generation import prompts
 
         n_topics = self.n_topics or max(1, -(-need // self.per_topic))
         topics_error = ""
@@ -576,7 +577,8 @@ class MedRGBRunner:
     # -- phase 2: sub-questions and counterfactuals ------------------------
 
     def _sub_qa_for(self, q: MCQuestion, signal: list[ContextDoc], cache: JsonlCache) -> None:
-        from . import parsers, prompts
+        from ..generation import parsers
+        from ..generation import prompts
 
         docs = [{"title": d.title, "text": d.text} for d in signal[:5]]
         try:
@@ -593,7 +595,8 @@ class MedRGBRunner:
         cache.add({"question_id": q.id, "sub_qa": [_pair(p) for p in pairs], "error": error})
 
     def _counterfactual_for(self, job: tuple[MCQuestion, ContextDoc], cache: JsonlCache) -> None:
-        from . import parsers, prompts
+        from ..generation import parsers
+        from ..generation import prompts
 
         q, doc = job
         try:
@@ -634,7 +637,8 @@ class MedRGBRunner:
         return compose_context(signal, pool, setting.n, setting.p, seed, question_id=q.id)
 
     def _item(self, job: tuple, cache: JsonlCache) -> None:
-        from . import parsers, prompts
+        from ..generation import parsers
+        from ..generation import prompts
 
         q, setting, signal, pool, cfs, sub_qa = job
         try:
@@ -698,7 +702,8 @@ class MedRGBRunner:
         cache.add(item.to_dict())
 
     def _judge(self, question: str, gold: str, pred: Optional[str]) -> float:
-        from . import parsers, prompts
+        from ..generation import parsers
+        from ..generation import prompts
 
         if not pred:
             return 0.0

@@ -46,9 +46,9 @@ Evidence = Union[str, Mapping[str, Any], Any]
 @functools.lru_cache(maxsize=None)
 def _read(name: str) -> str:
     try:
-        return resources.files("medretrieve").joinpath("templates", name).read_text(encoding="utf-8")
+        return resources.files("medretrieve.generation").joinpath("templates", name).read_text(encoding="utf-8")
     except FileNotFoundError as exc:
-        raise FileNotFoundError(f"prompt template {name!r} is missing from medretrieve/templates") from exc
+        raise FileNotFoundError(f"prompt template {name!r} is missing from medretrieve/generation/templates") from exc
 
 
 def load_template(name: str) -> tuple[Optional[string.Template], string.Template]:

@@ -1,0 +1,87 @@
+"""``medretrieve build`` (a collection from a corpus) and ``medretrieve export-onnx`` (an ONNX encoder)."""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+
+def add_build(sub: Any) -> None:
+    from ..corpus.chunking import ChunkingConfig
+    from ..corpus.sources import FORMATS
+
+    p = sub.add_parser("build", help="build a collection (chunks, dense + BM25 indexes) from a corpus",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("source", nargs="+", help="corpus file(s) or directory (JSONL, MedRAG JSONL, BioASQ JSON, "
+                                             "MEDLINE XML; .gz allowed)")
+    p.add_argument("out_dir", help="collection directory to create")
+    p.add_argument("--encoder", required=True, help="article or symmetric encoder directory (medretrieve "
+                                                    "export-onnx), or 'default' for the embedded model")
+    p.add_argument("--query-encoder", default=None, help="query encoder directory (default: --encoder)")
+    p.add_argument("--format", default="auto", choices=FORMATS, help="corpus format (auto: from the file)")
+    p.add_argument("--errors", default="skip", choices=("skip", "raise"),
+                   help="bad records: skip and count them, or stop at the first")
+    p.add_argument("--dtype", default="int8", choices=("int8", "float32"), help="vector storage of the index")
+    p.add_argument("--M", type=int, default=16, help="HNSW links per node")
+    p.add_argument("--ef-construction", type=int, default=200, help="HNSW candidate list size while building")
+    p.add_argument("--batch-size", type=int, default=64, help="chunks encoded per encoder call")
+    p.add_argument("--max-tokens", type=int, default=ChunkingConfig.max_tokens,
+                   help="largest chunk, in word and punctuation tokens")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it holds a collection")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=_build)
+
+
+def _build(args: argparse.Namespace) -> int:
+    from ..corpus.chunking import ChunkingConfig
+    from ..corpus.collection import Collection
+    from ..corpus.sources import ReadReport
+
+    report = ReadReport()
+    t0 = time.perf_counter()
+    col = Collection.build(args.source, args.out_dir, encoder=args.encoder, query_encoder=args.query_encoder,
+                           chunking=ChunkingConfig(max_tokens=args.max_tokens), errors=args.errors,
+                           dtype=args.dtype, M=args.M, ef_construction=args.ef_construction,
+                           batch_size=args.batch_size, progress=not args.quiet, format=args.format,
+                           overwrite=args.overwrite, report=report)
+    print(f"built {col.directory}: {col.n_documents} documents, {len(col)} chunks "
+          f"in {time.perf_counter() - t0:.1f} s; {report.summary()}")
+    return 0
+
+
+def add_export(sub: Any) -> None:
+    from ..models.encoders import KINDS
+
+    p = sub.add_parser("export-onnx", help="export a Hugging Face encoder to an ONNX model directory (needs the "
+                                           "'export' extra: torch, transformers)",
+                       description="Export a Hugging Face encoder (local directory) to an ONNX model directory "
+                                   "with a medretrieve.json manifest, checked against torch.",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("source", metavar="SOURCE_DIR", help="local Hugging Face model directory")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="directory to create")
+    p.add_argument("--kind", required=True, choices=KINDS, help="what the model is used as")
+    p.add_argument("--pooling", choices=("cls", "mean"), default=None,
+                   help="pooling (default: the sentence-transformers config, else cls for query/article, "
+                        "mean for symmetric)")
+    p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                   help="L2-normalise vectors (default: as the source's config / the kind's convention)")
+    p.add_argument("--quantize", choices=("int8", "fp16"), default=None, help="convert the graph (default: fp32)")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="token limit (default: 64 for query, 512 for article/cross/symmetric)")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists")
+    p.set_defaults(func=_export)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from .._files import read_json
+    from ..models.export import export_onnx
+
+    out = export_onnx(args.source, args.out_dir, args.kind, pooling=args.pooling, normalize=args.normalize,
+                      quantize=args.quantize, max_length=args.max_length, overwrite=args.overwrite)
+    manifest = read_json(out / "medretrieve.json")
+    summary = {k: manifest[k] for k in ("kind", "pooling", "normalize", "max_length", "dim", "quantization",
+                                        "parity", "fidelity")}
+    print(f"exported {args.source} -> {out}")
+    print(json.dumps(summary, indent=2))
+    return 0

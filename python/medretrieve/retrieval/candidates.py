@@ -1,0 +1,300 @@
+"""First stages of a search: query variants, the first-stage lists, pseudo-relevance feedback, RRF fusion.
+
+:meth:`CandidateGenerator.gather` turns the analysed :class:`~.query.Query` into fused :class:`Candidates`:
+
+1. ``expand``: query variants (abbreviations, relations, training memory, LLM synonyms when a term source is
+   configured). An abbreviation expansion only spells out the question's own terms ("MI" -> "myocardial
+   infarction"), so it joins the question's own text instead of standing as a down-weighted variant.
+2. ``encode``: the question's text always, the variants while the budget allows (the rest are searched by BM25
+   only); the vectors are kept on the query.
+3. ``dense`` + ``bm25`` (``route``): native HNSW search with an ef from the query type's importance and the
+   budget left, and BM25 per text (the question's subject words counted ``1 + subject_boost`` times); for
+   treatment / symptom / test intents the first stage is restricted to those sections through index labels and
+   falls back to the whole collection when that gives fewer than ``k`` chunks.
+4. ``feedback``: the question vector plus ``feedback_weight`` x the mean vector of the top ``feedback_docs``
+   chunks of the question's own fused lists, normalised, searched again (skipped when the budget is short).
+5. ``fuse``: RRF of every list; the question's own lists and the feedback list weigh 1, each variant's
+   ``variant_weight``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..corpus.chunking import CATEGORY_IDS
+from ..corpus.lexical import tokenize
+from ..fusion import rrf
+from .budget import CostModel, Deadline
+from .expansion import TermSource, TrainingMemory, abbreviation_terms, relation_terms
+from .query import Query
+from .results import StageLog
+from .settings import Settings
+
+# intent -> section categories searched first
+ROUTES: Dict[str, Tuple[str, ...]] = {
+    "treatment": ("treatment",),
+    "symptom": ("symptoms",),
+    "test": ("diagnosis",),
+}
+# query type -> ef multiplier (broad questions need more recall)
+IMPORTANCE: Dict[str, float] = {"list": 1.5, "summary": 1.25, "factoid": 1.0, "yesno": 1.0}
+# share of the budget the first stages leave for reranking and what follows
+_RESERVE = 0.35
+
+
+@dataclass
+class QueryText:
+    """One text searched in the first stage: what the encoder reads and the tokens BM25 reads."""
+
+    kind: str  # "question" (with any abbreviation expansions) or an expansion kind
+    text: str
+    tokens: List[str]
+
+
+@dataclass
+class Candidates:
+    """What the first stages hand to reranking."""
+
+    texts: List[QueryText]  # the question's own text first, then the variants
+    expansions: Dict[str, List[str]]  # expansion kind -> terms found
+    fused_ids: np.ndarray  # candidate rows, fused order
+    fused_scores: np.ndarray
+    scored: Dict[str, Dict[int, float]]  # "dense" / "bm25" -> row -> the question's own first-stage score
+    question_bm25: Optional[np.ndarray]  # BM25 of texts[0] over every row (None when BM25 was off)
+    feedback_vector: Optional[np.ndarray] = None
+    labels: Optional[List[int]] = field(default=None)  # the section labels searched (None: all)
+
+
+@dataclass(frozen=True)
+class Switches:
+    """Stages a caller turned off (for ablations)."""
+
+    expand: bool = True
+    route: bool = True
+    dense: bool = True
+    lexical: bool = True
+    feedback: bool = True
+
+
+class CandidateGenerator:
+    """The first stages over one collection (see the module docstring)."""
+
+    def __init__(self, collection, settings: Settings, costs: CostModel,
+                 training: Optional[TrainingMemory] = None, llm_terms: Optional[TermSource] = None) -> None:
+        self.collection = collection
+        self.settings = settings
+        self.costs = costs
+        self.training = training
+        self.llm_terms = llm_terms
+
+    # ------------------------------------------------------------- expansion
+    def variants(self, query: Query, dl: Deadline, kinds: Sequence[str], n_terms: int = 8,
+                 n_neighbours: int = 3) -> Tuple[Dict[str, QueryText], Dict[str, List[str]], str]:
+        """Query variants by expansion kind; also the terms used and a note on skipped kinds."""
+        variants: Dict[str, QueryText] = {}
+        terms: Dict[str, List[str]] = {}
+        notes = []
+        for kind in kinds:
+            found: List[str] = []
+            if kind == "abbreviations":
+                found = abbreviation_terms(query)
+            elif kind == "relations":
+                rel_kinds = ("disease_treatment", "gene_pathway") if query.intent == "treatment" else ("gene_pathway",)
+                found = relation_terms(query, rel_kinds)
+            elif kind == "training":
+                if self.training is None:
+                    continue
+                found = self.training.key_terms(query, n_neighbours=n_neighbours, n_terms=n_terms)
+            elif kind == "llm":
+                if self.llm_terms is None:
+                    continue
+                if dl.remaining_ms() < self.settings.llm_min_ms:
+                    notes.append(f"llm skipped: {dl.remaining_ms():.0f} ms left < {self.settings.llm_min_ms:.0f}")
+                    continue
+                try:
+                    rem = dl.remaining_ms()
+                    found = list(self.llm_terms(query.text, None if dl.unlimited else max(rem - 50.0, 1.0)))
+                except Exception as exc:  # an LLM error or an unreadable reply: search goes on without it
+                    notes.append(f"llm failed: {type(exc).__name__}: {exc}"[:200])
+                    continue
+            if found:
+                terms[kind] = found
+                extra = " ".join(found)
+                variants[kind] = QueryText(kind, f"{query.text} {extra}", list(query.tokens) + tokenize(extra))
+        return variants, terms, "; ".join(notes)
+
+    # ------------------------------------------------------------- policies
+    def ef(self, query: Query, dl: Deadline) -> int:
+        """HNSW ef: ``ef_base`` x the query type's importance x the share of the budget left, clamped."""
+        s = self.settings
+        frac = 1.0 if dl.unlimited or dl.budget_ms <= 0 else min(1.0, max(0.25, dl.remaining_ms() / dl.budget_ms))
+        ef = int(s.ef_base * IMPORTANCE.get(query.qtype, 1.0) * frac)
+        return int(min(s.ef_max, max(s.ef_min, ef)))
+
+    def _route_labels(self, query: Query, route: bool) -> Tuple[Tuple[str, ...], List[int]]:
+        cats = ROUTES.get(query.intent, ()) if route else ()
+        labels = [CATEGORY_IDS[c] for c in cats]
+        col = self.collection
+        if labels and not np.isin(col.labels[col.alive], labels).any():
+            labels = []
+        return cats, labels
+
+    # ------------------------------------------------------------- the first stages
+    def gather(self, query: Query, k: int, dl: Deadline, log: StageLog, switches: Switches = Switches(),
+               ranked: bool = False) -> Candidates:
+        """Stages 1-5 of the module docstring: the fused candidates. ``ranked``: a learned ranker will order
+        them (it decides the default ``subject_boost``)."""
+        s = self.settings
+        variants: Dict[str, QueryText] = {}
+        expansions: Dict[str, List[str]] = {}
+        if switches.expand:
+            with dl.stage("expand"):
+                variants, expansions, note = self.variants(query, dl, ("abbreviations", "relations", "training",
+                                                                       "llm"))
+            log.record("expand", True, (", ".join(f"{k_}: {len(v)} terms" for k_, v in expansions.items())
+                                        or "no expansion terms found") + (f"; {note}" if note else ""))
+        else:
+            log.record("expand", False, "disabled")
+        own = variants.pop("abbreviations", None)
+        own = QueryText("question", own.text if own else query.text, own.tokens if own else list(query.tokens))
+        texts = [own] + list(variants.values())
+
+        if switches.dense:
+            self._encode(query, texts, dl, log)
+        else:
+            log.record("encode", False, "dense retrieval disabled")
+        bm25_texts = texts if switches.lexical else []
+        times = s.subject_boost if s.subject_boost is not None else (0 if ranked else 1)
+        boost = [t for ts, _ in query.subject for t in sorted(ts)] * times
+
+        ef = self.ef(query, dl)
+        ncand = max(s.candidates, k)
+        cats, route_labels = self._route_labels(query, switches.route)
+        lists: List[np.ndarray] = []
+        weights: List[float] = []
+        scored: Dict[str, Dict[int, float]] = {"dense": {}, "bm25": {}}
+        question_bm25: List[Optional[np.ndarray]] = [None]
+
+        def run_first(labels: Optional[List[int]]) -> List[np.ndarray]:
+            ids_l, sc_l, kinds, question_bm25[0] = self._first_stage(query, bm25_texts, ef, ncand, labels, dl, boost)
+            n_dense = 0 if query.vectors is None else len(query.vectors)
+            for j, (ids, sc, kind) in enumerate(zip(ids_l, sc_l, kinds)):
+                is_question = (kind == "dense" and j == 0) or (kind == "bm25" and j == n_dense)
+                lists.append(ids)
+                weights.append(1.0 if is_question else s.variant_weight)
+                if is_question:
+                    for i_, s_ in zip(ids.tolist(), sc.tolist()):
+                        scored[kind].setdefault(i_, s_)
+            return ids_l
+
+        search_labels = None
+        if route_labels:
+            routed = run_first(route_labels)
+            search_labels = route_labels
+            n_routed = len(np.unique(np.concatenate(routed))) if routed else 0
+            if n_routed < k:
+                run_first(None)
+                search_labels = None
+                note = f"{'/'.join(cats)} sections gave {n_routed} < {k} chunks: fell back to the whole collection"
+            else:
+                note = f"{'/'.join(cats)} sections: {n_routed} chunks"
+            log.record("route", True, note)
+        else:
+            run_first(None)
+            log.record("route", False, "no section route for intent " + query.intent if switches.route else "disabled")
+        log.record("dense", query.vectors is not None, f"ef={ef}" if query.vectors is not None else "disabled")
+        log.record("bm25", switches.lexical, f"{len(bm25_texts)} query texts" if switches.lexical else "disabled")
+
+        fb_vec = None
+        if switches.feedback and query.vectors is not None and any(len(x) for x in lists):
+            fb_vec, fb_ids, fb_note = self._feedback(query.vectors[0], lists, weights, max(ef, ncand), ncand,
+                                                     search_labels, dl)
+            if fb_ids is not None:
+                lists.append(fb_ids)
+                weights.append(1.0)
+            log.record("feedback", fb_vec is not None, fb_note)
+        else:
+            log.record("feedback", False, "disabled" if not switches.feedback else "no dense candidates")
+
+        with dl.stage("fuse"):
+            fused_ids, fused_scores = rrf(lists, k=s.rrf_k, weights=weights, top_n=ncand)
+            fused_ids = np.asarray(fused_ids, dtype=np.int64)
+            fused_scores = np.asarray(fused_scores, dtype=np.float32)
+        log.record("fuse", True, f"RRF of {len(lists)} lists -> {len(fused_ids)} candidates")
+        return Candidates(texts, expansions, fused_ids, fused_scores, scored, question_bm25[0], fb_vec,
+                          search_labels)
+
+    def _encode(self, query: Query, texts: Sequence[QueryText], dl: Deadline, log: StageLog) -> None:
+        """Encode the question's text, and the variants while the budget allows; the vectors go on ``query``."""
+        n_enc = 1
+        reserve = dl.share_ms(_RESERVE)
+        while n_enc < len(texts) and dl.remaining_ms() - reserve > (n_enc + 1) * self.costs.encode_ms.value:
+            n_enc += 1
+        with dl.stage("encode"):
+            query.vectors = self.collection.encode_queries([t.text for t in texts[:n_enc]])
+        self.costs.encode_ms.update(dl.timings_ms["encode"] / n_enc)
+        log.record("encode", True, f"{n_enc} of {len(texts)} query texts"
+                   + ("" if n_enc == len(texts) else " (budget: variants searched by BM25 only)"))
+
+    def _first_stage(self, query: Query, texts: Sequence[QueryText], ef: int, k: int, labels: Optional[List[int]],
+                     dl: Deadline, boost: Sequence[str] = ()
+                     ) -> Tuple[List[np.ndarray], List[np.ndarray], List[str], Optional[np.ndarray]]:
+        """Dense lists for each row of ``query.vectors`` and BM25 lists for each text, and the BM25 score
+        vector of the first text (the question's own; the ranker's ``bm25`` feature reads it), None without
+        texts. ``boost``: extra BM25 query tokens for the first text (its subject words)."""
+        col = self.collection
+        ids_lists: List[np.ndarray] = []
+        score_lists: List[np.ndarray] = []
+        kinds: List[str] = []
+        alive = col.alive
+        qvecs = query.vectors
+        if qvecs is not None and len(qvecs):
+            efs = [max(ef, k)] + [max(ef // 2, k)] * (len(qvecs) - 1)
+            with dl.stage("dense"):
+                kk = min(k, max(len(col), 1))
+                ids, scores = col.dense.search(qvecs, k=kk, ef=np.asarray(efs, dtype=np.int64), labels=labels)
+                ids = np.asarray(ids, dtype=np.int64).reshape(len(qvecs), -1)
+                scores = np.asarray(scores, dtype=np.float32).reshape(len(qvecs), -1)
+                for i in range(len(qvecs)):
+                    ok = ids[i] >= 0
+                    ok[ok] = alive[ids[i][ok]]
+                    ids_lists.append(ids[i][ok])
+                    score_lists.append(scores[i][ok])
+                    kinds.append("dense")
+        question_bm25 = None
+        with dl.stage("bm25"):
+            allowed = alive if labels is None else alive & np.isin(col.labels, labels)
+            for j, t in enumerate(texts):
+                all_scores = col.lexical.scores(t.tokens, extra_tokens=boost if j == 0 else ())
+                if j == 0:
+                    question_bm25 = all_scores
+                ids, scores = col.lexical.top(all_scores, k=k, allowed=allowed)
+                ids_lists.append(ids)
+                score_lists.append(scores)
+                kinds.append("bm25")
+        return ids_lists, score_lists, kinds, question_bm25
+
+    def _feedback(self, qvec: np.ndarray, lists: Sequence[np.ndarray], weights: Sequence[float], ef: int,
+                  ncand: int, labels: Optional[List[int]], dl: Deadline
+                  ) -> Tuple[Optional[np.ndarray], Optional[np.ndarray], str]:
+        """Pseudo-relevance feedback: the question vector moved towards the mean of the top fused chunks
+        of the question's own lists, searched again. Returns (vector, ids, note); (None, None, note)
+        when skipped."""
+        s = self.settings
+        if dl.remaining_ms() - dl.share_ms(_RESERVE) < 2.0 * self.costs.feedback_ms.value:
+            return None, None, f"budget: {dl.remaining_ms():.0f} ms left"
+        col = self.collection
+        with dl.stage("feedback"):
+            own = [ids for ids, w in zip(lists, weights) if w == 1.0]
+            top, _ = rrf(own, k=s.rrf_k, top_n=s.feedback_docs)
+            top = np.asarray(top, dtype=np.int64)
+            vec = qvec + s.feedback_weight * col.vectors(top).mean(axis=0)
+            vec = (vec / max(float(np.linalg.norm(vec)), 1e-12)).astype(np.float32)
+            ids, _ = col.dense.search(vec[None, :], k=min(ncand, max(len(col), 1)), ef=ef, labels=labels)
+            ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+            ids = ids[ids >= 0]
+            ids = ids[col.alive[ids]]
+        self.costs.feedback_ms.update(dl.timings_ms["feedback"])
+        return vec, ids, f"question + {s.feedback_weight:g} x mean of the top {len(top)} fused chunks"

@@ -1,0 +1,49 @@
+"""Diversification: MMR over the best reranked candidates, with the query type's lambda.
+
+MMR reorders only the best ``2k`` candidates scoring within ``mmr_floor`` (0.95) of the best: over all
+candidates it cost 0.17 document MAP@10 on BioASQ, where near-duplicate evidence is still relevant. Its
+relevance is the rerank score mapped linearly onto the range of the query-chunk similarities of that pool, so
+relevance and the chunk-chunk similarity share a scale and lambda means what it says; the rerank order is kept
+as the relevance order. Skipped when less than 5% of the budget (+2 ms) is left.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+from ..fusion import lambda_for, mmr
+from .budget import Deadline
+from .query import Query
+from .rerank import Ranking
+from .settings import Settings
+
+
+def diversify(collection, settings: Settings, query: Query, ranking: Ranking, k: int, dl: Deadline
+              ) -> Tuple[bool, str, List[int], Dict[int, float]]:
+    """(ran, note, new order, row -> MMR score) for the reranked candidates."""
+    order, scores = ranking.order, ranking.scores
+    if len(order) <= 1:
+        return False, "fewer than 2 candidates", order, {}
+    if dl.remaining_ms() < dl.share_ms(0.05) + 2.0:
+        return False, f"budget: {dl.remaining_ms():.1f} ms left", order, {}
+    top_score = float(scores[0]) if scores else 0.0
+    pool = [r for r, sc in zip(order[: 2 * k], scores[: 2 * k]) if sc >= settings.mmr_floor * top_score]
+    if len(pool) < 2:
+        return False, f"fewer than 2 candidates within {settings.mmr_floor:.2f} of the best score", order, {}
+    vecs = collection.vectors(pool)
+    if query.vectors is not None:
+        qsim = vecs @ query.vectors[0]
+        lo, hi = float(qsim.min()), float(qsim.max())
+    else:
+        lo, hi = 0.0, 1.0
+    sc = np.asarray(scores[: len(pool)], dtype=np.float64)
+    span = float(sc.max() - sc.min())
+    rel = (lo + (sc - sc.min()) / span * (hi - lo)) if span > 0 else np.full(len(pool), hi)
+    lam = float(lambda_for(query.qtype))
+    pos, mscores = mmr(None, vecs, k=len(pool), lambda_=lam, relevance=rel.astype(np.float32))
+    picked = [pool[p] for p in np.asarray(pos, dtype=np.int64).tolist()]
+    done = set(picked)
+    rest = [r for r in order if r not in done]
+    note = f"lambda={lam:.2f} over the {len(pool)} candidates within {settings.mmr_floor:.2f} of the best"
+    return True, note, picked + rest, dict(zip(picked, np.asarray(mscores, dtype=np.float32).tolist()))

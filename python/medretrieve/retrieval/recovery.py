@@ -1,0 +1,195 @@
+"""Selecting the hits, telling a weak question, and recovering it; pruning hits for a prompt.
+
+- :meth:`Recovery.select`: the best ``k`` candidates, dropping near-duplicates (token Jaccard >=
+  ``near_duplicate``) and, optionally, more than ``per_document`` chunks of one document.
+- :meth:`Recovery.weak_reasons`: a question is weak when the lexical relevance of its top snippets (mean over the
+  top 5 of the share of the question's content terms in the snippet) is below ``weak_threshold``, when the top
+  ``k`` come from fewer than ``min_articles`` articles, or when they are redundant (mean pairwise token Jaccard
+  of the top 5 above ``redundancy_threshold``).
+- :meth:`Recovery.recover`: extra expansions and relaxed queries, merged selectively: only hits in the lower half
+  whose lexical relevance is below the threshold (or, with too few articles, repeats of one article) are
+  replaced, only by better ones, and never by a candidate whose document covers less of the question's subject.
+- :func:`prune`: snippets for a prompt, best first, capped per question and per document.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
+
+import numpy as np
+
+from ..corpus.lexical import tokenize
+from ..fusion import rrf
+from .budget import CostModel, Deadline
+from .candidates import CandidateGenerator, QueryText
+from .matching import ChunkTokens, jaccard, subject_share
+from .query import Query
+from .results import Hit, SearchResult
+from .settings import Settings, check_settings
+
+
+def prune(hits: Union[SearchResult, Sequence[Hit]], per_question: int = 2, per_document: int = 1,
+          near_duplicate: float = 0.8) -> List[Hit]:
+    """Snippets for a prompt: best first, at most ``per_document`` per document and ``per_question``
+    in all, dropping near-duplicates (token Jaccard >= ``near_duplicate``)."""
+    if isinstance(hits, SearchResult):
+        hits = hits.hits
+    check_settings(per_question=per_question, per_document=per_document, near_duplicate=near_duplicate)
+    out: List[Hit] = []
+    per_doc: Dict[str, int] = {}
+    seen: List[Set[str]] = []
+    for h in hits:
+        if per_doc.get(h.document_id, 0) >= per_document:
+            continue
+        toks = set(tokenize(h.text))
+        if any(jaccard(toks, s) >= near_duplicate for s in seen):
+            continue
+        out.append(h)
+        seen.append(toks)
+        per_doc[h.document_id] = per_doc.get(h.document_id, 0) + 1
+        if len(out) >= per_question:
+            break
+    return out
+
+
+class Recovery:
+    """Selection, weak-question detection and recovery over one collection (see the module docstring)."""
+
+    def __init__(self, collection, settings: Settings, costs: CostModel, tokens: ChunkTokens,
+                 generator: CandidateGenerator) -> None:
+        self.collection = collection
+        self.settings = settings
+        self.costs = costs
+        self.tokens = tokens
+        self.generator = generator
+
+    def select(self, rows: Sequence[int], k: int, per_document: Optional[int]) -> List[int]:
+        out: List[int] = []
+        seen: List[Set[str]] = []
+        per_doc: Dict[str, int] = {}
+        for r in rows:
+            doc = self.collection.rows[r].document_id
+            if per_document is not None and per_doc.get(doc, 0) >= per_document:
+                continue
+            if self.tokens.near_duplicate_of(r, seen, self.settings.near_duplicate):
+                continue
+            out.append(r)
+            seen.append(self.tokens.of_row(r))
+            per_doc[doc] = per_doc.get(doc, 0) + 1
+            if len(out) >= k:
+                break
+        return out
+
+    def _mean_relevance(self, query: Query, rows: Sequence[int]) -> float:
+        return float(np.mean([self.tokens.lexical_relevance(query, r) for r in rows])) if rows else 0.0
+
+    def weak_reasons(self, query: Query, top: Sequence[int], k: int) -> List[str]:
+        s = self.settings
+        if not top:
+            return ["no hits"]
+        reasons = []
+        head = top[:5]
+        lexrel = self._mean_relevance(query, head)
+        if lexrel < s.weak_threshold:
+            reasons.append(f"low lexical relevance {lexrel:.2f} < {s.weak_threshold}")
+        docs = {self.collection.rows[r].document_id for r in top}
+        need = min(s.min_articles, self.collection.n_documents, k)
+        if len(docs) < need:
+            reasons.append(f"few articles: {len(docs)} < {need}")
+        if len(head) >= 2:
+            red = float(np.mean([jaccard(self.tokens.of_row(a), self.tokens.of_row(b))
+                                 for i, a in enumerate(head) for b in head[i + 1:]]))
+            if red > s.redundancy_threshold:
+                reasons.append(f"redundant: mean Jaccard {red:.2f} > {s.redundancy_threshold}")
+        return reasons
+
+    def _recovery_lists(self, query: Query, used: Sequence[QueryText], dl: Deadline
+                        ) -> Tuple[List[np.ndarray], Dict[str, List[str]], int]:
+        """Candidate lists of the recovery queries: wider expansions, the relaxed content terms, and (time
+        allowing) a dense search of the first of them; also the terms used by kind and how many queries ran."""
+        s = self.settings
+        col = self.collection
+        extra, terms, _ = self.generator.variants(query, dl, ("training", "abbreviations", "relations", "llm"),
+                                                  n_terms=15, n_neighbours=6)
+        used_texts = {t.text for t in used}
+        # the abbreviation expansion is already part of the question's own text
+        texts = [t for name, t in extra.items() if name != "abbreviations" and t.text not in used_texts]
+        # relaxed lexical query: the question's content terms alone, so partial matches surface
+        texts.append(QueryText("relaxed", " ".join(query.terms), list(query.terms)))
+        lists = [col.lexical.search(t.tokens, k=s.candidates, allowed=col.alive)[0] for t in texts]
+        if col.alive.any() and dl.remaining_ms() > 2 * self.costs.encode_ms.value + 10:
+            qv = col.encode_queries([texts[0].text])
+            ids, _ = col.dense.search(qv, k=min(s.candidates, len(col)), ef=max(s.ef_max, s.candidates))
+            ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+            ids = ids[ids >= 0]
+            lists.append(ids[col.alive[ids]])
+        return lists, terms, len(texts)
+
+    def recover(self, query: Query, top: List[int], k: int, used: Sequence[QueryText], dl: Deadline
+                ) -> Tuple[List[int], Dict[str, Any]]:
+        """Extra queries; replace only weak hits, and only with better ones. Returns the new top and a report
+        (``replaced``, ``note``, ``terms``, ``added_rows``, lexical relevance before / after)."""
+        s = self.settings
+        rows = self.collection.rows
+        lists, terms, n_queries = self._recovery_lists(query, used, dl)
+        cand, _ = rrf(lists, k=s.rrf_k, top_n=s.candidates) if lists else (np.zeros(0, np.int64), None)
+        in_top = set(top)
+        cand_rel = sorted(((self.tokens.lexical_relevance(query, r), r)
+                           for r in np.asarray(cand, dtype=np.int64).tolist() if r not in in_top),
+                          key=lambda x: -x[0])
+        new_top = list(top)
+        few_articles = len({rows[r].document_id for r in top}) < min(s.min_articles, k)
+        rel_now = {r: self.tokens.lexical_relevance(query, r) for r in new_top}
+        # only the lower half of the list is open to replacement: the top hits are the retrievers' strongest
+        # agreement and are never displaced; weakest first, then (too few articles) repeats of one article
+        half = max(1, len(new_top) // 2)
+        low = sorted((i for i, r in enumerate(new_top) if i >= half and rel_now[r] < s.weak_threshold),
+                     key=lambda i: rel_now[new_top[i]])
+        repeats: List[int] = []
+        if few_articles:
+            first_of: Dict[str, int] = {}
+            for i, r in enumerate(new_top):
+                first_of.setdefault(rows[r].document_id, i)
+            repeats = [i for i in reversed(range(half, len(new_top)))
+                       if first_of[rows[new_top[i]].document_id] != i and i not in low]
+        used_rows: Set[int] = set(new_top)
+        added: List[int] = []
+        doc_subject: Dict[str, float] = {}
+
+        def subject_of(row: int) -> float:
+            d = rows[row].document_id
+            if d not in doc_subject:
+                doc_subject[d] = subject_share(query.subject, self.tokens.of_document(d)) if query.subject else 0.0
+            return doc_subject[d]
+
+        for i in low + repeats:
+            old = new_top[i]
+            need_new_doc = i in repeats
+            docs_now = {rows[r].document_id for r in new_top}
+            old_subject = subject_of(old)
+            for rel, r in cand_rel:
+                if r in used_rows or any(jaccard(self.tokens.of_row(r), self.tokens.of_row(o)) >= s.near_duplicate
+                                         for o in new_top):
+                    continue
+                # nor may a replacement cover less of the question's subject (drug, gene) than the hit it replaces
+                if subject_of(r) < old_subject:
+                    continue
+                if need_new_doc:
+                    ok = rows[r].document_id not in docs_now and rel >= rel_now[old]
+                else:  # a replacement must itself pass the threshold
+                    ok = rel >= s.weak_threshold and rel > rel_now[old]
+                if ok:
+                    new_top[i] = r
+                    used_rows.add(r)
+                    added.append(r)
+                    break
+        for rel, r in cand_rel:  # fill up when the first pass returned fewer than k
+            if len(new_top) >= k:
+                break
+            if r not in used_rows:
+                new_top.append(r)
+                used_rows.add(r)
+                added.append(r)
+        note = f"{n_queries} recovery queries ({', '.join(terms) or 'relaxed terms only'}); {len(added)} weak hits replaced"
+        return new_top, {"replaced": len(added), "note": note, "terms": terms, "added_rows": set(added),
+                         "lexical_relevance_before": self._mean_relevance(query, top[:5]),
+                         "lexical_relevance_after": self._mean_relevance(query, new_top[:5])}

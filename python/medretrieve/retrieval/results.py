@@ -1,0 +1,82 @@
+"""What a search returns: :class:`Hit` (one chunk), :class:`StageInfo` (one stage), :class:`SearchResult`.
+
+A result says what the search did: every stage, whether it ran, why not, and how long it took (ms), so a
+caller can tell a deadline that cut a stage from a stage that was switched off.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional
+
+from .budget import Deadline
+
+
+@dataclass
+class Hit:
+    """One retrieved chunk. ``score`` is its relevance score (the rerank stage's; the normalised RRF score when
+    reranking is off; a recovered hit's lexical relevance); ``scores`` holds each stage's value for this chunk
+    (``dense``, ``bm25``, ``rrf``, ``rerank``, ``cross_encoder``, ``mmr``, ``recovery``)."""
+
+    chunk_id: str
+    document_id: str
+    text: str
+    title: str
+    section: str
+    score: float
+    scores: Dict[str, float]
+    metadata: Dict[str, Any]
+    parent_id: Optional[str]
+
+
+@dataclass
+class StageInfo:
+    """One stage of a search: ``ran`` or not, ``reason`` (what it did, or why it was skipped), ``elapsed_ms``."""
+
+    name: str
+    ran: bool
+    reason: str
+    elapsed_ms: float
+
+
+@dataclass
+class SearchResult:
+    """The hits of one search (best first) and what the search did to find them."""
+
+    question: str
+    hits: List[Hit]
+    query_type: str
+    weak: bool
+    weak_reasons: List[str]
+    recovered: bool
+    stages: List[StageInfo]
+    timings_ms: Dict[str, float]
+    intent: str = "general"
+    rerank_depth: int = 0
+    expansions: Dict[str, List[str]] = field(default_factory=dict)
+    recovery: Dict[str, Any] = field(default_factory=dict)
+
+    def stage(self, name: str) -> Optional[StageInfo]:
+        """The stage called ``name`` (None when the search did not reach it)."""
+        return next((s for s in self.stages if s.name == name), None)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "SearchResult":
+        """The inverse of :meth:`to_dict` (for results that travelled as JSON)."""
+        d = dict(data)
+        d["hits"] = [Hit(**h) for h in d.get("hits", [])]
+        d["stages"] = [StageInfo(**s) for s in d.get("stages", [])]
+        return cls(**d)
+
+
+class StageLog:
+    """The stages of one search in the order they ran, each with the time its :class:`Deadline` measured."""
+
+    def __init__(self, deadline: Deadline) -> None:
+        self.deadline = deadline
+        self.stages: List[StageInfo] = []
+
+    def record(self, name: str, ran: bool, reason: str = "") -> None:
+        self.stages.append(StageInfo(name, ran, reason, self.deadline.timings_ms.get(name, 0.0)))

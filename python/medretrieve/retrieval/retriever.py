@@ -1,0 +1,216 @@
+"""Hybrid retrieval under a deadline: the product path from a question to evidence snippets.
+
+``Retriever(collection).search(question, k=10, deadline_ms=300)`` runs, in order:
+
+1. ``classify``: the question analysed once (:class:`~.query.Query`: tokens, type, intent, subject words,
+   entities, abbreviation alternatives); every later stage reads it.
+2. ``expand`` .. ``fuse`` (:mod:`.candidates`): query variants, encoding, dense + BM25 first stage (section-routed
+   for treatment / symptom / test intents), pseudo-relevance feedback, RRF fusion.
+3. ``rerank`` (:mod:`.rerank`): a learned ranker, a cross-encoder (batched to the budget), or the heuristic
+   formula.
+4. ``mmr`` (:mod:`.diversify`): diversification among the best candidates with the query type's lambda.
+5. ``prune``, ``weak``, ``recovery`` (:mod:`.recovery`): near-duplicate removal and per-document cap, weak-question
+   detection and selective recovery.
+
+Optional stages shrink or are skipped to meet ``deadline_ms`` (None: no deadline); every stage reports whether it
+ran, why not, and how long it took. Hits come in final order (after MMR and recovery). A Retriever may be shared
+by threads: per-search state lives in the search call.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Set, Union
+
+import numpy as np
+
+from .budget import CostModel, Deadline
+from .candidates import Candidates, CandidateGenerator, Switches
+from .diversify import diversify
+from .expansion import TermSource, TrainingMemory
+from .matching import ChunkTokens
+from .query import Query
+from .ranker import LinearRanker
+from .recovery import Recovery
+from .rerank import Ranking, Reranker
+from .results import Hit, SearchResult, StageLog
+from .settings import Settings, check_settings
+
+
+@dataclass
+class _Recovered:
+    top: List[int]
+    report: Dict[str, Any]
+
+
+class Retriever:
+    """Hybrid dense + BM25 retrieval over a :class:`~medretrieve.corpus.collection.Collection`.
+
+    - ``cross_encoder``: a :class:`~medretrieve.models.encoders.CrossEncoder` or its directory.
+    - ``training``: a :class:`~.expansion.TrainingMemory` or BioASQ golden files, for training-memory expansion.
+    - ``ranker``: a :class:`~.ranker.LinearRanker` or its JSON file (``medretrieve.training.fit_ranker``).
+    - ``llm_terms``: a term source, ``f(question, ms_left) -> terms`` (``medretrieve.generation.llm_synonyms``
+      makes one from an LLM backend), asked for synonyms while at least ``llm_min_ms`` are left.
+    - ``settings`` and keyword overrides: the tuning in :class:`~.settings.Settings` (each value checked here).
+    - ``warmup`` (default True): :meth:`warmup` at construction.
+    """
+
+    def __init__(self, collection, cross_encoder=None, training=None, *,
+                 ranker: Union[LinearRanker, str, "os.PathLike[str]", None] = None,
+                 llm_terms: Optional[TermSource] = None, settings: Optional[Settings] = None,
+                 warmup: bool = True, **tuning: Any) -> None:
+        unknown = sorted(set(tuning) - set(Settings.names()))
+        if unknown:
+            raise TypeError(f"Retriever got unknown settings {unknown}; known: {sorted(Settings.names())}")
+        if llm_terms is not None and not callable(llm_terms):
+            raise TypeError("llm_terms must be callable (question, ms_left) -> terms; "
+                            "medretrieve.generation.llm_synonyms(backend) makes one from an LLM backend")
+        base = settings or Settings()
+        self.settings = Settings(**{**{n: getattr(base, n) for n in Settings.names()}, **tuning})
+        self.collection = collection
+        if isinstance(cross_encoder, (str, bytes)) or hasattr(cross_encoder, "__fspath__"):
+            from ..models.encoders import CrossEncoder
+
+            cross_encoder = CrossEncoder.from_dir(cross_encoder)
+        if training is not None and not isinstance(training, TrainingMemory):
+            training = TrainingMemory.from_bioasq(training)
+        if ranker is not None and not isinstance(ranker, LinearRanker):
+            ranker = LinearRanker.load(ranker)
+        self.training = training
+        self.costs = CostModel()
+        self.tokens = ChunkTokens(collection)
+        self.candidates = CandidateGenerator(collection, self.settings, self.costs, training, llm_terms)
+        self.reranker = Reranker(collection, self.settings, self.costs, self.tokens, ranker, cross_encoder)
+        self.recovery = Recovery(collection, self.settings, self.costs, self.tokens, self.candidates)
+        if warmup:
+            self.warmup()
+
+    # the learned ranker and the cross-encoder can be swapped on a live retriever (e.g. per evaluation fold)
+    @property
+    def ranker(self) -> Optional[LinearRanker]:
+        return self.reranker.ranker
+
+    @ranker.setter
+    def ranker(self, value: Optional[LinearRanker]) -> None:
+        self.reranker.ranker = value
+
+    @property
+    def cross_encoder(self):
+        return self.reranker.cross_encoder
+
+    def warmup(self) -> None:
+        """Load the encoders and run them once, so the first search does not pay session start-up; then
+        collect garbage once and freeze what is alive (``gc.freeze``).
+
+        Why the freeze: a collection's rows and token lists are hundreds of thousands of long-lived Python
+        objects, and every full (generation 2) collection walks them all; at 100k chunks one such pass stalled
+        a search for 0.44 s. Frozen objects are still freed by reference counting; only reference cycles among
+        them are never reclaimed, which long-lived index data does not form.
+        """
+        Query.analyse("warm up motolimod MI")
+        col = self.collection
+        if len(col):
+            if self.ranker is not None:  # document frequencies and the document -> chunks map, built once
+                col.lexical.idf(["warm"])
+                col.document_rows("")
+            col.encode_queries(["warm up"])
+            col.encode_queries(["warm up", "warm up two"])
+            if self.cross_encoder is not None:
+                r = col.rows[int(np.flatnonzero(col.alive)[0])]
+                self.cross_encoder.score("warm up", [(r.title, r.text)] * 8)  # cold: session start-up
+                t0 = time.perf_counter()
+                self.cross_encoder.score("warm up", [(r.title, r.text)] * 8)
+                self.costs.ce_pair_ms.value = (time.perf_counter() - t0) * 1000.0 / 8
+        gc.collect()
+        gc.freeze()
+
+    # ------------------------------------------------------------- search
+    def search(self, question: str, k: int = 10, deadline_ms: Optional[float] = 300, *,
+               expand: bool = True, rerank: bool = True, diversify: bool = True, recover: bool = True,
+               route: bool = True, dense: bool = True, lexical: bool = True, feedback: bool = True,
+               per_document: Optional[int] = None) -> SearchResult:
+        """Best ``k`` chunks for ``question`` within ``deadline_ms`` (None: no deadline; 0: already expired,
+        so only the stages that always run do).
+
+        The switches turn stages off (for ablations): ``dense`` / ``lexical`` (at least one), ``expand``,
+        ``rerank``, ``diversify`` (MMR), ``recover``, ``route`` (section routing), ``feedback``
+        (pseudo-relevance feedback). ``per_document`` caps hits per document.
+        """
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError("question must be a non-empty string")
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"k must be a positive integer, got {k!r}")
+        if not (dense or lexical):
+            raise ValueError("at least one of dense and lexical retrieval must be on")
+        if per_document is not None:
+            check_settings(per_document=per_document)
+        dl = Deadline(deadline_ms)
+        log = StageLog(dl)
+        with dl.stage("classify"):
+            query = Query.analyse(question)
+        log.record("classify", True, f"{query.qtype} / intent {query.intent}")
+        cands = self.candidates.gather(query, k, dl, log, Switches(expand, route, dense, lexical, feedback),
+                                       ranked=rerank and self.ranker is not None)
+        ranking = self.reranker.rerank(query, cands, dl, log, enabled=rerank)
+        order, mmr_scores = self._diversify(query, ranking, k, dl, log, diversify)
+        with dl.stage("prune"):
+            top = self.recovery.select(order, k, per_document)
+        log.record("prune", True, f"{len(order)} candidates -> {len(top)} hits")
+        with dl.stage("weak"):
+            weak_reasons = self.recovery.weak_reasons(query, top, k)
+        log.record("weak", True, "; ".join(weak_reasons) or "not weak")
+        rec = self._recover(query, top, k, cands, dl, log, bool(weak_reasons) and recover, recover)
+        hits = self._hits(query, rec, cands, ranking, mmr_scores)
+        rec.report.pop("added_rows", None)
+        return SearchResult(query.text, hits, query.qtype, bool(weak_reasons), weak_reasons,
+                            rec.report.get("replaced", 0) > 0, log.stages, dl.finish(), intent=query.intent,
+                            rerank_depth=ranking.depth, expansions=cands.expansions, recovery=rec.report)
+
+    # ------------------------------------------------------------- stages not in their own module
+    def _diversify(self, query: Query, ranking: Ranking, k: int, dl: Deadline, log: StageLog, enabled: bool):
+        if not enabled:
+            log.record("mmr", False, "disabled")
+            return ranking.order, {}
+        with dl.stage("mmr"):
+            ran, note, order, scores = diversify(self.collection, self.settings, query, ranking, k, dl)
+        log.record("mmr", ran, note)
+        return order, scores
+
+    def _recover(self, query: Query, top: List[int], k: int, cands: Candidates, dl: Deadline, log: StageLog,
+                 weak: bool, enabled: bool) -> _Recovered:
+        if not weak:
+            log.record("recovery", False, "question not weak" if enabled else "disabled")
+            return _Recovered(top, {})
+        if dl.remaining_ms() <= dl.share_ms(0.25):
+            log.record("recovery", False, f"budget: {dl.remaining_ms():.0f} ms left")
+            return _Recovered(top, {})
+        with dl.stage("recovery"):
+            new_top, report = self.recovery.recover(query, top, k, cands.texts, dl)
+        log.record("recovery", True, report.get("note", ""))
+        return _Recovered(new_top, report)
+
+    def _hits(self, query: Query, rec: _Recovered, cands: Candidates, ranking: Ranking,
+              mmr_scores: Dict[int, float]) -> List[Hit]:
+        col = self.collection
+        score_of = dict(zip(ranking.order, ranking.scores))
+        rrf_of = dict(zip(cands.fused_ids.tolist(), cands.fused_scores.tolist()))
+        added: Set[int] = rec.report.get("added_rows", set())
+        hits: List[Hit] = []
+        for row in rec.top:
+            r = col.rows[row]
+            sc: Dict[str, float] = {}
+            for name, values in (("dense", cands.scored["dense"]), ("bm25", cands.scored["bm25"]), ("rrf", rrf_of),
+                                 ("rerank", ranking.rerank), ("cross_encoder", ranking.cross_encoder),
+                                 ("mmr", mmr_scores)):
+                if row in values:
+                    sc[name] = float(values[row])
+            if row in added:
+                sc["recovery"] = self.tokens.lexical_relevance(query, row)
+                score = sc["recovery"]
+            else:
+                score = score_of.get(row, sc.get("rrf", 0.0))
+            hits.append(Hit(r.chunk_id, r.document_id, r.text, r.title, r.section, float(score), sc,
+                            dict(r.metadata), r.parent_id))
+        return hits

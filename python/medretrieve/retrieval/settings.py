@@ -1,0 +1,127 @@
+"""Tuning of a :class:`~medretrieve.retrieval.retriever.Retriever`, checked once at construction.
+
+Every value is validated here, so a bad one fails with a ``ValueError`` naming it rather than showing up as odd
+results (NaN rerank weights gave NaN scores before these checks).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+# Rerank formula weights. Without a cross-encoder they were chosen by a grid search on the BioASQ 7B1+7B2
+# questions: keyword and title overlap did not help there on top of the fused rank, entity alignment a little.
+# With a cross-encoder: an even split between the fused rank and the cross-encoder plus small heuristic terms.
+DEFAULT_RERANK_WEIGHTS: Dict[str, float] = {"rrf": 1.0, "keyword": 0.0, "title": 0.0, "entity": 0.05}
+DEFAULT_RERANK_WEIGHTS_CE: Dict[str, float] = {"rrf": 0.45, "ce": 0.45, "keyword": 0.03, "title": 0.02,
+                                               "entity": 0.05}
+
+# setting -> (integer only, lowest, highest); None: unbounded on that side
+_RANGES: Dict[str, Tuple[bool, Optional[float], Optional[float]]] = {
+    "candidates": (True, 1, None), "rrf_k": (False, 0.0, None), "variant_weight": (False, 0.0, None),
+    "ef_base": (True, 1, None), "ef_min": (True, 1, None), "ef_max": (True, 1, None),
+    "rerank_depth": (True, 0, None), "weak_threshold": (False, 0.0, 1.0), "min_articles": (True, 0, None),
+    "redundancy_threshold": (False, 0.0, 1.0), "near_duplicate": (False, 0.0, None),
+    "llm_min_ms": (False, 0.0, None), "mmr_floor": (False, 0.0, 1.0), "feedback_weight": (False, 0.0, None),
+    "feedback_docs": (True, 1, None), "per_question": (True, 1, None), "per_document": (True, 1, None),
+    "ranker_ce_weight": (False, 0.0, None),
+}
+
+
+def is_number(value: Any, integer: bool = False) -> bool:
+    """A finite int or float (an int when ``integer``); bools are not numbers here."""
+    kind = (int, np.integer) if integer else (int, float, np.integer, np.floating)
+    return not isinstance(value, bool) and isinstance(value, kind) and math.isfinite(value)
+
+
+def check_settings(**values: Any) -> None:
+    """ValueError naming the first setting that is not a finite number in its range."""
+    for name, value in values.items():
+        integer, lo, hi = _RANGES[name]
+        if not is_number(value, integer) or (lo is not None and value < lo) or (hi is not None and value > hi):
+            what = "an integer" if integer else "a finite number"
+            bounds = f" >= {lo}" if hi is None else f" in [{lo}, {hi}]"
+            raise ValueError(f"{name} must be {what}{bounds}, got {value!r}")
+    if values.get("near_duplicate") == 0:
+        raise ValueError("near_duplicate must be > 0 (a Jaccard of 0 would drop every hit after the first)")
+    if "ef_min" in values and values["ef_min"] > values["ef_max"]:
+        raise ValueError(f"ef_min ({values['ef_min']}) must not exceed ef_max ({values['ef_max']})")
+
+
+def _check_weights(name: str, weights: Dict[str, float], defaults: Dict[str, float]) -> None:
+    unknown = sorted(set(weights) - set(defaults))
+    if unknown:
+        raise ValueError(f"{name}: unknown weights {unknown}; known: {sorted(defaults)}")
+    for key, w in weights.items():
+        if not is_number(w) or w < 0:
+            raise ValueError(f"{name}[{key!r}] must be a finite number >= 0, got {w!r}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Retriever tuning (keyword arguments of ``Retriever``; each checked in ``__post_init__``).
+
+    - ``candidates`` (>= 1): fused candidates kept for reranking; ``rrf_k`` (>= 0): the RRF constant;
+      ``variant_weight`` (>= 0): RRF weight of an expansion's list, the question's own lists weigh 1.
+    - ``ef_base`` / ``ef_min`` / ``ef_max`` (1 <= ef_min <= ef_max): HNSW ef, ``ef_base`` scaled by the query
+      type's importance and the share of the deadline left, clamped to [ef_min, ef_max].
+    - ``rerank_depth`` (>= 0): most pairs a cross-encoder scores; ``rerank_weights`` / ``rerank_weights_ce``:
+      overrides of the formula's weights (keys of ``DEFAULT_RERANK_WEIGHTS`` / ``_CE``, finite, >= 0).
+    - ``weak_threshold`` (0-1): lexical relevance of the top 5 below which a question is weak;
+      ``min_articles`` (>= 0): fewer distinct documents in the hits is weak; ``redundancy_threshold`` (0-1):
+      mean pairwise token Jaccard of the top 5 above which it is weak.
+    - ``near_duplicate`` (> 0): a hit whose token Jaccard with an earlier hit reaches it is dropped; above 1
+      nothing is dropped. It also drops another document's copy of a sentence, which costs a little document
+      MAP on BioASQ; it keeps prompts free of repeats.
+    - ``llm_min_ms`` (>= 0): time that must be left for LLM synonyms to be asked for; ``mmr_floor`` (0-1):
+      MMR reorders only candidates scoring at least this share of the best.
+    - ``feedback_weight`` (>= 0) / ``feedback_docs`` (>= 1): pseudo-relevance feedback, the mean vector of
+      the top ``feedback_docs`` fused chunks added with this weight.
+    - ``subject_boost`` (None or >= 0): the question's subject words count ``1 + subject_boost`` times in its
+      BM25 query; 0 gives plain BM25. Why: in a collection gathered around a topic the subject of a question is
+      common and its idf low, so plain BM25 lets "mechanism" + "action" outweigh "motolimod". None boosts once
+      without a learned ranker and not at all with one, whose ``doc_subject`` feature weighs that evidence.
+    - ``ranker_ce_weight`` (>= 0): with a cross-encoder and a learned ranker, the weight of the cross-encoder's
+      logit added to the ranker's.
+    """
+
+    candidates: int = 100
+    rrf_k: float = 60.0
+    variant_weight: float = 0.5
+    ef_base: int = 64
+    ef_min: int = 32
+    ef_max: int = 256
+    rerank_depth: int = 50
+    weak_threshold: float = 0.35
+    min_articles: int = 3
+    redundancy_threshold: float = 0.6
+    near_duplicate: float = 0.8
+    llm_min_ms: float = 150.0
+    mmr_floor: float = 0.95
+    feedback_weight: float = 1.0
+    feedback_docs: int = 3
+    subject_boost: Optional[int] = None
+    ranker_ce_weight: float = 0.5
+    rerank_weights: Dict[str, float] = field(default_factory=dict)
+    rerank_weights_ce: Dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_settings(**{f.name: getattr(self, f.name) for f in fields(self) if f.name in _RANGES})
+        sb = self.subject_boost
+        if sb is not None and (not isinstance(sb, (int, np.integer)) or isinstance(sb, bool) or sb < 0):
+            raise ValueError(f"subject_boost must be None or a non-negative integer, got {sb!r}")
+        for name, defaults in (("rerank_weights", DEFAULT_RERANK_WEIGHTS),
+                               ("rerank_weights_ce", DEFAULT_RERANK_WEIGHTS_CE)):
+            given = getattr(self, name)
+            if given is None:
+                given = {}
+            if not isinstance(given, dict):
+                raise ValueError(f"{name} must be a dict of weights, got {type(given).__name__}")
+            _check_weights(name, given, defaults)
+            object.__setattr__(self, name, {**defaults, **given})
+
+    @classmethod
+    def names(cls) -> Tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))

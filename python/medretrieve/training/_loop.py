@@ -1,0 +1,93 @@
+"""The fine-tuning loop the training modules share: argument checks, AdamW with warm-up and decay, ONNX export.
+
+Torch and transformers are needed only here, at fit time (``pip install "medretrieve[export]"``); what a fit
+produces is an ordinary ONNX model that runs with onnxruntime like every other encoder.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, List, Tuple
+
+INFO_NAME = "adaptation.json"  # what a fit did, written beside the exported model
+
+
+def check_args(epochs: Any, lr: Any, batch_size: Any, temperature: Any) -> None:
+    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+        raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    for name, v in (("lr", lr), ("temperature", temperature)):
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"{name} must be a positive number, got {v!r}")
+
+
+def train(model: Any, items: List[Any], loss_of: Callable[[List[Any]], Any], *, epochs: int, batch_size: int, lr: float, rng: random.Random,
+          desc: str, progress: bool) -> Tuple[List[float], float]:
+    """Fine-tune ``model`` on ``items`` in shuffled batches: ``loss_of(batch)`` gives the batch's mean loss. AdamW
+    with linear warm-up over 10% of the steps then linear decay to 0, gradients clipped at norm 1. Returns (mean
+    loss of each epoch, wall time in s)."""
+    import torch
+    from tqdm import tqdm
+
+    steps = epochs * math.ceil(len(items) / batch_size)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    warm = max(1.0, 0.1 * steps)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * max(0.0, 1 - s / steps))
+    order = list(range(len(items)))
+    losses: List[float] = []
+    t0 = time.perf_counter()
+    model.train()
+    bar = tqdm(total=steps, desc=desc, disable=not progress)
+    for _ in range(epochs):
+        rng.shuffle(order)
+        total = 0.0
+        for i in range(0, len(order), batch_size):
+            batch = [items[j] for j in order[i:i + batch_size]]
+            loss = loss_of(batch)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+            total += float(loss.detach()) * len(batch)
+            bar.update(1)
+        losses.append(total / len(order))
+    bar.close()
+    return losses, time.perf_counter() - t0
+
+
+def export_trained(model: Any, tokenizer: Any, out: Path, kind: str, **export_args: Any) -> None:
+    """Save the fine-tuned model next to ``out`` and export it there as ONNX (``models.export.export_onnx``)."""
+    from ..models.export import export_onnx
+
+    model.eval()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".adapt-", dir=out.parent))
+    try:
+        model.save_pretrained(work)
+        tokenizer.save_pretrained(work)
+        export_onnx(work, out, kind, **export_args)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+
+
+def write_info(out: Path, result: Any) -> None:
+    """Record what a fit did (a dataclass) as ``out/adaptation.json``."""
+    (out / INFO_NAME).write_text(json.dumps(asdict(result), indent=2), encoding="utf-8")
+
+
+def require_model_dir(base: Any) -> Path:
+    """``base`` as a local Hugging Face model directory (FileNotFoundError when it has no config.json)."""
+    base_dir = Path(base).expanduser()
+    if not (base_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{base_dir} is not a Hugging Face model directory (no config.json)")
+    return base_dir
