@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import numpy as np
@@ -352,3 +353,39 @@ def test_recovery_never_trades_a_hit_for_one_covering_less_of_the_subject(tmp_pa
     assert info["replaced"] >= 1  # the unrelated weak hit is replaced by a leukemia abstract ...
     assert row["z"] in new_top  # ... but the subject's abstract is not, though it matches fewer words
     assert new_top[:2] == top[:2]
+
+
+def test_one_search_tokenises_the_question_once(collection, monkeypatch):
+    """The question is analysed once (retrieval.query.Query); no stage tokenises it again, whichever stages run:
+    expansions, training memory, a learned ranker's features, recovery (forced by an unreachable threshold)."""
+    from medretrieve.corpus import lexical
+    from medretrieve.training.ranker import fit_ranker
+
+    question = "Which drugs treat type 2 diabetes and MI in adults?"
+    memory = TrainingMemory([TrainingItem("What lowers blood sugar?", ["demo-002"], ["Metformin lowers glucose."])])
+    ret = Retriever(collection, training=memory, weak_threshold=1.0)
+    fit_ranker(ret, [("What lowers blood sugar in adults?", {"demo-002"})])
+    seen = []
+    depth = [0]  # tokenize calls word_tokens calls raw_tokens: count the outermost call only
+
+    def counting(real):
+        def tokeniser(text, *args, **kwargs):
+            if depth[0] == 0 and "diabetes and MI" in text:
+                seen.append(text)
+            depth[0] += 1
+            try:
+                return real(text, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+        return tokeniser
+
+    # every module's binding of the tokenisers (those that imported them by name too)
+    real = {"word_tokens": lexical.word_tokens, "tokenize": lexical.tokenize, "raw_tokens": lexical.raw_tokens}
+    for module in [m for name, m in sys.modules.items() if name.startswith("medretrieve")]:
+        for attr, fn in real.items():
+            if getattr(module, attr, None) is fn:
+                monkeypatch.setattr(module, attr, counting(fn))
+    res = ret.search(question, k=5, deadline_ms=None)
+    assert res.stage("recovery").ran and res.stage("expand").ran and "learned ranker" in res.stage("rerank").reason
+    assert res.expansions  # abbreviation, relation or training terms were searched as variants
+    assert seen == [question]

@@ -222,7 +222,7 @@ def _units(text: str, limit: int) -> List[str]:
             if count_tokens(sent) <= limit:
                 out.append(sent)
                 continue
-            words, cur = sent.split(), []
+            words, cur = sent.split(), []  # type: List[str], List[str]
             for w in words:
                 if cur and count_tokens(" ".join(cur + [w])) > limit:
                     out.append(" ".join(cur))

@@ -7,10 +7,10 @@ Layout (``format: medretrieve-collection-1``)::
                       overlap, position, parent_id, label, metadata, deleted
     sections.jsonl    the parent sections (section_id, document_id, title, section, text)
     dense.index       medretrieve.Index over the chunk vectors (id = row; label = section category)
-    lexical/          the BM25 index (medretrieve.lexical.LexicalIndex)
+    lexical/          the BM25 index (medretrieve.corpus.lexical.LexicalIndex)
 
 Chunk vectors: ``normalize(w_core * e(title, core) + w_overlap * e(title, overlap))``
-with the weights of :func:`medretrieve.chunking.overlap_weights` (an overlap
+with the weights of :func:`medretrieve.corpus.chunking.overlap_weights` (an overlap
 token counts half a core token).
 
 Writes are atomic at directory level: a build (and every ``add`` / ``delete``)
@@ -222,8 +222,8 @@ class Collection:
         """Read ``source``, chunk, embed and index it into ``out_dir`` (atomically).
 
         ``source``: a path (file or directory), a list of paths, or a list of
-        record dicts / :class:`~medretrieve.sources.Record`. ``encoder``: an
-        article or symmetric model directory (H3 format); ``query_encoder``:
+        record dicts / :class:`~medretrieve.corpus.sources.Record`. ``encoder``: an
+        article or symmetric model directory (``medretrieve export-onnx``); ``query_encoder``:
         the query-side model (defaults to ``encoder``, which must then be
         symmetric). ``overwrite``: replace an existing collection at ``out_dir``.
         Raises ValueError when nothing readable is in the source.
@@ -338,8 +338,8 @@ class Collection:
     def _ingest(self, records: Sequence[Record], batch_size: int, progress: bool) -> None:
         chunks: List[Chunk] = []
         for rec in records:
-            c, parts = chunk_record(rec, self.chunking)
-            chunks.extend(c)
+            rec_chunks, parts = chunk_record(rec, self.chunking)
+            chunks.extend(rec_chunks)
             for p in parts:
                 self.sections[p.section_id] = p
         vecs = _embed_chunks(self.article_encoder(), chunks, self.chunking, batch_size, progress)

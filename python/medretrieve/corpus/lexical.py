@@ -1,8 +1,8 @@
 """BM25 lexical search (bm25s) with biomedical-aware tokenisation.
 
-Why bm25s: it is pure Python + numpy/scipy (no extra native wheel), indexes
-the BioASQ snippet corpus in well under a second and scores a query over 100k
-chunks in about a millisecond (bench/RESULTS.md, "Retrieval pipeline").
+Why bm25s: it is pure Python + numpy/scipy (no extra native wheel) and scores a
+query over a whole collection with one sparse matrix product, fast enough for the
+first stage of a search under a deadline.
 
 Tokenisation (:func:`tokenize`): lower-cased; a token is a run of letters /
 digits joined by ``-`` or ``/`` (and ``.`` between digits), so gene, protein
@@ -28,7 +28,7 @@ import re
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -113,7 +113,7 @@ class LexicalIndex:
         self._ids = np.zeros(0, dtype=np.int64)  # row -> external id
         self._tokens: List[List[str]] = []
         self._alive = np.zeros(0, dtype=bool)
-        self._bm25 = None
+        self._bm25: Any = None  # bm25s.BM25 once fitted
         self._vocab: dict = {}
         self._df: Optional[Counter] = None
         self._order = np.zeros(0, dtype=np.int64)
@@ -192,13 +192,13 @@ class LexicalIndex:
         """BM25 scores for the rows with external ``ids`` (0 for unknown or deleted ids); ``query`` is the query
         (text or tokens) or the vector :meth:`scores` already returned for it (no second scoring pass)."""
         s = np.asarray(query, dtype=np.float32) if isinstance(query, np.ndarray) else self.scores(query)
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        out = np.zeros(len(ids), dtype=np.float32)
+        wanted = np.asarray(ids, dtype=np.int64).reshape(-1)
+        out = np.zeros(len(wanted), dtype=np.float32)
         if len(self._ids) == 0:
             return out
-        pos = np.minimum(np.searchsorted(self._ids, ids, sorter=self._order), len(self._ids) - 1)
+        pos = np.minimum(np.searchsorted(self._ids, wanted, sorter=self._order), len(self._ids) - 1)
         rows = self._order[pos]
-        ok = self._ids[rows] == ids
+        ok = self._ids[rows] == wanted
         out[ok] = s[rows[ok]]
         return out
 

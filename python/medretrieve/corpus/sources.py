@@ -95,7 +95,7 @@ def _open_text(path: Path) -> IO[str]:
 
 
 def _open_binary(path: Path) -> IO[bytes]:
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # type: ignore[return-value]
 
 
 def _str_id(value: Any, where: str) -> str:

@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, List, Mapping, Optional, Sequence, cast
 
 from .._files import write_text_atomic
 from ..corpus.collection import Collection
@@ -210,15 +210,16 @@ def evaluate_bioasq_answers(
 
     done = [q for q in questions if q.id in answers]
     exact: dict[str, Any] = {}
+    # the loader normalised each gold exact answer to its type: "yes"/"no", or lists of synonym lists
     yn = [q for q in done if q.type == "yesno"]
     if yn:
-        exact["yesno"] = {"count": len(yn), **metrics.yesno_scores([_yesno(answers[q.id].exact) for q in yn], [q.exact_answer for q in yn])}
-    fa = [q for q in done if q.type == "factoid"]
-    if fa:
-        exact["factoid"] = {"count": len(fa), **metrics.factoid_scores([_strings(answers[q.id].exact) for q in fa], [q.exact_answer for q in fa])}
-    li = [q for q in done if q.type == "list"]
-    if li:
-        exact["list"] = {"count": len(li), **metrics.list_scores([_strings(answers[q.id].exact) for q in li], [q.exact_answer for q in li])}
+        exact["yesno"] = {"count": len(yn), **metrics.yesno_scores([_yesno(answers[q.id].exact) for q in yn],
+                                                                   [cast(str, q.exact_answer) for q in yn])}
+    for qtype, scores in (("factoid", metrics.factoid_scores), ("list", metrics.list_scores)):
+        qs = [q for q in done if q.type == qtype]
+        if qs:
+            exact[qtype] = {"count": len(qs), **scores([_strings(answers[q.id].exact) for q in qs],
+                                                        [cast(List[List[str]], q.exact_answer) for q in qs])}
     with_ideal = [q for q in done if q.ideal_answer]
     ideal = None
     rows = []

@@ -275,14 +275,15 @@ def score_setting(items: Sequence[ItemResult]) -> dict[str, Any]:
     elif scenario == "robustness":
         with_cf = [i for i in items if i.counterfactual_ids and i.detected_pred is not None]
         out["fact_detection_rate"] = (
-            metrics.fact_detection_rate([i.detected_pred for i in with_cf], [i.counterfactual_ids for i in with_cf])
+            metrics.fact_detection_rate([i.detected_pred or [] for i in with_cf],
+                                        [i.counterfactual_ids for i in with_cf])
             if with_cf
             else None
         )
         analysed = [i for i in items if i.detected_pred is not None]
         out["false_alarm_rate"] = (
             metrics.false_alarm_rate(
-                [i.detected_pred for i in analysed],
+                [i.detected_pred or [] for i in analysed],
                 [i.counterfactual_ids for i in analysed],
                 [i.doc_ids for i in analysed],
             )
@@ -737,7 +738,7 @@ class MedRGBRunner:
         todo = [q for q in questions if signal_missing(q)]
         self._parallel(lambda q: self._signal_for(q, need, signal_cache), todo, "signal documents")
         signal = {
-            q.id: [ContextDoc.from_dict(d) for d in signal_cache.get(q.id)["docs"]]
+            q.id: [ContextDoc.from_dict(d) for d in (signal_cache.get(q.id) or {}).get("docs", [])]
             for q in questions
             if q.id in signal_cache
         }
@@ -753,9 +754,9 @@ class MedRGBRunner:
         if any(s.n > n_signal(s.n, s.p) for s in robust):
             # one rewrite per document that some robustness setting may swap (the top max-n)
             top = max(s.n for s in robust)
-            todo = [(q, d) for q in questions if q.id in signal for d in signal[q.id][:top]
-                    if f"{q.id}|{d.doc_id}" not in cf_cache]
-            self._parallel(lambda job: self._counterfactual_for(job, cf_cache), todo, "counterfactuals")
+            rewrites = [(q, d) for q in questions if q.id in signal for d in signal[q.id][:top]
+                        if f"{q.id}|{d.doc_id}" not in cf_cache]
+            self._parallel(lambda job: self._counterfactual_for(job, cf_cache), rewrites, "counterfactuals")
 
         item_cache = JsonlCache(self.out_dir / "items.jsonl", lambda r: f"{r['question_id']}|{r['setting']}")
         jobs = []

@@ -136,13 +136,12 @@ def snippets_overlap(a: Any, b: Any, min_overlap: float = 0.5) -> bool:
     ``section``/``begin_section``, ``offset_begin``, ``offset_end``) overlap by the rule in the module docstring."""
     if str(a.document_id) != str(b.document_id):
         return False
-    spans = [(getattr(s, "offset_begin", None), getattr(s, "offset_end", None)) for s in (a, b)]
-    if all(x is not None and y is not None for x, y in spans):
+    a0, a1, b0, b1 = (getattr(s, f"offset_{e}", None) for s in (a, b) for e in ("begin", "end"))
+    if a0 is not None and a1 is not None and b0 is not None and b1 is not None:
         sec_a = getattr(a, "section", None) or getattr(a, "begin_section", "") or ""
         sec_b = getattr(b, "section", None) or getattr(b, "begin_section", "") or ""
         if not sec_a or not sec_b or sec_a == sec_b:
-            (a0, a1), (b0, b1) = spans
-            return max(a0, b0) < min(a1, b1)
+            return bool(max(a0, b0) < min(a1, b1))
         return False
     ta, tb = _norm_text(a.text), _norm_text(b.text)
     if not ta or not tb:

@@ -2,7 +2,7 @@
 does that source support the sentence?
 
 Support is lexical overlap of content words (stemmed, stopwords removed, with
-:func:`medretrieve.lexical.tokenize`) between the sentence and its cited
+:func:`medretrieve.corpus.lexical.tokenize`) between the sentence and its cited
 sources, above :data:`SUPPORT_THRESHOLD`; optionally a semantic score from an
 encoder. Unsupported sentences are flagged, not removed.
 """

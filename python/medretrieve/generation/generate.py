@@ -5,8 +5,8 @@ generate, parse and check citations; plus the BioASQ submission writer and the
 - :class:`AbstentionPolicy` + :class:`Answerer`: LLM failures are reported on
   the :class:`Answer` (``error``), not raised.
 - :func:`write_bioasq_submission` writes BioASQ submission JSON.
-- The output parsers (:mod:`medretrieve.parsers`) and the citation checks
-  (:mod:`medretrieve.citations`) are re-exported here: ``parse_bioasq``,
+- The output parsers (:mod:`medretrieve.generation.parsers`) and the citation checks
+  (:mod:`medretrieve.generation.citations`) are re-exported here: ``parse_bioasq``,
   ``parse_choice``, ``parse_medrgb``, ``parse_list``, ``parse_sub_qa``,
   ``parse_counterfactual``, ``parse_judge``, ``verify_citations``, ``Citation``.
 """
@@ -276,13 +276,13 @@ class Answerer:
 
     ``retriever`` needs ``search(question, k=..., deadline_ms=...) -> SearchResult``
     (hits, query_type, weak, weak_reasons, recovered); ``backend`` is an LLM
-    backend (:class:`medretrieve.llm.Backend`). ``mode``: ``"cite"``
+    backend (:class:`medretrieve.generation.llm.Backend`). ``mode``: ``"cite"``
     (numbered sources, [n] citations, verified), ``"answer_only"`` (bare answer,
     for comparison) or ``"bioasq"`` (BioASQ Phase A+ exact + ideal answer).
     ``retrieve_deadline_ms`` is the retrieval budget (ms), capped by what is
     left of the call's ``deadline_ms``; ``max_source_chars`` trims each source
     in the prompt (chars) so small context windows fit; when the prompt still
-    overflows the model's context (:class:`~medretrieve.llm.LLMContextTooLong`)
+    overflows the model's context (:class:`~medretrieve.generation.llm.LLMContextTooLong`)
     and ``shrink_on_overflow``, the top half of the sources is tried, down to one.
     """
 

@@ -438,6 +438,8 @@ class TransformersBackend:
         self._transformers = transformers
         self.model_dir = path
         self.device = device
+        self.tokenizer: Any  # transformers' classes, loaded below
+        self.model: Any
         try:
             self.tokenizer = transformers.AutoTokenizer.from_pretrained(
                 path, local_files_only=True, trust_remote_code=trust_remote_code
@@ -527,9 +529,9 @@ class TransformersBackend:
                 out = self.model.generate(input_ids, **gen_kwargs)
             except RuntimeError as exc:
                 raise LLMBadResponse(f"local generation failed: {exc}") from exc
-        if max_time is not None and time.monotonic() - start >= deadline_ms / 1000.0:
+        if deadline_ms is not None and time.monotonic() - start >= deadline_ms / 1000.0:
             raise LLMTimeout(
                 f"local generation stopped at the deadline ({deadline_ms:.0f} ms) after "
                 f"{int(out.shape[-1]) - n_prompt} tokens"
             )
-        return self.tokenizer.decode(out[0, n_prompt:], skip_special_tokens=True)
+        return str(self.tokenizer.decode(out[0, n_prompt:], skip_special_tokens=True))

@@ -5,7 +5,7 @@ They accept the usual model noise -- prose around the answer, code fences,
 ``<think>`` blocks, markdown emphasis, casing, JSON or plain text -- and raise
 :class:`ParseError` (a ``ValueError`` keeping the raw text as ``.raw``) when
 the text cannot be read. The prompts that ask for these formats are in
-:mod:`medretrieve.prompts`; :mod:`medretrieve.generate` re-exports all parsers.
+:mod:`medretrieve.generation.prompts`; :mod:`medretrieve.generation.generate` re-exports all parsers.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ Every function returns a chat ``messages`` list (``[{"role": "system", ...},
 Evidence (``snippets``, ``sources``, ``documents``) may be strings, dicts with
 ``text`` (and optional ``title``/``id``), or retrieval ``Hit`` objects; they
 are numbered from 1 in the order given, which is the number a model cites as
-``[n]``. Matching parsers live in :mod:`medretrieve.generate`.
+``[n]``. Matching parsers live in :mod:`medretrieve.generation.parsers`.
 """
 from __future__ import annotations
 

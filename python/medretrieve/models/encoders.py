@@ -3,7 +3,7 @@
 A model directory holds ``model.onnx``, the tokenizer (``tokenizer.json`` for
 the fast ``tokenizers`` library, or only ``vocab.txt`` for a BERT WordPiece
 vocabulary) and a ``medretrieve.json`` manifest written by
-:func:`medretrieve.export.export_onnx` (or by :func:`default_model_dir`).
+:func:`medretrieve.models.export.export_onnx` (or by :func:`default_model_dir`).
 The manifest says how to turn the graph's output into vectors:
 
 * MedCPT conventions: ``[CLS]`` pooling without normalisation, queries cut at

@@ -27,6 +27,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
+from .._files import read_json
 from .encoders import (
     DEFAULT_MAX_LENGTH, KINDS, MODEL_NAME, TOKENIZER_JSON, EncoderManifest, file_sha256, load_tokenizer,
     pad_batch, pool, write_manifest,
@@ -55,10 +56,6 @@ SAMPLE_TITLES = ["Diabetes insipidus", "Diabetes therapy", "", "Hereditary cance
 # --------------------------------------------------------------------------- settings
 
 
-def _read_json(path: Path) -> Dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def sentence_transformers_settings(source: Path) -> Dict[str, Any]:
     """Pooling, normalisation, max length and transformer subfolder of a sentence-transformers directory.
 
@@ -69,16 +66,16 @@ def sentence_transformers_settings(source: Path) -> Dict[str, Any]:
     if not modules_file.is_file():
         return {}
     settings: Dict[str, Any] = {"normalize": False, "subdir": ""}
-    for module in _read_json(modules_file):
+    for module in read_json(modules_file):
         kind = str(module.get("type", ""))
         path = source / module.get("path", "")
         if kind.endswith(".Transformer"):
             settings["subdir"] = module.get("path", "")
             cfg = path / "sentence_bert_config.json"
-            if cfg.is_file() and _read_json(cfg).get("max_seq_length"):
-                settings["max_length"] = int(_read_json(cfg)["max_seq_length"])
+            if cfg.is_file() and read_json(cfg).get("max_seq_length"):
+                settings["max_length"] = int(read_json(cfg)["max_seq_length"])
         elif kind.endswith(".Pooling"):
-            cfg = _read_json(path / "config.json")
+            cfg = read_json(path / "config.json")
             modes = [k for k, v in cfg.items() if k.startswith("pooling_mode") and v]
             if modes == ["pooling_mode_cls_token"]:
                 settings["pooling"] = "cls"
@@ -222,13 +219,16 @@ def _parity(reference: np.ndarray, got: np.ndarray, mask: Optional[np.ndarray], 
     return float(np.max(np.abs(reference[valid] - got[valid])))
 
 
-def _fidelity(kind: str, ref: np.ndarray, got: np.ndarray, mask: np.ndarray, pooling: str) -> Dict[str, Any]:
+def _fidelity(kind: str, ref: np.ndarray, got: np.ndarray, mask: Optional[np.ndarray], pooling: str
+              ) -> Dict[str, Any]:
     """How close a converted graph stays to fp32 on the sample inputs."""
     if kind == "cross":
         a, b = ref.reshape(-1), got.reshape(-1)
         pearson = float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else float("nan")
         return {"metric": "pearson", "value": pearson, "mean_abs_diff": float(np.mean(np.abs(a - b))),
                 "samples": int(a.size)}
+    if mask is None:  # a model without an attention mask input: every position counts
+        mask = np.ones(ref.shape[:2], dtype=np.int64)
     va = pool(ref, mask, pooling, True)
     vb = pool(got, mask, pooling, True)
     cos = np.sum(va * vb, axis=1)
@@ -271,7 +271,7 @@ def export_onnx(source: Union[str, Path], out_dir: Union[str, Path], kind: str, 
                 normalize: Optional[bool] = None, quantize: Optional[str] = None,
                 max_length: Optional[int] = None, overwrite: bool = False) -> Path:
     """Export ``source`` (a local Hugging Face model directory, or a hub id where there is network)
-    to ``out_dir`` for :class:`~medretrieve.encoders.QueryEncoder` / ``ArticleEncoder`` / ``CrossEncoder``.
+    to ``out_dir`` for :class:`~medretrieve.models.encoders.QueryEncoder` / ``ArticleEncoder`` / ``CrossEncoder``.
 
     ``kind``: query | article | cross | symmetric. ``pooling`` / ``normalize``
     default to the source's sentence-transformers config when it has one,
@@ -293,7 +293,7 @@ def export_onnx(source: Union[str, Path], out_dir: Union[str, Path], kind: str, 
         return _export(source, out_dir, kind, pooling, normalize, quantize, max_length, local)
 
 
-def check_output_dir(out_dir: Union[str, Path], overwrite: bool) -> Path:
+def check_output_dir(out_dir: Union[str, "os.PathLike[str]"], overwrite: bool) -> Path:
     """``out_dir`` as a Path; FileExistsError when it exists, is not empty and ``overwrite`` is False."""
     out_dir = Path(out_dir).expanduser()
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:

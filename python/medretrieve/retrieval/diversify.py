@@ -1,7 +1,7 @@
 """Diversification: MMR over the best reranked candidates, with the query type's lambda.
 
 MMR reorders only the best ``2k`` candidates scoring within ``mmr_floor`` (0.95) of the best: over all
-candidates it cost 0.17 document MAP@10 on BioASQ, where near-duplicate evidence is still relevant. Its
+candidates it lost much of the ranking quality on BioASQ, where near-duplicate evidence is still relevant. Its
 relevance is the rerank score mapped linearly onto the range of the query-chunk similarities of that pool, so
 relevance and the chunk-chunk similarity share a scale and lambda means what it says; the rerank order is kept
 as the relevance order. Skipped when less than 5% of the budget (+2 ms) is left.

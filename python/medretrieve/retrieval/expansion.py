@@ -160,15 +160,15 @@ class TrainingMemory:
         if not neigh:
             return []
         qtoks = set(query.tokens)
-        score: Counter = Counter()
+        score: Dict[str, float] = {}
         for it, sim in neigh:
             idx = self.items.index(it)
             for toks in self._snippet_tokens[idx]:
                 for t in set(toks):
                     if t not in qtoks and len(t) > 2:
-                        score[t] += sim * self._idf.get(t, 0.0)
+                        score[t] = score.get(t, 0.0) + sim * self._idf.get(t, 0.0)
         out = []
-        for t, _ in score.most_common(n_terms):
+        for t, _ in sorted(score.items(), key=lambda kv: -kv[1])[:n_terms]:
             forms = self._surface.get(t)
             out.append(forms.most_common(1)[0][0] if forms else t)
         return out

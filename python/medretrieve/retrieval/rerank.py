@@ -63,9 +63,11 @@ class Reranker:
 
     def skip(self, cands: Candidates, log: StageLog, reason: str) -> Ranking:
         """The fused order, scores normalised by the best (what a search without reranking returns)."""
-        base = cands.fused_scores / max(float(cands.fused_scores[0]), 1e-12) if len(cands.fused_scores) else []
+        scores = cands.fused_scores.astype(np.float64)
+        if len(scores):
+            scores /= max(float(scores[0]), 1e-12)
         log.record("rerank", False, reason)
-        return Ranking(cands.fused_ids.tolist(), [float(x) for x in base], {}, 0, {})
+        return Ranking(cands.fused_ids.tolist(), scores.tolist(), {}, 0, {})
 
     def rerank(self, query: Query, cands: Candidates, dl: Deadline, log: StageLog, enabled: bool = True) -> Ranking:
         if not enabled:
@@ -86,9 +88,12 @@ class Reranker:
             use_ce = self.cross_encoder is not None and self.settings.rerank_depth > 0
             ce = self._cross_encode(query, ce_order[:n], dl) if use_ce else {}
             first = base if learned is None else learned
-            signals = {r: self._signal(query, r, i, base, learned, ce) for i, r in enumerate(rows)}
-            reranked = [r for r in rows[:n] if signals[r] is not None]
-            reranked.sort(key=lambda r: -signals[r])
+            signals: Dict[int, float] = {}
+            for i, r in enumerate(rows[:n]):
+                s = self._signal(query, r, i, base, learned, ce)
+                if s is not None:  # None: beyond the cross-encoder's depth
+                    signals[r] = s
+            reranked = sorted(signals, key=lambda r: -signals[r])
             done = set(reranked)
             rest = [(i, r) for i, r in enumerate(rows) if r not in done]
             if learned is not None:  # (only with a cross-encoder: beyond its depth) the ranker's order

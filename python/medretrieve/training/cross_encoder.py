@@ -46,11 +46,10 @@ def fit_cross_encoder(retriever, examples, base: Union[str, os.PathLike], out_di
     among them (at most ``max_positives``) makes a group with ``group_size - 1`` non-relevant ones drawn from
     the 30 best-ranked, and the loss is the softmax cross-entropy of the group (the relevant chunk first).
     Pairs are read as the product reads them: ``(question, "Title. Text")``. ``base``: a local Hugging Face
-    model directory; a bi-encoder (e.g. all-MiniLM-L6-v2) gets a new one-logit head. Measured on one fold of
-    BioASQ 7b (bench/RESULTS.md): over a learned ranker's 100 candidates +0.009..+0.011 document MAP@10 when their
-    logits are added (``Retriever(ranker_ce_weight=...)``); through the full pipeline +0.004 at depth 50, and
-    nothing at a 300 ms deadline on 2 CPU cores, which leave time for ~10 pairs. Needs torch and transformers
-    (fit time only).
+    model directory; a bi-encoder (e.g. all-MiniLM-L6-v2) gets a new one-logit head. With a learned ranker its
+    logits add to the ranker's (``ranker_ce_weight``); it needs more time per question than a 300 ms deadline
+    leaves on 2 CPU cores, so it pays off offline or with longer budgets (bench/RESULTS.md). Needs torch and
+    transformers (fit time only).
     Raises ValueError for bad settings or no usable question, FileExistsError when ``out_dir`` is not empty
     and ``overwrite`` is False (checked before training).
     """

@@ -8,11 +8,10 @@ MedCPT's query encoder was trained on PubMed search logs for the same reason. Gi
 questions with relevant documents (BioASQ golden files), moving only the query encoder towards the
 collection's own document vectors keeps the index, the lexical side and every stored vector valid,
 and the result is an ordinary ONNX query encoder (``Collection.open(dir, query_encoder=...)``,
-``medretrieve search --query-encoder``). Measured on BioASQ 7b, leave-one-file-out (bench/RESULTS.md,
-"Query-encoder adaptation"): document MAP@10 of held-out questions, dense 0.838 -> 0.871, hybrid RRF
-0.886 -> 0.895; the full pipeline with a learned ranker does not gain (0.915 -> 0.909). A ranker fitted
-on the questions the encoder was trained on sees dense scores better than new questions will get, so
-fit rankers on other questions than the encoder's.
+``medretrieve search --query-encoder``). It lifts dense and hybrid retrieval of held-out questions; with a
+learned ranker it has not helped (bench/RESULTS.md, "Query-encoder adaptation"). A ranker fitted on the
+questions the encoder was trained on sees dense scores better than new questions will get, so fit rankers on
+other questions than the encoder's.
 
 Method: the positives of a training question are the live chunks of its relevant documents; every
 live chunk of the collection is a candidate, so the loss is the full softmax

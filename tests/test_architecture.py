@@ -1,0 +1,159 @@
+"""The package's architecture, checked from its source: wings import only wings below them, no module imports
+the package root, there is no import circle, and only the CLI parses arguments.
+
+Every import statement counts, including those inside functions (a lazy import is still a dependency).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, List, Set, Tuple
+
+import pytest
+
+import medretrieve
+
+PACKAGE = Path(medretrieve.__file__).resolve().parent
+
+# wings from the bottom up; a module may import its own wing and any wing listed before it
+WINGS: Tuple[Tuple[str, ...], ...] = (
+    ("_core", "_version", "_files", "_assets", "index", "fusion"),
+    ("models",),
+    ("corpus",),
+    ("retrieval",),
+    ("training",),
+    ("generation",),
+    ("evaluation",),
+    ("client",),
+    ("distributed",),
+    ("server",),
+    ("testing",),
+    ("cli",),
+)
+RANK: Dict[str, int] = {name: i for i, wing in enumerate(WINGS) for name in wing}
+ROOT_ONLY = {"__init__", "__main__"}  # the root re-exports everything; __main__ runs the CLI
+
+
+def _modules() -> Dict[str, Path]:
+    out = {"_core": PACKAGE / "_core.pyi"}  # the native extension (its stub stands for it)
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path) -> List[Tuple[str, int]]:
+    """(imported medretrieve module or name, line) for every import in the module (relative ones resolved)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_pkg = path.name == "__init__.py"
+    here = name.split(".") if is_pkg else name.split(".")[:-1]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
+                target = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and (node.module == "medretrieve" or node.module.startswith("medretrieve.")):
+                target = node.module[len("medretrieve"):].lstrip(".")
+            else:
+                continue
+            for alias in node.names:
+                out.append((f"{target}.{alias.name}".lstrip("."), node.lineno))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "medretrieve" or alias.name.startswith("medretrieve."):
+                    out.append((alias.name[len("medretrieve"):].lstrip("."), node.lineno))
+    return out
+
+
+def _resolve(target: str, modules: Dict[str, Path]) -> str:
+    """The module an import names: ``retrieval.query.Query`` -> ``retrieval.query``; "" for the root itself."""
+    parts = target.split(".")
+    while parts and ".".join(parts) not in modules:
+        parts.pop()
+    return ".".join(parts)
+
+
+def _graph() -> Dict[str, Set[Tuple[str, int]]]:
+    modules = _modules()
+    return {name: {(_resolve(t, modules), line) for t, line in _imports(name, path)}
+            for name, path in modules.items() if path.suffix == ".py"}
+
+
+def _wing(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_every_module_belongs_to_a_wing():
+    stray = [m for m in _modules() if m not in ROOT_ONLY and _wing(m) not in RANK]
+    assert not stray, f"modules outside the wings {WINGS}: {stray}"
+
+
+def test_no_module_imports_the_package_root():
+    bad = [f"{m}:{line}" for m, deps in _graph().items() if m not in ROOT_ONLY for d, line in deps if d == ""]
+    assert not bad, f"these import names from the package root (import the defining module instead): {bad}"
+
+
+def test_wings_import_only_wings_below_them():
+    bad = []
+    for m, deps in _graph().items():
+        if m in ROOT_ONLY:
+            continue
+        for d, line in deps:
+            if d and d not in ROOT_ONLY and RANK[_wing(d)] > RANK[_wing(m)]:
+                bad.append(f"{m}:{line} imports {d}")
+    assert not bad, "upward imports:\n" + "\n".join(bad)
+
+
+def test_no_import_circle():
+    graph = {m: {d for d, _ in deps if d and d != m} for m, deps in _graph().items() if m not in ROOT_ONLY}
+    state: Dict[str, int] = {}
+    stack: List[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph.get(m, ())):
+            if state.get(d) == 1:
+                pytest.fail("import circle: " + " -> ".join(stack[stack.index(d):] + [d]))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def test_only_the_cli_parses_arguments():
+    bad = []
+    for name, path in _modules().items():
+        if _wing(name) == "cli" or path.suffix != ".py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names):
+                bad.append(name)
+            if isinstance(node, ast.ImportFrom) and node.module == "argparse":
+                bad.append(name)
+    assert not bad, f"argparse outside medretrieve.cli: {bad}"
+
+
+def test_the_checker_sees_a_planted_upward_import_and_circle(tmp_path, monkeypatch):
+    """The checks above must be able to fail: plant a bad package and run them on it."""
+    pkg = tmp_path / "medretrieve"
+    (pkg / "corpus").mkdir(parents=True)
+    (pkg / "retrieval").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "corpus" / "__init__.py").write_text("")
+    (pkg / "retrieval" / "__init__.py").write_text("")
+    (pkg / "corpus" / "a.py").write_text("from ..retrieval.b import X\n")
+    (pkg / "retrieval" / "b.py").write_text("from ..corpus import a\nX = 1\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", pkg)
+    with pytest.raises(AssertionError, match="corpus.a:1 imports retrieval.b"):
+        test_wings_import_only_wings_below_them()
+    with pytest.raises(pytest.fail.Exception, match="import circle"):
+        test_no_import_circle()
