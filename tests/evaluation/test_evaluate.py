@@ -11,7 +11,7 @@ import pytest
 from medretrieve.evaluation import evaluate as E
 from medretrieve.evaluation.datasets import load_bioasq
 
-FIX = Path(__file__).parent / "fixtures" / "eval"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "eval"
 BIOASQ = FIX / "bioasq_tiny.json"
 
 HITS = {

@@ -17,7 +17,7 @@ from medretrieve.evaluation.datasets import (
     pmid_from_url,
 )
 
-FIX = Path(__file__).parent / "fixtures" / "eval"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "eval"
 
 
 def test_pmid_from_url():
