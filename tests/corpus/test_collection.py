@@ -34,7 +34,8 @@ def test_build_open_add_delete_round_trip(tmp_path, encoder_dir):
     col = Collection.build(DOCS + [{"id": "bad"}], out, encoder=encoder_dir, progress=False, report=report)
     assert report.n_skipped == 1
     assert col.n_documents == 3 and len(col) == 4
-    assert sorted(os.listdir(out)) == ["chunks.jsonl", "dense.index", "lexical", "manifest.json", "sections.jsonl"]
+    assert sorted(os.listdir(out)) == ["chunks.jsonl", "dense.index", "lexical", "manifest.json", "models",
+                                      "sections.jsonl"]
     assert [p.name for p in tmp_path.iterdir()] == ["col"]  # no temp dirs left behind
     man = json.loads((out / "manifest.json").read_text())
     assert man["counts"] == {"documents": 3, "chunks": 4, "sections": 4, "deleted_chunks": 0}
@@ -151,6 +152,9 @@ def test_collection_indexed_by_an_older_tokenizer_is_retokenized_on_open(tmp_pat
     del payload["tokenizer"]
     payload["tokens"] = [[t for t in toks if t != "ccr4"] for toks in payload["tokens"]]
     path.write_text(json.dumps(payload))
+    manifest = json.loads((tmp_path / "col" / "manifest.json").read_text())
+    del manifest["files"]  # as the first collections were written: no file digests
+    (tmp_path / "col" / "manifest.json").write_text(json.dumps(manifest))
     assert LexicalIndex.load(path.parent).search("CCR4", k=3)[0].size == 0
     reopened = Collection.open(tmp_path / "col")
     assert reopened.lexical.tokenizer_version == TOKENIZER_VERSION

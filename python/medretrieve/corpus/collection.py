@@ -2,12 +2,15 @@
 
 Layout (``format: medretrieve-collection-1``)::
 
-    manifest.json     encoder dirs + sha256, chunking settings, index settings, counts, versions
-    chunks.jsonl      one chunk per line: row, chunk_id, document_id, title, section, text,
+    manifest.json     encoders (paths inside the collection + sha256), chunking and index settings, counts,
+                      versions, and the size and sha256 of every file below but the index (which checks itself)
+    chunks.jsonl      one chunk per line, in row order: row, chunk_id, document_id, title, section, text,
                       overlap, position, parent_id, label, metadata, deleted
     sections.jsonl    the parent sections (section_id, document_id, title, section, text)
     dense.index       medretrieve.Index over the chunk vectors (id = row; label = section category)
     lexical/          the BM25 index (medretrieve.corpus.lexical.LexicalIndex)
+    models/encoder    the article (or symmetric) encoder, copied in at build; models/query: the query encoder
+                      when it is a separate model
 
 Chunk vectors: ``normalize(w_core * e(title, core) + w_overlap * e(title, overlap))``
 with the weights of :func:`medretrieve.corpus.chunking.overlap_weights` (an overlap
@@ -15,14 +18,16 @@ token counts half a core token).
 
 Writes are atomic at directory level: a build (and every ``add`` / ``delete``)
 writes a complete new directory next to the target and swaps it in with
-renames, so a failure leaves either the old collection or nothing.
+renames, so a failure leaves either the old collection or nothing; the next
+open or write cleans up after a killed one (:mod:`.store`). Opening checks the
+files against the manifest and raises :class:`~.store.DamagedCollection`
+naming a file that was changed.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,13 +39,10 @@ from .._version import __version__
 from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record, overlap_weights
 from .lexical import TOKENIZER_VERSION, LexicalIndex
 from .sources import FORMATS, ReadReport, Record, SourceLike, read_records
-
-FORMAT = "medretrieve-collection-1"
-MANIFEST = "manifest.json"
-CHUNKS = "chunks.jsonl"
-SECTIONS = "sections.jsonl"
-DENSE = "dense.index"
-LEXICAL = "lexical"
+from .store import (
+    CHUNKS, DENSE, FORMAT, LEXICAL, MANIFEST, MODELS, SECTIONS, DamagedCollection, check_file, digests, inside,
+    is_collection, link_or_copy_tree, new_temp_dir, read_jsonl, recover_leftovers, swap_in, write_jsonl,
+)
 
 
 @dataclass
@@ -60,8 +62,6 @@ class ChunkRow:
     metadata: Dict[str, Any] = field(default_factory=dict)
     deleted: bool = False
 
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__, ensure_ascii=False, separators=(",", ":"))
 
 
 def _lexical_text(title: str, text: str, overlap: str) -> str:
@@ -81,12 +81,13 @@ def _versions() -> Dict[str, str]:
     return out
 
 
-def _encoder_info(directory: Union[str, os.PathLike]) -> Dict[str, Any]:
-    from ..models.encoders import read_manifest
+def _encoder_info(directory: Union[str, os.PathLike], inside_dir: str) -> Dict[str, Any]:
+    """What the manifest records of an encoder that will be copied to ``inside_dir`` of the collection."""
+    from ..models.encoders import default_model_dir, read_manifest
 
-    d = Path(directory).expanduser().resolve()
+    d = default_model_dir() if str(directory) == "default" else Path(directory).expanduser().resolve()
     m = read_manifest(d)
-    return {"dir": str(d), "sha256": m.sha256, "kind": m.kind, "dim": m.dim}
+    return {"dir": inside_dir, "source": str(d), "sha256": m.sha256, "kind": m.kind, "dim": m.dim}
 
 
 def _embed_chunks(encoder, chunks: Sequence[Chunk], cfg: ChunkingConfig, batch_size: int,
@@ -118,7 +119,8 @@ class Collection:
 
     def __init__(self, directory: Path, manifest: Dict[str, Any], rows: List[ChunkRow],
                  sections: Dict[str, SectionPart], dense, lexical: LexicalIndex,
-                 encoder_dir: Optional[str] = None, query_encoder_dir: Optional[str] = None) -> None:
+                 encoder_dir: Optional[str] = None, query_encoder_dir: Optional[str] = None,
+                 model_sources: Optional[Dict[str, str]] = None) -> None:
         self.directory = Path(directory)
         self.manifest = manifest
         self.rows = rows
@@ -126,12 +128,28 @@ class Collection:
         self.dense = dense
         self.lexical = lexical
         self.chunking = ChunkingConfig.from_dict(manifest["chunking"])
-        self._encoder_dir = encoder_dir or manifest["encoder"]["dir"]
-        qe = manifest.get("query_encoder")
-        self._query_encoder_dir = query_encoder_dir or (qe["dir"] if qe else self._encoder_dir)
+        # where the collection's own models are copied from on a write (at build: where the build found them);
+        # a model the caller names instead is used for encoding but never written into the collection
+        overrides = {"encoder": encoder_dir, "query_encoder": query_encoder_dir}
+        self._models: Dict[str, str] = dict(model_sources) if model_sources is not None else {
+            key: self._model_path(manifest[key]) for key in overrides
+            if manifest.get(key) is not None and not (overrides[key] and Path(manifest[key]["dir"]).is_absolute())}
+        self._encoder_dir = str(encoder_dir or self._models["encoder"])
+        self._query_encoder_dir = str(query_encoder_dir or self._models.get("query_encoder", self._encoder_dir))
         self._article_encoder = None
         self._query_encoder = None
         self._refresh_arrays()
+
+    def _model_path(self, info: Dict[str, Any]) -> str:
+        """An encoder directory the manifest names: inside the collection (ValueError for one outside it, which
+        only a caller may name, with ``encoder=`` / ``query_encoder=``)."""
+        where = info["dir"]
+        if Path(where).is_absolute():
+            raise ValueError(f"{self.directory / MANIFEST} names the encoder directory {where}, outside the "
+                             "collection (collections built before medretrieve 0.2 did); open it with "
+                             "encoder= / query_encoder= (CLI: --encoder / --query-encoder) naming the model to "
+                             "trust, or rebuild the collection")
+        return str(inside(self.directory, where))
 
     # ------------------------------------------------------------- derived arrays
     def _refresh_arrays(self) -> None:
@@ -225,22 +243,29 @@ class Collection:
         record dicts / :class:`~medretrieve.corpus.sources.Record`. ``encoder``: an
         article or symmetric model directory (``medretrieve export-onnx``); ``query_encoder``:
         the query-side model (defaults to ``encoder``, which must then be
-        symmetric). ``overwrite``: replace an existing collection at ``out_dir``.
+        symmetric); ``"default"`` names the embedded model. Both are copied into
+        the collection. ``overwrite``: replace an existing collection at
+        ``out_dir`` (never a directory that is not a collection, unless empty).
         Raises ValueError when nothing readable is in the source.
         """
         out = Path(out_dir)
-        if out.exists() and not overwrite:
-            raise FileExistsError(f"{out} exists; pass overwrite=True (CLI: --overwrite) to replace it")
+        recover_leftovers(out)
+        if out.exists():
+            if not overwrite:
+                raise FileExistsError(f"{out} exists; pass overwrite=True (CLI: --overwrite) to replace it")
+            if not out.is_dir() or (any(out.iterdir()) and not is_collection(out)):
+                raise ValueError(f"{out} exists and is not a medretrieve collection; overwrite only replaces a "
+                                 "collection (or an empty directory), so nothing was deleted")
         if isinstance(chunking, dict):
             chunking = ChunkingConfig.from_dict(chunking)
         cfg = chunking or ChunkingConfig()
         if dtype not in ("int8", "float32"):
             raise ValueError(f"dtype must be 'int8' or 'float32', got {dtype!r}")
-        enc_info = _encoder_info(encoder)
+        enc_info = _encoder_info(encoder, f"{MODELS}/encoder")
         if query_encoder is None and enc_info["kind"] != "symmetric":
             raise ValueError(f"{encoder} holds a {enc_info['kind']!r} model; without a query_encoder the "
                              "encoder must be symmetric (serve queries and articles)")
-        q_info = _encoder_info(query_encoder) if query_encoder is not None else None
+        q_info = _encoder_info(query_encoder, f"{MODELS}/query") if query_encoder is not None else None
         if q_info is not None and q_info["dim"] != enc_info["dim"]:
             raise ValueError(f"query encoder dim {q_info['dim']} != article encoder dim {enc_info['dim']}")
         report = report if report is not None else ReadReport()
@@ -258,8 +283,8 @@ class Collection:
             "read_report": {"records": report.records, "skipped": report.skipped[:100],
                             "n_skipped": report.n_skipped},
         }
-        col = cls(out, manifest, [], {}, None, LexicalIndex(), enc_info["dir"],
-                  q_info["dir"] if q_info else None)
+        sources = {"encoder": enc_info["source"], **({"query_encoder": q_info["source"]} if q_info else {})}
+        col = cls(out, manifest, [], {}, None, LexicalIndex(), model_sources=sources)
         col.dense = _new_index(enc_info["dim"], dtype, M, ef_construction, 0)
         col._ingest(records, batch_size, progress)
         col._commit()
@@ -268,25 +293,35 @@ class Collection:
     @classmethod
     def open(cls, directory: Union[str, os.PathLike], encoder: Optional[str] = None,
              query_encoder: Optional[str] = None) -> "Collection":
-        """Open a built collection (``encoder`` / ``query_encoder`` override the manifest's dirs)."""
+        """Open a built collection. ``encoder`` / ``query_encoder`` replace the models the collection holds
+        (e.g. a query encoder from ``fit-query-encoder``).
+
+        Raises FileNotFoundError when ``directory`` holds no collection and :class:`~.store.DamagedCollection`
+        (a ValueError) naming the file when a file does not match the manifest.
+        """
         from ..index import Index
 
         d = Path(directory)
+        recover_leftovers(d)
         mpath = d / MANIFEST
         if not mpath.is_file():
             raise FileNotFoundError(f"{d} is not a medretrieve collection (no {MANIFEST})")
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-        if manifest.get("format") != FORMAT:
-            raise ValueError(f"{mpath}: unknown collection format {manifest.get('format')!r} (expected {FORMAT})")
-        rows: List[ChunkRow] = []
-        with open(d / CHUNKS, "r", encoding="utf-8") as fh:
-            for line in fh:
-                rows.append(ChunkRow(**json.loads(line)))
-        sections: Dict[str, SectionPart] = {}
-        with open(d / SECTIONS, "r", encoding="utf-8") as fh:
-            for line in fh:
-                s = SectionPart(**json.loads(line))
-                sections[s.section_id] = s
+        try:
+            manifest = json.loads(mpath.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise DamagedCollection(f"{mpath} is not valid JSON ({exc})") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise ValueError(f"{mpath}: unknown collection format "
+                             f"{manifest.get('format') if isinstance(manifest, dict) else None!r} (expected {FORMAT})")
+        files = manifest.get("files") or {}  # absent in collections written before the files were listed
+        try:
+            rows = [ChunkRow(**r) for r in read_jsonl(d / CHUNKS, files.get(CHUNKS))]
+            parts = [SectionPart(**s) for s in read_jsonl(d / SECTIONS, files.get(SECTIONS))]
+        except TypeError as exc:
+            raise DamagedCollection(f"{d}: a chunk or section line lacks a field ({exc})") from None
+        for name, digest in files.items():
+            if name.startswith(LEXICAL + "/"):
+                check_file(d / name, digest)
         dense = Index.load(str(d / DENSE))
         lexical = LexicalIndex.load(d / LEXICAL)
         if lexical.tokenizer_version != TOKENIZER_VERSION:
@@ -295,7 +330,8 @@ class Collection:
             live = [r for r in rows if not r.deleted]
             fresh.add([_lexical_text(r.title, r.text, r.overlap) for r in live], [r.row for r in live])
             lexical = fresh
-        return cls(d, manifest, rows, sections, dense, lexical, encoder, query_encoder)
+        _check_consistent(d, manifest, rows, dense, lexical)
+        return cls(d, manifest, rows, {s.section_id: s for s in parts}, dense, lexical, encoder, query_encoder)
 
     # ------------------------------------------------------------- updates
     def add(self, source: SourceLike, errors: str = "skip", batch_size: int = 64, progress: bool = False,
@@ -361,28 +397,48 @@ class Collection:
     def _commit(self) -> None:
         """Write everything to a sibling temp dir, then swap it in (never half-written)."""
         out = self.directory
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        recover_leftovers(out)
+        tmp = new_temp_dir(out)
         try:
             self.manifest["counts"] = {"documents": self.n_documents, "chunks": len(self),
                                        "sections": len(self.sections),
                                        "deleted_chunks": int((~self.alive).sum())}
-            with open(tmp / CHUNKS, "w", encoding="utf-8") as fh:
-                for r in self.rows:
-                    fh.write(r.to_json() + "\n")
-            with open(tmp / SECTIONS, "w", encoding="utf-8") as fh:
-                for s in self.sections.values():
-                    fh.write(json.dumps(s.__dict__, ensure_ascii=False, separators=(",", ":")) + "\n")
+            files = {CHUNKS: write_jsonl(tmp / CHUNKS, (r.__dict__ for r in self.rows)),
+                     SECTIONS: write_jsonl(tmp / SECTIONS, (s.__dict__ for s in self.sections.values()))}
             self.dense.save(str(tmp / DENSE))
             self.lexical.save(tmp / LEXICAL)
+            files.update(digests(tmp, [LEXICAL]))
+            self.manifest["files"] = files
+            self._write_models(tmp)
             (tmp / MANIFEST).write_text(json.dumps(self.manifest, indent=2), encoding="utf-8")
-            old = None
-            if out.exists():
-                old = out.with_name(f".{out.name}.old-{os.getpid()}-{time.monotonic_ns()}")
-                os.replace(out, old)
-            os.replace(tmp, out)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
+            swap_in(tmp, out)
+            self._models = {key: str(out / self.manifest[key]["dir"]) for key in self._models}
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+    def _write_models(self, tmp: Path) -> None:
+        """The encoders the manifest names, inside ``tmp``: linked from the collection's own copy, or copied in
+        from where the build found them."""
+        for key, src in self._models.items():
+            link_or_copy_tree(Path(src), tmp / self.manifest[key]["dir"])
+
+
+def _check_consistent(d: Path, manifest: Dict[str, Any], rows: List[ChunkRow], dense: Any,
+                      lexical: LexicalIndex) -> None:
+    """DamagedCollection naming the file whose rows disagree with the others (a line lost or moved, an index of
+    another size): checks that need no digest, so older collections get them too."""
+    for i, r in enumerate(rows):
+        if r.row != i:
+            raise DamagedCollection(f"{d / CHUNKS} line {i + 1} holds row {r.row}: lines are missing or out of "
+                                    "order; rebuild the collection or restore the file")
+    counts = manifest.get("counts") or {}
+    expected = counts.get("chunks", 0) + counts.get("deleted_chunks", 0) if counts else len(rows)
+    if len(rows) != expected:
+        raise DamagedCollection(f"{d / CHUNKS} holds {len(rows)} chunks, the manifest counts {expected}")
+    if dense.get_current_count() != len(rows):
+        raise DamagedCollection(f"{d / DENSE} holds {dense.get_current_count()} vectors for {len(rows)} chunks")
+    live = [r.row for r in rows if not r.deleted]
+    if not lexical.has_exactly(live):
+        raise DamagedCollection(f"{d / LEXICAL} indexes {len(lexical)} chunks, not the {len(live)} live chunks "
+                                f"of {d / CHUNKS}")

@@ -32,6 +32,8 @@ from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .._files import read_json
+
 # bumped whenever tokenize() changes what it emits (stored token lists must then be rebuilt)
 TOKENIZER_VERSION = 2
 
@@ -202,6 +204,11 @@ class LexicalIndex:
         out[ok] = s[rows[ok]]
         return out
 
+    def has_exactly(self, ids: Sequence[int]) -> bool:
+        """Whether the live rows are exactly ``ids`` (a consistency check against the collection's chunks)."""
+        live = np.sort(self._ids[self._alive])
+        return len(live) == len(ids) and bool(np.array_equal(live, np.sort(np.asarray(ids, dtype=np.int64))))
+
     def tokens_of(self, id: int) -> Optional[List[str]]:
         """The stored tokens of the live row with external ``id`` (None when unknown or deleted): what
         :func:`tokenize` gave when it was added, so callers need not tokenise the text again."""
@@ -266,13 +273,20 @@ class LexicalIndex:
         path = Path(directory) / cls.FILE
         if not path.is_file():
             raise FileNotFoundError(f"no lexical index at {path}")
-        with open(path, "r", encoding="utf-8") as fh:
-            payload = json.load(fh)
-        if payload.get("format") != "medretrieve-lexical-1":
-            raise ValueError(f"{path} is not a medretrieve lexical index (format {payload.get('format')!r})")
-        idx = cls(payload["stem"], payload["remove_stopwords"], payload["k1"], payload["b"])
-        idx._ids = np.asarray(payload["ids"], dtype=np.int64)
-        idx._tokens = payload["tokens"]
+        payload = read_json(path)
+        if not isinstance(payload, dict) or payload.get("format") != "medretrieve-lexical-1":
+            raise ValueError(f"{path} is not a medretrieve lexical index (format "
+                             f"{payload.get('format') if isinstance(payload, dict) else None!r})")
+        try:
+            idx = cls(payload["stem"], payload["remove_stopwords"], payload["k1"], payload["b"])
+            idx._ids = np.asarray(payload["ids"], dtype=np.int64)
+            idx._tokens = payload["tokens"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: a field is missing or malformed ({type(exc).__name__}: {exc}); the lexical "
+                             "index is damaged") from None
+        if idx._ids.ndim != 1 or len(idx._ids) != len(idx._tokens) or len(np.unique(idx._ids)) != len(idx._ids):
+            raise ValueError(f"{path}: {len(idx._ids)} ids for {len(idx._tokens)} token lists (or repeated ids); "
+                             "the lexical index is damaged")
         idx.tokenizer_version = int(payload.get("tokenizer", 1))
         idx._alive = np.ones(len(idx._ids), dtype=bool)
         idx._fit()

