@@ -18,7 +18,8 @@ The handler is called with the parsed JSON body of each POST to
 ``(status, body, delay_s)`` or ``(status, body, delay_s, headers)``:
 
 - ``body`` a ``dict``/``list`` is sent as JSON, a ``str`` or ``bytes`` is sent
-  verbatim (so tests can send malformed JSON or HTML error pages);
+  verbatim (so tests can send malformed JSON or HTML error pages), a
+  :class:`Trickle` a few bytes at a time (a server that stalls mid-body);
 - ``delay_s`` is slept before the reply is written (slow servers, deadlines);
 - ``headers`` (dict) are added to the reply, e.g. ``{"Retry-After": "1"}``.
 
@@ -41,7 +42,14 @@ from typing import Any, Callable, Iterable, Optional, Union
 Reply = Union[str, tuple]
 Handler = Callable[[Any], Reply]
 
-__all__ = ["FakeLLMServer", "chat_reply", "error_reply", "scripted", "refused_base_url"]
+__all__ = ["FakeLLMServer", "Trickle", "chat_reply", "error_reply", "scripted", "refused_base_url"]
+
+
+class Trickle:
+    """A reply body written ``chunk`` bytes at a time, ``interval_s`` apart (Content-Length announces it all)."""
+
+    def __init__(self, payload: bytes, chunk: int = 1, interval_s: float = 0.5) -> None:
+        self.payload, self.chunk, self.interval_s = payload, chunk, interval_s
 
 
 def chat_reply(content: str, model: str = "fake-model", finish_reason: str = "stop") -> dict:
@@ -122,6 +130,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         pass
 
     def _send(self, status: int, body: Any, headers: Optional[dict] = None) -> None:
+        trickle = body if isinstance(body, Trickle) else None
+        if trickle is not None:
+            body = trickle.payload
         if isinstance(body, (dict, list)):
             payload = json.dumps(body).encode()
             ctype = "application/json"
@@ -136,8 +147,15 @@ class _RequestHandler(BaseHTTPRequestHandler):
             for k, v in (headers or {}).items():
                 self.send_header(k, str(v))
             self.end_headers()
-            self.wfile.write(payload)
-            self.wfile.flush()
+            if trickle is None:
+                self.wfile.write(payload)
+                self.wfile.flush()
+                return
+            for i in range(0, len(payload), trickle.chunk):
+                self.wfile.write(payload[i:i + trickle.chunk])
+                self.wfile.flush()
+                if self.server.owner._stopping.wait(trickle.interval_s):
+                    return
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (deadline): nothing to do
 

@@ -1,10 +1,11 @@
 """Contract tests of the LLM backends against the scripted fake server (no real model)."""
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
-from llm_server import FakeLLMServer, chat_reply, error_reply, refused_base_url, scripted
+from llm_server import FakeLLMServer, Trickle, chat_reply, error_reply, refused_base_url, scripted
 
 from medretrieve.generation.llm import (
     Backend,
@@ -363,3 +364,60 @@ def test_transformers_backend_prompt_format(tiny_model):
         assert prompt.count(":") == 3 and "aspirin an" in prompt
     with pytest.raises(ValueError, match="dtype"):
         TransformersBackend(tiny_model, dtype="floaty")
+
+
+# --------------------------------------------------------------------------- hostile servers
+
+
+def test_a_trickling_body_ends_by_the_timeout():
+    """1 byte every 0.5 s: every read is quick, the whole reply never ends; the call must end at timeout_s."""
+    body = json.dumps(chat_reply("slow")).encode()
+    with FakeLLMServer(lambda req: (200, Trickle(body, 1, 0.5), 0.0)) as srv:
+        backend = OpenAIBackend(srv.base_url, "m", timeout_s=2.0, max_retries=0)
+        t0 = time.monotonic()
+        with pytest.raises(LLMTimeout, match="within timeout_s=2.0 s"):
+            backend.generate([{"role": "user", "content": "hi"}])
+        assert time.monotonic() - t0 < 3.5
+        t0 = time.monotonic()
+        with pytest.raises(LLMTimeout):
+            OpenAIBackend(srv.base_url, "m", timeout_s=30.0, max_retries=0).generate(
+                [{"role": "user", "content": "hi"}], deadline_ms=1500)
+        assert time.monotonic() - t0 < 3.0
+
+
+def test_a_reply_over_the_size_cap_is_refused():
+    huge = json.dumps(chat_reply("x" * 5000)).encode()
+    with FakeLLMServer(lambda req: (200, huge, 0.0, {"Content-Type": "application/json"})) as srv:
+        with pytest.raises(LLMBadResponse, match="max_response_bytes=4096"):
+            OpenAIBackend(srv.base_url, "m", max_retries=0, max_response_bytes=4096).generate(
+                [{"role": "user", "content": "hi"}])
+        assert OpenAIBackend(srv.base_url, "m", max_retries=0).generate([{"role": "user", "content": "hi"}])
+
+
+def test_a_gzip_bomb_is_refused_without_expanding_it():
+    import gzip
+
+    bomb = gzip.compress(b"[" + b" " * (64 << 20) + b"]", 9)  # ~64 KiB on the wire, 64 MiB expanded
+    assert len(bomb) < 1 << 20
+    with FakeLLMServer(lambda req: (200, bomb, 0.0, {"Content-Encoding": "gzip"})) as srv:
+        with pytest.raises(LLMBadResponse, match="max_response_bytes"):
+            OpenAIBackend(srv.base_url, "m", max_retries=0, max_response_bytes=1 << 20).generate(
+                [{"role": "user", "content": "hi"}])
+
+
+def test_gzip_replies_are_read_and_bad_gzip_is_a_bad_response():
+    import gzip
+
+    good = gzip.compress(json.dumps(chat_reply("zipped")).encode())
+    with FakeLLMServer(lambda req: (200, good, 0.0, {"Content-Encoding": "gzip"})) as srv:
+        assert OpenAIBackend(srv.base_url, "m").generate([{"role": "user", "content": "hi"}]) == "zipped"
+    with FakeLLMServer(lambda req: (200, b"not gzip at all", 0.0, {"Content-Encoding": "gzip"})) as srv:
+        with pytest.raises(LLMBadResponse, match="not valid gzip"):
+            OpenAIBackend(srv.base_url, "m", max_retries=0).generate([{"role": "user", "content": "hi"}])
+
+
+def test_deeply_nested_json_is_a_bad_response_not_a_recursion_error():
+    nested = b"[" * 200_000 + b"]" * 200_000
+    with FakeLLMServer(lambda req: (200, nested, 0.0, {"Content-Type": "application/json"})) as srv:
+        with pytest.raises(LLMBadResponse, match="nested too deeply"):
+            OpenAIBackend(srv.base_url, "m", max_retries=0).generate([{"role": "user", "content": "hi"}])

@@ -163,12 +163,89 @@ def _parse_retry_after(value: Optional[str]) -> Optional[float]:
     return max(0.0, when.timestamp() - time.time())
 
 
+class _Reply:
+    """A reply read whole within its time limit and size cap: status, headers and the decoded body."""
+
+    def __init__(self, status_code: int, headers: Any, content: bytes, where: str) -> None:
+        self.status_code = status_code
+        self.headers = headers
+        self.content = content
+        self._where = where
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        """The body as JSON; LLMBadResponse (never RecursionError) for anything else."""
+        try:
+            return json.loads(self.content)
+        except RecursionError:
+            raise LLMBadResponse(f"LLM server {self._where} sent JSON nested too deeply to read") from None
+        except ValueError as exc:
+            raise LLMBadResponse(f"LLM server {self._where} sent a reply that is not JSON: "
+                                 f"{self.text[:200]!r}") from exc
+
+
+def _read_body(response: Any, stop_at: float, max_bytes: int, where: str) -> bytes:
+    """The decoded body of a streamed httpx ``response``, read before ``stop_at`` (``time.monotonic``) and at
+    most ``max_bytes`` long (after decompression: a small gzip body may expand to gigabytes).
+
+    Why a watchdog: httpx's timeouts bound each read, not the whole body, so a server that trickles a byte every
+    half second would hold the call for as long as it likes; at ``stop_at`` the watchdog shuts the socket down,
+    which wakes the blocked read. gzip and deflate are decoded here, in bounded steps.
+    """
+    import zlib
+
+    encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("identity", "", "gzip", "x-gzip", "deflate"):
+        raise LLMBadResponse(f"LLM server {where} sent a body in an encoding medretrieve does not accept: {encoding}")
+    decoder = None if encoding in ("identity", "") else zlib.decompressobj(
+        zlib.MAX_WBITS | 16 if "gzip" in encoding else zlib.MAX_WBITS)
+    timed_out = threading.Event()
+
+    def abort() -> None:
+        timed_out.set()
+        stream = response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        try:
+            if sock is not None:
+                sock.shutdown(2)  # socket.SHUT_RDWR: wakes a read blocked in another thread
+        except OSError:
+            pass
+
+    watchdog = threading.Timer(max(0.0, stop_at - time.monotonic()), abort)
+    watchdog.daemon = True
+    watchdog.start()
+    out = bytearray()
+    try:
+        for raw in response.iter_raw():
+            data = raw
+            if decoder is not None:
+                data = decoder.decompress(raw, max_bytes + 1 - len(out))
+            out += data
+            if len(out) > max_bytes or (decoder is not None and decoder.unconsumed_tail):
+                raise LLMBadResponse(f"LLM server {where} sent a reply over max_response_bytes={max_bytes}")
+            if timed_out.is_set():
+                break
+    except zlib.error as exc:
+        raise LLMBadResponse(f"LLM server {where} sent a body that is not valid {encoding}: {exc}") from None
+    except Exception as exc:
+        if not timed_out.is_set() or isinstance(exc, LLMBadResponse):
+            raise
+    finally:
+        watchdog.cancel()
+    if timed_out.is_set():
+        raise LLMTimeout(f"LLM server {where} had not finished its reply ({len(out)} bytes so far) by the deadline")
+    return bytes(out)
+
+
 def _error_message(response: Any) -> str:
     """The server's error text (OpenAI ``{"error": {"message"}}`` or raw body), shortened."""
     text = response.text
     try:
         body = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text.strip()[:500]
     if isinstance(body, dict):
         err = body.get("error", body)
@@ -202,8 +279,9 @@ class OpenAIBackend:
     else ``MEDRETRIEVE_LLM_API_KEY``, else ``OPENAI_API_KEY``; without one no
     ``Authorization`` header is sent (local servers).
 
-    Each attempt waits at most ``timeout_s`` seconds; 429, 5xx and connection
-    errors are retried ``max_retries`` times with exponential backoff
+    Each attempt takes at most ``timeout_s`` seconds, reading the reply included (a server that trickles its
+    body is cut off), and a reply may hold at most ``max_response_bytes`` (16 MiB) once decoded; 429, 5xx and
+    connection errors are retried ``max_retries`` times with exponential backoff
     (``backoff_s * 2**attempt``, jitter x0.5-1.5, capped at ``max_backoff_s``)
     or the server's ``Retry-After``. ``deadline_ms`` caps the whole call,
     retries and waits included. ``response_format`` (``"json"`` or an OpenAI
@@ -224,6 +302,7 @@ class OpenAIBackend:
         max_backoff_s: float = 8.0,
         max_retry_after_s: float = 60.0,
         extra_body: Optional[dict] = None,
+        max_response_bytes: int = 16 << 20,
     ) -> None:
         import httpx  # optional extra "llm"
 
@@ -235,6 +314,9 @@ class OpenAIBackend:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
         if not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
+        if not isinstance(max_response_bytes, int) or isinstance(max_response_bytes, bool) or max_response_bytes < 1:
+            raise ValueError(f"max_response_bytes must be a positive int, got {max_response_bytes!r}")
+        self.max_response_bytes = max_response_bytes
         url = base_url.rstrip("/")
         if url.endswith("/chat/completions"):
             url = url[: -len("/chat/completions")]
@@ -250,7 +332,8 @@ class OpenAIBackend:
         self.max_retry_after_s = float(max_retry_after_s)
         self.extra_body = dict(extra_body or {})
         key = api_key or os.environ.get("MEDRETRIEVE_LLM_API_KEY") or os.environ.get("OPENAI_API_KEY")
-        headers = {"Content-Type": "application/json"}
+        # only encodings _read_body decodes itself, in bounded steps
+        headers = {"Content-Type": "application/json", "Accept-Encoding": "gzip, deflate"}
         if key:
             headers["Authorization"] = f"Bearer {key}"
         self._httpx = httpx
@@ -310,8 +393,8 @@ class OpenAIBackend:
                 raise LLMTimeout(f"deadline passed before the LLM replied ({self._where()}){last_problem}")
             per_try = min(self.timeout_s, left)
             try:
-                response = self._client.post(self.url, json=body, timeout=per_try)
-            except httpx.TimeoutException as exc:
+                response = self._exchange(body, per_try)
+            except (httpx.TimeoutException, LLMTimeout) as exc:
                 if _left_s(deadline) <= 0:
                     raise LLMTimeout(
                         f"no reply from {self._where()} within the deadline ({per_try * 1000:.0f} ms)"
@@ -357,6 +440,13 @@ class OpenAIBackend:
             return response
         raise AssertionError("unreachable")  # the loop returns or raises
 
+    def _exchange(self, body: dict, limit_s: float) -> _Reply:
+        """One request whose reply is read whole within ``limit_s`` seconds (see :func:`_read_body`)."""
+        stop_at = time.monotonic() + limit_s
+        with self._client.stream("POST", self.url, json=body, timeout=limit_s) as response:
+            content = _read_body(response, stop_at, self.max_response_bytes, self._where())
+            return _Reply(response.status_code, response.headers, content, self._where())
+
     def _backoff(self, attempt: int) -> float:
         return min(self.max_backoff_s, self.backoff_s * (2 ** attempt)) * random.uniform(0.5, 1.5)
 
@@ -382,12 +472,7 @@ class OpenAIBackend:
                     f"LLM endpoint or model not found at {self._where()} (HTTP 404): {message}"
                 )
             raise LLMBadResponse(f"LLM server {self._where()} rejected the request (HTTP {status}): {message}")
-        try:
-            data = response.json()
-        except ValueError as exc:
-            raise LLMBadResponse(
-                f"LLM server {self._where()} sent a reply that is not JSON: {response.text[:200]!r}"
-            ) from exc
+        data = response.json()
         try:
             choice = data["choices"][0]
             text = _message_text(choice["message"].get("content"))
