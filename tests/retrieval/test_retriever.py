@@ -389,3 +389,17 @@ def test_one_search_tokenises_the_question_once(collection, monkeypatch):
     assert res.stage("recovery").ran and res.stage("expand").ran and "learned ranker" in res.stage("rerank").reason
     assert res.expansions  # abbreviation, relation or training terms were searched as variants
     assert seen == [question]
+
+
+def test_the_weak_flag_does_not_depend_on_the_deadline(collection):
+    """A tight deadline cuts optional stages (and says so in ``cut``), but never flips weak / not weak."""
+    ret = Retriever(collection, weak_threshold=0.5)
+    for q in ("Which drugs treat asthma attacks?", "How do migratory birds navigate over oceans?",
+              "Is metformin the first-line drug for type 2 diabetes?"):
+        calm = ret.search(q, k=5, deadline_ms=None)
+        rushed = ret.search(q, k=5, deadline_ms=0)
+        assert (rushed.weak, rushed.weak_reasons) == (calm.weak, calm.weak_reasons), q
+        assert calm.cut == []
+        assert "rerank" in rushed.cut and not rushed.stage("rerank").ran
+        if rushed.weak:
+            assert "recovery" in rushed.cut

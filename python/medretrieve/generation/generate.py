@@ -169,8 +169,11 @@ class AbstentionPolicy:
     """When to answer "insufficient information" without calling the LLM.
 
     - ``weak``: abstain when the retriever flags the question as weak
-      (``SearchResult.weak``) -- unless ``trust_recovery`` and the retriever
-      says its recovery changed the result (``recovered``);
+      (``SearchResult.weak``, which does not depend on timing) -- unless
+      ``trust_recovery`` and the retriever says its recovery changed the result
+      (``recovered``). Off by default: recovery is skipped when the deadline is
+      near, so trusting it would make the same question answer or abstain
+      depending on machine load;
     - ``min_top_score``: abstain when the best hit scores below it (the hit's
       ``score``, or ``scores[score_key]`` when ``score_key`` names a stage
       such as ``"rerank"`` or ``"dense"``);
@@ -181,7 +184,7 @@ class AbstentionPolicy:
     min_top_score: Optional[float] = None
     min_hits: int = 1
     score_key: Optional[str] = None
-    trust_recovery: bool = True
+    trust_recovery: bool = False
 
     def check(self, result: Any) -> Optional[str]:
         """The reason to abstain, or None to go on and answer."""

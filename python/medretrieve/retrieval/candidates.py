@@ -7,8 +7,9 @@
    infarction"), so it joins the question's own text instead of standing as a down-weighted variant.
 2. ``encode``: the question's text always, the variants while the budget allows (the rest are searched by BM25
    only); the vectors are kept on the query.
-3. ``dense`` + ``bm25`` (``route``): native HNSW search with an ef from the query type's importance and the
-   budget left, and BM25 per text (the question's subject words counted ``1 + subject_boost`` times); for
+3. ``dense`` + ``bm25`` (``route``): native HNSW search with an ef from the query type's importance (not from
+   the time left: the question's own first-stage lists must not depend on timing, see ``question_ids``), and
+   BM25 per text (the question's subject words counted ``1 + subject_boost`` times); for
    treatment / symptom / test intents the first stage is restricted to those sections through index labels and
    falls back to the whole collection when that gives fewer than ``k`` chunks.
 4. ``feedback``: the question vector plus ``feedback_weight`` x the mean vector of the top ``feedback_docs``
@@ -63,6 +64,8 @@ class Candidates:
     fused_scores: np.ndarray
     scored: Dict[str, Dict[int, float]]  # "dense" / "bm25" -> row -> the question's own first-stage score
     question_bm25: Optional[np.ndarray]  # BM25 of texts[0] over every row (None when BM25 was off)
+    # RRF of the question's own dense and BM25 lists only: what no deadline changes (the weak flag reads it)
+    question_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     feedback_vector: Optional[np.ndarray] = None
     labels: Optional[List[int]] = field(default=None)  # the section labels searched (None: all)
 
@@ -91,11 +94,13 @@ class CandidateGenerator:
 
     # ------------------------------------------------------------- expansion
     def variants(self, query: Query, dl: Deadline, kinds: Sequence[str], n_terms: int = 8,
-                 n_neighbours: int = 3) -> Tuple[Dict[str, QueryText], Dict[str, List[str]], str]:
-        """Query variants by expansion kind; also the terms used and a note on skipped kinds."""
+                 n_neighbours: int = 3) -> Tuple[Dict[str, QueryText], Dict[str, List[str]], str, bool]:
+        """Query variants by expansion kind; also the terms used, a note on skipped kinds, and whether the
+        deadline made a kind skip (LLM synonyms)."""
         variants: Dict[str, QueryText] = {}
         terms: Dict[str, List[str]] = {}
         notes = []
+        cut = False
         for kind in kinds:
             found: List[str] = []
             if kind == "abbreviations":
@@ -112,6 +117,7 @@ class CandidateGenerator:
                     continue
                 if dl.remaining_ms() < self.settings.llm_min_ms:
                     notes.append(f"llm skipped: {dl.remaining_ms():.0f} ms left < {self.settings.llm_min_ms:.0f}")
+                    cut = True
                     continue
                 try:
                     rem = dl.remaining_ms()
@@ -123,14 +129,15 @@ class CandidateGenerator:
                 terms[kind] = found
                 extra = " ".join(found)
                 variants[kind] = QueryText(kind, f"{query.text} {extra}", list(query.tokens) + tokenize(extra))
-        return variants, terms, "; ".join(notes)
+        return variants, terms, "; ".join(notes), cut
 
     # ------------------------------------------------------------- policies
-    def ef(self, query: Query, dl: Deadline) -> int:
-        """HNSW ef: ``ef_base`` x the query type's importance x the share of the budget left, clamped."""
+    def ef(self, query: Query) -> int:
+        """HNSW ef: ``ef_base`` x the query type's importance, clamped to [ef_min, ef_max]. Not scaled by the time
+        left: an HNSW search at these ef costs well under a millisecond, and a timing-dependent ef would make the
+        question's own first stage (and so the weak flag) depend on machine load."""
         s = self.settings
-        frac = 1.0 if dl.unlimited or dl.budget_ms <= 0 else min(1.0, max(0.25, dl.remaining_ms() / dl.budget_ms))
-        ef = int(s.ef_base * IMPORTANCE.get(query.qtype, 1.0) * frac)
+        ef = int(s.ef_base * IMPORTANCE.get(query.qtype, 1.0))
         return int(min(s.ef_max, max(s.ef_min, ef)))
 
     def _route_labels(self, query: Query, route: bool) -> Tuple[Tuple[str, ...], List[int]]:
@@ -151,10 +158,10 @@ class CandidateGenerator:
         expansions: Dict[str, List[str]] = {}
         if switches.expand:
             with dl.stage("expand"):
-                variants, expansions, note = self.variants(query, dl, ("abbreviations", "relations", "training",
-                                                                       "llm"))
+                variants, expansions, note, cut = self.variants(query, dl, ("abbreviations", "relations",
+                                                                            "training", "llm"))
             log.record("expand", True, (", ".join(f"{k_}: {len(v)} terms" for k_, v in expansions.items())
-                                        or "no expansion terms found") + (f"; {note}" if note else ""))
+                                        or "no expansion terms found") + (f"; {note}" if note else ""), cut)
         else:
             log.record("expand", False, "disabled")
         own = variants.pop("abbreviations", None)
@@ -169,22 +176,25 @@ class CandidateGenerator:
         times = s.subject_boost if s.subject_boost is not None else (0 if ranked else 1)
         boost = [t for ts, _ in query.subject for t in sorted(ts)] * times
 
-        ef = self.ef(query, dl)
+        ef = self.ef(query)
         ncand = max(s.candidates, k)
         cats, route_labels = self._route_labels(query, switches.route)
         lists: List[np.ndarray] = []
         weights: List[float] = []
         scored: Dict[str, Dict[int, float]] = {"dense": {}, "bm25": {}}
         question_bm25: List[Optional[np.ndarray]] = [None]
+        own: List[np.ndarray] = []  # the question's own lists of the last first-stage run
 
         def run_first(labels: Optional[List[int]]) -> List[np.ndarray]:
             ids_l, sc_l, kinds, question_bm25[0] = self._first_stage(query, bm25_texts, ef, ncand, labels, dl, boost)
             n_dense = 0 if query.vectors is None else len(query.vectors)
+            own.clear()
             for j, (ids, sc, kind) in enumerate(zip(ids_l, sc_l, kinds)):
                 is_question = (kind == "dense" and j == 0) or (kind == "bm25" and j == n_dense)
                 lists.append(ids)
                 weights.append(1.0 if is_question else s.variant_weight)
                 if is_question:
+                    own.append(ids)
                     for i_, s_ in zip(ids.tolist(), sc.tolist()):
                         scored[kind].setdefault(i_, s_)
             return ids_l
@@ -214,7 +224,7 @@ class CandidateGenerator:
             if fb_ids is not None:
                 lists.append(fb_ids)
                 weights.append(1.0)
-            log.record("feedback", fb_vec is not None, fb_note)
+            log.record("feedback", fb_vec is not None, fb_note, cut=fb_vec is None)
         else:
             log.record("feedback", False, "disabled" if not switches.feedback else "no dense candidates")
 
@@ -222,9 +232,10 @@ class CandidateGenerator:
             fused_ids, fused_scores = rrf(lists, k=s.rrf_k, weights=weights, top_n=ncand)
             fused_ids = np.asarray(fused_ids, dtype=np.int64)
             fused_scores = np.asarray(fused_scores, dtype=np.float32)
+            question_ids = np.asarray(rrf(own, k=s.rrf_k, top_n=ncand)[0] if own else [], dtype=np.int64)
         log.record("fuse", True, f"RRF of {len(lists)} lists -> {len(fused_ids)} candidates")
-        return Candidates(texts, expansions, fused_ids, fused_scores, scored, question_bm25[0], fb_vec,
-                          search_labels)
+        return Candidates(texts, expansions, fused_ids, fused_scores, scored, question_bm25[0],
+                          question_ids=question_ids, feedback_vector=fb_vec, labels=search_labels)
 
     def _encode(self, query: Query, texts: Sequence[QueryText], dl: Deadline, log: StageLog) -> None:
         """Encode the question's text, and the variants while the budget allows; the vectors go on ``query``."""
@@ -236,7 +247,8 @@ class CandidateGenerator:
             query.vectors = self.collection.encode_queries([t.text for t in texts[:n_enc]])
         self.costs.encode_ms.update(dl.timings_ms["encode"] / n_enc)
         log.record("encode", True, f"{n_enc} of {len(texts)} query texts"
-                   + ("" if n_enc == len(texts) else " (budget: variants searched by BM25 only)"))
+                   + ("" if n_enc == len(texts) else " (budget: variants searched by BM25 only)"),
+                   cut=n_enc < len(texts))
 
     def _first_stage(self, query: Query, texts: Sequence[QueryText], ef: int, k: int, labels: Optional[List[int]],
                      dl: Deadline, boost: Sequence[str] = ()

@@ -8,7 +8,8 @@ as the relevance order. Skipped when less than 5% of the budget (+2 ms) is left.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List
 
 import numpy as np
 
@@ -19,18 +20,28 @@ from .rerank import Ranking
 from .settings import Settings
 
 
-def diversify(collection, settings: Settings, query: Query, ranking: Ranking, k: int, dl: Deadline
-              ) -> Tuple[bool, str, List[int], Dict[int, float]]:
-    """(ran, note, new order, row -> MMR score) for the reranked candidates."""
+@dataclass
+class Diversified:
+    """The candidates after MMR: ``order`` (all of them), ``scores`` (row -> MMR score of the reordered ones)."""
+
+    ran: bool
+    note: str
+    order: List[int]
+    scores: Dict[int, float] = field(default_factory=dict)
+    cut: bool = False  # skipped because the deadline was near
+
+
+def diversify(collection, settings: Settings, query: Query, ranking: Ranking, k: int, dl: Deadline) -> Diversified:
+    """MMR over the best of the reranked candidates (see the module docstring)."""
     order, scores = ranking.order, ranking.scores
     if len(order) <= 1:
-        return False, "fewer than 2 candidates", order, {}
+        return Diversified(False, "fewer than 2 candidates", order)
     if dl.remaining_ms() < dl.share_ms(0.05) + 2.0:
-        return False, f"budget: {dl.remaining_ms():.1f} ms left", order, {}
+        return Diversified(False, f"budget: {dl.remaining_ms():.1f} ms left", order, cut=True)
     top_score = float(scores[0]) if scores else 0.0
     pool = [r for r, sc in zip(order[: 2 * k], scores[: 2 * k]) if sc >= settings.mmr_floor * top_score]
     if len(pool) < 2:
-        return False, f"fewer than 2 candidates within {settings.mmr_floor:.2f} of the best score", order, {}
+        return Diversified(False, f"fewer than 2 candidates within {settings.mmr_floor:.2f} of the best score", order)
     vecs = collection.vectors(pool)
     if query.vectors is not None:
         qsim = vecs @ query.vectors[0]
@@ -46,4 +57,4 @@ def diversify(collection, settings: Settings, query: Query, ranking: Ranking, k:
     done = set(picked)
     rest = [r for r in order if r not in done]
     note = f"lambda={lam:.2f} over the {len(pool)} candidates within {settings.mmr_floor:.2f} of the best"
-    return True, note, picked + rest, dict(zip(picked, np.asarray(mscores, dtype=np.float32).tolist()))
+    return Diversified(True, note, picked + rest, dict(zip(picked, np.asarray(mscores, dtype=np.float32).tolist())))

@@ -108,8 +108,8 @@ class Recovery:
         allowing) a dense search of the first of them; also the terms used by kind and how many queries ran."""
         s = self.settings
         col = self.collection
-        extra, terms, _ = self.generator.variants(query, dl, ("training", "abbreviations", "relations", "llm"),
-                                                  n_terms=15, n_neighbours=6)
+        extra, terms, _, _ = self.generator.variants(query, dl, ("training", "abbreviations", "relations", "llm"),
+                                                     n_terms=15, n_neighbours=6)
         used_texts = {t.text for t in used}
         # the abbreviation expansion is already part of the question's own text
         texts = [t for name, t in extra.items() if name != "abbreviations" and t.text not in used_texts]

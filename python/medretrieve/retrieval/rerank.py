@@ -61,12 +61,12 @@ class Reranker:
         self.ranker = ranker
         self.cross_encoder = cross_encoder
 
-    def skip(self, cands: Candidates, log: StageLog, reason: str) -> Ranking:
+    def skip(self, cands: Candidates, log: StageLog, reason: str, cut: bool = False) -> Ranking:
         """The fused order, scores normalised by the best (what a search without reranking returns)."""
         scores = cands.fused_scores.astype(np.float64)
         if len(scores):
             scores /= max(float(scores[0]), 1e-12)
-        log.record("rerank", False, reason)
+        log.record("rerank", False, reason, cut)
         return Ranking(cands.fused_ids.tolist(), scores.tolist(), {}, 0, {})
 
     def rerank(self, query: Query, cands: Candidates, dl: Deadline, log: StageLog, enabled: bool = True) -> Ranking:
@@ -75,7 +75,7 @@ class Reranker:
         if not len(cands.fused_ids):
             return self.skip(cands, log, "no candidates")
         if dl.expired():
-            return self.skip(cands, log, f"budget: deadline passed ({dl.remaining_ms():.1f} ms)")
+            return self.skip(cands, log, f"budget: deadline passed ({dl.remaining_ms():.1f} ms)", cut=True)
         rows = cands.fused_ids.tolist()
         base = cands.fused_scores / max(float(cands.fused_scores[0]), 1e-12)
         with dl.stage("rerank"):
@@ -102,7 +102,7 @@ class Reranker:
             floor = min((signals[r] for r in reranked), default=1.0)
             order = reranked + [r for _, r in rest]
             scores = [signals[r] for r in reranked] + [floor * 0.5 * float(first[i]) for i, _ in rest]
-        log.record("rerank", True, self._describe(len(ce), len(rows), len(reranked)))
+        log.record("rerank", True, self._describe(len(ce), len(rows), len(reranked)), cut=use_ce and len(ce) < n)
         return Ranking(order, scores, {r: signals[r] for r in reranked}, len(ce), ce)
 
     def _describe(self, depth: int, n_rows: int, n_reranked: int) -> str:

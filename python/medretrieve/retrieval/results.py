@@ -30,12 +30,15 @@ class Hit:
 
 @dataclass
 class StageInfo:
-    """One stage of a search: ``ran`` or not, ``reason`` (what it did, or why it was skipped), ``elapsed_ms``."""
+    """One stage of a search: ``ran`` or not, ``reason`` (what it did, or why it was skipped), ``elapsed_ms``, and
+    ``cut``: the deadline made the stage skip or shrink its work (variants left unencoded, a cross-encoder
+    depth cut, feedback, MMR or recovery skipped)."""
 
     name: str
     ran: bool
     reason: str
     elapsed_ms: float
+    cut: bool = False
 
 
 @dataclass
@@ -59,6 +62,12 @@ class SearchResult:
         """The stage called ``name`` (None when the search did not reach it)."""
         return next((s for s in self.stages if s.name == name), None)
 
+    @property
+    def cut(self) -> List[str]:
+        """Stages the deadline cut short or skipped: the hits may differ from an unhurried search's (``weak``
+        does not: it never depends on timing)."""
+        return [s.name for s in self.stages if s.cut]
+
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
 
@@ -78,5 +87,6 @@ class StageLog:
         self.deadline = deadline
         self.stages: List[StageInfo] = []
 
-    def record(self, name: str, ran: bool, reason: str = "") -> None:
-        self.stages.append(StageInfo(name, ran, reason, self.deadline.timings_ms.get(name, 0.0)))
+    def record(self, name: str, ran: bool, reason: str = "", cut: bool = False) -> None:
+        """Add a stage; ``cut``: the deadline made it skip or shrink its work."""
+        self.stages.append(StageInfo(name, ran, reason, self.deadline.timings_ms.get(name, 0.0), cut))

@@ -28,7 +28,7 @@ import numpy as np
 
 from .budget import CostModel, Deadline
 from .candidates import Candidates, CandidateGenerator, Switches
-from .diversify import diversify
+from .diversify import Diversified, diversify
 from .expansion import TermSource, TrainingMemory
 from .matching import ChunkTokens
 from .query import Query
@@ -154,29 +154,33 @@ class Retriever:
         cands = self.candidates.gather(query, k, dl, log, Switches(expand, route, dense, lexical, feedback),
                                        ranked=rerank and self.ranker is not None)
         ranking = self.reranker.rerank(query, cands, dl, log, enabled=rerank)
-        order, mmr_scores = self._diversify(query, ranking, k, dl, log, diversify)
+        mmr = self._diversify(query, ranking, k, dl, log, diversify)
         with dl.stage("prune"):
-            top = self.recovery.select(order, k, per_document)
-        log.record("prune", True, f"{len(order)} candidates -> {len(top)} hits")
+            top = self.recovery.select(mmr.order, k, per_document)
+        log.record("prune", True, f"{len(mmr.order)} candidates -> {len(top)} hits")
         with dl.stage("weak"):
-            weak_reasons = self.recovery.weak_reasons(query, top, k)
+            # read from the question's own first-stage lists, which no deadline changes, so the flag (and an
+            # abstention built on it) does not flip with machine load
+            weak_reasons = self.recovery.weak_reasons(
+                query, self.recovery.select(cands.question_ids.tolist(), k, per_document), k)
         log.record("weak", True, "; ".join(weak_reasons) or "not weak")
         rec = self._recover(query, top, k, cands, dl, log, bool(weak_reasons) and recover, recover)
-        hits = self._hits(query, rec, cands, ranking, mmr_scores)
+        hits = self._hits(query, rec, cands, ranking, mmr.scores)
         rec.report.pop("added_rows", None)
         return SearchResult(query.text, hits, query.qtype, bool(weak_reasons), weak_reasons,
                             rec.report.get("replaced", 0) > 0, log.stages, dl.finish(), intent=query.intent,
                             rerank_depth=ranking.depth, expansions=cands.expansions, recovery=rec.report)
 
     # ------------------------------------------------------------- stages not in their own module
-    def _diversify(self, query: Query, ranking: Ranking, k: int, dl: Deadline, log: StageLog, enabled: bool):
+    def _diversify(self, query: Query, ranking: Ranking, k: int, dl: Deadline, log: StageLog, enabled: bool
+                   ) -> Diversified:
         if not enabled:
             log.record("mmr", False, "disabled")
-            return ranking.order, {}
+            return Diversified(False, "disabled", ranking.order)
         with dl.stage("mmr"):
-            ran, note, order, scores = diversify(self.collection, self.settings, query, ranking, k, dl)
-        log.record("mmr", ran, note)
-        return order, scores
+            done = diversify(self.collection, self.settings, query, ranking, k, dl)
+        log.record("mmr", done.ran, done.note, done.cut)
+        return done
 
     def _recover(self, query: Query, top: List[int], k: int, cands: Candidates, dl: Deadline, log: StageLog,
                  weak: bool, enabled: bool) -> _Recovered:
@@ -184,7 +188,7 @@ class Retriever:
             log.record("recovery", False, "question not weak" if enabled else "disabled")
             return _Recovered(top, {})
         if dl.remaining_ms() <= dl.share_ms(0.25):
-            log.record("recovery", False, f"budget: {dl.remaining_ms():.0f} ms left")
+            log.record("recovery", False, f"budget: {dl.remaining_ms():.0f} ms left", cut=True)
             return _Recovered(top, {})
         with dl.stage("recovery"):
             new_top, report = self.recovery.recover(query, top, k, cands.texts, dl)
