@@ -127,10 +127,10 @@ def test_retriever_fits_and_uses_a_ranker(collection, tmp_path):
     from medretrieve.retrieval.retriever import Retriever
 
     ret = Retriever(collection)
-    assert "heuristics" in ret.search("Which inhalers treat asthma?", k=3).stage("rerank").reason
+    assert "heuristics" in ret.search("Which inhalers treat asthma?", k=3, deadline_ms=None).stage("rerank").reason
     r = fit_ranker(ret, TRAINING)
     assert ret.ranker is r and r.info["questions"] == len(TRAINING) and r.info["positives"] > 0
-    res = ret.search("Which inhalers treat asthma?", k=3)
+    res = ret.search("Which inhalers treat asthma?", k=3, deadline_ms=None)
     assert "learned ranker" in res.stage("rerank").reason
     assert res.hits[0].document_id == "demo-007"
     assert all(0.0 <= h.scores["rerank"] <= 1.0 for h in res.hits)
@@ -139,7 +139,7 @@ def test_retriever_fits_and_uses_a_ranker(collection, tmp_path):
     assert sum(t == d[0] for t, (_, d) in zip(top, TRAINING)) >= 5
     path = tmp_path / "r.json"
     r.save(path)
-    again = Retriever(collection, ranker=path).search("Which inhalers treat asthma?", k=3)
+    again = Retriever(collection, ranker=path).search("Which inhalers treat asthma?", k=3, deadline_ms=None)
     assert [h.chunk_id for h in again.hits] == [h.chunk_id for h in res.hits]
 
 

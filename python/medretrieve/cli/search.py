@@ -19,6 +19,9 @@ def add_search(sub: Any) -> None:
     p.add_argument("--ranker", default=None, help="learned ranker JSON (medretrieve fit-ranker)")
     p.add_argument("--query-encoder", default=None,
                    help="query encoder directory replacing the collection's (medretrieve fit-query-encoder)")
+    p.add_argument("--encoder", default=None,
+                   help="encoder directory replacing the collection's own (e.g. for a collection built before "
+                        "collections held their models)")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.set_defaults(func=_search)
 
@@ -52,7 +55,7 @@ def _search(args: argparse.Namespace) -> int:
     from ..corpus.collection import Collection
     from ..retrieval.retriever import Retriever
 
-    col = Collection.open(args.collection, query_encoder=args.query_encoder)
+    col = Collection.open(args.collection, encoder=args.encoder, query_encoder=args.query_encoder)
     ret = Retriever(col, cross_encoder=args.cross_encoder, training=args.training, ranker=args.ranker)
     res = ret.search(args.question, k=args.k, deadline_ms=args.deadline_ms)
     print(json.dumps(res.to_dict(), indent=2, default=str) if args.json else format_result(res))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 
@@ -15,6 +16,9 @@ def add_fit_ranker(sub: Any) -> None:
     p.add_argument("--memory", action="store_true",
                    help="also use the training files as training memory while fitting (then search with "
                         "--training too, so the features match)")
+    p.add_argument("--strict", action="store_true",
+                   help="fail (exit 2, nothing written) when under half of the training questions have a relevant "
+                        "document in the collection, instead of warning")
     p.set_defaults(func=_fit_ranker)
 
 
@@ -28,9 +32,17 @@ def _fit_ranker(args: argparse.Namespace) -> int:
     memory = TrainingMemory.from_bioasq(args.training)
     ret = Retriever(col, training=memory if args.memory else None)
     ranker = fit_ranker(ret, memory, l2=args.l2, progress=True)
+    info = ranker.info
+    match = (f"{info['matched']} of {info['given']} training questions have a relevant document in "
+             f"{args.collection}")
+    if info["matched"] < info["given"] / 2:
+        if args.strict:
+            raise ValueError(f"{match}: the training files do not match the collection (--strict: nothing written)")
+        print(f"medretrieve fit-ranker: warning: only {match}; the training files may not match the collection",
+              file=sys.stderr)
     ranker.save(args.output)
-    print(f"ranker fitted on {ranker.info['questions']} questions ({ranker.info['positives']} relevant of "
-          f"{ranker.info['rows']} candidates) -> {args.output}")
+    print(f"{match}; ranker fitted on {info['questions']} of them ({info['positives']} relevant of "
+          f"{info['rows']} candidates) -> {args.output}")
     for name, w in zip(ranker.features, ranker.weights.tolist()):
         print(f"  {name:13s} {w:+.3f}")
     return 0

@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, Union
 
+from .._files import read_json
+from ..corpus.sources import pmid_from_url
+
 PathLike = Union[str, Path]
 
 BIOASQ_TYPES = ("yesno", "factoid", "list", "summary")
@@ -93,29 +96,6 @@ def _as_paths(paths: Union[PathLike, Iterable[PathLike]]) -> list[Path]:
     if not out:
         raise ValueError("no input files given")
     return out
-
-
-def read_json(path: Path) -> Any:
-    """The JSON value in ``path``; ValueError naming the file when it is missing or not valid JSON."""
-    if not path.is_file():
-        raise ValueError(f"{path}: no such file")
-    try:
-        with path.open(encoding="utf-8") as fh:
-            return json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-
-
-def pmid_from_url(url: str) -> str:
-    """``http://www.ncbi.nlm.nih.gov/pubmed/29623652`` -> ``"29623652"``.
-
-    The last non-empty path segment is the id (a bare PMID is returned as is).
-    """
-    url = str(url).strip()
-    segment = url.rstrip("/").rsplit("/", 1)[-1]
-    if not segment:
-        raise ValueError(f"cannot read a document id from {url!r}")
-    return segment
 
 
 # --------------------------------------------------------------------------- BioASQ

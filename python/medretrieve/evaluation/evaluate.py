@@ -30,7 +30,8 @@ from ..corpus.collection import Collection
 from ..retrieval.retriever import Retriever
 from ..training.ranker import fit_ranker
 from . import metrics
-from .datasets import BioASQQuestion, MCQuestion, load_bioasq, load_dataset, read_json
+from .._files import read_json
+from .datasets import BioASQQuestion, MCQuestion, load_bioasq, load_dataset
 
 SearchFn = Callable[[str, int], Sequence[Any]]
 
