@@ -76,7 +76,8 @@ def _hit(i: int, text: str, score: float, **scores: float) -> Hit:
 
 def _result(hits, weak=False, recovered=False, query_type="general", reasons=None) -> SearchResult:
     return SearchResult(question="q", hits=hits, query_type=query_type, weak=weak,
-                        weak_reasons=list(reasons or (["few query terms matched"] if weak else [])),
+                        weak_reasons=list(reasons or (["low lexical relevance 0.20 < 0.35",
+                                                       "no matching evidence: the best hit holds 0.25"] if weak else [])),
                         recovered=recovered, stages=[], timings_ms={"total": 1.0})
 
 
@@ -84,7 +85,13 @@ def test_abstention_policy():
     hits = [_hit(0, "x", 0.8, rerank=2.0), _hit(1, "y", 0.3, rerank=-1.0)]
     policy = G.AbstentionPolicy()
     assert policy.check(_result(hits)) is None
-    assert "weak" in policy.check(_result(hits, weak=True)) and "few query terms" in policy.check(_result(hits, weak=True))
+    assert "weak" in policy.check(_result(hits, weak=True)) and "no matching" in policy.check(_result(hits, weak=True))
+    # evidence that matches poorly on average, comes from few articles or repeats itself makes the retriever
+    # recover but is no reason to abstain
+    assert policy.check(_result(hits, weak=True, reasons=["low lexical relevance 0.3 < 0.35", "few articles: 2 < 3",
+                                                         "redundant: mean Jaccard 0.7"])) is None
+    assert G.AbstentionPolicy(abstain_on=("few articles",)).check(_result(hits, weak=True,
+                                                                          reasons=["few articles: 2 < 3"]))
     # by default a weak question abstains whether or not recovery (which a deadline may skip) changed the hits
     assert policy.check(_result(hits, weak=True, recovered=True))
     assert G.AbstentionPolicy(trust_recovery=True).check(_result(hits, weak=True, recovered=True)) is None
@@ -144,7 +151,7 @@ def test_answerer_cite_mode_end_to_end():
 
 
 def test_answerer_abstains_without_calling_llm():
-    retriever = FakeRetriever(_result(EVIDENCE, weak=True, reasons=["no entity of the question was found"]))
+    retriever = FakeRetriever(_result(EVIDENCE, weak=True, reasons=["no matching evidence: no entity of the question"]))
     with FakeLLMServer() as srv, OpenAIBackend(srv.base_url, "fake-model") as backend:
         ans = G.Answerer(retriever, backend).answer("What is the flurbo index?")
         assert srv.requests == []

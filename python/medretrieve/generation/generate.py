@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping, Optional, Union
 
 from . import parsers as _parsers
 from ..retrieval.budget import Deadline
+from .extractive import extractive_answer
 from .citations import SEMANTIC_THRESHOLD, SUPPORT_THRESHOLD, Citation, split_sentences, verify_citations
 from .parsers import (
     CITE_RE,
@@ -169,7 +170,11 @@ class AbstentionPolicy:
     """When to answer "insufficient information" without calling the LLM.
 
     - ``weak``: abstain when the retriever flags the question as weak
-      (``SearchResult.weak``, which does not depend on timing) -- unless
+      (``SearchResult.weak``, which does not depend on timing) for one of the
+      reasons ``abstain_on`` names (by default: no hits, or not one of the top hits
+      matches the question's terms; evidence that matches on average poorly, comes
+      from few articles or repeats itself makes the retriever try harder but is no
+      reason not to answer) -- unless
       ``trust_recovery`` and the retriever says its recovery changed the result
       (``recovered``). Off by default: recovery is skipped when the deadline is
       near, so trusting it would make the same question answer or abstain
@@ -185,6 +190,7 @@ class AbstentionPolicy:
     min_hits: int = 1
     score_key: Optional[str] = None
     trust_recovery: bool = False
+    abstain_on: tuple = ("no hits", "no matching evidence")  # weak reasons (their first words) that abstain
 
     def check(self, result: Any) -> Optional[str]:
         """The reason to abstain, or None to go on and answer."""
@@ -192,10 +198,10 @@ class AbstentionPolicy:
         if len(hits) < self.min_hits:
             return f"only {len(hits)} evidence passages were retrieved (need {self.min_hits})"
         if self.weak and field_of(result, "weak", False):
-            if not (self.trust_recovery and field_of(result, "recovered", False)):
-                reasons = field_of(result, "weak_reasons") or []
-                why = "; ".join(str(r) for r in reasons) or "no reason given"
-                return f"the retriever flagged the question as weak ({why})"
+            reasons = [str(r) for r in field_of(result, "weak_reasons") or []]
+            decisive = [r for r in reasons if r.startswith(tuple(self.abstain_on))]
+            if decisive and not (self.trust_recovery and field_of(result, "recovered", False)):
+                return f"the retriever flagged the question as weak ({'; '.join(decisive)})"
         if self.min_top_score is not None and hits:
             scores = []
             for h in hits:
@@ -279,7 +285,9 @@ class Answerer:
 
     ``retriever`` needs ``search(question, k=..., deadline_ms=...) -> SearchResult``
     (hits, query_type, weak, weak_reasons, recovered); ``backend`` is an LLM
-    backend (:class:`medretrieve.generation.llm.Backend`). ``mode``: ``"cite"``
+    backend (:class:`medretrieve.generation.llm.Backend`), or None for an
+    extractive answer: the evidence's own sentences that answer the question, each
+    cited and checked (:mod:`.extractive`; ``mode`` must then be ``"cite"``). ``mode``: ``"cite"``
     (numbered sources, [n] citations, verified), ``"answer_only"`` (bare answer,
     for comparison) or ``"bioasq"`` (BioASQ Phase A+ exact + ideal answer).
     ``retrieve_deadline_ms`` is the retrieval budget (ms), capped by what is
@@ -310,8 +318,10 @@ class Answerer:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if not hasattr(retriever, "search"):
             raise TypeError("retriever must have a search(question, k=..., deadline_ms=...) method")
-        if not hasattr(backend, "generate"):
-            raise TypeError("backend must have a generate(messages, ...) method")
+        if backend is not None and not hasattr(backend, "generate"):
+            raise TypeError("backend must have a generate(messages, ...) method (or be None for extractive answers)")
+        if backend is None and mode != "cite":
+            raise ValueError(f"an extractive answer (backend=None) is always mode 'cite', not {mode!r}")
         if not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be a positive int, got {k!r}")
         self.retriever = retriever
@@ -364,6 +374,8 @@ class Answerer:
             ans.timings = clock.finish()
             return ans
 
+        if self.backend is None:
+            return self._extract(ans, question, hits, clock)
         used = hits
         with clock.stage("generate"):
             while True:
@@ -423,6 +435,22 @@ class Answerer:
                 ans.exact_answer = None  # the free-text answer still stands
         if self.mode == "cite":
             ans.citations = verify_citations(body, hits, threshold=self.support_threshold, encoder=self.encoder)
+
+    def _extract(self, ans: Answer, question: str, hits: list, clock: Deadline) -> Answer:
+        """The answer from the evidence's own sentences (no LLM), cited and verified like a generated one."""
+        with clock.stage("generate"):
+            text = extractive_answer(question, hits)
+        ans.sources_used = len(hits)
+        if text is None:
+            ans.text, ans.abstained = INSUFFICIENT, True
+            ans.abstain_reason = "no evidence sentence holds enough of the question's terms"
+        else:
+            ans.text = ans.raw = text
+            with clock.stage("verify"):
+                ans.citations = verify_citations(text, hits, threshold=self.support_threshold, encoder=self.encoder)
+        ans.notes.append("extractive answer: sentences of the evidence (no LLM configured)")
+        ans.timings = clock.finish()
+        return ans
 
     @staticmethod
     def _model_abstained(ans: Answer, raw: str) -> None:

@@ -3,9 +3,10 @@
 - :meth:`Recovery.select`: the best ``k`` candidates, dropping near-duplicates (token Jaccard >=
   ``near_duplicate``) and, optionally, more than ``per_document`` chunks of one document.
 - :meth:`Recovery.weak_reasons`: a question is weak when the lexical relevance of its top snippets (mean over the
-  top 5 of the share of the question's content terms in the snippet) is below ``weak_threshold``, when the top
-  ``k`` come from fewer than ``min_articles`` articles, or when they are redundant (mean pairwise token Jaccard
-  of the top 5 above ``redundancy_threshold``).
+  top 5 of the share of the question's content terms in the snippet) is below ``weak_threshold`` (and, said
+  apart, when not even the best of them reaches it: "no matching evidence"), when the top ``k`` come from fewer
+  than ``min_articles`` articles, or when they are redundant (mean pairwise token Jaccard of the top 5 above
+  ``redundancy_threshold``).
 - :meth:`Recovery.recover`: extra expansions and relaxed queries, merged selectively: only hits in the lower half
   whose lexical relevance is below the threshold (or, with too few articles, repeats of one article) are
   replaced, only by better ones, and never by a candidate whose document covers less of the question's subject.
@@ -88,9 +89,12 @@ class Recovery:
             return ["no hits"]
         reasons = []
         head = top[:5]
-        lexrel = self._mean_relevance(query, head)
+        shares = [self.tokens.lexical_relevance(query, r) for r in head]
+        lexrel = float(np.mean(shares))
         if lexrel < s.weak_threshold:
             reasons.append(f"low lexical relevance {lexrel:.2f} < {s.weak_threshold}")
+        if max(shares) < s.weak_threshold:  # (implies the one above) not one hit matches the question
+            reasons.append(f"no matching evidence: the best hit holds {max(shares):.2f} of the question's terms")
         docs = {self.collection.rows[r].document_id for r in top}
         need = min(s.min_articles, self.collection.n_documents, k)
         if len(docs) < need:

@@ -39,6 +39,9 @@ from .results import Hit, SearchResult, StageLog
 from .settings import Settings, check_settings
 
 
+WEAK_DEPTH = 10  # first-stage hits the weak flag reads (at least)
+
+
 @dataclass
 class _Recovered:
     top: List[int]
@@ -160,9 +163,11 @@ class Retriever:
         log.record("prune", True, f"{len(mmr.order)} candidates -> {len(top)} hits")
         with dl.stage("weak"):
             # read from the question's own first-stage lists, which no deadline changes, so the flag (and an
-            # abstention built on it) does not flip with machine load
+            # abstention built on it) does not flip with machine load; over at least 10 hits, so it does not
+            # depend on the k asked for either
+            wk = max(k, WEAK_DEPTH)
             weak_reasons = self.recovery.weak_reasons(
-                query, self.recovery.select(cands.question_ids.tolist(), k, per_document), k)
+                query, self.recovery.select(cands.question_ids.tolist(), wk, per_document), wk)
         log.record("weak", True, "; ".join(weak_reasons) or "not weak")
         rec = self._recover(query, top, k, cands, dl, log, bool(weak_reasons) and recover, recover)
         hits = self._hits(query, rec, cands, ranking, mmr.scores)
