@@ -373,41 +373,29 @@ def make_cross_encoder(work: Path) -> Path:
 def add_filler(col, n_total: int, seed: int = 0) -> None:
     """Grow the in-memory collection to ``n_total`` chunks with synthetic filler (module docstring)."""
     from medretrieve.corpus.chunking import split_sentences
-    from medretrieve.corpus.collection import ChunkRow
+    from medretrieve.corpus.chunks import ChunkRow
 
     rng = np.random.default_rng(seed)
-    n_real = len(col.rows)
-    need = n_total - n_real
+    need = n_total - len(col.rows)
     if need <= 0:
         return
     real = np.flatnonzero(col.alive)
     vecs = col.vectors(real.tolist())
-    sents = [split_sentences(col.rows[i].text) for i in real]
+    sents = [split_sentences(col.rows[int(i)].text) for i in real]
     batch = 20_000
-    col.dense.resize_index(n_total + 16)
-    start = n_real
-    texts_all: List[str] = []
-    ids_all: List[int] = []
     while need > 0:
         b = min(batch, need)
+        start = len(col.rows)
         src = rng.integers(0, len(real), size=(b, 3))
         v = vecs[src].mean(axis=1) + rng.normal(0, 0.02, size=(b, vecs.shape[1])).astype(np.float32)
         v /= np.linalg.norm(v, axis=1, keepdims=True)
-        ids = np.arange(start, start + b, dtype=np.int64)
         labels = rng.integers(0, 10, size=b)
-        col.dense.add(v.astype(np.float32), ids, labels)
-        for j in range(b):
-            parts = [s for k in src[j] for s in sents[k][:2]]
-            text = " ".join(parts)
-            col.rows.append(ChunkRow(int(ids[j]), f"filler-{ids[j]}", f"filler-{ids[j] // 5}", "", "", text, "",
-                                     0, f"filler-{ids[j]}#s0", int(labels[j])))
-            texts_all.append(text)
-            ids_all.append(int(ids[j]))
-        start += b
+        rows = [ChunkRow(start + j, f"filler-{start + j}", f"filler-{(start + j) // 5}", "", "",
+                         " ".join(s for k in src[j] for s in sents[k][:2]), "", 0, f"filler-{start + j}#s0",
+                         int(labels[j])) for j in range(b)]
+        col.add_rows(rows, v.astype(np.float32))
         need -= b
-        print(f"  filler: {start} chunks", file=sys.stderr)
-    col.lexical.add(texts_all, ids_all)
-    col._refresh_arrays()
+        print(f"  filler: {len(col.rows)} chunks", file=sys.stderr)
 
 
 def latency(args) -> None:

@@ -48,7 +48,7 @@ def build(work: Path, chunks: int) -> Path:
     col = bench.build_bioasq_collection(str(default_model_dir()), work)
     bench.add_filler(col, chunks)
     col.directory = out
-    col._commit()  # noqa: SLF001 (the bench writes the in-memory filler to disk)
+    col.save()
     return out
 
 

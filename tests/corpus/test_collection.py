@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -34,7 +35,7 @@ def test_build_open_add_delete_round_trip(tmp_path, encoder_dir):
     col = Collection.build(DOCS + [{"id": "bad"}], out, encoder=encoder_dir, progress=False, report=report)
     assert report.n_skipped == 1
     assert col.n_documents == 3 and len(col) == 4
-    assert sorted(os.listdir(out)) == ["chunks.jsonl", "dense.index", "lexical", "manifest.json", "models",
+    assert sorted(os.listdir(out)) == ["chunks.jsonl", "dense.index", "lexical", "manifest.json", "models", "rows",
                                       "sections.jsonl"]
     assert [p.name for p in tmp_path.iterdir()] == ["col"]  # no temp dirs left behind
     man = json.loads((out / "manifest.json").read_text())
@@ -146,17 +147,19 @@ def test_collection_indexed_by_an_older_tokenizer_is_retokenized_on_open(tmp_pat
     col = Collection.build(docs, tmp_path / "col", encoder=encoder_dir, progress=False)
     expected = col.lexical.search("CCR4", k=3)[0].tolist()
     assert [col.rows[i].document_id for i in expected] == ["d4"]
-    # rewrite the lexical index as the first tokenizer wrote it: no version, no "ccr4" part
-    path = tmp_path / "col" / "lexical" / LexicalIndex.FILE
-    payload = json.loads(path.read_text())
-    del payload["tokenizer"]
-    payload["tokens"] = [[t for t in toks if t != "ccr4"] for toks in payload["tokens"]]
-    path.write_text(json.dumps(payload))
+    # rewrite the lexical index as the first medretrieve wrote it: one JSON file, no tokenizer version, no "ccr4"
+    lex = tmp_path / "col" / "lexical"
+    old = {"format": "medretrieve-lexical-1", "stem": True, "remove_stopwords": True, "k1": 1.5, "b": 0.75,
+           "ids": [r.row for r in col.rows],
+           "tokens": [[t for t in col.lexical.tokens_of(r.row) if t != "ccr4"] for r in col.rows]}
+    shutil.rmtree(lex)
+    lex.mkdir()
+    (lex / LexicalIndex.FILE).write_text(json.dumps(old))
     manifest = json.loads((tmp_path / "col" / "manifest.json").read_text())
     del manifest["files"]  # as the first collections were written: no file digests
     (tmp_path / "col" / "manifest.json").write_text(json.dumps(manifest))
-    assert LexicalIndex.load(path.parent).search("CCR4", k=3)[0].size == 0
+    assert LexicalIndex.load(lex).search("CCR4", k=3)[0].size == 0
     reopened = Collection.open(tmp_path / "col")
     assert reopened.lexical.tokenizer_version == TOKENIZER_VERSION
     assert reopened.lexical.search("CCR4", k=3)[0].tolist() == expected
-    assert reopened.lexical._tokens == col.lexical._tokens  # same token lists as a fresh build
+    assert [reopened.lexical.tokens_of(r.row) for r in col.rows] == [col.lexical.tokens_of(r.row) for r in col.rows]

@@ -5,10 +5,12 @@ Layout (``format: medretrieve-collection-1``)::
     manifest.json     encoders (paths inside the collection + sha256), chunking and index settings, counts,
                       versions, and the size and sha256 of every file below but the index (which checks itself)
     chunks.jsonl      one chunk per line, in row order: row, chunk_id, document_id, title, section, text,
-                      overlap, position, parent_id, label, metadata, deleted
-    sections.jsonl    the parent sections (section_id, document_id, title, section, text)
+                      overlap, position, parent_id, label, metadata (lines are appended, never rewritten)
+    rows/             per-row arrays read at open (memory-mapped): line offsets, labels, deleted flags,
+                      document of each row, and the document ids (:mod:`.chunks`)
+    sections.jsonl    the parent sections (section_id, document_id, title, section, text), read on first use
     dense.index       medretrieve.Index over the chunk vectors (id = row; label = section category)
-    lexical/          the BM25 index (medretrieve.corpus.lexical.LexicalIndex)
+    lexical/          the BM25 index (medretrieve.corpus.lexical.LexicalIndex: fitted matrix, token ids; mmap)
     models/encoder    the article (or symmetric) encoder, copied in at build; models/query: the query encoder
                       when it is a separate model
 
@@ -29,7 +31,6 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
@@ -37,31 +38,14 @@ import numpy as np
 
 from .._version import __version__
 from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record, overlap_weights
+from .chunks import ROWS, ChunkRow, ChunkTable
 from .lexical import TOKENIZER_VERSION, LexicalIndex
 from .sources import FORMATS, ReadReport, Record, SourceLike, read_records
 from .store import (
     CHUNKS, DENSE, FORMAT, LEXICAL, MANIFEST, MODELS, SECTIONS, DamagedCollection, check_file, digests, inside,
-    is_collection, link_or_copy_tree, new_temp_dir, read_jsonl, recover_leftovers, swap_in, write_jsonl,
+    file_digest, is_collection, link_or_copy_tree, new_temp_dir, read_jsonl, recover_leftovers, swap_in,
+    write_jsonl,
 )
-
-
-@dataclass
-class ChunkRow:
-    """One stored chunk (row = its id in the dense and lexical indexes)."""
-
-    row: int
-    chunk_id: str
-    document_id: str
-    title: str
-    section: str
-    text: str  # core text (what a hit shows)
-    overlap: str  # context carried over from the previous chunk
-    position: int
-    parent_id: str
-    label: int
-    metadata: Dict[str, Any] = field(default_factory=dict)
-    deleted: bool = False
-
 
 
 def _lexical_text(title: str, text: str, overlap: str) -> str:
@@ -114,17 +98,20 @@ def _new_index(dim: int, dtype: str, M: int, ef_construction: int, capacity: int
     return index
 
 
+VERIFY_BELOW = 64 << 20  # bytes: smaller collections have every file's sha256 checked at open
+
+
 class Collection:
     """Chunks + dense index + lexical index + manifest of one corpus (see module docstring)."""
 
-    def __init__(self, directory: Path, manifest: Dict[str, Any], rows: List[ChunkRow],
-                 sections: Dict[str, SectionPart], dense, lexical: LexicalIndex,
+    def __init__(self, directory: Path, manifest: Dict[str, Any], rows: ChunkTable,
+                 sections: Optional[Dict[str, SectionPart]], dense, lexical: LexicalIndex,
                  encoder_dir: Optional[str] = None, query_encoder_dir: Optional[str] = None,
                  model_sources: Optional[Dict[str, str]] = None) -> None:
         self.directory = Path(directory)
         self.manifest = manifest
         self.rows = rows
-        self.sections = sections
+        self._sections = sections  # None: still in sections.jsonl, read on first use
         self.dense = dense
         self.lexical = lexical
         self.chunking = ChunkingConfig.from_dict(manifest["chunking"])
@@ -138,6 +125,8 @@ class Collection:
         self._query_encoder_dir = str(query_encoder_dir or self._models.get("query_encoder", self._encoder_dir))
         self._article_encoder = None
         self._query_encoder = None
+        self._verify = True  # check sections.jsonl's digest when it is read
+        self._dense_mapped = False  # the dense index is a read-only memory map (copied in before a change)
         self._refresh_arrays()
 
     def _model_path(self, info: Dict[str, Any]) -> str:
@@ -153,9 +142,9 @@ class Collection:
 
     # ------------------------------------------------------------- derived arrays
     def _refresh_arrays(self) -> None:
-        self.alive = np.array([not r.deleted for r in self.rows], dtype=bool)
-        self.labels = np.array([r.label for r in self.rows], dtype=np.int64)
-        self._n_documents = len({r.document_id for r in self.rows if not r.deleted})
+        self.alive = ~np.asarray(self.rows.deleted, dtype=bool)
+        self.labels = np.asarray(self.rows.labels, dtype=np.int64)
+        self._n_documents = len(np.unique(self.rows.document[self.alive])) if len(self.rows) else 0
         self._doc_rows: Optional[Dict[str, List[int]]] = None
 
     def __len__(self) -> int:
@@ -166,6 +155,18 @@ class Collection:
     def n_documents(self) -> int:
         """Number of live documents."""
         return self._n_documents
+
+    @property
+    def sections(self) -> Dict[str, SectionPart]:
+        """The parent sections by id (read from sections.jsonl on first use)."""
+        if self._sections is None:
+            files = self.manifest.get("files") or {}
+            parts = read_jsonl(self.directory / SECTIONS, files.get(SECTIONS) if self._verify else None)
+            try:
+                self._sections = {p.section_id: p for p in (SectionPart(**d) for d in parts)}
+            except TypeError as exc:
+                raise DamagedCollection(f"{self.directory / SECTIONS}: a line lacks a field ({exc})") from None
+        return self._sections
 
     @property
     def dim(self) -> int:
@@ -205,11 +206,13 @@ class Collection:
     def document_rows(self, document_id: str) -> List[int]:
         """Rows of the live chunks of one document, in document order (empty when unknown)."""
         if self._doc_rows is None:
-            by_doc: Dict[str, List[int]] = {}
-            for i, r in enumerate(self.rows):
-                if not r.deleted:
-                    by_doc.setdefault(r.document_id, []).append(i)
-            self._doc_rows = by_doc
+            live = np.flatnonzero(self.alive)
+            docs = np.asarray(self.rows.document)[live]
+            order = np.argsort(docs, kind="stable")
+            bounds = np.flatnonzero(np.diff(docs[order])) + 1
+            names = self.rows.documents
+            self._doc_rows = {names[int(docs[g[0]])]: live[g].tolist()
+                              for g in np.split(order, bounds) if len(g)}
         return self._doc_rows.get(document_id, [])
 
     def vectors(self, rows: Sequence[int]) -> np.ndarray:
@@ -284,7 +287,7 @@ class Collection:
                             "n_skipped": report.n_skipped},
         }
         sources = {"encoder": enc_info["source"], **({"query_encoder": q_info["source"]} if q_info else {})}
-        col = cls(out, manifest, [], {}, None, LexicalIndex(), model_sources=sources)
+        col = cls(out, manifest, ChunkTable(), {}, None, LexicalIndex(), model_sources=sources)
         col.dense = _new_index(enc_info["dim"], dtype, M, ef_construction, 0)
         col._ingest(records, batch_size, progress)
         col._commit()
@@ -292,12 +295,15 @@ class Collection:
 
     @classmethod
     def open(cls, directory: Union[str, os.PathLike], encoder: Optional[str] = None,
-             query_encoder: Optional[str] = None) -> "Collection":
+             query_encoder: Optional[str] = None, verify: Union[bool, str] = "auto") -> "Collection":
         """Open a built collection. ``encoder`` / ``query_encoder`` replace the models the collection holds
         (e.g. a query encoder from ``fit-query-encoder``).
 
-        Raises FileNotFoundError when ``directory`` holds no collection and :class:`~.store.DamagedCollection`
-        (a ValueError) naming the file when a file does not match the manifest.
+        The chunk arrays, the BM25 matrix and the dense index are memory-mapped, so opening costs little at any
+        size; texts are read when a search reaches them. ``verify``: True checks every file against its sha256 in
+        the manifest, False only sizes and row order, ``"auto"`` checks digests when the files total under
+        64 MiB. Raises FileNotFoundError when ``directory`` holds no collection and
+        :class:`~.store.DamagedCollection` (a ValueError) naming the file that does not match the manifest.
         """
         from ..index import Index
 
@@ -314,31 +320,31 @@ class Collection:
             raise ValueError(f"{mpath}: unknown collection format "
                              f"{manifest.get('format') if isinstance(manifest, dict) else None!r} (expected {FORMAT})")
         files = manifest.get("files") or {}  # absent in collections written before the files were listed
-        try:
-            rows = [ChunkRow(**r) for r in read_jsonl(d / CHUNKS, files.get(CHUNKS))]
-            parts = [SectionPart(**s) for s in read_jsonl(d / SECTIONS, files.get(SECTIONS))]
-        except TypeError as exc:
-            raise DamagedCollection(f"{d}: a chunk or section line lacks a field ({exc})") from None
-        for name, digest in files.items():
-            if name.startswith(LEXICAL + "/"):
+        full = verify is True or (verify == "auto" and sum(f.get("bytes", 0) for f in files.values()) < VERIFY_BELOW)
+        if full:
+            for name, digest in files.items():
                 check_file(d / name, digest)
-        dense = Index.load(str(d / DENSE))
+        rows = ChunkTable.open(d, files.get(CHUNKS))
+        dense = Index.load(str(d / DENSE), mmap=True)
         lexical = LexicalIndex.load(d / LEXICAL)
         if lexical.tokenizer_version != TOKENIZER_VERSION:
             # indexed by another tokenizer: re-tokenise the live rows in memory (written on the next save)
             fresh = LexicalIndex(lexical.stem, lexical.remove_stopwords, lexical.k1, lexical.b)
-            live = [r for r in rows if not r.deleted]
+            live = [rows[int(i)] for i in np.flatnonzero(~np.asarray(rows.deleted))]
             fresh.add([_lexical_text(r.title, r.text, r.overlap) for r in live], [r.row for r in live])
             lexical = fresh
-        _check_consistent(d, manifest, rows, dense, lexical)
-        return cls(d, manifest, rows, {s.section_id: s for s in parts}, dense, lexical, encoder, query_encoder)
+        col = cls(d, manifest, rows, None, dense, lexical, encoder, query_encoder)
+        col._verify = full
+        col._dense_mapped = True
+        col._check_consistent()
+        return col
 
     # ------------------------------------------------------------- updates
     def add(self, source: SourceLike, errors: str = "skip", batch_size: int = 64, progress: bool = False,
             format: str = "auto", report: Optional[ReadReport] = None) -> int:
         """Add new documents (ids already present are rejected as malformed); returns chunks added."""
         report = report if report is not None else ReadReport()
-        present = {r.document_id for r in self.rows if not r.deleted}
+        present = {self.rows.documents[j] for j in np.unique(np.asarray(self.rows.document)[self.alive])}
         records = []
         for rec in read_records(source, format=format, errors=errors, report=report):
             if rec.id in present:
@@ -358,41 +364,75 @@ class Collection:
     def delete(self, doc_ids: Union[str, Iterable[str]]) -> int:
         """Remove documents by id (one id or several); returns chunks removed (unknown ids are ignored)."""
         wanted = {doc_ids} if isinstance(doc_ids, str) else {str(d) for d in doc_ids}
-        hit = [r for r in self.rows if r.document_id in wanted and not r.deleted]
+        rows = self.rows.rows_of_documents(sorted(wanted))
+        hit = rows[self.alive[rows]].tolist()
         if not hit:
             return 0
+        self._writable()
+        self.rows.deleted = np.array(self.rows.deleted, dtype=bool)  # a writable copy of the mapped array
+        self.rows.deleted[hit] = True
         for r in hit:
-            r.deleted = True
-            self.dense.mark_deleted(r.row)
-        self.lexical.delete([r.row for r in hit])
-        for sid in [s for s, p in self.sections.items() if p.document_id in wanted]:
-            del self.sections[sid]
+            self.dense.mark_deleted(r)
+        self.lexical.delete(hit)
+        sections = self.sections
+        for sid in [s for s, p in sections.items() if p.document_id in wanted]:
+            del sections[sid]
         self._refresh_arrays()
         self._commit()
         return len(hit)
 
+    def _writable(self) -> None:
+        """Before a change: the dense index in memory (an opened collection maps its file read-only)."""
+        if self._dense_mapped:
+            from ..index import Index
+
+            self.dense = Index.load(str(self.directory / DENSE), mmap=False)
+            self._dense_mapped = False
+
     def _ingest(self, records: Sequence[Record], batch_size: int, progress: bool) -> None:
         chunks: List[Chunk] = []
+        parts: List[SectionPart] = []
         for rec in records:
-            rec_chunks, parts = chunk_record(rec, self.chunking)
+            rec_chunks, rec_parts = chunk_record(rec, self.chunking)
             chunks.extend(rec_chunks)
-            for p in parts:
-                self.sections[p.section_id] = p
+            parts.extend(rec_parts)
         vecs = _embed_chunks(self.article_encoder(), chunks, self.chunking, batch_size, progress)
         start = len(self.rows)
-        ids = np.arange(start, start + len(chunks), dtype=np.int64)
-        labels = np.array([c.label for c in chunks], dtype=np.int64)
-        need = start + len(chunks)
+        rows = [ChunkRow(start + j, c.chunk_id, c.document_id, c.title, c.section, c.core_text, c.overlap_text,
+                         c.position, c.parent_id, c.label, c.metadata) for j, c in enumerate(chunks)]
+        self.add_rows(rows, vecs, parts)
+
+    def add_rows(self, rows: Sequence[ChunkRow], vectors: np.ndarray, sections: Sequence[SectionPart] = ()) -> None:
+        """Add chunks whose vectors were computed elsewhere (an out-of-core or distributed build, a benchmark's
+        filler), in memory; :meth:`save` writes them. ``rows[i].row`` must number on from ``len(self.rows)``;
+        ``vectors`` [len(rows), dim] float32 in the geometry of the collection's encoder."""
+        vectors = np.asarray(vectors, dtype=np.float32)
+        start = len(self.rows)
+        if vectors.shape != (len(rows), self.dim):
+            raise ValueError(f"vectors must be [{len(rows)}, {self.dim}], got {vectors.shape}")
+        if [r.row for r in rows] != list(range(start, start + len(rows))):
+            raise ValueError(f"rows must be numbered {start}..{start + len(rows) - 1} in order")
+        if not len(rows):
+            return
+        self._writable()
+        for part in sections:
+            self.sections[part.section_id] = part
+        ids = np.arange(start, start + len(rows), dtype=np.int64)
         if start == 0 and self.manifest["index"]["dtype"] == "int8":
-            self.dense.train(vecs)  # int8 quantization centre from the first batch
+            self.dense.train(vectors)  # int8 quantization centre from the first batch
+        need = start + len(rows)
         if self.dense.get_max_elements() < need:
             self.dense.resize_index(max(need, int(self.dense.get_max_elements() * 1.5)))
-        self.dense.add(vecs, ids, labels)
-        for i, c in zip(ids.tolist(), chunks):
-            self.rows.append(ChunkRow(i, c.chunk_id, c.document_id, c.title, c.section, c.core_text,
-                                      c.overlap_text, c.position, c.parent_id, c.label, c.metadata))
-        self.lexical.add([_lexical_text(c.title, c.core_text, c.overlap_text) for c in chunks], ids.tolist())
+        self.dense.add(vectors, ids, np.array([r.label for r in rows], dtype=np.int64))
+        for r in rows:
+            self.rows.append(r)
+        self.lexical.add([_lexical_text(r.title, r.text, r.overlap) for r in rows], ids.tolist())
         self._refresh_arrays()
+
+    def save(self) -> None:
+        """Write the collection (atomically, see the module docstring); ``add`` and ``delete`` save by themselves,
+        :meth:`add_rows` does not."""
+        self._commit()
 
     def _commit(self) -> None:
         """Write everything to a sibling temp dir, then swap it in (never half-written)."""
@@ -403,19 +443,41 @@ class Collection:
             self.manifest["counts"] = {"documents": self.n_documents, "chunks": len(self),
                                        "sections": len(self.sections),
                                        "deleted_chunks": int((~self.alive).sum())}
-            files = {CHUNKS: write_jsonl(tmp / CHUNKS, (r.__dict__ for r in self.rows)),
-                     SECTIONS: write_jsonl(tmp / SECTIONS, (s.__dict__ for s in self.sections.values()))}
+            files = {CHUNKS: self.rows.write(tmp)}
+            if self._sections is None:  # never read, so unchanged: copied as it is
+                shutil.copyfile(self.directory / SECTIONS, tmp / SECTIONS)
+                files[SECTIONS] = file_digest(tmp / SECTIONS)
+            else:
+                files[SECTIONS] = write_jsonl(tmp / SECTIONS, (s.__dict__ for s in self._sections.values()))
             self.dense.save(str(tmp / DENSE))
             self.lexical.save(tmp / LEXICAL)
-            files.update(digests(tmp, [LEXICAL]))
+            files.update(digests(tmp, [LEXICAL, ROWS]))
             self.manifest["files"] = files
             self._write_models(tmp)
             (tmp / MANIFEST).write_text(json.dumps(self.manifest, indent=2), encoding="utf-8")
             swap_in(tmp, out)
             self._models = {key: str(out / self.manifest[key]["dir"]) for key in self._models}
+            self.rows = ChunkTable.open(out, files[CHUNKS])  # the rows now read from the written file
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+    def _check_consistent(self) -> None:
+        """DamagedCollection naming the file whose rows disagree with the others (a line lost or moved, an index
+        of another size): checks that need no digest, so older and larger collections get them too."""
+        d, rows = self.directory, self.rows
+        counts = self.manifest.get("counts") or {}
+        expected = counts.get("chunks", 0) + counts.get("deleted_chunks", 0) if counts else len(rows)
+        if len(rows) != expected:
+            raise DamagedCollection(f"{d / CHUNKS} holds {len(rows)} chunks, the manifest counts {expected}")
+        for i in sorted({0, len(rows) // 2, len(rows) - 1} - {-1}):  # the row number of sample lines
+            rows[i]
+        if self.dense.get_current_count() != len(rows):
+            raise DamagedCollection(f"{d / DENSE} holds {self.dense.get_current_count()} vectors for {len(rows)} "
+                                    "chunks")
+        if not self.lexical.has_exactly(np.flatnonzero(self.alive)):
+            raise DamagedCollection(f"{d / LEXICAL} indexes {len(self.lexical)} chunks, not the {len(self)} live "
+                                    f"chunks of {d / CHUNKS}")
 
     def _write_models(self, tmp: Path) -> None:
         """The encoders the manifest names, inside ``tmp``: linked from the collection's own copy, or copied in
@@ -424,21 +486,3 @@ class Collection:
             link_or_copy_tree(Path(src), tmp / self.manifest[key]["dir"])
 
 
-def _check_consistent(d: Path, manifest: Dict[str, Any], rows: List[ChunkRow], dense: Any,
-                      lexical: LexicalIndex) -> None:
-    """DamagedCollection naming the file whose rows disagree with the others (a line lost or moved, an index of
-    another size): checks that need no digest, so older collections get them too."""
-    for i, r in enumerate(rows):
-        if r.row != i:
-            raise DamagedCollection(f"{d / CHUNKS} line {i + 1} holds row {r.row}: lines are missing or out of "
-                                    "order; rebuild the collection or restore the file")
-    counts = manifest.get("counts") or {}
-    expected = counts.get("chunks", 0) + counts.get("deleted_chunks", 0) if counts else len(rows)
-    if len(rows) != expected:
-        raise DamagedCollection(f"{d / CHUNKS} holds {len(rows)} chunks, the manifest counts {expected}")
-    if dense.get_current_count() != len(rows):
-        raise DamagedCollection(f"{d / DENSE} holds {dense.get_current_count()} vectors for {len(rows)} chunks")
-    live = [r.row for r in rows if not r.deleted]
-    if not lexical.has_exactly(live):
-        raise DamagedCollection(f"{d / LEXICAL} indexes {len(lexical)} chunks, not the {len(live)} live chunks "
-                                f"of {d / CHUNKS}")

@@ -19,13 +19,18 @@ Incremental add and delete: ``add`` re-fits BM25 over all kept token lists
 (the statistics depend on the whole corpus; a re-fit of 100k chunks takes a
 few seconds); ``delete`` only masks rows (they score 0 and are never
 returned) and the next ``add`` or ``save`` drops them for good.
+
+On disk (``format: medretrieve-lexical-2``) an index is what it needs to answer at
+once, memory-mapped: bm25s's fitted score matrix (``bm25/``), the token lists as
+ids into a vocabulary (``tokens.npy`` + ``token_offsets.npy`` + ``vocab.json``)
+and the row ids (``ids.npy``), so opening a collection costs milliseconds, not a
+re-fit. Indexes written in the first format (one JSON file) still load.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
-from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
@@ -102,10 +107,58 @@ def tokenize(text: str, stem: bool = True, remove_stopwords: bool = True) -> Lis
     return [t for _, toks in word_tokens(text, stem, remove_stopwords) for t in toks]
 
 
+class TokenStore:
+    """Token lists of many rows in two flat arrays (token ids into ``vocab`` and row offsets): compact, and
+    memory-mappable once saved. ``get(i)`` gives row ``i``'s tokens back as strings."""
+
+    def __init__(self, vocab: Optional[List[str]] = None, flat: Optional[np.ndarray] = None,
+                 offsets: Optional[np.ndarray] = None) -> None:
+        self.vocab: List[str] = vocab if vocab is not None else []
+        self.flat = flat if flat is not None else np.zeros(0, dtype=np.int32)
+        self.offsets = offsets if offsets is not None else np.zeros(1, dtype=np.int64)
+        self._index: Optional[dict] = None  # token -> id, built when tokens are added
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def get(self, i: int) -> List[str]:
+        v = self.vocab
+        return [v[t] for t in self.flat[self.offsets[i]:self.offsets[i + 1]].tolist()]
+
+    def lists(self, rows: Iterable[int]) -> List[List[str]]:
+        return [self.get(int(i)) for i in rows]
+
+    def subset(self, rows: np.ndarray) -> "TokenStore":
+        """A store of ``rows`` only (same vocabulary)."""
+        starts, ends = self.offsets[rows], self.offsets[rows + 1]
+        lengths = ends - starts
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        flat = (np.concatenate([np.asarray(self.flat[a:b]) for a, b in zip(starts, ends)]).astype(np.int32)
+                if len(rows) else np.zeros(0, dtype=np.int32))
+        return TokenStore(self.vocab, flat, offsets)
+
+    def extend(self, lists: Sequence[List[str]]) -> None:
+        if self._index is None:
+            self.vocab = list(self.vocab)
+            self._index = {t: i for i, t in enumerate(self.vocab)}
+        index, vocab = self._index, self.vocab
+        ids: List[int] = []
+        for toks in lists:
+            for t in toks:
+                j = index.get(t)
+                if j is None:
+                    j = index[t] = len(vocab)
+                    vocab.append(t)
+                ids.append(j)
+        lengths = np.fromiter((len(t) for t in lists), dtype=np.int64, count=len(lists))
+        self.flat = np.concatenate([np.asarray(self.flat, dtype=np.int32), np.asarray(ids, dtype=np.int32)])
+        self.offsets = np.concatenate([np.asarray(self.offsets), self.offsets[-1] + np.cumsum(lengths)])
+
+
 class LexicalIndex:
     """BM25 over a set of rows (integer ids, e.g. chunk row numbers)."""
 
-    FILE = "lexical.json"
+    FILE = "lexical.json"  # settings (and, in the first format, everything)
 
     def __init__(self, stem: bool = True, remove_stopwords: bool = True, k1: float = 1.5, b: float = 0.75) -> None:
         self.stem = stem
@@ -113,12 +166,12 @@ class LexicalIndex:
         self.k1 = float(k1)
         self.b = float(b)
         self._ids = np.zeros(0, dtype=np.int64)  # row -> external id
-        self._tokens: List[List[str]] = []
+        self._store = TokenStore()
         self._alive = np.zeros(0, dtype=bool)
-        self._bm25: Any = None  # bm25s.BM25 once fitted
-        self._vocab: dict = {}
-        self._df: Optional[Counter] = None
+        self._bm25: Any = None  # bm25s.BM25 once fitted (over every row, in row order)
+        self._vocab: dict = {}  # bm25s's token -> column
         self._order = np.zeros(0, dtype=np.int64)
+        self._stale = False  # rows were deleted since the fit: the next save re-fits without them
         self.tokenizer_version = TOKENIZER_VERSION  # of the stored token lists (older ones come from load)
 
     # ------------------------------------------------------------- building
@@ -134,29 +187,38 @@ class LexicalIndex:
         dup = live_ids.intersection(ids_arr.tolist())
         if dup or len(set(ids_arr.tolist())) != len(ids_arr):
             raise ValueError(f"ids already present or repeated: {sorted(dup)[:5] or 'repeated in the batch'}")
-        new_tokens = [tokenize(t, self.stem, self.remove_stopwords) for t in texts]
-        keep = np.flatnonzero(self._alive)
-        self._tokens = [self._tokens[i] for i in keep] + new_tokens
-        self._ids = np.concatenate([self._ids[keep], ids_arr])
+        self._compact()
+        self._store.extend([tokenize(t, self.stem, self.remove_stopwords) for t in texts])
+        self._ids = np.concatenate([self._ids, ids_arr])
         self._alive = np.ones(len(self._ids), dtype=bool)
         self._fit()
+
+    def _compact(self) -> None:
+        """Drop deleted rows for good."""
+        if self._alive.all():
+            return
+        keep = np.flatnonzero(self._alive)
+        self._store = self._store.subset(keep)
+        self._ids = self._ids[keep]
+        self._alive = np.ones(len(keep), dtype=bool)
 
     def _fit(self) -> None:
         import bm25s
 
         self._bm25 = bm25s.BM25(k1=self.k1, b=self.b)
-        if self._tokens:
-            self._bm25.index(self._tokens, show_progress=False)
-        self._vocab = self._bm25.vocab_dict if self._tokens else {}
-        self._df = None
+        if len(self._store):
+            self._bm25.index(self._store.lists(range(len(self._store))), show_progress=False)
+        self._vocab = self._bm25.vocab_dict if len(self._store) else {}
         self._order = np.argsort(self._ids, kind="stable")  # for id -> row lookups
+        self._stale = False
 
     def delete(self, ids: Iterable[int]) -> int:
         """Hide rows from search; returns how many were live."""
         mask = np.isin(self._ids, np.asarray(list(ids), dtype=np.int64)) & self._alive
-        self._alive[mask] = False
         if mask.any():
-            self._df = None  # document frequencies are over live rows
+            self._alive = self._alive.copy()  # a loaded index's array is read-only
+            self._alive[mask] = False
+            self._stale = True
         return int(mask.sum())
 
     # ------------------------------------------------------------- search
@@ -179,15 +241,17 @@ class LexicalIndex:
         return s
 
     def idf(self, tokens: Sequence[str]) -> np.ndarray:
-        """BM25 idf, ``log(1 + (n - df + 0.5) / (df + 0.5))``, of each (already tokenised) token over
-        the live rows; an unseen token gets the idf of df = 0."""
-        if self._df is None:
-            df: Counter = Counter()
-            for i in np.flatnonzero(self._alive):
-                df.update(set(self._tokens[i]))
-            self._df = df
+        """BM25 idf, ``log(1 + (n - df + 0.5) / (df + 0.5))``, of each (already tokenised) token over the live rows
+        (document frequencies read from the fitted matrix's postings); an unseen token gets the idf of df = 0."""
+        d = np.zeros(len(tokens))
+        if self._bm25 is not None and len(self._ids):
+            indptr, indices = self._bm25.scores["indptr"], self._bm25.scores["indices"]
+            for i, t in enumerate(tokens):
+                c = self._vocab.get(t)
+                if c is not None:
+                    postings = indices[indptr[c]:indptr[c + 1]]
+                    d[i] = len(postings) if not self._stale else int(self._alive[postings].sum())
         n = len(self)
-        d = np.array([self._df.get(t, 0) for t in tokens], dtype=np.float64)
         return np.log1p((n - d + 0.5) / (d + 0.5))
 
     def scores_for(self, query: Union[str, Sequence[str], np.ndarray], ids: Sequence[int]) -> np.ndarray:
@@ -218,7 +282,7 @@ class LexicalIndex:
         if pos >= len(self._ids):
             return None
         row = int(self._order[pos])
-        return self._tokens[row] if self._ids[row] == id and self._alive[row] else None
+        return self._store.get(row) if self._ids[row] == id and self._alive[row] else None
 
     def search(self, query: Union[str, Sequence[str]], k: int = 10, allowed: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
         """Top ``k`` rows by BM25: ``(ids int64, scores float32)``, best first; rows scoring 0 are left out.
@@ -249,45 +313,74 @@ class LexicalIndex:
 
     # ------------------------------------------------------------- persistence
     def save(self, directory: os.PathLike) -> None:
-        """Write the index into ``directory`` (created; one JSON file: settings, ids, tokens)."""
+        """Write the index into ``directory`` (created): settings, the fitted BM25 matrix, the token lists and the
+        row ids (module docstring). Deleted rows are dropped for good (the matrix is re-fitted without them)."""
+        if self._stale or not self._alive.all():
+            self._compact()
+            self._fit()
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        keep = np.flatnonzero(self._alive)
-        payload = {
-            "format": "medretrieve-lexical-1",
-            "stem": self.stem,
-            "remove_stopwords": self.remove_stopwords,
-            "k1": self.k1,
-            "b": self.b,
-            "tokenizer": self.tokenizer_version,
-            "ids": self._ids[keep].tolist(),
-            "tokens": [self._tokens[i] for i in keep],
-        }
-        tmp = d / (self.FILE + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh, separators=(",", ":"))
-        os.replace(tmp, d / self.FILE)
+        np.save(d / "ids.npy", np.asarray(self._ids, dtype=np.int64))
+        np.save(d / "tokens.npy", np.asarray(self._store.flat, dtype=np.int32))
+        np.save(d / "token_offsets.npy", np.asarray(self._store.offsets, dtype=np.int64))
+        (d / "vocab.json").write_text(json.dumps(self._store.vocab, ensure_ascii=False), encoding="utf-8")
+        if len(self._ids):
+            self._bm25.save(str(d / "bm25"), show_progress=False)
+        payload = {"format": "medretrieve-lexical-2", "stem": self.stem, "remove_stopwords": self.remove_stopwords,
+                   "k1": self.k1, "b": self.b, "tokenizer": self.tokenizer_version, "rows": int(len(self._ids))}
+        (d / self.FILE).write_text(json.dumps(payload), encoding="utf-8")
 
     @classmethod
-    def load(cls, directory: os.PathLike) -> "LexicalIndex":
+    def load(cls, directory: os.PathLike, mmap: bool = True) -> "LexicalIndex":
+        """Load an index written by :meth:`save` (arrays memory-mapped with ``mmap``), or one in the first format."""
         path = Path(directory) / cls.FILE
         if not path.is_file():
             raise FileNotFoundError(f"no lexical index at {path}")
         payload = read_json(path)
-        if not isinstance(payload, dict) or payload.get("format") != "medretrieve-lexical-1":
-            raise ValueError(f"{path} is not a medretrieve lexical index (format "
-                             f"{payload.get('format') if isinstance(payload, dict) else None!r})")
+        fmt = payload.get("format") if isinstance(payload, dict) else None
+        if fmt not in ("medretrieve-lexical-1", "medretrieve-lexical-2"):
+            raise ValueError(f"{path} is not a medretrieve lexical index (format {fmt!r})")
         try:
             idx = cls(payload["stem"], payload["remove_stopwords"], payload["k1"], payload["b"])
-            idx._ids = np.asarray(payload["ids"], dtype=np.int64)
-            idx._tokens = payload["tokens"]
-        except (KeyError, TypeError, ValueError) as exc:
+            idx.tokenizer_version = int(payload.get("tokenizer", 1))
+            if fmt == "medretrieve-lexical-1":
+                return idx._load_first_format(path, payload)
+            idx._load_arrays(Path(directory), int(payload["rows"]), mmap)
+        except (KeyError, TypeError) as exc:
             raise ValueError(f"{path}: a field is missing or malformed ({type(exc).__name__}: {exc}); the lexical "
                              "index is damaged") from None
-        if idx._ids.ndim != 1 or len(idx._ids) != len(idx._tokens) or len(np.unique(idx._ids)) != len(idx._ids):
-            raise ValueError(f"{path}: {len(idx._ids)} ids for {len(idx._tokens)} token lists (or repeated ids); "
-                             "the lexical index is damaged")
-        idx.tokenizer_version = int(payload.get("tokenizer", 1))
-        idx._alive = np.ones(len(idx._ids), dtype=bool)
-        idx._fit()
         return idx
+
+    def _load_arrays(self, d: Path, rows: int, mmap: bool) -> None:
+        import bm25s
+
+        mode = "r" if mmap else None
+        self._ids = np.load(d / "ids.npy", mmap_mode=mode)
+        flat = np.load(d / "tokens.npy", mmap_mode=mode)
+        offsets = np.load(d / "token_offsets.npy", mmap_mode=mode)
+        vocab = read_json(d / "vocab.json")
+        if (self._ids.ndim != 1 or len(self._ids) != rows or len(offsets) != rows + 1 or offsets[-1] != len(flat)
+                or not isinstance(vocab, list) or (len(flat) and int(flat.max()) >= len(vocab))):
+            raise ValueError(f"{d}: {len(self._ids)} ids, {len(offsets) - 1} token lists, {len(flat)} tokens for "
+                             f"{rows} rows; the lexical index is damaged")
+        self._store = TokenStore(vocab, flat, offsets)
+        self._alive = np.ones(rows, dtype=bool)
+        if rows:
+            self._bm25 = bm25s.BM25.load(str(d / "bm25"), mmap=mmap, show_progress=False)
+            self._vocab = self._bm25.vocab_dict
+            if int(self._bm25.scores["num_docs"]) != rows:
+                raise ValueError(f"{d / 'bm25'} scores {self._bm25.scores['num_docs']} rows, not {rows}; the lexical "
+                                 "index is damaged")
+        self._order = np.argsort(self._ids, kind="stable")
+
+    def _load_first_format(self, path: Path, payload: dict) -> "LexicalIndex":
+        ids = np.asarray(payload["ids"], dtype=np.int64)
+        tokens = payload["tokens"]
+        if ids.ndim != 1 or len(ids) != len(tokens) or len(np.unique(ids)) != len(ids):
+            raise ValueError(f"{path}: {len(ids)} ids for {len(tokens)} token lists (or repeated ids); "
+                             "the lexical index is damaged")
+        self._ids = ids
+        self._store.extend(tokens)
+        self._alive = np.ones(len(ids), dtype=bool)
+        self._fit()
+        return self
