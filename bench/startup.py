@@ -47,8 +47,7 @@ def build(work: Path, chunks: int) -> Path:
         return out
     col = bench.build_bioasq_collection(str(default_model_dir()), work)
     bench.add_filler(col, chunks)
-    col.directory = out
-    col.save()
+    col.save(out)
     return out
 
 

@@ -429,20 +429,24 @@ class Collection:
         self.lexical.add([_lexical_text(r.title, r.text, r.overlap) for r in rows], ids.tolist())
         self._refresh_arrays()
 
-    def save(self) -> None:
-        """Write the collection (atomically, see the module docstring); ``add`` and ``delete`` save by themselves,
-        :meth:`add_rows` does not."""
-        self._commit()
+    def save(self, directory: Optional[Union[str, os.PathLike]] = None) -> None:
+        """Write the collection (atomically, see the module docstring) to its directory, or to ``directory``,
+        which it then lives in; ``add`` and ``delete`` save by themselves, :meth:`add_rows` does not."""
+        self._commit(Path(directory) if directory is not None else None)
 
-    def _commit(self) -> None:
-        """Write everything to a sibling temp dir, then swap it in (never half-written)."""
-        out = self.directory
+    def _commit(self, out: Optional[Path] = None) -> None:
+        """Write everything to a temp dir beside ``out`` (default: the collection's directory), then swap it in
+        (never half-written)."""
+        out = out or self.directory
         recover_leftovers(out)
+        if out != self.directory and out.exists() and not (is_collection(out) or not any(out.iterdir())):
+            raise ValueError(f"{out} exists and is not a medretrieve collection; nothing was written")
         tmp = new_temp_dir(out)
         try:
+            n_sections = (len(self._sections) if self._sections is not None
+                          else (self.manifest.get("counts") or {}).get("sections", 0))
             self.manifest["counts"] = {"documents": self.n_documents, "chunks": len(self),
-                                       "sections": len(self.sections),
-                                       "deleted_chunks": int((~self.alive).sum())}
+                                       "sections": n_sections, "deleted_chunks": int((~self.alive).sum())}
             files = {CHUNKS: self.rows.write(tmp)}
             if self._sections is None:  # never read, so unchanged: copied as it is
                 shutil.copyfile(self.directory / SECTIONS, tmp / SECTIONS)
@@ -456,6 +460,7 @@ class Collection:
             self._write_models(tmp)
             (tmp / MANIFEST).write_text(json.dumps(self.manifest, indent=2), encoding="utf-8")
             swap_in(tmp, out)
+            self.directory = out
             self._models = {key: str(out / self.manifest[key]["dir"]) for key in self._models}
             self.rows = ChunkTable.open(out, files[CHUNKS])  # the rows now read from the written file
         except BaseException:
