@@ -145,3 +145,23 @@ def test_extra_tokens_up_weight_query_terms():
     np.testing.assert_array_equal(boosted[0], plain[0])  # no subject word in row 0: unchanged
     assert (boosted[1:] > plain[1:]).all()
     np.testing.assert_array_equal(idx.scores("motolimod", extra_tokens=["unknown-token"]), idx.scores("motolimod"))
+
+
+def test_numpy_scoring_equals_bm25s_scoring():
+    """Answering reads the fitted matrix with numpy alone; the scores are bm25s's own (repeated tokens too)."""
+    import random
+
+    import bm25s
+
+    from medretrieve.corpus.lexical import BM25Matrix
+
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(300)]
+    docs = [[rng.choice(words) for _ in range(rng.randint(1, 40))] for _ in range(500)]
+    matrix = BM25Matrix.fit(docs, 1.2, 0.6)
+    ref = bm25s.BM25(k1=1.2, b=0.6)
+    ref.index(docs, show_progress=False)
+    for q in (["w1", "w2", "w2", "unseen"], ["w7"], ["w3", "w4", "w5", "w3"]):
+        np.testing.assert_allclose(matrix.scores(q), ref.get_scores([t for t in q if t in ref.vocab_dict]),
+                                   rtol=1e-6, atol=1e-7)
+    assert not matrix.scores(["unseen"]).any()

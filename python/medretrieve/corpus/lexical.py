@@ -20,17 +20,22 @@ Incremental add and delete: ``add`` re-fits BM25 over all kept token lists
 few seconds); ``delete`` only masks rows (they score 0 and are never
 returned) and the next ``add`` or ``save`` drops them for good.
 
-On disk (``format: medretrieve-lexical-2``) an index is what it needs to answer at
-once, memory-mapped: bm25s's fitted score matrix (``bm25/``), the token lists as
-ids into a vocabulary (``tokens.npy`` + ``token_offsets.npy`` + ``vocab.json``)
-and the row ids (``ids.npy``), so opening a collection costs milliseconds, not a
-re-fit. Indexes written in the first format (one JSON file) still load.
+bm25s fits the index: it computes every (row, term) BM25 weight once, into a sparse
+term-major matrix (:class:`BM25Matrix`); a query's scores are then sums of the
+matrix's columns, which this module does with numpy alone, so answering needs
+neither bm25s nor scipy loaded. On disk (``format: medretrieve-lexical-2``) an
+index is what it needs to answer at once, memory-mapped: the matrix
+(``matrix/``), the token lists as ids into a vocabulary (``tokens.npy`` +
+``token_offsets.npy`` + ``vocab.json``) and the row ids (``ids.npy``), so opening
+a collection costs milliseconds, not a re-fit. Indexes written in the first
+format (one JSON file) still load.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
@@ -107,6 +112,56 @@ def tokenize(text: str, stem: bool = True, remove_stopwords: bool = True) -> Lis
     return [t for _, toks in word_tokens(text, stem, remove_stopwords) for t in toks]
 
 
+class BM25Matrix:
+    """Precomputed BM25 weights, term-major (CSC): the rows holding term ``c`` are
+    ``indices[indptr[c]:indptr[c + 1]]`` with weights ``data[...]``; ``vocab`` maps a token to its column."""
+
+    FILES = ("data", "indices", "indptr")
+
+    def __init__(self, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, vocab: dict, num_docs: int):
+        self.data, self.indices, self.indptr, self.vocab, self.num_docs = data, indices, indptr, vocab, num_docs
+
+    @classmethod
+    def fit(cls, token_lists: List[List[str]], k1: float, b: float) -> "BM25Matrix":
+        import bm25s  # fitting only: answering reads the arrays
+
+        bm25 = bm25s.BM25(k1=k1, b=b)
+        bm25.index(token_lists, show_progress=False)
+        m = bm25.scores
+        return cls(m["data"], m["indices"], m["indptr"], dict(bm25.vocab_dict), int(m["num_docs"]))
+
+    def scores(self, tokens: Sequence[str]) -> np.ndarray:
+        """The BM25 score of every row for ``tokens`` (a token given twice counts twice), float32."""
+        out = np.zeros(self.num_docs, dtype=np.float32)
+        for token, times in Counter(tokens).items():
+            c = self.vocab.get(token)
+            if c is not None:
+                a, z = int(self.indptr[c]), int(self.indptr[c + 1])
+                out[self.indices[a:z]] += times * np.asarray(self.data[a:z], dtype=np.float32)
+        return out
+
+    def postings(self, token: str) -> np.ndarray:
+        """The rows holding ``token``."""
+        c = self.vocab.get(token)
+        return np.zeros(0, dtype=np.int64) if c is None else np.asarray(self.indices[self.indptr[c]:self.indptr[c + 1]])
+
+    def save(self, d: Path) -> None:
+        d.mkdir(parents=True, exist_ok=True)
+        for name in self.FILES:
+            np.save(d / f"{name}.npy", np.asarray(getattr(self, name)))
+        (d / "vocab.json").write_text(json.dumps({"num_docs": self.num_docs, "vocab": self.vocab},
+                                                 ensure_ascii=False), encoding="utf-8")
+
+    @classmethod
+    def load(cls, d: Path, mmap: bool) -> "BM25Matrix":
+        arrays = [np.load(d / f"{name}.npy", mmap_mode="r" if mmap else None) for name in cls.FILES]
+        meta = read_json(d / "vocab.json")
+        m = cls(*arrays, meta["vocab"], int(meta["num_docs"]))
+        if len(m.indptr) != len(m.vocab) + 1 or len(m.data) != len(m.indices) or int(m.indptr[-1]) != len(m.data):
+            raise ValueError(f"{d}: the BM25 matrix's arrays disagree; the lexical index is damaged")
+        return m
+
+
 class TokenStore:
     """Token lists of many rows in two flat arrays (token ids into ``vocab`` and row offsets): compact, and
     memory-mappable once saved. ``get(i)`` gives row ``i``'s tokens back as strings."""
@@ -168,8 +223,7 @@ class LexicalIndex:
         self._ids = np.zeros(0, dtype=np.int64)  # row -> external id
         self._store = TokenStore()
         self._alive = np.zeros(0, dtype=bool)
-        self._bm25: Any = None  # bm25s.BM25 once fitted (over every row, in row order)
-        self._vocab: dict = {}  # bm25s's token -> column
+        self._matrix: Optional[BM25Matrix] = None  # fitted over every row, in row order
         self._order = np.zeros(0, dtype=np.int64)
         self._stale = False  # rows were deleted since the fit: the next save re-fits without them
         self.tokenizer_version = TOKENIZER_VERSION  # of the stored token lists (older ones come from load)
@@ -203,12 +257,8 @@ class LexicalIndex:
         self._alive = np.ones(len(keep), dtype=bool)
 
     def _fit(self) -> None:
-        import bm25s
-
-        self._bm25 = bm25s.BM25(k1=self.k1, b=self.b)
-        if len(self._store):
-            self._bm25.index(self._store.lists(range(len(self._store))), show_progress=False)
-        self._vocab = self._bm25.vocab_dict if len(self._store) else {}
+        self._matrix = (BM25Matrix.fit(self._store.lists(range(len(self._store))), self.k1, self.b)
+                        if len(self._store) else None)
         self._order = np.argsort(self._ids, kind="stable")  # for id -> row lookups
         self._stale = False
 
@@ -232,11 +282,9 @@ class LexicalIndex:
             query_tokens = list(query)
         else:
             raise TypeError(f"query must be a string or a list of tokens, got {type(query).__name__}")
-        n = len(self._ids)
-        toks = [t for t in query_tokens + list(extra_tokens) if t in self._vocab]
-        if not toks or n == 0:
-            return np.zeros(n, dtype=np.float32)
-        s = np.asarray(self._bm25.get_scores(toks), dtype=np.float32)
+        if self._matrix is None:
+            return np.zeros(len(self._ids), dtype=np.float32)
+        s = self._matrix.scores(query_tokens + list(extra_tokens))
         s[~self._alive] = 0.0
         return s
 
@@ -244,13 +292,10 @@ class LexicalIndex:
         """BM25 idf, ``log(1 + (n - df + 0.5) / (df + 0.5))``, of each (already tokenised) token over the live rows
         (document frequencies read from the fitted matrix's postings); an unseen token gets the idf of df = 0."""
         d = np.zeros(len(tokens))
-        if self._bm25 is not None and len(self._ids):
-            indptr, indices = self._bm25.scores["indptr"], self._bm25.scores["indices"]
+        if self._matrix is not None:
             for i, t in enumerate(tokens):
-                c = self._vocab.get(t)
-                if c is not None:
-                    postings = indices[indptr[c]:indptr[c + 1]]
-                    d[i] = len(postings) if not self._stale else int(self._alive[postings].sum())
+                postings = self._matrix.postings(t)
+                d[i] = len(postings) if not self._stale else int(self._alive[postings].sum())
         n = len(self)
         return np.log1p((n - d + 0.5) / (d + 0.5))
 
@@ -324,8 +369,8 @@ class LexicalIndex:
         np.save(d / "tokens.npy", np.asarray(self._store.flat, dtype=np.int32))
         np.save(d / "token_offsets.npy", np.asarray(self._store.offsets, dtype=np.int64))
         (d / "vocab.json").write_text(json.dumps(self._store.vocab, ensure_ascii=False), encoding="utf-8")
-        if len(self._ids):
-            self._bm25.save(str(d / "bm25"), show_progress=False)
+        if self._matrix is not None:
+            self._matrix.save(d / "matrix")
         payload = {"format": "medretrieve-lexical-2", "stem": self.stem, "remove_stopwords": self.remove_stopwords,
                    "k1": self.k1, "b": self.b, "tokenizer": self.tokenizer_version, "rows": int(len(self._ids))}
         (d / self.FILE).write_text(json.dumps(payload), encoding="utf-8")
@@ -352,8 +397,6 @@ class LexicalIndex:
         return idx
 
     def _load_arrays(self, d: Path, rows: int, mmap: bool) -> None:
-        import bm25s
-
         mode = "r" if mmap else None
         self._ids = np.load(d / "ids.npy", mmap_mode=mode)
         flat = np.load(d / "tokens.npy", mmap_mode=mode)
@@ -366,10 +409,9 @@ class LexicalIndex:
         self._store = TokenStore(vocab, flat, offsets)
         self._alive = np.ones(rows, dtype=bool)
         if rows:
-            self._bm25 = bm25s.BM25.load(str(d / "bm25"), mmap=mmap, show_progress=False)
-            self._vocab = self._bm25.vocab_dict
-            if int(self._bm25.scores["num_docs"]) != rows:
-                raise ValueError(f"{d / 'bm25'} scores {self._bm25.scores['num_docs']} rows, not {rows}; the lexical "
+            self._matrix = BM25Matrix.load(d / "matrix", mmap)
+            if self._matrix.num_docs != rows:
+                raise ValueError(f"{d / 'matrix'} scores {self._matrix.num_docs} rows, not {rows}; the lexical "
                                  "index is damaged")
         self._order = np.argsort(self._ids, kind="stable")
 
