@@ -128,7 +128,9 @@ class BM25Matrix:
         bm25 = bm25s.BM25(k1=k1, b=b)
         bm25.index(token_lists, show_progress=False)
         m = bm25.scores
-        return cls(m["data"], m["indices"], m["indptr"], dict(bm25.vocab_dict), int(m["num_docs"]))
+        columns = len(m["indptr"]) - 1  # bm25s may list a "" token that has no column
+        vocab = {t: int(c) for t, c in bm25.vocab_dict.items() if c < columns}
+        return cls(m["data"], m["indices"], m["indptr"], vocab, int(m["num_docs"]))
 
     def scores(self, tokens: Sequence[str]) -> np.ndarray:
         """The BM25 score of every row for ``tokens`` (a token given twice counts twice), float32."""
@@ -157,7 +159,9 @@ class BM25Matrix:
         arrays = [np.load(d / f"{name}.npy", mmap_mode="r" if mmap else None) for name in cls.FILES]
         meta = read_json(d / "vocab.json")
         m = cls(*arrays, meta["vocab"], int(meta["num_docs"]))
-        if len(m.indptr) != len(m.vocab) + 1 or len(m.data) != len(m.indices) or int(m.indptr[-1]) != len(m.data):
+        columns = len(m.indptr) - 1
+        if (len(m.data) != len(m.indices) or int(m.indptr[-1]) != len(m.data)
+                or any(not 0 <= c < columns for c in m.vocab.values())):
             raise ValueError(f"{d}: the BM25 matrix's arrays disagree; the lexical index is damaged")
         return m
 
