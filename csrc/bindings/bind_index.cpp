@@ -108,7 +108,7 @@ py::array_t<T> vector_of_values(const std::vector<T>& v) {
 py::dict hnsw_stats(const mi::Hnsw& h) {
   py::dict d;
   const auto& p = h.params();
-  d["space"] = mi::space_name(p.space);
+  d["space"] = medretrieve::metric_name(p.space);
   d["dtype"] = mi::dtype_name(p.dtype);
   d["dim"] = p.dim;
   d["M"] = p.M;
@@ -141,7 +141,7 @@ void bind_index(py::module_& m) {
       .def(py::init([](const std::string& space, const std::string& dtype, size_t dim, size_t max_elements, size_t M,
                        size_t ef_construction, uint64_t seed, bool keep_float, bool allow_replace_deleted) {
              mi::HnswParams p;
-             p.space = mi::parse_space(space);
+             p.space = medretrieve::parse_metric(space, "space");
              p.dtype = mi::parse_dtype(dtype);
              p.dim = dim;
              p.max_elements = max_elements;
@@ -254,7 +254,7 @@ void bind_index(py::module_& m) {
 
   py::class_<mi::FlatIndex>(m, "FlatIndexCore", "Native exact index (use medretrieve.FlatIndex).")
       .def(py::init([](const std::string& space, const std::string& dtype, size_t dim) {
-             return std::make_unique<mi::FlatIndex>(mi::parse_space(space), mi::parse_dtype(dtype), dim);
+             return std::make_unique<mi::FlatIndex>(medretrieve::parse_metric(space, "space"), mi::parse_dtype(dtype), dim);
            }),
            py::arg("space"), py::arg("dtype"), py::arg("dim"))
       .def("add",
@@ -300,7 +300,7 @@ void bind_index(py::module_& m) {
       .def("mark_deleted", &mi::FlatIndex::mark_deleted, py::call_guard<py::gil_scoped_release>())
       .def("unmark_deleted", &mi::FlatIndex::unmark_deleted, py::call_guard<py::gil_scoped_release>())
       .def("__len__", &mi::FlatIndex::size)
-      .def_property_readonly("space", [](const mi::FlatIndex& self) { return std::string(mi::space_name(self.store().space())); })
+      .def_property_readonly("space", [](const mi::FlatIndex& self) { return std::string(medretrieve::metric_name(self.store().space())); })
       .def_property_readonly("dtype", [](const mi::FlatIndex& self) { return std::string(mi::dtype_name(self.store().dtype())); })
       .def_property_readonly("dim", [](const mi::FlatIndex& self) { return self.store().dim(); })
       .def_property_readonly("count", &mi::FlatIndex::count)

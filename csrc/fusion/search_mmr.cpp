@@ -48,7 +48,7 @@ SearchMmrResult search_mmr(const index::Hnsw& hnsw, const float* query, size_t k
     std::vector<const float*> rows(n);
     for (size_t i = 0; i < n; ++i) rows[i] = hnsw.row_f32(found[i].second);
     // Cosine rows are stored normalised, so the inner product is the cosine.
-    const Similarity sim = space == index::Space::L2 ? Similarity::NegL2 : Similarity::InnerProduct;
+    const Metric sim = space == index::Space::L2 ? Metric::L2 : Metric::IP;
     picked = mmr_select_f32(rows.data(), n, dim, relevance.data(), k, lambda, sim);
   }
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <unordered_set>
 
-#include "index/parallel.h"
+#include "common/parallel.h"
 #include "kernels/quantizer.h"
 
 namespace medretrieve::index {

@@ -9,7 +9,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "index/parallel.h"
+#include "common/parallel.h"
 
 namespace medretrieve::index {
 

@@ -21,26 +21,10 @@ char* alloc_zeroed(size_t bytes) {
 }
 }  // namespace
 
-Space parse_space(const std::string& name) {
-  if (name == "l2") return Space::L2;
-  if (name == "ip") return Space::IP;
-  if (name == "cosine") return Space::Cosine;
-  throw std::invalid_argument("space must be one of 'l2', 'ip' or 'cosine', got '" + name + "'");
-}
-
 DType parse_dtype(const std::string& name) {
   if (name == "float32") return DType::Float32;
   if (name == "int8") return DType::Int8;
   throw std::invalid_argument("dtype must be 'float32' or 'int8', got '" + name + "'");
-}
-
-const char* space_name(Space s) {
-  switch (s) {
-    case Space::L2: return "l2";
-    case Space::IP: return "ip";
-    case Space::Cosine: return "cosine";
-  }
-  return "?";
 }
 
 const char* dtype_name(DType d) { return d == DType::Int8 ? "int8" : "float32"; }

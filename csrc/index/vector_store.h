@@ -29,16 +29,16 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/metric.h"
 #include "kernels/distances.h"
 
 namespace medretrieve::index {
 
-enum class Space : uint32_t { L2 = 0, IP = 1, Cosine = 2 };
+// An index's "space" is the core's one metric (common/metric.h).
+using Space = Metric;
 enum class DType : uint32_t { Float32 = 0, Int8 = 1 };
 
-Space parse_space(const std::string& name);  // "l2" | "ip" | "cosine"
 DType parse_dtype(const std::string& name);  // "float32" | "int8"
-const char* space_name(Space s);
 const char* dtype_name(DType d);
 
 // A prepared query: normalised (cosine), quantized once (int8).

@@ -319,12 +319,12 @@ def mmr_batch(
             raise ValueError("every lambda must be in [0, 1]")
         lam = lam_in.astype(np.float32)
 
-    def per_query(seq: object, name: str) -> List[object]:
+    def per_query(seq: Optional[Sequence[object]], name: str) -> List[object]:
         if seq is None:
             return [None] * B
-        if len(seq) != B:  # type: ignore[arg-type]
-            raise ValueError(f"{name} has {len(seq)} entries for {B} candidate matrices")  # type: ignore[arg-type]
-        return list(seq)  # type: ignore[arg-type]
+        if len(seq) != B:
+            raise ValueError(f"{name} has {len(seq)} entries for {B} candidate matrices")
+        return list(seq)
 
     qs, rels, scs = per_query(queries, "queries"), per_query(relevances, "relevances"), per_query(scales, "scales")
     cands: List[np.ndarray] = []
@@ -341,8 +341,8 @@ def mmr_batch(
         if B == 0:
             return []
         results, _ = _core._cuda_mmr_batch(cands, k, lam, q_out, r_out, metric, s_out)
-        return [tuple(r) for r in results]  # type: ignore[misc]
-    return [tuple(r) for r in _core._mmr_batch(cands, k, lam, q_out, r_out, metric, s_out, threads)]  # type: ignore[misc]
+        return results
+    return _core._mmr_batch(cands, k, lam, q_out, r_out, metric, s_out, threads)
 
 
 # --------------------------------------------------------------------------

@@ -94,8 +94,11 @@ def _as_rows(data: Any, dim: int, what: str = "vectors") -> np.ndarray:
 
 
 def _as_ids(ids: Any, n: int) -> Optional[np.ndarray]:
-    if ids is None:
-        return None
+    """uint64 ids, one per row, or None (default ids)."""
+    return None if ids is None else _id_array(ids, n)
+
+
+def _id_array(ids: Any, n: int) -> np.ndarray:
     arr = np.asarray(ids)
     if arr.ndim == 0:
         arr = arr.reshape(1)
@@ -141,6 +144,8 @@ def _labels_csr(labels: LabelsArg, n: int) -> tuple[Optional[np.ndarray], Option
         if labels.size and (labels.min() < 0 or labels.max() > _MAX_LABEL):
             raise IndexInputError("labels must be in [0, 2**32 - 1]")
         return np.arange(n + 1, dtype=np.int64), np.ascontiguousarray(labels.astype(np.uint32))
+    if isinstance(labels, (int, np.integer)):
+        raise TypeError("labels must be a sequence with one entry (an int or a list of ints) per row")
     rows = list(labels)
     if len(rows) != n:
         raise IndexInputError(f"labels must have one entry per row ({n}), got {len(rows)}")
@@ -465,7 +470,7 @@ class Index:
             ids_arr = np.array([i for i in all_ids if not core.is_deleted(int(i))], dtype=np.uint64)
         else:
             arr = np.asarray(ids)
-            ids_arr = _as_ids(arr.reshape(-1), arr.size)
+            ids_arr = _id_array(arr.reshape(-1), arr.size)
         out = core.get_items(ids_arr)
         return out if return_type == "numpy" else out.tolist()
 
@@ -646,7 +651,7 @@ class FlatIndex:
 
     def get_items(self, ids: Any) -> np.ndarray:
         arr = np.asarray(ids)
-        return self._core.get_items(_as_ids(arr.reshape(-1), arr.size))
+        return self._core.get_items(_id_array(arr.reshape(-1), arr.size))
 
     def get_ids_list(self) -> list[int]:
         return [int(i) for i in self._core.ids()]
