@@ -79,7 +79,7 @@ std::optional<mi::IdPredicate> predicate_of(const IndexT& index, const std::opti
   });
 }
 
-void check_k(long long k) {
+void check_positive_k(long long k) {
   if (k < 1) throw std::invalid_argument("k must be a positive integer, got " + std::to_string(k));
 }
 
@@ -172,7 +172,7 @@ void bind_index(py::module_& m) {
       .def("search",
            [](const mi::Hnsw& self, CArray<float> queries, long long k, std::optional<CArray<uint64_t>> ef,
               std::optional<std::vector<uint32_t>> labels, std::optional<py::function> filter, int num_threads) {
-             check_k(k);
+             check_positive_k(k);
              size_t nq;
              const float* q = rows_of(queries, self.params().dim, &nq, "queries");
              if (ef && (ef->ndim() != 1 || (ef->shape(0) != 1 && size_t(ef->shape(0)) != nq)))
@@ -181,8 +181,9 @@ void bind_index(py::module_& m) {
              if (ef) efs.assign(ef->data(), ef->data() + ef->shape(0));
              auto lq = label_query(labels);
              auto pred = predicate_of(self, filter);
-             std::vector<int64_t> ids(nq * size_t(k));
-             std::vector<float> scores(nq * size_t(k));
+             mi::check_k(size_t(k), self.count());  // before allocating the padded rows
+             std::vector<int64_t> ids(mi::result_cells(nq, size_t(k)));
+             std::vector<float> scores(ids.size());
              {
                py::gil_scoped_release nogil;
                self.search(q, nq, size_t(k), ef ? efs.data() : nullptr, efs.size(), lq ? &*lq : nullptr,
@@ -274,13 +275,14 @@ void bind_index(py::module_& m) {
       .def("search",
            [](const mi::FlatIndex& self, CArray<float> queries, long long k, std::optional<std::vector<uint32_t>> labels,
               std::optional<py::function> filter, int num_threads) {
-             check_k(k);
+             check_positive_k(k);
              size_t nq;
              const float* q = rows_of(queries, self.store().dim(), &nq, "queries");
              auto lq = label_query(labels);
              auto pred = predicate_of(self, filter);
-             std::vector<int64_t> ids(nq * size_t(k));
-             std::vector<float> scores(nq * size_t(k));
+             mi::check_k(size_t(k), self.count());  // before allocating the padded rows
+             std::vector<int64_t> ids(mi::result_cells(nq, size_t(k)));
+             std::vector<float> scores(ids.size());
              {
                py::gil_scoped_release nogil;
                self.search(q, nq, size_t(k), lq ? &*lq : nullptr, pred ? &*pred : nullptr, num_threads, ids.data(),

@@ -1,6 +1,7 @@
 #include "bindings/convert.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace medretrieve::bindings {
 
@@ -70,6 +71,13 @@ void read_id_list(const py::handle& obj, size_t l, IdLists& into) {
       throw py::type_error("ranked list " + std::to_string(l) + " must hold integer ids, got dtype " +
                            std::string(py::str(a.dtype())));
     if (a.ndim() != 1) throw py::value_error("ranked list " + std::to_string(l) + " must be 1-d");
+    if (kind == 'u' && a.itemsize() == 8) {  // forcecast to int64 would wrap ids >= 2**63 to negative ones
+      auto u = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+      for (py::ssize_t i = 0; i < u.shape(0); ++i)
+        if (u.data()[i] > uint64_t(INT64_MAX))
+          throw py::value_error("id " + std::to_string(u.data()[i]) + " in ranked list " + std::to_string(l) +
+                                " does not fit in int64 (ids must be < 2**63)");
+    }
     into.keep.push_back(py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a));
     out = {into.keep.back().data(), size_t(into.keep.back().shape(0))};
     return;
@@ -86,6 +94,9 @@ void read_id_list(const py::handle& obj, size_t l, IdLists& into) {
   for (size_t i = 0; i < n; ++i) {
     PyObject* o = items[i];
     py::object as_int;  // NumPy integer scalars and other __index__ types
+    if (PyBool_Check(o))
+      throw py::type_error("ranked list " + std::to_string(l) + " item " + std::to_string(i) +
+                           " is a bool, not an int id");
     if (!PyLong_Check(o)) {
       if (PyFloat_Check(o) || !PyIndex_Check(o))
         throw py::type_error("ranked list " + std::to_string(l) + " item " + std::to_string(i) +

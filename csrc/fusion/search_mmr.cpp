@@ -12,6 +12,8 @@ namespace medretrieve::fusion {
 SearchMmrResult search_mmr(const index::Hnsw& hnsw, const float* query, size_t k, size_t fetch_k, float lambda,
                            size_t ef, const index::LabelQuery* labels) {
   if (!(lambda >= 0.f && lambda <= 1.f)) throw std::invalid_argument("lambda_ must be in [0, 1]");
+  index::check_k(k, hnsw.count());
+  index::check_k(fetch_k, hnsw.count(), "fetch_k");
   SearchMmrResult out;
   if (k == 0) return out;
   fetch_k = std::max(fetch_k, k);

@@ -30,6 +30,7 @@ void FlatIndex::add(const float* data, size_t n, const uint64_t* ids, const std:
   const size_t dim = store_.dim();
   std::vector<float> buf;
   for (size_t i = 0; i < n; ++i) store_.prepare_input(data + i * dim, buf);
+  if (ids) check_ext_ids(ids, n);
   std::vector<uint64_t> ext(n);
   std::unordered_set<uint64_t> seen;
   for (size_t i = 0; i < n; ++i) {
@@ -68,6 +69,7 @@ std::vector<Candidate> FlatIndex::search_prepared(const QueryCtx& ctx, size_t k,
 void FlatIndex::search(const float* queries, size_t nq, size_t k, const LabelQuery* lq, const IdPredicate* predicate,
                        int num_threads, int64_t* out_ids, float* out_scores) const {
   std::shared_lock<std::shared_mutex> g(mu_);
+  check_k(k, store_.count());
   const size_t dim = store_.dim();
   parallel_for(0, nq, num_threads, [&](size_t i, size_t) {
     QueryCtx ctx;

@@ -378,6 +378,7 @@ void Hnsw::add(const float* data, size_t n, const uint64_t* ids, const std::vect
   // Plan: which rows update an existing element, which take a free slot.
   std::vector<uint64_t> ext(n);
   for (size_t i = 0; i < n; ++i) ext[i] = ids ? ids[i] : uint64_t(store_.count() + i);
+  check_ext_ids(ext.data(), n);
   {
     std::unordered_set<uint64_t> seen;
     seen.reserve(n * 2);
@@ -530,6 +531,7 @@ void Hnsw::search(const float* queries, size_t nq, size_t k, const size_t* ef, s
                   const IdPredicate* predicate, int num_threads, int64_t* out_ids, float* out_scores) const {
   if (ef && n_ef != 1 && n_ef != nq) throw std::invalid_argument("ef must be one value or one per query");
   std::shared_lock<std::shared_mutex> g(mu_);
+  check_k(k, count());
   parallel_for(0, nq, num_threads, [&](size_t i, size_t) {
     const size_t ef_i = ef ? ef[n_ef == 1 ? 0 : i] : ef_.load();
     std::vector<Candidate> found = search_internal(queries + i * p_.dim, k, ef_i, lq, predicate);

@@ -130,6 +130,9 @@ void fill_store(VectorStore& s, const ParsedFile& f, const std::string& what, bo
     std::unordered_set<uint64_t> seen(ids.begin(), ids.end());
     if (seen.size() != n) throw std::invalid_argument(what + " is corrupt (duplicate ids)");
   }
+  for (uint64_t id : ids)  // files are checked against the same id rule as adds
+    if (id > kMaxExtId)
+      throw std::invalid_argument(what + " holds id " + std::to_string(id) + ", above 2**63 - 1 (ids must fit in int64)");
   if (in_place) {
     s.attach_readonly(const_cast<char*>(slabs), reinterpret_cast<float*>(const_cast<char*>(floats)), n, ids.data());
   } else {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/quantizer.h"
 
@@ -25,6 +26,14 @@ DType parse_dtype(const std::string& name) {
   if (name == "float32") return DType::Float32;
   if (name == "int8") return DType::Int8;
   throw std::invalid_argument("dtype must be 'float32' or 'int8', got '" + name + "'");
+}
+
+void check_ext_ids(const uint64_t* ids, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (ids[i] > kMaxExtId)
+      throw std::invalid_argument("id " + std::to_string(ids[i]) +
+                                  " is out of range: ids must be integers in [0, 2**63 - 1] (search returns int64 "
+                                  "ids, with -1 as padding)");
 }
 
 const char* dtype_name(DType d) { return d == DType::Int8 ? "int8" : "float32"; }

@@ -41,6 +41,12 @@ enum class DType : uint32_t { Float32 = 0, Int8 = 1 };
 DType parse_dtype(const std::string& name);  // "float32" | "int8"
 const char* dtype_name(DType d);
 
+// External ids are in [0, kMaxExtId]: searches return them as int64 with -1
+// as padding, so a larger id could only come back negative.
+constexpr uint64_t kMaxExtId = uint64_t(INT64_MAX);
+// Throws std::invalid_argument naming the first id above kMaxExtId.
+void check_ext_ids(const uint64_t* ids, size_t n);
+
 // A prepared query: normalised (cosine), quantized once (int8).
 struct QueryCtx {
   std::vector<float> vec;     // the query as searched

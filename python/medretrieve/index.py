@@ -20,9 +20,21 @@ Storage (``dtype``):
 Scores: the native API (``search``) returns similarities, higher is better: inner product for ``ip``/``cosine``,
 negative squared L2 for ``l2``. The hnswlib API (``knn_query``) returns hnswlib's distances: ``1 - ip``,
 ``1 - cos`` and squared L2.
+
+Ids: integers in ``[0, 2**63 - 1]``, for every call that takes them (``add``, ``add_items`` with or without
+``replace_deleted``, ``mark_deleted``, ``get_items``...). ``search`` returns ids as int64 with ``-1`` as padding, so a
+larger id could only come back negative; it is a ``ValueError`` instead (hnswlib takes any uint64). Ids that are not
+integers (floats, even integral-valued ones, which lose precision above 2**53; bools; object arrays) are a
+``TypeError``. Python ints of any size are converted exactly.
+
+k: a search returns ``k`` results per query, padded with id ``-1`` (score ``-inf``; hnswlib's ``knn_query`` raises
+instead) when fewer exist. ``k`` (and ``search_mmr``'s ``fetch_k``) may be at most ``max(element_count, 1024)``: a
+larger ``k`` could only add padding (``k = 10**9`` would allocate 12 GB per query) and is a ``ValueError`` naming
+``k``.
 """
 from __future__ import annotations
 
+import operator
 import os
 import threading
 from dataclasses import dataclass
@@ -37,6 +49,8 @@ __all__ = ["Index", "FlatIndex", "IndexInputError", "IndexStats"]
 _SPACES = ("l2", "ip", "cosine")
 _DTYPES = ("float32", "int8")
 _MAX_LABEL = 2**32 - 1
+_MAX_ID = 2**63 - 1
+_ID_RULE = "ids must be integers in [0, 2**63 - 1] (search returns int64 ids, with -1 as padding)"
 
 LabelsArg = Union[None, int, Sequence[int], Sequence[Sequence[int]], np.ndarray]
 
@@ -99,23 +113,47 @@ def _as_ids(ids: Any, n: int) -> Optional[np.ndarray]:
 
 
 def _id_array(ids: Any, n: int) -> np.ndarray:
-    arr = np.asarray(ids)
+    """``n`` ids as C-contiguous uint64, checked against the id rule (module docstring, "Ids")."""
+    arr = ids if isinstance(ids, np.ndarray) else _ids_from_python(ids)
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1:
         raise IndexInputError("ids must be a scalar or a 1-d sequence")
     if arr.shape[0] != n:
         raise IndexInputError(f"The input label shape {arr.shape[0]} does not match the input data vector shape {n}")
-    if arr.size == 0:
-        return np.zeros(0, dtype=np.uint64)
-    if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)) or not np.all(arr == np.floor(arr)):
-            raise TypeError("ids must be integers")
-    elif arr.dtype.kind not in "iu":
+    if arr.dtype.kind not in "iu":  # floats (even integral-valued ones would round above 2**53), bools, objects
         raise TypeError(f"ids must be integers, got dtype {arr.dtype}")
-    if arr.dtype.kind != "u" and (arr < 0).any():
+    if arr.size:
+        if arr.dtype.kind == "i" and arr.min() < 0:
+            raise IndexInputError("ids must be non-negative integers")
+        if arr.dtype.kind == "u" and int(arr.max()) > _MAX_ID:
+            raise IndexInputError(f"id {int(arr.max())} is out of range: {_ID_RULE}")
+    return np.ascontiguousarray(arr, dtype=np.uint64)
+
+
+def _ids_from_python(ids: Any) -> np.ndarray:
+    """Python ids (an int, a list, a range...) as an integer array, exactly: NumPy's own conversion when it gives
+    integers, else item by item (a list mixing large and negative ints would otherwise become float64)."""
+    arr = np.asarray(ids)
+    if arr.dtype.kind in "iu":
+        return arr
+    items = [ids] if arr.ndim == 0 else list(ids)
+    return np.array([_as_id(v) for v in items], dtype=np.uint64)
+
+
+def _as_id(value: Any) -> int:
+    """One id as a Python int, checked against the id rule."""
+    if isinstance(value, (bool, np.bool_)) or isinstance(value, (float, np.floating)):
+        raise TypeError(f"ids must be integers, got {type(value).__name__} {value!r}")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"ids must be integers, got {type(value).__name__}") from None
+    if v < 0:
         raise IndexInputError("ids must be non-negative integers")
-    return np.ascontiguousarray(arr.astype(np.uint64))
+    if v > _MAX_ID:
+        raise IndexInputError(f"id {v} is out of range: {_ID_RULE}")
+    return v
 
 
 def _label_list(row: Any) -> list[int]:
@@ -339,7 +377,8 @@ class Index:
     ) -> None:
         """Adds rows (ids default to ``element_count + i``).
 
-        ``labels``: one int per row, a list of int lists (e.g. section ids), or None. An existing id raises
+        ``ids``: integers in ``[0, 2**63 - 1]`` (see the module docstring). ``labels``: one int per row, a list of int
+        lists (e.g. section ids), or None. An existing id raises
         ``ValueError`` unless ``update=True`` (then the vector - and the labels, when given - are replaced and the
         element re-linked). Multithreaded, GIL released.
         """
@@ -359,8 +398,9 @@ class Index:
         """k nearest neighbours: ``(ids int64 [n, k], scores float32 [n, k])``, best first.
 
         Scores are similarities (ip/cosine: inner product; l2: negative squared L2). Rows with fewer than k results
-        are padded with id -1 and score -inf. ``ef``: one int or one per query (raised to k). ``labels``: keep only
-        elements carrying any of these labels (exact search over the allowed subset when that is cheaper).
+        are padded with id -1 and score -inf; ``k`` may be at most ``max(element_count, 1024)`` (ValueError beyond).
+        ``ef``: one int or one per query (raised to k). ``labels``: keep only elements carrying any of these labels
+        (exact search over the allowed subset when that is cheaper).
         """
         rows = _as_rows(queries, self._dim, "queries")
         k = _check_k(k)
@@ -382,7 +422,8 @@ class Index:
         MMR = lambda * sim(q, d) - (1 - lambda) * max_j sim(d, d_j), with the index's own similarity (ip/cosine:
         inner product, l2: negative squared L2; int8 pairs from the stored codes, never dequantized to Python).
         Returns ``(ids int64 [<=k], mmr_scores float32)`` in pick order, plus the similarity to the query
-        (``relevance``) when ``return_relevance``. ``fetch_k`` is raised to ``k`` and ``ef`` to ``fetch_k``.
+        (``relevance``) when ``return_relevance``. ``fetch_k`` is raised to ``k`` and ``ef`` to ``fetch_k``; ``k`` and
+        ``fetch_k`` may be at most ``max(element_count, 1024)`` (ValueError beyond).
         Use ``medretrieve.lambda_for(query_type)`` for a per-query lambda.
         """
         q = _as_rows(query, self._dim, "query")
@@ -403,7 +444,7 @@ class Index:
 
     def labels_of(self, id: int) -> list[int]:
         """The labels element ``id`` carries."""
-        return list(self._c().labels_of(int(id)))
+        return list(self._c().labels_of(_as_id(id)))
 
     def memory_bytes(self) -> int:
         """Native bytes held (slabs, links, ids, labels; excludes a memory-mapped file's pages)."""
@@ -448,7 +489,8 @@ class Index:
         """hnswlib ``knn_query``: ``(labels uint64 [n, k], distances float32 [n, k])``, closest first.
 
         Distances: ``1 - ip`` (ip), ``1 - cos`` (cosine), squared L2 (l2). ``filter(label) -> bool`` keeps elements
-        (called with the GIL, from any search thread). Raises RuntimeError when fewer than k elements are found.
+        (called with the GIL, from any search thread). Raises RuntimeError when fewer than k elements are found, and
+        ValueError for ``k > max(element_count, 1024)``.
         """
         rows = _as_rows(data, self._dim, "queries")
         k = _check_k(k)
@@ -482,10 +524,10 @@ class Index:
 
     def mark_deleted(self, label: int) -> None:
         """Hides an element from results (it stays navigable; reusable with replace_deleted)."""
-        self._c().mark_deleted(int(label))
+        self._c().mark_deleted(_as_id(label))
 
     def unmark_deleted(self, label: int) -> None:
-        self._c().unmark_deleted(int(label))
+        self._c().unmark_deleted(_as_id(label))
 
     def resize_index(self, new_size: int) -> None:
         self._c().resize(int(new_size))
@@ -591,7 +633,8 @@ class FlatIndex:
         self._core.train(_as_rows(sample, self._dim, "training vectors"))
 
     def add(self, vectors: Any, ids: Any = None, labels: LabelsArg = None, num_threads: int = -1) -> None:
-        """Adds rows (ids default to ``count + i``; existing ids raise ValueError). Labels as in ``Index.add``."""
+        """Adds rows (ids default to ``count + i``; existing ids raise ValueError; ids follow the module's id rule).
+        Labels as in ``Index.add``."""
         rows = _as_rows(vectors, self._dim)
         ids_arr = _as_ids(ids, rows.shape[0])
         off, vals = _labels_csr(labels, rows.shape[0])
@@ -607,7 +650,8 @@ class FlatIndex:
         num_threads: int = -1,
         filter: Optional[Callable[[int], bool]] = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Exact top-k: ``(ids int64 [n, k], scores float32 [n, k])``, same conventions as ``Index.search``.
+        """Exact top-k: ``(ids int64 [n, k], scores float32 [n, k])``, same conventions as ``Index.search`` (padding
+        with id -1, ``k`` at most ``max(count, 1024)``).
 
         ``ef`` is accepted for signature compatibility and ignored (the search is exhaustive).
         """
@@ -642,11 +686,11 @@ class FlatIndex:
         return out_ids, scores
 
     def mark_deleted(self, id: int) -> None:
-        self._core.mark_deleted(int(id))
+        self._core.mark_deleted(_as_id(id))
         self._mutations += 1
 
     def unmark_deleted(self, id: int) -> None:
-        self._core.unmark_deleted(int(id))
+        self._core.unmark_deleted(_as_id(id))
         self._mutations += 1
 
     def get_items(self, ids: Any) -> np.ndarray:
