@@ -9,6 +9,7 @@
 #include "index/file_format.h"
 #include "index/flat.h"
 #include "index/hnsw.h"
+#include "index/load_checks.h"
 
 namespace medretrieve::index {
 
@@ -98,10 +99,14 @@ std::vector<Section> store_sections(const VectorStore& s, const std::vector<uint
 }
 
 void check_header(const FileHeader& h, const std::string& what) {
-  if (h.space > 2 || h.dtype > 1 || h.dim == 0 || h.dim > (1u << 20))
+  if (!is_metric(h.space) || h.dtype > 1 || h.dim == 0 || h.dim > (1u << 20))
     throw std::invalid_argument(what + " is corrupt (space, dtype or dim)");
   if (h.count > h.max_elements && h.max_elements) throw std::invalid_argument(what + " is corrupt (count)");
-  if (h.count >= UINT32_MAX) throw std::invalid_argument(what + " is corrupt (count)");
+  // Internal ids are u32 (UINT32_MAX marks "none"): neither count nor capacity may reach it.
+  if (h.count >= UINT32_MAX || h.max_elements >= UINT32_MAX) throw std::invalid_argument(what + " is corrupt (count)");
+  if (h.keep_float > 1 || h.centre_trained > 1 || h.allow_replace_deleted > 1 ||
+      (h.keep_float && DType(h.dtype) != DType::Int8))
+    throw std::invalid_argument(what + " is corrupt (flags)");
 }
 
 const char* need(const ParsedFile& f, SectionId id, size_t expected, const std::string& what, const char* name) {
@@ -140,6 +145,16 @@ void fill_store(VectorStore& s, const ParsedFile& f, const std::string& what, bo
     if (floats && n) std::memcpy(s.float_data(), floats, n * h.dim * sizeof(float));
     s.restore(n, ids.data());
   }
+  check_store(s, what);
+}
+
+// The side label table, checked against the slabs, then the posting lists.
+void load_labels(const ParsedFile& f, const VectorStore& s, LabelTable& table, const std::string& what) {
+  size_t side_bytes;
+  const char* side = f.section(SectionId::Labels, &side_bytes);
+  const auto decoded = decode_side_labels(side, side_bytes, s.count(), what);
+  check_side_labels(s, decoded, what);
+  rebuild_labels(s, table, decoded);
 }
 
 }  // namespace
@@ -217,37 +232,26 @@ class HnswSerializer {
       idx->levels_.assign(n, 0);
       idx->visited_.resize(n);
     }
-    const uint32_t* up = reinterpret_cast<const uint32_t*>(upper);
+    const char* up = upper;  // in place: 64-byte aligned (parse_file checks section offsets)
     for (size_t i = 0; i < n; ++i) {
       const int level = uint8_t(levels[i]);
-      const size_t words = size_t(level) * (h.M + 1);
+      const size_t bytes = size_t(level) * (h.M + 1) * sizeof(uint32_t);
       if (in_place) {
         idx->levels_[i] = uint8_t(level);
-        idx->upper_[i] = level ? const_cast<uint32_t*>(up) : nullptr;
+        idx->upper_[i] = level ? reinterpret_cast<uint32_t*>(const_cast<char*>(up)) : nullptr;
       } else {
         idx->allocate_upper(uint32_t(i), level);
-        if (words) std::memcpy(idx->upper_[i], up, words * sizeof(uint32_t));
+        if (bytes) std::memcpy(idx->upper_[i], up, bytes);
       }
-      up += words;
+      up += bytes;
     }
-    // Every link must point at a stored element: a corrupt graph never crashes a search.
-    for (size_t i = 0; i < n; ++i) {
-      for (int level = 0; level <= idx->levels_[i]; ++level) {
-        Hnsw::Links l = idx->links(uint32_t(i), level);
-        if (l.n > (level ? h.M : 2 * h.M)) throw std::invalid_argument(what + " is corrupt (link count)");
-        for (uint32_t j = 0; j < l.n; ++j)
-          if (l.ids[j] >= n) throw std::invalid_argument(what + " is corrupt (link id)");
-      }
-    }
-    if (n == 0) {
-      if (h.entry_point != Hnsw::kNone) throw std::invalid_argument(what + " is corrupt (entry point)");
-    } else if (h.entry_point >= n || h.max_level != idx->levels_[h.entry_point]) {
-      throw std::invalid_argument(what + " is corrupt (entry point)");
-    }
+    const Hnsw& g = *idx;
+    check_graph(n, h.M, idx->levels_, [&g](uint32_t id, int level) {
+      const Hnsw::Links l = g.links(id, level);
+      return std::make_pair(l.ids, l.n);
+    }, h.entry_point, h.max_level, what);
     idx->ep_state_.store(n ? pack(h.entry_point, h.max_level) : pack(Hnsw::kNone, -1));
-    size_t side_bytes;
-    const char* side = f.section(SectionId::Labels, &side_bytes);
-    rebuild_labels(idx->store_, idx->labels_, decode_side_labels(side, side_bytes, n, what));
+    load_labels(f, idx->store_, idx->labels_, what);
     if (p.allow_replace_deleted)
       for (size_t i = 0; i < n; ++i)
         if (idx->store_.is_deleted(uint32_t(i))) idx->deleted_slots_.push_back(uint32_t(i));
@@ -306,9 +310,7 @@ class FlatSerializer {
     if (!map) idx->store_.reserve(h.count);
     fill_store(idx->store_, f, what, map != nullptr);
     idx->mapping_ = map;
-    size_t side_bytes;
-    const char* side = f.section(SectionId::Labels, &side_bytes);
-    rebuild_labels(idx->store_, idx->labels_, decode_side_labels(side, side_bytes, h.count, what));
+    load_labels(f, idx->store_, idx->labels_, what);
     return idx;
   }
 };
