@@ -72,8 +72,12 @@ std::optional<mi::IdPredicate> predicate_of(const IndexT& index, const std::opti
   if (!fn) return std::nullopt;
   py::function f = *fn;
   const mi::VectorStore* store = &index.store();
-  return mi::IdPredicate([f, store](uint32_t id) {
+  const SharedMutex* mu = &index.mutex();
+  return mi::IdPredicate([f, store, mu](uint32_t id) {
     const uint64_t ext = store->ext_id(id);
+    // The search holds the index lock shared while the filter runs: the
+    // filter may read the index even while a writer waits (common/shared_mutex.h).
+    SharedMutex::ReentrantReads reentry(*mu);
     py::gil_scoped_acquire gil;
     return f(ext).template cast<bool>();
   });

@@ -20,7 +20,7 @@ SearchMmrResult search_mmr(const index::Hnsw& hnsw, const float* query, size_t k
   ef = std::max(ef ? ef : hnsw.ef(), fetch_k);
 
   // Rows stay valid while the shared lock keeps resize/load out.
-  std::shared_lock<std::shared_mutex> guard(hnsw.mutex());
+  std::shared_lock<SharedMutex> guard(hnsw.mutex());
   const std::vector<index::Candidate> found = hnsw.search_internal(query, fetch_k, ef, labels, nullptr);
   const size_t n = found.size();
   if (n == 0) return out;

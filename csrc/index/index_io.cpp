@@ -163,7 +163,7 @@ void load_labels(const ParsedFile& f, const VectorStore& s, LabelTable& table, c
 // Hnsw
 
 std::vector<char> Hnsw::to_bytes() const {
-  std::unique_lock<std::shared_mutex> g(mu_);
+  std::unique_lock<SharedMutex> g(mu_);
   FileHeader h = store_header(store_);
   h.M = uint32_t(p_.M);
   h.ef_construction = uint32_t(p_.ef_construction);
@@ -268,13 +268,8 @@ std::unique_ptr<Hnsw> hnsw_from_parsed(const ParsedFile& f, const std::string& w
 
 std::unique_ptr<Hnsw> Hnsw::load(const std::string& path, bool mmap) {
   const std::string what = "index file '" + path + "'";
-  if (mmap) {
-    auto map = std::make_shared<MappedFile>(path);
-    ParsedFile f = parse_file(map->data(), map->size(), what);
-    return hnsw_from_parsed(f, what, map);
-  }
-  const std::vector<char> bytes = read_whole_file(path);
-  return hnsw_from_parsed(parse_file(bytes.data(), bytes.size(), what), what, nullptr);
+  const LoadedFile in = open_for_load(path, mmap);
+  return hnsw_from_parsed(parse_file(in.data(), in.size(), what), what, in.map);
 }
 
 std::unique_ptr<Hnsw> Hnsw::from_bytes(const char* data, size_t size) {
@@ -285,7 +280,9 @@ std::unique_ptr<Hnsw> Hnsw::from_bytes(const char* data, size_t size) {
 // FlatIndex
 
 std::vector<char> FlatIndex::to_bytes() const {
-  std::unique_lock<std::shared_mutex> g(mu_);
+  // Shared is enough: every FlatIndex writer (add, deletions, train) holds the
+  // lock exclusively, so this is a consistent snapshot, taken beside searches.
+  std::shared_lock<SharedMutex> g(mu_);
   FileHeader h = store_header(store_);
   h.max_elements = store_.count();
   h.entry_point = Hnsw::kNone;
@@ -317,12 +314,8 @@ class FlatSerializer {
 
 std::unique_ptr<FlatIndex> FlatIndex::load(const std::string& path, bool mmap) {
   const std::string what = "index file '" + path + "'";
-  if (mmap) {
-    auto map = std::make_shared<MappedFile>(path);
-    return FlatSerializer::build(parse_file(map->data(), map->size(), what), what, map);
-  }
-  const std::vector<char> bytes = read_whole_file(path);
-  return FlatSerializer::build(parse_file(bytes.data(), bytes.size(), what), what, nullptr);
+  const LoadedFile in = open_for_load(path, mmap);
+  return FlatSerializer::build(parse_file(in.data(), in.size(), what), what, in.map);
 }
 
 std::unique_ptr<FlatIndex> FlatIndex::from_bytes(const char* data, size_t size) {
