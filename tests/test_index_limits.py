@@ -98,3 +98,23 @@ def test_k_up_to_the_bound_is_padded() -> None:
     assert big.search(q, 1500)[0].shape == (3, 1500)
     with pytest.raises(ValueError, match="k=1501"):
         big.search(q, 1501)
+
+
+def test_components_beyond_1e15_are_rejected() -> None:
+    """Vectors are finite and within +-1e15: beyond, inner products and squared distances overflow float32 and
+    searches would return inf / NaN scores (and NaN breaks the result ordering)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((30, DIM)).astype(np.float32)
+    idx = medretrieve.Index("ip", DIM)
+    idx.init_index(40, dtype="int8", keep_float=True)
+    flat = medretrieve.FlatIndex("ip", DIM)
+    for target in (idx, flat):
+        with pytest.raises(ValueError, match="within \\+-1e15"):
+            target.add(x * 1e20)
+        target.add(x * 1e14)
+        with pytest.raises(ValueError, match="1e15"):
+            target.search(x[:2] * 1e17, 3)
+        ids, scores = target.search(x[:2] * 1e14, 3)
+        assert np.isfinite(scores).all() and (ids >= 0).all()
+    with pytest.raises(ValueError, match="1e15"):
+        idx.search_mmr(x[0] * 1e17, 3)

@@ -28,7 +28,7 @@ namespace {
 template <typename T>
 using CArray = py::array_t<T, py::array::c_style | py::array::forcecast>;
 
-// Rows of a 2-d float32 matrix with `dim` columns; NaN / inf rejected.
+// Rows of a 2-d float32 matrix with `dim` columns; NaN, inf and |x| > 1e15 rejected.
 const float* rows_of(const CArray<float>& a, size_t dim, size_t* n, const char* what) {
   if (a.ndim() != 1 && a.ndim() != 2) throw std::invalid_argument(std::string(what) + " must be a 1-d or 2-d array");
   const size_t cols = size_t(a.shape(a.ndim() - 1));
@@ -36,12 +36,8 @@ const float* rows_of(const CArray<float>& a, size_t dim, size_t* n, const char* 
     throw std::invalid_argument("Wrong dimensionality of the " + std::string(what) + ": got " + std::to_string(cols) +
                                 ", the index has dim=" + std::to_string(dim));
   *n = a.ndim() == 2 ? size_t(a.shape(0)) : 1;  // a 1-d array is one row
-  const float* p = a.data();
-  const size_t total = *n * dim;
-  for (size_t i = 0; i < total; ++i)
-    if (!std::isfinite(p[i]))
-      throw std::invalid_argument(std::string(what) + " contain NaN or infinite values (row " + std::to_string(i / dim) + "), or values beyond float32 range");
-  return p;
+  mi::check_components(a.data(), *n, dim, what);
+  return a.data();
 }
 
 // Labels as CSR: row i has values[offsets[i]:offsets[i+1]].

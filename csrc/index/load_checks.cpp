@@ -14,9 +14,10 @@ namespace {
 
 std::string element(size_t id) { return "element " + std::to_string(id); }
 
-void check_finite(const float* v, size_t n, const std::string& what, const std::string& name) {
+// Components an add or a search would have accepted (vector_store.h).
+void check_values(const float* v, size_t n, const std::string& what, const std::string& name) {
   for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(v[i])) corrupt(what, name + " holds a non-finite value");
+    if (!(std::fabs(v[i]) <= kMaxComponent)) corrupt(what, name + " holds a non-finite or too large value");
 }
 
 }  // namespace
@@ -24,7 +25,7 @@ void check_finite(const float* v, size_t n, const std::string& what, const std::
 void check_store(const VectorStore& s, const std::string& what) {
   constexpr uint32_t known = VectorStore::kCountMask | VectorStore::kDeletedBit | VectorStore::kLabelsExactBit;
   const size_t n = s.count(), dim = s.dim();
-  check_finite(s.centre(), dim, what, "the centre");
+  check_values(s.centre(), dim, what, "the centre");
   for (size_t i = 0; i < n; ++i) {
     const uint32_t id = uint32_t(i);
     const uint32_t h = s.header(id);
@@ -33,15 +34,15 @@ void check_store(const VectorStore& s, const std::string& what) {
       corrupt(what, element(i) + " has " + std::to_string(s.link_count0(id)) + " links on level 0, more than " +
                         std::to_string(s.link_slots()));
     const float scale = s.scale(id), aux = s.aux(id);
-    if (!std::isfinite(scale) || scale < 0.f) corrupt(what, element(i) + " has scale " + std::to_string(scale));
-    if (!std::isfinite(aux)) corrupt(what, element(i) + " has a non-finite norm term");
+    if (!(scale >= 0.f && scale <= kMaxScale)) corrupt(what, element(i) + " has scale " + std::to_string(scale));
+    if (!(std::fabs(aux) <= kMaxAux)) corrupt(what, element(i) + " has a non-finite or too large norm term");
     if (s.dtype() == DType::Int8) {
       const int8_t* c = s.code_i8(id);
       if (std::find(c, c + dim, int8_t(-128)) != c + dim) corrupt(what, element(i) + " has an int8 code of -128");
     } else {
-      check_finite(s.code_f32(id), dim, what, element(i) + "'s vector");
+      check_values(s.code_f32(id), dim, what, element(i) + "'s vector");
     }
-    if (const float* x = s.original(id)) check_finite(x, dim, what, element(i) + "'s float32 original");
+    if (const float* x = s.original(id)) check_values(x, dim, what, element(i) + "'s float32 original");
   }
 }
 

@@ -21,9 +21,10 @@
 namespace medretrieve::index {
 
 // Every slab: only known header bits, a level-0 degree within link_slots,
-// finite non-negative scale, finite aux, int8 codes in [-127, 127] (the
-// kernels' int32 sums rely on it) or finite float32 codes; finite centre and
-// kept float32 originals.
+// a scale in [0, kMaxScale], |aux| <= kMaxAux, int8 codes in [-127, 127] (the
+// kernels' int32 sums rely on it) or float32 codes within +-kMaxComponent;
+// centre and kept float32 originals within +-kMaxComponent. Then no distance
+// a search computes is inf or NaN.
 void check_store(const VectorStore& s, const std::string& what);
 
 // The side label table against the slabs: an entry only for an element whose

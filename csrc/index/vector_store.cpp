@@ -36,6 +36,13 @@ void check_ext_ids(const uint64_t* ids, size_t n) {
                                   "ids, with -1 as padding)");
 }
 
+void check_components(const float* x, size_t n, size_t dim, const std::string& what) {
+  for (size_t i = 0; i < n * dim; ++i)
+    if (!(std::fabs(x[i]) <= kMaxComponent))  // also NaN
+      throw std::invalid_argument(what + " contain NaN, infinite or too large values (row " + std::to_string(i / dim) +
+                                  "): components must be finite and within +-1e15");
+}
+
 const char* dtype_name(DType d) { return d == DType::Int8 ? "int8" : "float32"; }
 
 VectorStore::VectorStore(Space space, DType dtype, size_t dim, size_t link_slots, bool keep_float)

@@ -156,16 +156,21 @@ def _as_id(value: Any) -> int:
     return v
 
 
+def _int_arg(value: Any, what: str) -> int:
+    """An integer argument as a Python int: ints and NumPy integers, never bools or floats (no silent rounding)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{what} must be an integer, got {type(value).__name__}")
+    return int(value)
+
+
 def _label_list(row: Any) -> list[int]:
-    if isinstance(row, (int, np.integer)):
-        vals = [int(row)]
-    elif isinstance(row, (str, bytes)):
+    if isinstance(row, (str, bytes)):
         raise TypeError("labels must be integers")
-    else:
-        try:
-            vals = [int(v) for v in row]
-        except TypeError as exc:
-            raise TypeError("labels must be integers or lists of integers") from exc
+    try:
+        items = [row] if isinstance(row, (int, np.integer, bool, np.bool_)) else list(row)
+    except TypeError as exc:
+        raise TypeError("labels must be integers or lists of integers") from exc
+    vals = [_int_arg(v, "labels") for v in items]
     for v in vals:
         if v < 0 or v > _MAX_LABEL:
             raise IndexInputError(f"labels must be in [0, 2**32 - 1], got {v}")
@@ -200,25 +205,44 @@ def _query_labels(labels: Any) -> Optional[list[int]]:
     return _label_list(labels)
 
 
+def _check_count(value: Any, what: str) -> int:
+    """A positive integer argument (k, fetch_k, ef). Bounds relative to the index are checked natively."""
+    v = _int_arg(value, what)
+    if v < 1:
+        raise IndexInputError(f"{what} must be a positive integer, got {v}")
+    if v > _MAX_ID:
+        raise IndexInputError(f"{what}={v} is too large")
+    return v
+
+
 def _check_k(k: Any) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise TypeError(f"k must be an integer, got {type(k).__name__}")
-    if k < 1:
-        raise IndexInputError(f"k must be a positive integer, got {k}")
-    return int(k)
+    return _check_count(k, "k")
+
+
+def _check_threads(num_threads: Any) -> int:
+    """num_threads: an integer; <= 0 means every core, larger counts are capped at the hardware threads natively."""
+    if num_threads is None:
+        return -1
+    return max(-1, min(_int_arg(num_threads, "num_threads"), 2**31 - 1))
 
 
 def _as_ef(ef: Any, nq: int) -> Optional[np.ndarray]:
     if ef is None:
         return None
+    if isinstance(ef, (bool, np.bool_)):
+        raise TypeError("ef must be an int or an array of ints")
     arr = np.asarray(ef)
+    if arr.dtype.kind == "O" and all(isinstance(v, int) and not isinstance(v, bool) for v in arr.reshape(-1)):
+        raise IndexInputError("ef values must be integers in [1, 2**63 - 1]")  # Python ints beyond uint64
     if arr.dtype.kind not in "iu":
         raise TypeError("ef must be an int or an array of ints")
     arr = arr.reshape(-1)
     if arr.shape[0] not in (1, nq):
         raise IndexInputError(f"ef must be one int or one per query ({nq}), got {arr.shape[0]}")
-    if (arr < 1).any():
+    if arr.size and (arr < 1).any():
         raise IndexInputError("ef values must be positive")
+    if arr.size and arr.dtype.kind == "u" and int(arr.max()) > _MAX_ID:
+        raise IndexInputError("ef values must be integers in [1, 2**63 - 1]")
     return np.ascontiguousarray(arr.astype(np.uint64))
 
 
@@ -336,8 +360,8 @@ class Index:
         self.set_num_threads(value)
 
     def set_num_threads(self, num_threads: int) -> None:
-        """Default thread count for add/search calls (-1: all cores)."""
-        self._num_threads = int(num_threads)
+        """Default thread count for add/search calls (-1: all cores; more than the hardware threads are capped)."""
+        self._num_threads = _check_threads(num_threads)
 
     def set_ef(self, ef: int) -> None:
         """Default efSearch (candidate list size); values below k are raised to k per query (0 is accepted, as
@@ -348,8 +372,9 @@ class Index:
             raise IndexInputError(f"ef must be >= 0, got {ef}")
         self._c().set_ef(max(1, int(ef)))
 
-    def _threads(self, num_threads: int) -> int:
-        return self._num_threads if num_threads is None or num_threads < 0 else int(num_threads)
+    def _threads(self, num_threads: Any) -> int:
+        n = _check_threads(num_threads)
+        return self._num_threads if n < 0 else n
 
     def get_current_count(self) -> int:
         return self.element_count
@@ -430,16 +455,12 @@ class Index:
         if q.shape[0] != 1:
             raise IndexInputError(f"search_mmr takes one query, got {q.shape[0]} rows")
         k = _check_k(k)
-        if isinstance(fetch_k, bool) or not isinstance(fetch_k, (int, np.integer)) or fetch_k < 1:
-            raise IndexInputError(f"fetch_k must be a positive integer, got {fetch_k!r}")
+        fetch = _check_count(fetch_k, "fetch_k")
         lam = float(lambda_)
         if not 0.0 <= lam <= 1.0:
             raise IndexInputError(f"lambda_ must be in [0, 1], got {lambda_!r}")
-        if ef is not None and (isinstance(ef, bool) or not isinstance(ef, (int, np.integer)) or ef < 1):
-            raise IndexInputError(f"ef must be a positive integer, got {ef!r}")
-        ids, scores, relevance = _core.search_mmr(
-            self._c(), q[0], k, int(fetch_k), lam, None if ef is None else int(ef), _query_labels(labels)
-        )
+        ef_value = None if ef is None else _check_count(ef, "ef")
+        ids, scores, relevance = _core.search_mmr(self._c(), q[0], k, fetch, lam, ef_value, _query_labels(labels))
         return (ids, scores, relevance) if return_relevance else (ids, scores)
 
     def labels_of(self, id: int) -> list[int]:
@@ -638,7 +659,7 @@ class FlatIndex:
         rows = _as_rows(vectors, self._dim)
         ids_arr = _as_ids(ids, rows.shape[0])
         off, vals = _labels_csr(labels, rows.shape[0])
-        self._core.add(rows, ids_arr, off, vals, int(num_threads))
+        self._core.add(rows, ids_arr, off, vals, _check_threads(num_threads))
         self._mutations += 1
 
     def search(
@@ -661,7 +682,7 @@ class FlatIndex:
             raise TypeError("filter must be callable: filter(id) -> bool")
         if self._device == "cuda" and labels is None and filter is None and k > 0 and len(rows):
             return self._search_device(rows, k)
-        return self._core.search(rows, k, _query_labels(labels), filter, int(num_threads))
+        return self._core.search(rows, k, _query_labels(labels), filter, _check_threads(num_threads))
 
     def _device_table(self) -> tuple[Any, np.ndarray]:
         with self._table_lock:
