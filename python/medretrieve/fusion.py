@@ -380,6 +380,8 @@ def rrf(
         ranked_lists: any number of lists of integer ids, best first, of any
             lengths (NumPy integer arrays are read without copying; Python
             lists of ints are read item by item). Map string ids to ints first.
+            Ids must fit in int64 (uint64 ids >= 2**63 are a ValueError, as in
+            ``Index``: results are int64); bools and floats are a TypeError.
         k: the RRF constant (>= 0; 60 is the usual choice).
         weights: optional per-list weights (finite, >= 0; default 1).
         top_n: keep the best ``top_n`` ids (default all).
@@ -437,7 +439,8 @@ def fuse_scores(
       normalised value, i.e. it counts as ranked below everything returned.
 
     An id repeated inside one list keeps its highest score (statistics use one
-    score per id). Output order: higher fused score, then smaller id.
+    score per id). Output order: higher fused score, then smaller id. Ids
+    follow :func:`rrf`'s rule (int64 range, no bools or floats).
 
     Returns:
         ``(ids int64, scores float32)``, best first, at most ``top_n``.
