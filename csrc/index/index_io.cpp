@@ -1,6 +1,8 @@
 // Hnsw and FlatIndex persistence on top of file_format.h: which sections each
 // kind writes, and the validation that makes a hostile file fail cleanly.
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -117,8 +119,12 @@ const char* need(const ParsedFile& f, SectionId id, size_t expected, const std::
   return p;
 }
 
-// Fills a store from a parsed file: copies (mutable) or points into the mapping.
-void fill_store(VectorStore& s, const ParsedFile& f, const std::string& what, bool in_place) {
+// Fills a store from a parsed file: copies (mutable) or points into the
+// mapping. make_room(count) runs once the sections are known to hold count
+// elements, before anything is copied: a header's count alone never sizes an
+// allocation.
+void fill_store(VectorStore& s, const ParsedFile& f, const std::string& what, bool in_place,
+                const std::function<void(size_t)>& make_room) {
   const FileHeader& h = f.header;
   if (h.stride != s.stride() || h.code_offset != s.code_offset() || h.link_slots != s.link_slots())
     throw std::invalid_argument(what + " is corrupt (slab layout does not match its parameters)");
@@ -127,6 +133,7 @@ void fill_store(VectorStore& s, const ParsedFile& f, const std::string& what, bo
   const char* slabs = need(f, SectionId::Slabs, n * s.stride(), what, "slab");
   const char* ext = need(f, SectionId::ExtIds, n * sizeof(uint64_t), what, "id");
   const char* floats = s.keep_float() ? need(f, SectionId::Floats, n * h.dim * sizeof(float), what, "float") : nullptr;
+  if (!in_place) make_room(n);
   std::memcpy(s.centre_mut().data(), centre, h.dim * sizeof(float));
   s.set_trained(h.centre_trained != 0 || s.dtype() == DType::Float32);
   std::vector<uint64_t> ids(n);
@@ -213,12 +220,15 @@ class HnswSerializer {
     p.keep_float = h.keep_float;
     p.allow_replace_deleted = h.allow_replace_deleted;
     const bool in_place = map != nullptr;
-    p.max_elements = in_place ? 0 : std::max<uint64_t>(h.max_elements, h.count);
+    p.max_elements = 0;  // capacity comes once the sections confirm the count
     auto idx = std::make_unique<Hnsw>(p);
     idx->set_ef(h.ef);
     if (h.filter_exact_factor >= 0 && h.filter_exact_factor < 1e9) idx->filter_exact_factor_ = h.filter_exact_factor;
     const size_t n = h.count;
-    fill_store(idx->store_, f, what, in_place);
+    Hnsw& g = *idx;
+    fill_store(idx->store_, f, what, in_place, [&g, &h](size_t count) {
+      g.resize(std::max<size_t>(size_t(h.max_elements), count));  // the saved capacity, as hnswlib keeps it
+    });
     const char* levels = need(f, SectionId::Levels, n, what, "level");
     size_t upper_words = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -245,7 +255,6 @@ class HnswSerializer {
       }
       up += bytes;
     }
-    const Hnsw& g = *idx;
     check_graph(n, h.M, idx->levels_, [&g](uint32_t id, int level) {
       const Hnsw::Links l = g.links(id, level);
       return std::make_pair(l.ids, l.n);
@@ -304,8 +313,8 @@ class FlatSerializer {
     if (f.kind != FileKind::Flat) throw std::invalid_argument(what + " holds an HNSW Index, not a FlatIndex");
     check_header(h, what);
     auto idx = std::make_unique<FlatIndex>(Space(h.space), DType(h.dtype), h.dim);
-    if (!map) idx->store_.reserve(h.count);
-    fill_store(idx->store_, f, what, map != nullptr);
+    VectorStore& store = idx->store_;
+    fill_store(store, f, what, map != nullptr, [&store](size_t count) { store.reserve(count); });
     idx->mapping_ = map;
     load_labels(f, idx->store_, idx->labels_, what);
     return idx;

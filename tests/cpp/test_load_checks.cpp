@@ -270,6 +270,20 @@ TEST(LoadChecks, FlatDamageIsNamed) {
   }
 }
 
+TEST(LoadChecks, AHeaderCountAloneNeverSizesAnAllocation) {
+  // Found by fuzzing: a header claiming 2^31 elements was reserved for (~200 GB)
+  // before the sections were checked against that count.
+  Bytes h = hnsw_file(DType::Int8, false);
+  h.header().count = h.header().max_elements = uint64_t(1) << 31;
+  expect_refused(h, "section has the wrong size");
+  FlatIndex idx(Space::IP, DType::Float32, kDim);
+  const auto x = rows(4, kDim, 3);
+  idx.add(x.data(), 4, nullptr, nullptr, 1);
+  Bytes f{idx.to_bytes()};
+  f.header().count = f.header().max_elements = uint64_t(1) << 31;
+  expect_refused(f, "section has the wrong size", true);
+}
+
 TEST(LoadChecks, MemoryMappedLoadsRunTheSameChecks) {
   Bytes f = hnsw_file(DType::Float32, false);
   const size_t i = first_with_level(f, 1, false), j = first_with_level(f, 0, true);
