@@ -60,6 +60,7 @@ def test_add_search_delete_save_from_several_threads(tmp_path, kind: str) -> Non
     lock = threading.Lock()
     done = threading.Event()
     saves: List[str] = []
+    searches = [0]
 
     def adder() -> None:
         try:
@@ -81,6 +82,7 @@ def test_add_search_delete_save_from_several_threads(tmp_path, kind: str) -> Non
             for row in ids:  # found ids are unique per query, padding only at the end
                 found = row[row >= 0]
                 assert len(set(found.tolist())) == len(found) and (row[len(found):] == -1).all()
+            searches[0] += 1
 
     def deleter() -> None:
         r = np.random.default_rng(12)
@@ -110,6 +112,7 @@ def test_add_search_delete_save_from_several_threads(tmp_path, kind: str) -> Non
             got = cls.load(path, mmap=mmap)
             ids, _ = got.search(q, 5)
             assert ((ids == -1) | ((ids >= 0) & (ids < TOTAL))).all()
+    print(f"stress {kind}: {BATCHES} adds, {searches[0]} searches, {len(deleted)} deletions, {len(saves)} saves")
     assert len(idx.get_ids_list()) == TOTAL  # type: ignore[attr-defined]
     live = set(range(TOTAL)) - deleted
     final, _ = idx.search(x, 1, **({"ef": 64} if kind == "Index" else {}))  # type: ignore[attr-defined]

@@ -25,6 +25,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "fusion/search_mmr.h"
@@ -63,8 +64,17 @@ std::vector<float> queries(size_t dim, size_t n, uint32_t seed) {
 // Kind of outcome, to compare the copy and the mmap load.
 enum class Outcome { Loaded, Rejected, NoMemory };
 
+// Outcome counts over the run, printed at exit (for bench/RESULTS.md).
+struct Tally {
+  size_t n[3] = {0, 0, 0};
+  ~Tally() {
+    std::fprintf(stderr, "fuzz_load outcomes: loaded %zu, rejected with a clean error %zu, out of memory %zu\n", n[0],
+                 n[1], n[2]);
+  }
+} tally;
+
 template <typename Fn>
-Outcome guarded(Fn&& fn) {
+Outcome run(Fn&& fn) {
   try {
     fn();
     return Outcome::Loaded;
@@ -79,6 +89,13 @@ Outcome guarded(Fn&& fn) {
   } catch (...) {
     finding("an exception of an unexpected type escaped");
   }
+}
+
+template <typename Fn>
+Outcome guarded(Fn&& fn) {
+  const Outcome o = run(std::forward<Fn>(fn));
+  ++tally.n[int(o)];
+  return o;
 }
 
 void exercise(const Hnsw& h) {
