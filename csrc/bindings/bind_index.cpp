@@ -28,7 +28,7 @@ namespace {
 template <typename T>
 using CArray = py::array_t<T, py::array::c_style | py::array::forcecast>;
 
-// Rows of a 2-d float32 matrix with `dim` columns; NaN / inf rejected.
+// Rows of a 2-d float32 matrix with `dim` columns; NaN, inf and |x| > 1e15 rejected.
 const float* rows_of(const CArray<float>& a, size_t dim, size_t* n, const char* what) {
   if (a.ndim() != 1 && a.ndim() != 2) throw std::invalid_argument(std::string(what) + " must be a 1-d or 2-d array");
   const size_t cols = size_t(a.shape(a.ndim() - 1));
@@ -36,12 +36,8 @@ const float* rows_of(const CArray<float>& a, size_t dim, size_t* n, const char* 
     throw std::invalid_argument("Wrong dimensionality of the " + std::string(what) + ": got " + std::to_string(cols) +
                                 ", the index has dim=" + std::to_string(dim));
   *n = a.ndim() == 2 ? size_t(a.shape(0)) : 1;  // a 1-d array is one row
-  const float* p = a.data();
-  const size_t total = *n * dim;
-  for (size_t i = 0; i < total; ++i)
-    if (!std::isfinite(p[i]))
-      throw std::invalid_argument(std::string(what) + " contain NaN or infinite values (row " + std::to_string(i / dim) + "), or values beyond float32 range");
-  return p;
+  mi::check_components(a.data(), *n, dim, what);
+  return a.data();
 }
 
 // Labels as CSR: row i has values[offsets[i]:offsets[i+1]].
@@ -72,14 +68,18 @@ std::optional<mi::IdPredicate> predicate_of(const IndexT& index, const std::opti
   if (!fn) return std::nullopt;
   py::function f = *fn;
   const mi::VectorStore* store = &index.store();
-  return mi::IdPredicate([f, store](uint32_t id) {
+  const SharedMutex* mu = &index.mutex();
+  return mi::IdPredicate([f, store, mu](uint32_t id) {
     const uint64_t ext = store->ext_id(id);
+    // The search holds the index lock shared while the filter runs: the
+    // filter may read the index even while a writer waits (common/shared_mutex.h).
+    SharedMutex::ReentrantReads reentry(*mu);
     py::gil_scoped_acquire gil;
     return f(ext).template cast<bool>();
   });
 }
 
-void check_k(long long k) {
+void check_positive_k(long long k) {
   if (k < 1) throw std::invalid_argument("k must be a positive integer, got " + std::to_string(k));
 }
 
@@ -108,7 +108,7 @@ py::array_t<T> vector_of_values(const std::vector<T>& v) {
 py::dict hnsw_stats(const mi::Hnsw& h) {
   py::dict d;
   const auto& p = h.params();
-  d["space"] = mi::space_name(p.space);
+  d["space"] = medretrieve::metric_name(p.space);
   d["dtype"] = mi::dtype_name(p.dtype);
   d["dim"] = p.dim;
   d["M"] = p.M;
@@ -141,7 +141,7 @@ void bind_index(py::module_& m) {
       .def(py::init([](const std::string& space, const std::string& dtype, size_t dim, size_t max_elements, size_t M,
                        size_t ef_construction, uint64_t seed, bool keep_float, bool allow_replace_deleted) {
              mi::HnswParams p;
-             p.space = mi::parse_space(space);
+             p.space = medretrieve::parse_metric(space, "space");
              p.dtype = mi::parse_dtype(dtype);
              p.dim = dim;
              p.max_elements = max_elements;
@@ -172,7 +172,7 @@ void bind_index(py::module_& m) {
       .def("search",
            [](const mi::Hnsw& self, CArray<float> queries, long long k, std::optional<CArray<uint64_t>> ef,
               std::optional<std::vector<uint32_t>> labels, std::optional<py::function> filter, int num_threads) {
-             check_k(k);
+             check_positive_k(k);
              size_t nq;
              const float* q = rows_of(queries, self.params().dim, &nq, "queries");
              if (ef && (ef->ndim() != 1 || (ef->shape(0) != 1 && size_t(ef->shape(0)) != nq)))
@@ -181,8 +181,9 @@ void bind_index(py::module_& m) {
              if (ef) efs.assign(ef->data(), ef->data() + ef->shape(0));
              auto lq = label_query(labels);
              auto pred = predicate_of(self, filter);
-             std::vector<int64_t> ids(nq * size_t(k));
-             std::vector<float> scores(nq * size_t(k));
+             mi::check_k(size_t(k), self.count());  // before allocating the padded rows
+             std::vector<int64_t> ids(mi::result_cells(nq, size_t(k)));
+             std::vector<float> scores(ids.size());
              {
                py::gil_scoped_release nogil;
                self.search(q, nq, size_t(k), ef ? efs.data() : nullptr, efs.size(), lq ? &*lq : nullptr,
@@ -254,7 +255,7 @@ void bind_index(py::module_& m) {
 
   py::class_<mi::FlatIndex>(m, "FlatIndexCore", "Native exact index (use medretrieve.FlatIndex).")
       .def(py::init([](const std::string& space, const std::string& dtype, size_t dim) {
-             return std::make_unique<mi::FlatIndex>(mi::parse_space(space), mi::parse_dtype(dtype), dim);
+             return std::make_unique<mi::FlatIndex>(medretrieve::parse_metric(space, "space"), mi::parse_dtype(dtype), dim);
            }),
            py::arg("space"), py::arg("dtype"), py::arg("dim"))
       .def("add",
@@ -274,13 +275,14 @@ void bind_index(py::module_& m) {
       .def("search",
            [](const mi::FlatIndex& self, CArray<float> queries, long long k, std::optional<std::vector<uint32_t>> labels,
               std::optional<py::function> filter, int num_threads) {
-             check_k(k);
+             check_positive_k(k);
              size_t nq;
              const float* q = rows_of(queries, self.store().dim(), &nq, "queries");
              auto lq = label_query(labels);
              auto pred = predicate_of(self, filter);
-             std::vector<int64_t> ids(nq * size_t(k));
-             std::vector<float> scores(nq * size_t(k));
+             mi::check_k(size_t(k), self.count());  // before allocating the padded rows
+             std::vector<int64_t> ids(mi::result_cells(nq, size_t(k)));
+             std::vector<float> scores(ids.size());
              {
                py::gil_scoped_release nogil;
                self.search(q, nq, size_t(k), lq ? &*lq : nullptr, pred ? &*pred : nullptr, num_threads, ids.data(),
@@ -300,7 +302,7 @@ void bind_index(py::module_& m) {
       .def("mark_deleted", &mi::FlatIndex::mark_deleted, py::call_guard<py::gil_scoped_release>())
       .def("unmark_deleted", &mi::FlatIndex::unmark_deleted, py::call_guard<py::gil_scoped_release>())
       .def("__len__", &mi::FlatIndex::size)
-      .def_property_readonly("space", [](const mi::FlatIndex& self) { return std::string(mi::space_name(self.store().space())); })
+      .def_property_readonly("space", [](const mi::FlatIndex& self) { return std::string(medretrieve::metric_name(self.store().space())); })
       .def_property_readonly("dtype", [](const mi::FlatIndex& self) { return std::string(mi::dtype_name(self.store().dtype())); })
       .def_property_readonly("dim", [](const mi::FlatIndex& self) { return self.store().dim(); })
       .def_property_readonly("count", &mi::FlatIndex::count)

@@ -24,8 +24,7 @@ void bind_search_mmr(py::module_& m) {
         const size_t dim = index.params().dim;
         if (query.ndim() != 1 || size_t(query.shape(0)) != dim)
           throw py::value_error("query must be one vector of dimension " + std::to_string(dim));
-        for (size_t i = 0; i < dim; ++i)
-          if (!std::isfinite(query.data()[i])) throw py::value_error("query contains NaN or inf");
+        mi::check_components(query.data(), 1, dim, "query");
         if (k < 0) throw py::value_error("k must be >= 0, got " + std::to_string(k));
         if (fetch_k < 0) throw py::value_error("fetch_k must be >= 0, got " + std::to_string(fetch_k));
         if (ef && *ef < 0) throw py::value_error("ef must be >= 0");

@@ -7,6 +7,7 @@
 namespace medretrieve::bindings {
 void bind_kernels(pybind11::module_& m);
 void bind_fusion(pybind11::module_& m);
+void bind_cuda(pybind11::module_& m);
 void bind_index(pybind11::module_& m);
 void bind_search_mmr(pybind11::module_& m);  // after bind_index: takes HnswIndex
 }  // namespace medretrieve::bindings

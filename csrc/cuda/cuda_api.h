@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "common/metric.h"
+
 namespace medretrieve::cuda {
 
 // True when a CUDA device can run the kernels; otherwise false and, when
@@ -29,8 +31,10 @@ struct Timing {
   std::vector<float> times_ms;
 };
 
-// Similarities, higher is better: InnerProduct = a.b, NegL2 = -||a - b||^2.
-enum class Metric { InnerProduct = 0, NegL2 = 1 };
+// Similarities, higher is better (common/metric.h): Metric::IP = a.b,
+// Metric::L2 = -||a - b||^2. Exact search takes these two (Cosine throws
+// std::invalid_argument: normalise the rows and use IP); MMR takes all three.
+using medretrieve::Metric;
 
 // Exact top-k per query over a row-major database. ids/scores: nq * k,
 // best first (ties: smaller row id first); when k > n the tail is id -1,
@@ -75,9 +79,9 @@ class DeviceTable {
 // [offsets[b], offsets[b+1]) of `rows` and their relevance; it selects
 // min(k, size_b) of them with lambdas[b]. order/scores: batch * k, positions
 // within the problem, padded with -1 / NaN. Same rule and ties as
-// fusion::mmr_select_*: similarity 0 = inner product, 1 = -L2^2, 2 = cosine.
+// fusion::mmr_select_*.
 void mmr_f32(const float* rows, const int64_t* offsets, size_t batch, size_t dim, const float* relevance,
-             const float* lambdas, size_t k, int similarity, int64_t* order, float* scores,
+             const float* lambdas, size_t k, Metric metric, int64_t* order, float* scores,
              Timing* timing = nullptr);
 // int8: sim(i, j) = base + offset[i] + offset[j] + weight * scale[i] * scale[j] * dot(i, j)
 // (scale / offset may be null).

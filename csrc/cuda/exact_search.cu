@@ -286,8 +286,10 @@ __global__ void __launch_bounds__(kSelThreads)
   }
 }
 
-void check_search_args(size_t nq, size_t n, size_t dim, size_t k, const void* q, const void* db, int64_t* ids,
-                       float* scores) {
+void check_search_args(size_t nq, size_t n, size_t dim, size_t k, Metric metric, const void* q, const void* db,
+                       int64_t* ids, float* scores) {
+  if (metric == Metric::Cosine)
+    throw std::invalid_argument("cuda exact search: metric must be 'ip' or 'l2' (normalise the rows for cosine)");
   if (k == 0 || k > kMaxTopK)
     throw std::invalid_argument("cuda exact search: k must be in [1, " + std::to_string(kMaxTopK) + "]");
   if (dim == 0 || dim > (size_t(1) << 17)) throw std::invalid_argument("cuda exact search: dim must be in [1, 131072]");
@@ -341,7 +343,7 @@ void search_f32_resident(const float* queries, size_t nq, const float* d_x, size
   d_q.upload(queries, nq * dim);
   search_common(nq, n, k, ids, scores, timing, [&](size_t q0, size_t qc, float* out) {
     dim3 grid(detail::blocks_for(n, kFTile), detail::blocks_for(qc, kFTile));
-    if (metric == Metric::NegL2)
+    if (metric == Metric::L2)
       scores_f32_kernel<true><<<grid, 256>>>(d_q.get() + q0 * dim, int(qc), d_x, int64_t(n), int(dim), out,
                                              int64_t(n));
     else
@@ -366,7 +368,7 @@ void search_i8_resident(const int8_t* queries, const float* qscale, size_t nq, c
   DeviceBuffer<float> d_qs, d_qn;
   d_q.upload(queries, nq * dim);
   if (qscale) d_qs.upload(qscale, nq);
-  const bool l2 = metric == Metric::NegL2;
+  const bool l2 = metric == Metric::L2;
   if (l2) norms_i8(d_q.get(), nq, dim, d_qn);
   const bool vec16 = dim % 16 == 0;  // cudaMalloc bases are 256-byte aligned
   search_common(nq, n, k, ids, scores, timing, [&](size_t q0, size_t qc, float* out) {
@@ -388,7 +390,7 @@ void search_i8_resident(const int8_t* queries, const float* qscale, size_t nq, c
 void exact_search_f32(const float* queries, size_t nq, const float* db, size_t n, size_t dim, size_t k,
                       Metric metric, int64_t* ids, float* scores, Timing* timing) {
   detail::require_device();
-  check_search_args(nq, n, dim, k, queries, db, ids, scores);
+  check_search_args(nq, n, dim, k, metric, queries, db, ids, scores);
   DeviceBuffer<float> d_x;
   d_x.upload(db, n * dim);
   search_f32_resident(queries, nq, d_x.get(), n, dim, k, metric, ids, scores, timing);
@@ -397,12 +399,12 @@ void exact_search_f32(const float* queries, size_t nq, const float* db, size_t n
 void exact_search_i8(const int8_t* queries, const float* qscale, size_t nq, const int8_t* db, const float* dbscale,
                      size_t n, size_t dim, size_t k, Metric metric, int64_t* ids, float* scores, Timing* timing) {
   detail::require_device();
-  check_search_args(nq, n, dim, k, queries, db, ids, scores);
+  check_search_args(nq, n, dim, k, metric, queries, db, ids, scores);
   DeviceBuffer<int8_t> d_x;
   DeviceBuffer<float> d_xs, d_xn;
   d_x.upload(db, n * dim);
   if (dbscale) d_xs.upload(dbscale, n);
-  if (metric == Metric::NegL2) norms_i8(d_x.get(), n, dim, d_xn);
+  if (metric == Metric::L2) norms_i8(d_x.get(), n, dim, d_xn);
   search_i8_resident(queries, qscale, nq, d_x.get(), dbscale ? d_xs.get() : nullptr, d_xn.get(), n, dim, k, metric,
                      ids, scores, timing);
 }
@@ -447,14 +449,14 @@ void DeviceTable::assign_i8(const int8_t* codes, const float* scales, size_t n, 
 void DeviceTable::search_f32(const float* queries, size_t nq, size_t k, Metric metric, int64_t* ids, float* scores,
                              Timing* timing) const {
   if (impl_->int8) throw std::invalid_argument("cuda table holds int8 rows: use search_i8");
-  check_search_args(nq, impl_->n, impl_->dim, k, queries, impl_->rows_f32.get(), ids, scores);
+  check_search_args(nq, impl_->n, impl_->dim, k, metric, queries, impl_->rows_f32.get(), ids, scores);
   search_f32_resident(queries, nq, impl_->rows_f32.get(), impl_->n, impl_->dim, k, metric, ids, scores, timing);
 }
 
 void DeviceTable::search_i8(const int8_t* queries, const float* qscale, size_t nq, size_t k, Metric metric,
                             int64_t* ids, float* scores, Timing* timing) const {
   if (!impl_->int8) throw std::invalid_argument("cuda table holds float32 rows: use search_f32");
-  check_search_args(nq, impl_->n, impl_->dim, k, queries, impl_->rows_i8.get(), ids, scores);
+  check_search_args(nq, impl_->n, impl_->dim, k, metric, queries, impl_->rows_i8.get(), ids, scores);
   search_i8_resident(queries, qscale, nq, impl_->rows_i8.get(), impl_->has_scales ? impl_->scales.get() : nullptr,
                      impl_->norms.get(), impl_->n, impl_->dim, k, metric, ids, scores, timing);
 }

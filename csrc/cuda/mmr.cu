@@ -183,8 +183,9 @@ void run_mmr(const int64_t* offsets, size_t batch, size_t dim, const float* rele
 }  // namespace
 
 void mmr_f32(const float* rows, const int64_t* offsets, size_t batch, size_t dim, const float* relevance,
-             const float* lambdas, size_t k, int similarity, int64_t* order, float* scores, Timing* timing) {
-  if (similarity < 0 || similarity > 2) throw std::invalid_argument("cuda mmr: similarity must be 0, 1 or 2");
+             const float* lambdas, size_t k, Metric metric, int64_t* order, float* scores, Timing* timing) {
+  // The kernel's similarity code: 0 = ip, 1 = -l2^2, 2 = cosine.
+  const int similarity = metric == Metric::L2 ? 1 : metric == Metric::Cosine ? 2 : 0;
   DeviceBuffer<float> d_rows, d_inv;
   const size_t total = batch ? size_t(offsets[batch]) : 0;
   run_mmr<false>(offsets, batch, dim, relevance, lambdas, k, order, scores, timing,

@@ -125,23 +125,23 @@ auto pairwise_first_pass(size_t n, PairSim& pair_sim) {
 }  // namespace
 
 MmrResult mmr_select_f32(const float* const* rows, size_t n, size_t dim, const float* relevance, size_t k,
-                         float lambda, Similarity sim) {
+                         float lambda, Metric sim) {
   check_common(n, rows, relevance, lambda);
   const kernels::KernelTable& kt = kernels::active();
   switch (sim) {
-    case Similarity::InnerProduct: {
+    case Metric::IP: {
       auto pair = [&](size_t i, size_t j) { return kt.dot_f32(rows[i], rows[j], dim); };
       return greedy(n, relevance, k, lambda, pair,
                     [&](size_t p, float* out) { rows::dot_f32(rows[p], rows, n, dim, out); });
     }
-    case Similarity::NegL2: {
+    case Metric::L2: {
       auto pair = [&](size_t i, size_t j) { return -kt.l2sq_f32(rows[i], rows[j], dim); };
       return greedy(n, relevance, k, lambda, pair, [&](size_t p, float* out) {
         rows::l2sq_f32(rows[p], rows, n, dim, out);
         for (size_t i = 0; i < n; ++i) out[i] = -out[i];
       });
     }
-    case Similarity::Cosine: {
+    case Metric::Cosine: {
       // Inverse norms once per candidate (only when a second pick is needed).
       std::vector<float> inv(n, 0.f);
       if (std::min(k, n) > 1)
@@ -173,18 +173,18 @@ MmrResult mmr_select_i8(const int8_t* const* rows, const float* scale, const flo
   return greedy(n, relevance, k, lambda, pair, pairwise_first_pass(n, pair));
 }
 
-void relevance_f32(const float* query, const float* const* rows, size_t n, size_t dim, Similarity sim,
+void relevance_f32(const float* query, const float* const* rows, size_t n, size_t dim, Metric sim,
                    float* out) {
   const kernels::KernelTable& kt = kernels::active();
   switch (sim) {
-    case Similarity::InnerProduct:
+    case Metric::IP:
       rows::dot_f32(query, rows, n, dim, out);
       return;
-    case Similarity::NegL2:
+    case Metric::L2:
       rows::l2sq_f32(query, rows, n, dim, out);
       for (size_t i = 0; i < n; ++i) out[i] = -out[i];
       return;
-    case Similarity::Cosine: {
+    case Metric::Cosine: {
       const float qn = std::sqrt(kt.dot_f32(query, query, dim));
       rows::dot_f32(query, rows, n, dim, out);
       for (size_t i = 0; i < n; ++i) {
@@ -197,19 +197,19 @@ void relevance_f32(const float* query, const float* const* rows, size_t n, size_
 }
 
 void relevance_i8(const float* query, const int8_t* const* rows, const float* scale, size_t n, size_t dim,
-                  Similarity sim, float* out) {
+                  Metric sim, float* out) {
   const kernels::KernelTable& kt = kernels::active();
   switch (sim) {
-    case Similarity::InnerProduct:
+    case Metric::IP:
       rows::dot_f32_i8(query, rows, n, dim, out);
       if (scale)
         for (size_t i = 0; i < n; ++i) out[i] *= scale[i];
       return;
-    case Similarity::NegL2:
+    case Metric::L2:
       rows::l2sq_f32_i8(query, rows, scale, n, dim, out);
       for (size_t i = 0; i < n; ++i) out[i] = -out[i];
       return;
-    case Similarity::Cosine: {  // does not depend on the (positive) scale
+    case Metric::Cosine: {  // does not depend on the (positive) scale
       const float qn = std::sqrt(kt.dot_f32(query, query, dim));
       rows::dot_f32_i8(query, rows, n, dim, out);
       for (size_t i = 0; i < n; ++i) {

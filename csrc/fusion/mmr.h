@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/metric.h"
+
 namespace medretrieve::fusion {
 
 struct MmrResult {
@@ -26,15 +28,16 @@ struct MmrResult {
   std::vector<float> scores;   // MMR value of each pick when it was picked
 };
 
-// InnerProduct: sim = a.b; NegL2: sim = -||a - b||^2; Cosine: a.b / (|a| |b|)
-// (a zero vector has cosine 0 with everything).
-enum class Similarity { InnerProduct, NegL2, Cosine };
+// The similarity is the core's one Metric (common/metric.h): IP sim = a.b,
+// L2 sim = -||a - b||^2, Cosine a.b / (|a| |b|) (a zero vector has cosine 0
+// with everything).
+using medretrieve::Metric;
 
 // Float rows. relevance[i] = rel(candidate i). k > n selects n.
 // Throws std::invalid_argument on lambda outside [0, 1], null pointers or a
 // non-finite relevance / similarity (NaN or inf in the inputs).
 MmrResult mmr_select_f32(const float* const* rows, size_t n, size_t dim, const float* relevance,
-                         size_t k, float lambda, Similarity sim);
+                         size_t k, float lambda, Metric sim);
 
 // int8 rows. Pair similarity
 //   sim(i, j) = base + offset[i] + offset[j] + weight * scale[i] * scale[j] * dot_i8(row_i, row_j)
@@ -47,12 +50,12 @@ MmrResult mmr_select_i8(const int8_t* const* rows, const float* scale, const flo
 
 // Relevance of every candidate to a float query, rel[i] = sim(query, row_i),
 // with the same similarity MMR uses between candidates.
-void relevance_f32(const float* query, const float* const* rows, size_t n, size_t dim, Similarity sim,
+void relevance_f32(const float* query, const float* const* rows, size_t n, size_t dim, Metric sim,
                    float* out);
 // The same for int8 rows that stand for x_i = scale[i] * code_i (scale may be
 // null: 1 for every row). Each row is widened to float once and then goes
 // through the SIMD float kernels.
 void relevance_i8(const float* query, const int8_t* const* rows, const float* scale, size_t n, size_t dim,
-                  Similarity sim, float* out);
+                  Metric sim, float* out);
 
 }  // namespace medretrieve::fusion

@@ -12,13 +12,15 @@ namespace medretrieve::fusion {
 SearchMmrResult search_mmr(const index::Hnsw& hnsw, const float* query, size_t k, size_t fetch_k, float lambda,
                            size_t ef, const index::LabelQuery* labels) {
   if (!(lambda >= 0.f && lambda <= 1.f)) throw std::invalid_argument("lambda_ must be in [0, 1]");
+  index::check_k(k, hnsw.count());
+  index::check_k(fetch_k, hnsw.count(), "fetch_k");
   SearchMmrResult out;
   if (k == 0) return out;
   fetch_k = std::max(fetch_k, k);
   ef = std::max(ef ? ef : hnsw.ef(), fetch_k);
 
   // Rows stay valid while the shared lock keeps resize/load out.
-  std::shared_lock<std::shared_mutex> guard(hnsw.mutex());
+  std::shared_lock<SharedMutex> guard(hnsw.mutex());
   const std::vector<index::Candidate> found = hnsw.search_internal(query, fetch_k, ef, labels, nullptr);
   const size_t n = found.size();
   if (n == 0) return out;
@@ -48,7 +50,7 @@ SearchMmrResult search_mmr(const index::Hnsw& hnsw, const float* query, size_t k
     std::vector<const float*> rows(n);
     for (size_t i = 0; i < n; ++i) rows[i] = hnsw.row_f32(found[i].second);
     // Cosine rows are stored normalised, so the inner product is the cosine.
-    const Similarity sim = space == index::Space::L2 ? Similarity::NegL2 : Similarity::InnerProduct;
+    const Metric sim = space == index::Space::L2 ? Metric::L2 : Metric::IP;
     picked = mmr_select_f32(rows.data(), n, dim, relevance.data(), k, lambda, sim);
   }
 

@@ -5,10 +5,11 @@
 //   | sections, each 64-byte aligned (so a memory map can serve slabs in place)
 //   | u64 checksum of every byte before it (4-lane word-at-a-time hash)
 //
-// Saving is atomic: write path.tmp.<pid>, fsync, rename over path, fsync the
-// directory. Loading validates everything (sizes, offsets, link ids, levels,
-// checksum) and throws std::invalid_argument / std::runtime_error naming the
-// problem: a truncated, corrupt, foreign or newer file never crashes.
+// Saving is atomic: write path.tmp.<pid>.<n>, fsync, rename over path, fsync
+// the directory; the next save or load of path removes the temporaries of
+// killed saves. Loading validates everything (the envelope here, the contents
+// in load_checks.h) and throws std::invalid_argument / std::runtime_error
+// naming the problem: a truncated, corrupt, foreign or newer file never crashes.
 #pragma once
 
 #include <cstddef>
@@ -59,9 +60,25 @@ struct Section {
 
 // Serialises header + sections + checksum into one buffer.
 std::vector<char> build_file(FileKind kind, const FileHeader& h, const std::vector<Section>& sections);
-// Atomic write of a buffer to path.
+// Atomic write of a buffer to path (a symbolic link's target is replaced;
+// anything but a regular file is refused with std::runtime_error).
 void write_atomic(const std::string& path, const std::vector<char>& bytes);
+// Removes what killed saves of `path` left behind: files of path's folder
+// named <name>.tmp.<pid> or <name>.tmp.<pid>.<n> whose process is gone, that
+// are regular files and that no live process holds locked. Never anything
+// else (other names, live or own pids, links, folders); errors are ignored.
+void remove_stale_temporaries(const std::string& path);
 std::vector<char> read_whole_file(const std::string& path);
+
+// An index file opened for loading (stale temporaries of `path` removed
+// first): read whole, or memory-mapped (then `map` owns the bytes).
+struct LoadedFile {
+  std::vector<char> bytes;
+  std::shared_ptr<MappedFile> map;
+  const char* data() const { return map ? map->data() : bytes.data(); }
+  size_t size() const { return map ? map->size() : bytes.size(); }
+};
+LoadedFile open_for_load(const std::string& path, bool mmap);
 
 // A parsed (validated envelope) file view over caller-owned bytes.
 struct ParsedFile {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 #include <queue>
+#include <stdexcept>
+#include <string>
 
 namespace medretrieve::index {
 
@@ -43,6 +45,23 @@ void assign_labels(VectorStore& store, LabelTable& table, uint32_t id, const std
   const std::vector<uint32_t> old = element_labels(store, table, id);
   table.assign(id, old, labels);
   store.set_signature(id, label_signature(labels), labels_all_below_64(labels));
+}
+
+void check_k(size_t k, size_t count, const char* name) {
+  const size_t limit = std::max(count, kMinMaxK);
+  if (k > limit)
+    throw std::invalid_argument(std::string(name) + "=" + std::to_string(k) + " is too large: at most max(stored elements, " +
+                                std::to_string(kMinMaxK) + ") = " + std::to_string(limit) +
+                                " results per query (the index holds " + std::to_string(count) +
+                                " elements; results past them are padding)");
+}
+
+size_t result_cells(size_t nq, size_t k) {
+  size_t cells;
+  if (__builtin_mul_overflow(nq, k, &cells) || cells > std::numeric_limits<size_t>::max() / sizeof(int64_t))
+    throw std::invalid_argument("the result of " + std::to_string(nq) + " queries x k=" + std::to_string(k) +
+                                " does not fit in memory");
+  return cells;
 }
 
 void write_row(const VectorStore& store, const std::vector<Candidate>& found, size_t k, int64_t* ids, float* scores) {

@@ -48,6 +48,16 @@ std::vector<uint32_t> element_labels(const VectorStore& store, const LabelTable&
 // Replaces the labels of `id` (sorted unique) in the slab signature and the table.
 void assign_labels(VectorStore& store, LabelTable& table, uint32_t id, const std::vector<uint32_t>& labels);
 
+// How many results a search may be asked for. A row holds k results, padded
+// with id -1 / score -inf past what the index can return, so k may exceed
+// the stored elements, up to max(count, kMinMaxK): beyond that a k (up to
+// 2**63 from Python) would only allocate padding, or wrap nq * k.
+constexpr size_t kMinMaxK = 1024;
+// Throws std::invalid_argument "<name>=<k> is too large: ..." when k > max(count, kMinMaxK).
+void check_k(size_t k, size_t count, const char* name = "k");
+// nq * k result cells; std::invalid_argument when the product does not fit.
+size_t result_cells(size_t nq, size_t k);
+
 // Writes one query's results into row outputs: external ids (padding -1) and
 // similarities = -distance (padding -inf).
 void write_row(const VectorStore& store, const std::vector<Candidate>& found, size_t k, int64_t* ids, float* scores);

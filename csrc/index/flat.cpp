@@ -7,7 +7,7 @@
 #include <string>
 #include <unordered_set>
 
-#include "index/parallel.h"
+#include "common/parallel.h"
 #include "kernels/quantizer.h"
 
 namespace medretrieve::index {
@@ -15,7 +15,7 @@ namespace medretrieve::index {
 FlatIndex::FlatIndex(Space space, DType dtype, size_t dim) : store_(space, dtype, dim, 0, false) {}
 
 void FlatIndex::train(const float* sample, size_t n) {
-  std::unique_lock<std::shared_mutex> g(mu_);
+  std::unique_lock<SharedMutex> g(mu_);
   if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot train");
   if (store_.count() > 0) throw std::runtime_error("train() must be called before the first add");
   store_.train(sample, n);
@@ -25,11 +25,12 @@ void FlatIndex::add(const float* data, size_t n, const uint64_t* ids, const std:
                     int num_threads) {
   if (n == 0) return;
   if (labels && labels->size() != n) throw std::invalid_argument("labels must have one entry per row");
-  std::unique_lock<std::shared_mutex> g(mu_);
+  std::unique_lock<SharedMutex> g(mu_);
   if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot add items");
   const size_t dim = store_.dim();
   std::vector<float> buf;
   for (size_t i = 0; i < n; ++i) store_.prepare_input(data + i * dim, buf);
+  if (ids) check_ext_ids(ids, n);
   std::vector<uint64_t> ext(n);
   std::unordered_set<uint64_t> seen;
   for (size_t i = 0; i < n; ++i) {
@@ -67,7 +68,8 @@ std::vector<Candidate> FlatIndex::search_prepared(const QueryCtx& ctx, size_t k,
 
 void FlatIndex::search(const float* queries, size_t nq, size_t k, const LabelQuery* lq, const IdPredicate* predicate,
                        int num_threads, int64_t* out_ids, float* out_scores) const {
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
+  check_k(k, store_.count());
   const size_t dim = store_.dim();
   parallel_for(0, nq, num_threads, [&](size_t i, size_t) {
     QueryCtx ctx;
@@ -77,7 +79,7 @@ void FlatIndex::search(const float* queries, size_t nq, size_t k, const LabelQue
 }
 
 void FlatIndex::mark_deleted(uint64_t ext) {
-  std::unique_lock<std::shared_mutex> g(mu_);
+  std::unique_lock<SharedMutex> g(mu_);
   if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot delete items");
   uint32_t id;
   if (!store_.find(ext, id)) throw std::runtime_error("Label not found");
@@ -86,7 +88,7 @@ void FlatIndex::mark_deleted(uint64_t ext) {
 }
 
 void FlatIndex::unmark_deleted(uint64_t ext) {
-  std::unique_lock<std::shared_mutex> g(mu_);
+  std::unique_lock<SharedMutex> g(mu_);
   if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot undelete items");
   uint32_t id;
   if (!store_.find(ext, id)) throw std::runtime_error("Label not found");
@@ -95,7 +97,7 @@ void FlatIndex::unmark_deleted(uint64_t ext) {
 }
 
 void FlatIndex::get_items(const uint64_t* ids, size_t n, float* out) const {
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
   for (size_t i = 0; i < n; ++i) {
     uint32_t id;
     if (!store_.find(ids[i], id) || store_.is_deleted(id)) throw std::runtime_error("Label not found");
@@ -104,14 +106,14 @@ void FlatIndex::get_items(const uint64_t* ids, size_t n, float* out) const {
 }
 
 std::vector<uint64_t> FlatIndex::ids() const {
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
   std::vector<uint64_t> out(store_.count());
   for (size_t i = 0; i < out.size(); ++i) out[i] = store_.ext_id(uint32_t(i));
   return out;
 }
 
 PackedRows FlatIndex::pack_live() const {
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
   const size_t dim = store_.dim(), n = store_.count();
   const bool int8 = store_.dtype() == DType::Int8;
   PackedRows out;
@@ -132,7 +134,7 @@ PackedRows FlatIndex::pack_live() const {
 }
 
 PackedQueries FlatIndex::pack_queries(const float* queries, size_t nq) const {
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
   const size_t dim = store_.dim();
   const bool int8 = store_.dtype() == DType::Int8, l2 = store_.space() == Space::L2;
   PackedQueries out;

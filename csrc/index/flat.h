@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/shared_mutex.h"
 #include "index/filter.h"
 #include "index/labels.h"
 #include "index/vector_store.h"
@@ -66,7 +67,7 @@ class FlatIndex {
   size_t count() const { return store_.count(); }
   size_t memory_bytes() const { return store_.memory_bytes() + labels_.memory_bytes(); }
   const VectorStore& store() const { return store_; }
-  std::shared_mutex& mutex() const { return mu_; }
+  SharedMutex& mutex() const { return mu_; }
   bool read_only() const { return store_.read_only(); }
 
   void save(const std::string& path) const;
@@ -77,7 +78,7 @@ class FlatIndex {
  private:
   VectorStore store_;
   LabelTable labels_;
-  mutable std::shared_mutex mu_;
+  mutable SharedMutex mu_;
   std::shared_ptr<MappedFile> mapping_;
   friend class FlatSerializer;
 };

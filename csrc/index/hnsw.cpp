@@ -9,7 +9,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "index/parallel.h"
+#include "common/parallel.h"
 
 namespace medretrieve::index {
 
@@ -43,7 +43,7 @@ int Hnsw::random_level() {
 }
 
 void Hnsw::resize(size_t max_elements) {
-  std::unique_lock<std::shared_mutex> g(mu_);
+  std::unique_lock<SharedMutex> g(mu_);
   if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot resize");
   if (max_elements < store_.count())
     throw std::runtime_error("Cannot resize, max element is less than the current number of elements");
@@ -357,7 +357,7 @@ void Hnsw::relink(uint32_t id, const float* x) {
 }
 
 void Hnsw::train(const float* sample, size_t n) {
-  std::unique_lock<std::shared_mutex> g(mu_);
+  std::unique_lock<SharedMutex> g(mu_);
   if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot train");
   if (store_.count() > 0) throw std::runtime_error("train() must be called before the first add");
   store_.train(sample, n);
@@ -367,7 +367,7 @@ void Hnsw::add(const float* data, size_t n, const uint64_t* ids, const std::vect
                int num_threads, bool update, bool replace_deleted) {
   if (n == 0) return;
   if (labels && labels->size() != n) throw std::invalid_argument("labels must have one entry per row");
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
   if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot add items");
   if (replace_deleted && !p_.allow_replace_deleted)
     throw std::runtime_error("Replacement of deleted elements is disabled in constructor");
@@ -378,6 +378,7 @@ void Hnsw::add(const float* data, size_t n, const uint64_t* ids, const std::vect
   // Plan: which rows update an existing element, which take a free slot.
   std::vector<uint64_t> ext(n);
   for (size_t i = 0; i < n; ++i) ext[i] = ids ? ids[i] : uint64_t(store_.count() + i);
+  check_ext_ids(ext.data(), n);
   {
     std::unordered_set<uint64_t> seen;
     seen.reserve(n * 2);
@@ -529,7 +530,8 @@ std::vector<Candidate> Hnsw::search_internal(const float* query, size_t k, size_
 void Hnsw::search(const float* queries, size_t nq, size_t k, const size_t* ef, size_t n_ef, const LabelQuery* lq,
                   const IdPredicate* predicate, int num_threads, int64_t* out_ids, float* out_scores) const {
   if (ef && n_ef != 1 && n_ef != nq) throw std::invalid_argument("ef must be one value or one per query");
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
+  check_k(k, count());
   parallel_for(0, nq, num_threads, [&](size_t i, size_t) {
     const size_t ef_i = ef ? ef[n_ef == 1 ? 0 : i] : ef_.load();
     std::vector<Candidate> found = search_internal(queries + i * p_.dim, k, ef_i, lq, predicate);
@@ -541,7 +543,7 @@ void Hnsw::search(const float* queries, size_t nq, size_t k, const size_t* ef, s
 // Deletions, items
 
 void Hnsw::mark_deleted(uint64_t ext) {
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
   if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot delete items");
   uint32_t id;
   if (!store_.find(ext, id)) throw std::runtime_error("Label not found");
@@ -554,7 +556,7 @@ void Hnsw::mark_deleted(uint64_t ext) {
 }
 
 void Hnsw::unmark_deleted(uint64_t ext) {
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
   if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot undelete items");
   uint32_t id;
   if (!store_.find(ext, id)) throw std::runtime_error("Label not found");
@@ -567,14 +569,14 @@ void Hnsw::unmark_deleted(uint64_t ext) {
 }
 
 std::vector<uint64_t> Hnsw::ids() const {
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
   std::vector<uint64_t> out(count());
   for (size_t i = 0; i < out.size(); ++i) out[i] = store_.ext_id(uint32_t(i));
   return out;
 }
 
 void Hnsw::get_items(const uint64_t* ids, size_t n, float* out) const {
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
   for (size_t i = 0; i < n; ++i) {
     uint32_t id;
     if (!store_.find(ids[i], id) || store_.is_deleted(id)) throw std::runtime_error("Label not found");
@@ -583,7 +585,7 @@ void Hnsw::get_items(const uint64_t* ids, size_t n, float* out) const {
 }
 
 std::vector<uint32_t> Hnsw::labels_of(uint64_t ext) const {
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
   uint32_t id;
   if (!store_.find(ext, id)) throw std::runtime_error("Label not found");
   return element_labels(store_, labels_, id);
@@ -601,7 +603,7 @@ bool Hnsw::is_deleted_ext(uint64_t ext) const {
 }
 
 size_t Hnsw::memory_bytes() const {
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
   size_t b = store_.memory_bytes() + labels_.memory_bytes();
   b += upper_.capacity() * sizeof(uint32_t*) + levels_.capacity();
   if (!mapping_)

@@ -5,7 +5,8 @@
 // through a pointer table, so a memory-mapped file can serve them in place.
 //
 // Concurrency: add and search take `mu_` shared; resize, load and save take it
-// exclusively. Writers change an element's links under a striped link mutex
+// exclusively (a writer-fair lock, common/shared_mutex.h, so searches cannot
+// starve them). Writers change an element's links under a striped link mutex
 // and publish the link count with release semantics; readers load the count
 // with acquire semantics, so searches may run while items are being added.
 #pragma once
@@ -23,6 +24,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/shared_mutex.h"
 #include "index/filter.h"
 #include "index/labels.h"
 #include "index/vector_store.h"
@@ -114,7 +116,7 @@ class Hnsw {
   // (fusion::mmr_select_i8): ip/cosine base = centre_norm2(), offset = aux,
   // weight 1; l2 base = 0, offset = -aux, weight 2. float32: plain rows. ---
   const VectorStore& store() const { return store_; }
-  std::shared_mutex& mutex() const { return mu_; }
+  SharedMutex& mutex() const { return mu_; }
   Space space() const { return p_.space; }
   DType dtype() const { return p_.dtype; }
   const int8_t* row_i8(uint32_t id) const { return store_.code_i8(id); }
@@ -178,7 +180,7 @@ class Hnsw {
 
   static constexpr size_t kLinkLocks = 4096;
   mutable std::array<std::mutex, kLinkLocks> link_locks_;
-  mutable std::shared_mutex mu_;
+  mutable SharedMutex mu_;
   std::shared_ptr<MappedFile> mapping_;  // set for read-only mmap loads
 
   friend class HnswSerializer;

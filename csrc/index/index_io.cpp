@@ -1,6 +1,8 @@
 // Hnsw and FlatIndex persistence on top of file_format.h: which sections each
 // kind writes, and the validation that makes a hostile file fail cleanly.
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -9,6 +11,7 @@
 #include "index/file_format.h"
 #include "index/flat.h"
 #include "index/hnsw.h"
+#include "index/load_checks.h"
 
 namespace medretrieve::index {
 
@@ -98,10 +101,14 @@ std::vector<Section> store_sections(const VectorStore& s, const std::vector<uint
 }
 
 void check_header(const FileHeader& h, const std::string& what) {
-  if (h.space > 2 || h.dtype > 1 || h.dim == 0 || h.dim > (1u << 20))
+  if (!is_metric(h.space) || h.dtype > 1 || h.dim == 0 || h.dim > (1u << 20))
     throw std::invalid_argument(what + " is corrupt (space, dtype or dim)");
   if (h.count > h.max_elements && h.max_elements) throw std::invalid_argument(what + " is corrupt (count)");
-  if (h.count >= UINT32_MAX) throw std::invalid_argument(what + " is corrupt (count)");
+  // Internal ids are u32 (UINT32_MAX marks "none"): neither count nor capacity may reach it.
+  if (h.count >= UINT32_MAX || h.max_elements >= UINT32_MAX) throw std::invalid_argument(what + " is corrupt (count)");
+  if (h.keep_float > 1 || h.centre_trained > 1 || h.allow_replace_deleted > 1 ||
+      (h.keep_float && DType(h.dtype) != DType::Int8))
+    throw std::invalid_argument(what + " is corrupt (flags)");
 }
 
 const char* need(const ParsedFile& f, SectionId id, size_t expected, const std::string& what, const char* name) {
@@ -112,8 +119,12 @@ const char* need(const ParsedFile& f, SectionId id, size_t expected, const std::
   return p;
 }
 
-// Fills a store from a parsed file: copies (mutable) or points into the mapping.
-void fill_store(VectorStore& s, const ParsedFile& f, const std::string& what, bool in_place) {
+// Fills a store from a parsed file: copies (mutable) or points into the
+// mapping. make_room(count) runs once the sections are known to hold count
+// elements, before anything is copied: a header's count alone never sizes an
+// allocation.
+void fill_store(VectorStore& s, const ParsedFile& f, const std::string& what, bool in_place,
+                const std::function<void(size_t)>& make_room) {
   const FileHeader& h = f.header;
   if (h.stride != s.stride() || h.code_offset != s.code_offset() || h.link_slots != s.link_slots())
     throw std::invalid_argument(what + " is corrupt (slab layout does not match its parameters)");
@@ -122,6 +133,7 @@ void fill_store(VectorStore& s, const ParsedFile& f, const std::string& what, bo
   const char* slabs = need(f, SectionId::Slabs, n * s.stride(), what, "slab");
   const char* ext = need(f, SectionId::ExtIds, n * sizeof(uint64_t), what, "id");
   const char* floats = s.keep_float() ? need(f, SectionId::Floats, n * h.dim * sizeof(float), what, "float") : nullptr;
+  if (!in_place) make_room(n);
   std::memcpy(s.centre_mut().data(), centre, h.dim * sizeof(float));
   s.set_trained(h.centre_trained != 0 || s.dtype() == DType::Float32);
   std::vector<uint64_t> ids(n);
@@ -130,6 +142,9 @@ void fill_store(VectorStore& s, const ParsedFile& f, const std::string& what, bo
     std::unordered_set<uint64_t> seen(ids.begin(), ids.end());
     if (seen.size() != n) throw std::invalid_argument(what + " is corrupt (duplicate ids)");
   }
+  for (uint64_t id : ids)  // files are checked against the same id rule as adds
+    if (id > kMaxExtId)
+      throw std::invalid_argument(what + " holds id " + std::to_string(id) + ", above 2**63 - 1 (ids must fit in int64)");
   if (in_place) {
     s.attach_readonly(const_cast<char*>(slabs), reinterpret_cast<float*>(const_cast<char*>(floats)), n, ids.data());
   } else {
@@ -137,6 +152,16 @@ void fill_store(VectorStore& s, const ParsedFile& f, const std::string& what, bo
     if (floats && n) std::memcpy(s.float_data(), floats, n * h.dim * sizeof(float));
     s.restore(n, ids.data());
   }
+  check_store(s, what);
+}
+
+// The side label table, checked against the slabs, then the posting lists.
+void load_labels(const ParsedFile& f, const VectorStore& s, LabelTable& table, const std::string& what) {
+  size_t side_bytes;
+  const char* side = f.section(SectionId::Labels, &side_bytes);
+  const auto decoded = decode_side_labels(side, side_bytes, s.count(), what);
+  check_side_labels(s, decoded, what);
+  rebuild_labels(s, table, decoded);
 }
 
 }  // namespace
@@ -145,7 +170,7 @@ void fill_store(VectorStore& s, const ParsedFile& f, const std::string& what, bo
 // Hnsw
 
 std::vector<char> Hnsw::to_bytes() const {
-  std::unique_lock<std::shared_mutex> g(mu_);
+  std::unique_lock<SharedMutex> g(mu_);
   FileHeader h = store_header(store_);
   h.M = uint32_t(p_.M);
   h.ef_construction = uint32_t(p_.ef_construction);
@@ -195,12 +220,15 @@ class HnswSerializer {
     p.keep_float = h.keep_float;
     p.allow_replace_deleted = h.allow_replace_deleted;
     const bool in_place = map != nullptr;
-    p.max_elements = in_place ? 0 : std::max<uint64_t>(h.max_elements, h.count);
+    p.max_elements = 0;  // capacity comes once the sections confirm the count
     auto idx = std::make_unique<Hnsw>(p);
     idx->set_ef(h.ef);
     if (h.filter_exact_factor >= 0 && h.filter_exact_factor < 1e9) idx->filter_exact_factor_ = h.filter_exact_factor;
     const size_t n = h.count;
-    fill_store(idx->store_, f, what, in_place);
+    Hnsw& g = *idx;
+    fill_store(idx->store_, f, what, in_place, [&g, &h](size_t count) {
+      g.resize(std::max<size_t>(size_t(h.max_elements), count));  // the saved capacity, as hnswlib keeps it
+    });
     const char* levels = need(f, SectionId::Levels, n, what, "level");
     size_t upper_words = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -214,37 +242,25 @@ class HnswSerializer {
       idx->levels_.assign(n, 0);
       idx->visited_.resize(n);
     }
-    const uint32_t* up = reinterpret_cast<const uint32_t*>(upper);
+    const char* up = upper;  // in place: 64-byte aligned (parse_file checks section offsets)
     for (size_t i = 0; i < n; ++i) {
       const int level = uint8_t(levels[i]);
-      const size_t words = size_t(level) * (h.M + 1);
+      const size_t bytes = size_t(level) * (h.M + 1) * sizeof(uint32_t);
       if (in_place) {
         idx->levels_[i] = uint8_t(level);
-        idx->upper_[i] = level ? const_cast<uint32_t*>(up) : nullptr;
+        idx->upper_[i] = level ? reinterpret_cast<uint32_t*>(const_cast<char*>(up)) : nullptr;
       } else {
         idx->allocate_upper(uint32_t(i), level);
-        if (words) std::memcpy(idx->upper_[i], up, words * sizeof(uint32_t));
+        if (bytes) std::memcpy(idx->upper_[i], up, bytes);
       }
-      up += words;
+      up += bytes;
     }
-    // Every link must point at a stored element: a corrupt graph never crashes a search.
-    for (size_t i = 0; i < n; ++i) {
-      for (int level = 0; level <= idx->levels_[i]; ++level) {
-        Hnsw::Links l = idx->links(uint32_t(i), level);
-        if (l.n > (level ? h.M : 2 * h.M)) throw std::invalid_argument(what + " is corrupt (link count)");
-        for (uint32_t j = 0; j < l.n; ++j)
-          if (l.ids[j] >= n) throw std::invalid_argument(what + " is corrupt (link id)");
-      }
-    }
-    if (n == 0) {
-      if (h.entry_point != Hnsw::kNone) throw std::invalid_argument(what + " is corrupt (entry point)");
-    } else if (h.entry_point >= n || h.max_level != idx->levels_[h.entry_point]) {
-      throw std::invalid_argument(what + " is corrupt (entry point)");
-    }
+    check_graph(n, h.M, idx->levels_, [&g](uint32_t id, int level) {
+      const Hnsw::Links l = g.links(id, level);
+      return std::make_pair(l.ids, l.n);
+    }, h.entry_point, h.max_level, what);
     idx->ep_state_.store(n ? pack(h.entry_point, h.max_level) : pack(Hnsw::kNone, -1));
-    size_t side_bytes;
-    const char* side = f.section(SectionId::Labels, &side_bytes);
-    rebuild_labels(idx->store_, idx->labels_, decode_side_labels(side, side_bytes, n, what));
+    load_labels(f, idx->store_, idx->labels_, what);
     if (p.allow_replace_deleted)
       for (size_t i = 0; i < n; ++i)
         if (idx->store_.is_deleted(uint32_t(i))) idx->deleted_slots_.push_back(uint32_t(i));
@@ -261,13 +277,8 @@ std::unique_ptr<Hnsw> hnsw_from_parsed(const ParsedFile& f, const std::string& w
 
 std::unique_ptr<Hnsw> Hnsw::load(const std::string& path, bool mmap) {
   const std::string what = "index file '" + path + "'";
-  if (mmap) {
-    auto map = std::make_shared<MappedFile>(path);
-    ParsedFile f = parse_file(map->data(), map->size(), what);
-    return hnsw_from_parsed(f, what, map);
-  }
-  const std::vector<char> bytes = read_whole_file(path);
-  return hnsw_from_parsed(parse_file(bytes.data(), bytes.size(), what), what, nullptr);
+  const LoadedFile in = open_for_load(path, mmap);
+  return hnsw_from_parsed(parse_file(in.data(), in.size(), what), what, in.map);
 }
 
 std::unique_ptr<Hnsw> Hnsw::from_bytes(const char* data, size_t size) {
@@ -278,7 +289,9 @@ std::unique_ptr<Hnsw> Hnsw::from_bytes(const char* data, size_t size) {
 // FlatIndex
 
 std::vector<char> FlatIndex::to_bytes() const {
-  std::unique_lock<std::shared_mutex> g(mu_);
+  // Shared is enough: every FlatIndex writer (add, deletions, train) holds the
+  // lock exclusively, so this is a consistent snapshot, taken beside searches.
+  std::shared_lock<SharedMutex> g(mu_);
   FileHeader h = store_header(store_);
   h.max_elements = store_.count();
   h.entry_point = Hnsw::kNone;
@@ -300,24 +313,18 @@ class FlatSerializer {
     if (f.kind != FileKind::Flat) throw std::invalid_argument(what + " holds an HNSW Index, not a FlatIndex");
     check_header(h, what);
     auto idx = std::make_unique<FlatIndex>(Space(h.space), DType(h.dtype), h.dim);
-    if (!map) idx->store_.reserve(h.count);
-    fill_store(idx->store_, f, what, map != nullptr);
+    VectorStore& store = idx->store_;
+    fill_store(store, f, what, map != nullptr, [&store](size_t count) { store.reserve(count); });
     idx->mapping_ = map;
-    size_t side_bytes;
-    const char* side = f.section(SectionId::Labels, &side_bytes);
-    rebuild_labels(idx->store_, idx->labels_, decode_side_labels(side, side_bytes, h.count, what));
+    load_labels(f, idx->store_, idx->labels_, what);
     return idx;
   }
 };
 
 std::unique_ptr<FlatIndex> FlatIndex::load(const std::string& path, bool mmap) {
   const std::string what = "index file '" + path + "'";
-  if (mmap) {
-    auto map = std::make_shared<MappedFile>(path);
-    return FlatSerializer::build(parse_file(map->data(), map->size(), what), what, map);
-  }
-  const std::vector<char> bytes = read_whole_file(path);
-  return FlatSerializer::build(parse_file(bytes.data(), bytes.size(), what), what, nullptr);
+  const LoadedFile in = open_for_load(path, mmap);
+  return FlatSerializer::build(parse_file(in.data(), in.size(), what), what, in.map);
 }
 
 std::unique_ptr<FlatIndex> FlatIndex::from_bytes(const char* data, size_t size) {

@@ -31,7 +31,7 @@ LabelQuery LabelQuery::make(std::vector<uint32_t> labels) {
 }
 
 void LabelTable::assign(uint32_t id, const std::vector<uint32_t>& old_labels, const std::vector<uint32_t>& labels) {
-  std::unique_lock<std::shared_mutex> g(mu_);
+  std::unique_lock<SharedMutex> g(mu_);
   for (uint32_t l : old_labels) {
     auto it = postings_.find(l);
     if (it == postings_.end()) continue;
@@ -51,13 +51,13 @@ void LabelTable::assign(uint32_t id, const std::vector<uint32_t>& old_labels, co
 }
 
 std::vector<uint32_t> LabelTable::side_labels(uint32_t id) const {
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
   auto it = side_.find(id);
   return it == side_.end() ? std::vector<uint32_t>() : it->second;
 }
 
 bool LabelTable::side_matches(uint32_t id, const LabelQuery& q) const {
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
   auto it = side_.find(id);
   if (it == side_.end()) return false;
   const auto& a = it->second;
@@ -71,7 +71,7 @@ bool LabelTable::side_matches(uint32_t id, const LabelQuery& q) const {
 }
 
 size_t LabelTable::upper_bound(const LabelQuery& q) const {
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
   size_t n = 0;
   for (uint32_t l : q.labels) {
     auto it = postings_.find(l);
@@ -81,7 +81,7 @@ size_t LabelTable::upper_bound(const LabelQuery& q) const {
 }
 
 void LabelTable::collect(const LabelQuery& q, std::vector<uint32_t>& out) const {
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
   for (uint32_t l : q.labels) {
     auto it = postings_.find(l);
     if (it != postings_.end()) out.insert(out.end(), it->second.begin(), it->second.end());
@@ -89,14 +89,14 @@ void LabelTable::collect(const LabelQuery& q, std::vector<uint32_t>& out) const 
 }
 
 std::vector<std::pair<uint32_t, std::vector<uint32_t>>> LabelTable::side_entries() const {
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
   std::vector<std::pair<uint32_t, std::vector<uint32_t>>> out(side_.begin(), side_.end());
   std::sort(out.begin(), out.end());
   return out;
 }
 
 size_t LabelTable::memory_bytes() const {
-  std::shared_lock<std::shared_mutex> g(mu_);
+  std::shared_lock<SharedMutex> g(mu_);
   size_t b = 0;
   for (const auto& [l, ids] : postings_) b += 48 + ids.capacity() * sizeof(uint32_t);
   for (const auto& [id, ls] : side_) b += 48 + ls.capacity() * sizeof(uint32_t);
@@ -104,7 +104,7 @@ size_t LabelTable::memory_bytes() const {
 }
 
 void LabelTable::clear() {
-  std::unique_lock<std::shared_mutex> g(mu_);
+  std::unique_lock<SharedMutex> g(mu_);
   postings_.clear();
   side_.clear();
 }

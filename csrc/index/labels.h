@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/shared_mutex.h"
+
 namespace medretrieve::index {
 
 // A search-time label restriction: keep elements having ANY of `labels`.
@@ -49,7 +51,7 @@ class LabelTable {
   void clear();
 
  private:
-  mutable std::shared_mutex mu_;
+  mutable SharedMutex mu_;
   std::unordered_map<uint32_t, std::vector<uint32_t>> postings_;
   std::unordered_map<uint32_t, std::vector<uint32_t>> side_;
 };

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/quantizer.h"
 
@@ -21,26 +22,25 @@ char* alloc_zeroed(size_t bytes) {
 }
 }  // namespace
 
-Space parse_space(const std::string& name) {
-  if (name == "l2") return Space::L2;
-  if (name == "ip") return Space::IP;
-  if (name == "cosine") return Space::Cosine;
-  throw std::invalid_argument("space must be one of 'l2', 'ip' or 'cosine', got '" + name + "'");
-}
-
 DType parse_dtype(const std::string& name) {
   if (name == "float32") return DType::Float32;
   if (name == "int8") return DType::Int8;
   throw std::invalid_argument("dtype must be 'float32' or 'int8', got '" + name + "'");
 }
 
-const char* space_name(Space s) {
-  switch (s) {
-    case Space::L2: return "l2";
-    case Space::IP: return "ip";
-    case Space::Cosine: return "cosine";
-  }
-  return "?";
+void check_ext_ids(const uint64_t* ids, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (ids[i] > kMaxExtId)
+      throw std::invalid_argument("id " + std::to_string(ids[i]) +
+                                  " is out of range: ids must be integers in [0, 2**63 - 1] (search returns int64 "
+                                  "ids, with -1 as padding)");
+}
+
+void check_components(const float* x, size_t n, size_t dim, const std::string& what) {
+  for (size_t i = 0; i < n * dim; ++i)
+    if (!(std::fabs(x[i]) <= kMaxComponent))  // also NaN
+      throw std::invalid_argument(what + " contain NaN, infinite or too large values (row " + std::to_string(i / dim) +
+                                  "): components must be finite and within +-1e15");
 }
 
 const char* dtype_name(DType d) { return d == DType::Int8 ? "int8" : "float32"; }

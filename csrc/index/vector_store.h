@@ -29,17 +29,36 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/metric.h"
 #include "kernels/distances.h"
 
 namespace medretrieve::index {
 
-enum class Space : uint32_t { L2 = 0, IP = 1, Cosine = 2 };
+// An index's "space" is the core's one metric (common/metric.h).
+using Space = Metric;
 enum class DType : uint32_t { Float32 = 0, Int8 = 1 };
 
-Space parse_space(const std::string& name);  // "l2" | "ip" | "cosine"
 DType parse_dtype(const std::string& name);  // "float32" | "int8"
-const char* space_name(Space s);
 const char* dtype_name(DType d);
+
+// External ids are in [0, kMaxExtId]: searches return them as int64 with -1
+// as padding, so a larger id could only come back negative.
+constexpr uint64_t kMaxExtId = uint64_t(INT64_MAX);
+// Throws std::invalid_argument naming the first id above kMaxExtId.
+void check_ext_ids(const uint64_t* ids, size_t n);
+
+// Vector components the index stores or searches with are finite and within
+// +-kMaxComponent: then every inner product and squared distance over up to
+// 2^20 dimensions stays finite in float32 (2^20 * (2e15)^2 < 3.4e38), so no
+// score is inf or NaN (which would be garbage, and break orderings).
+constexpr float kMaxComponent = 1e15f;
+// Bounds for stored values derived from such components (load checks): int8
+// scale = max |x - c| / 127, aux = |r|^2 or c.r.
+constexpr float kMaxScale = 2 * kMaxComponent / 127;
+constexpr float kMaxAux = 4.5e36f;
+// Throws std::invalid_argument "<what> contain NaN, infinite or too large
+// values (row i): ..." for n rows of dim components.
+void check_components(const float* x, size_t n, size_t dim, const std::string& what);
 
 // A prepared query: normalised (cosine), quantized once (int8).
 struct QueryCtx {

@@ -319,12 +319,12 @@ def mmr_batch(
             raise ValueError("every lambda must be in [0, 1]")
         lam = lam_in.astype(np.float32)
 
-    def per_query(seq: object, name: str) -> List[object]:
+    def per_query(seq: Optional[Sequence[object]], name: str) -> List[object]:
         if seq is None:
             return [None] * B
-        if len(seq) != B:  # type: ignore[arg-type]
-            raise ValueError(f"{name} has {len(seq)} entries for {B} candidate matrices")  # type: ignore[arg-type]
-        return list(seq)  # type: ignore[arg-type]
+        if len(seq) != B:
+            raise ValueError(f"{name} has {len(seq)} entries for {B} candidate matrices")
+        return list(seq)
 
     qs, rels, scs = per_query(queries, "queries"), per_query(relevances, "relevances"), per_query(scales, "scales")
     cands: List[np.ndarray] = []
@@ -341,8 +341,8 @@ def mmr_batch(
         if B == 0:
             return []
         results, _ = _core._cuda_mmr_batch(cands, k, lam, q_out, r_out, metric, s_out)
-        return [tuple(r) for r in results]  # type: ignore[misc]
-    return [tuple(r) for r in _core._mmr_batch(cands, k, lam, q_out, r_out, metric, s_out, threads)]  # type: ignore[misc]
+        return results
+    return _core._mmr_batch(cands, k, lam, q_out, r_out, metric, s_out, threads)
 
 
 # --------------------------------------------------------------------------
@@ -380,6 +380,8 @@ def rrf(
         ranked_lists: any number of lists of integer ids, best first, of any
             lengths (NumPy integer arrays are read without copying; Python
             lists of ints are read item by item). Map string ids to ints first.
+            Ids must fit in int64 (uint64 ids >= 2**63 are a ValueError, as in
+            ``Index``: results are int64); bools and floats are a TypeError.
         k: the RRF constant (>= 0; 60 is the usual choice).
         weights: optional per-list weights (finite, >= 0; default 1).
         top_n: keep the best ``top_n`` ids (default all).
@@ -437,7 +439,8 @@ def fuse_scores(
       normalised value, i.e. it counts as ranked below everything returned.
 
     An id repeated inside one list keeps its highest score (statistics use one
-    score per id). Output order: higher fused score, then smaller id.
+    score per id). Output order: higher fused score, then smaller id. Ids
+    follow :func:`rrf`'s rule (int64 range, no bools or floats).
 
     Returns:
         ``(ids int64, scores float32)``, best first, at most ``top_n``.

@@ -20,9 +20,21 @@ Storage (``dtype``):
 Scores: the native API (``search``) returns similarities, higher is better: inner product for ``ip``/``cosine``,
 negative squared L2 for ``l2``. The hnswlib API (``knn_query``) returns hnswlib's distances: ``1 - ip``,
 ``1 - cos`` and squared L2.
+
+Ids: integers in ``[0, 2**63 - 1]``, for every call that takes them (``add``, ``add_items`` with or without
+``replace_deleted``, ``mark_deleted``, ``get_items``...). ``search`` returns ids as int64 with ``-1`` as padding, so a
+larger id could only come back negative; it is a ``ValueError`` instead (hnswlib takes any uint64). Ids that are not
+integers (floats, even integral-valued ones, which lose precision above 2**53; bools; object arrays) are a
+``TypeError``. Python ints of any size are converted exactly.
+
+k: a search returns ``k`` results per query, padded with id ``-1`` (score ``-inf``; hnswlib's ``knn_query`` raises
+instead) when fewer exist. ``k`` (and ``search_mmr``'s ``fetch_k``) may be at most ``max(element_count, 1024)``: a
+larger ``k`` could only add padding (``k = 10**9`` would allocate 12 GB per query) and is a ``ValueError`` naming
+``k``.
 """
 from __future__ import annotations
 
+import operator
 import os
 import threading
 from dataclasses import dataclass
@@ -37,6 +49,8 @@ __all__ = ["Index", "FlatIndex", "IndexInputError", "IndexStats"]
 _SPACES = ("l2", "ip", "cosine")
 _DTYPES = ("float32", "int8")
 _MAX_LABEL = 2**32 - 1
+_MAX_ID = 2**63 - 1
+_ID_RULE = "ids must be integers in [0, 2**63 - 1] (search returns int64 ids, with -1 as padding)"
 
 LabelsArg = Union[None, int, Sequence[int], Sequence[Sequence[int]], np.ndarray]
 
@@ -94,37 +108,69 @@ def _as_rows(data: Any, dim: int, what: str = "vectors") -> np.ndarray:
 
 
 def _as_ids(ids: Any, n: int) -> Optional[np.ndarray]:
-    if ids is None:
-        return None
-    arr = np.asarray(ids)
+    """uint64 ids, one per row, or None (default ids)."""
+    return None if ids is None else _id_array(ids, n)
+
+
+def _id_array(ids: Any, n: int) -> np.ndarray:
+    """``n`` ids as C-contiguous uint64, checked against the id rule (module docstring, "Ids")."""
+    arr = ids if isinstance(ids, np.ndarray) else _ids_from_python(ids)
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1:
         raise IndexInputError("ids must be a scalar or a 1-d sequence")
     if arr.shape[0] != n:
         raise IndexInputError(f"The input label shape {arr.shape[0]} does not match the input data vector shape {n}")
-    if arr.size == 0:
-        return np.zeros(0, dtype=np.uint64)
-    if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)) or not np.all(arr == np.floor(arr)):
-            raise TypeError("ids must be integers")
-    elif arr.dtype.kind not in "iu":
+    if arr.dtype.kind not in "iu":  # floats (even integral-valued ones would round above 2**53), bools, objects
         raise TypeError(f"ids must be integers, got dtype {arr.dtype}")
-    if arr.dtype.kind != "u" and (arr < 0).any():
+    if arr.size:
+        if arr.dtype.kind == "i" and arr.min() < 0:
+            raise IndexInputError("ids must be non-negative integers")
+        if arr.dtype.kind == "u" and int(arr.max()) > _MAX_ID:
+            raise IndexInputError(f"id {int(arr.max())} is out of range: {_ID_RULE}")
+    return np.ascontiguousarray(arr, dtype=np.uint64)
+
+
+def _ids_from_python(ids: Any) -> np.ndarray:
+    """Python ids (an int, a list, a range...) as an integer array, exactly: NumPy's own conversion when it gives
+    integers, else item by item (a list mixing large and negative ints would otherwise become float64)."""
+    arr = np.asarray(ids)
+    if arr.dtype.kind in "iu":
+        return arr
+    items = [ids] if arr.ndim == 0 else list(ids)
+    return np.array([_as_id(v) for v in items], dtype=np.uint64)
+
+
+def _as_id(value: Any) -> int:
+    """One id as a Python int, checked against the id rule."""
+    if isinstance(value, (bool, np.bool_)) or isinstance(value, (float, np.floating)):
+        raise TypeError(f"ids must be integers, got {type(value).__name__} {value!r}")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"ids must be integers, got {type(value).__name__}") from None
+    if v < 0:
         raise IndexInputError("ids must be non-negative integers")
-    return np.ascontiguousarray(arr.astype(np.uint64))
+    if v > _MAX_ID:
+        raise IndexInputError(f"id {v} is out of range: {_ID_RULE}")
+    return v
+
+
+def _int_arg(value: Any, what: str) -> int:
+    """An integer argument as a Python int: ints and NumPy integers, never bools or floats (no silent rounding)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{what} must be an integer, got {type(value).__name__}")
+    return int(value)
 
 
 def _label_list(row: Any) -> list[int]:
-    if isinstance(row, (int, np.integer)):
-        vals = [int(row)]
-    elif isinstance(row, (str, bytes)):
+    if isinstance(row, (str, bytes)):
         raise TypeError("labels must be integers")
-    else:
-        try:
-            vals = [int(v) for v in row]
-        except TypeError as exc:
-            raise TypeError("labels must be integers or lists of integers") from exc
+    try:
+        items = [row] if isinstance(row, (int, np.integer, bool, np.bool_)) else list(row)
+    except TypeError as exc:
+        raise TypeError("labels must be integers or lists of integers") from exc
+    vals = [_int_arg(v, "labels") for v in items]
     for v in vals:
         if v < 0 or v > _MAX_LABEL:
             raise IndexInputError(f"labels must be in [0, 2**32 - 1], got {v}")
@@ -141,6 +187,8 @@ def _labels_csr(labels: LabelsArg, n: int) -> tuple[Optional[np.ndarray], Option
         if labels.size and (labels.min() < 0 or labels.max() > _MAX_LABEL):
             raise IndexInputError("labels must be in [0, 2**32 - 1]")
         return np.arange(n + 1, dtype=np.int64), np.ascontiguousarray(labels.astype(np.uint32))
+    if isinstance(labels, (int, np.integer)):
+        raise TypeError("labels must be a sequence with one entry (an int or a list of ints) per row")
     rows = list(labels)
     if len(rows) != n:
         raise IndexInputError(f"labels must have one entry per row ({n}), got {len(rows)}")
@@ -157,25 +205,44 @@ def _query_labels(labels: Any) -> Optional[list[int]]:
     return _label_list(labels)
 
 
+def _check_count(value: Any, what: str) -> int:
+    """A positive integer argument (k, fetch_k, ef). Bounds relative to the index are checked natively."""
+    v = _int_arg(value, what)
+    if v < 1:
+        raise IndexInputError(f"{what} must be a positive integer, got {v}")
+    if v > _MAX_ID:
+        raise IndexInputError(f"{what}={v} is too large")
+    return v
+
+
 def _check_k(k: Any) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise TypeError(f"k must be an integer, got {type(k).__name__}")
-    if k < 1:
-        raise IndexInputError(f"k must be a positive integer, got {k}")
-    return int(k)
+    return _check_count(k, "k")
+
+
+def _check_threads(num_threads: Any) -> int:
+    """num_threads: an integer; <= 0 means every core, larger counts are capped at the hardware threads natively."""
+    if num_threads is None:
+        return -1
+    return max(-1, min(_int_arg(num_threads, "num_threads"), 2**31 - 1))
 
 
 def _as_ef(ef: Any, nq: int) -> Optional[np.ndarray]:
     if ef is None:
         return None
+    if isinstance(ef, (bool, np.bool_)):
+        raise TypeError("ef must be an int or an array of ints")
     arr = np.asarray(ef)
+    if arr.dtype.kind == "O" and all(isinstance(v, int) and not isinstance(v, bool) for v in arr.reshape(-1)):
+        raise IndexInputError("ef values must be integers in [1, 2**63 - 1]")  # Python ints beyond uint64
     if arr.dtype.kind not in "iu":
         raise TypeError("ef must be an int or an array of ints")
     arr = arr.reshape(-1)
     if arr.shape[0] not in (1, nq):
         raise IndexInputError(f"ef must be one int or one per query ({nq}), got {arr.shape[0]}")
-    if (arr < 1).any():
+    if arr.size and (arr < 1).any():
         raise IndexInputError("ef values must be positive")
+    if arr.size and arr.dtype.kind == "u" and int(arr.max()) > _MAX_ID:
+        raise IndexInputError("ef values must be integers in [1, 2**63 - 1]")
     return np.ascontiguousarray(arr.astype(np.uint64))
 
 
@@ -293,8 +360,8 @@ class Index:
         self.set_num_threads(value)
 
     def set_num_threads(self, num_threads: int) -> None:
-        """Default thread count for add/search calls (-1: all cores)."""
-        self._num_threads = int(num_threads)
+        """Default thread count for add/search calls (-1: all cores; more than the hardware threads are capped)."""
+        self._num_threads = _check_threads(num_threads)
 
     def set_ef(self, ef: int) -> None:
         """Default efSearch (candidate list size); values below k are raised to k per query (0 is accepted, as
@@ -305,8 +372,9 @@ class Index:
             raise IndexInputError(f"ef must be >= 0, got {ef}")
         self._c().set_ef(max(1, int(ef)))
 
-    def _threads(self, num_threads: int) -> int:
-        return self._num_threads if num_threads is None or num_threads < 0 else int(num_threads)
+    def _threads(self, num_threads: Any) -> int:
+        n = _check_threads(num_threads)
+        return self._num_threads if n < 0 else n
 
     def get_current_count(self) -> int:
         return self.element_count
@@ -334,7 +402,8 @@ class Index:
     ) -> None:
         """Adds rows (ids default to ``element_count + i``).
 
-        ``labels``: one int per row, a list of int lists (e.g. section ids), or None. An existing id raises
+        ``ids``: integers in ``[0, 2**63 - 1]`` (see the module docstring). ``labels``: one int per row, a list of int
+        lists (e.g. section ids), or None. An existing id raises
         ``ValueError`` unless ``update=True`` (then the vector - and the labels, when given - are replaced and the
         element re-linked). Multithreaded, GIL released.
         """
@@ -354,8 +423,9 @@ class Index:
         """k nearest neighbours: ``(ids int64 [n, k], scores float32 [n, k])``, best first.
 
         Scores are similarities (ip/cosine: inner product; l2: negative squared L2). Rows with fewer than k results
-        are padded with id -1 and score -inf. ``ef``: one int or one per query (raised to k). ``labels``: keep only
-        elements carrying any of these labels (exact search over the allowed subset when that is cheaper).
+        are padded with id -1 and score -inf; ``k`` may be at most ``max(element_count, 1024)`` (ValueError beyond).
+        ``ef``: one int or one per query (raised to k). ``labels``: keep only elements carrying any of these labels
+        (exact search over the allowed subset when that is cheaper).
         """
         rows = _as_rows(queries, self._dim, "queries")
         k = _check_k(k)
@@ -377,28 +447,25 @@ class Index:
         MMR = lambda * sim(q, d) - (1 - lambda) * max_j sim(d, d_j), with the index's own similarity (ip/cosine:
         inner product, l2: negative squared L2; int8 pairs from the stored codes, never dequantized to Python).
         Returns ``(ids int64 [<=k], mmr_scores float32)`` in pick order, plus the similarity to the query
-        (``relevance``) when ``return_relevance``. ``fetch_k`` is raised to ``k`` and ``ef`` to ``fetch_k``.
+        (``relevance``) when ``return_relevance``. ``fetch_k`` is raised to ``k`` and ``ef`` to ``fetch_k``; ``k`` and
+        ``fetch_k`` may be at most ``max(element_count, 1024)`` (ValueError beyond).
         Use ``medretrieve.lambda_for(query_type)`` for a per-query lambda.
         """
         q = _as_rows(query, self._dim, "query")
         if q.shape[0] != 1:
             raise IndexInputError(f"search_mmr takes one query, got {q.shape[0]} rows")
         k = _check_k(k)
-        if isinstance(fetch_k, bool) or not isinstance(fetch_k, (int, np.integer)) or fetch_k < 1:
-            raise IndexInputError(f"fetch_k must be a positive integer, got {fetch_k!r}")
+        fetch = _check_count(fetch_k, "fetch_k")
         lam = float(lambda_)
         if not 0.0 <= lam <= 1.0:
             raise IndexInputError(f"lambda_ must be in [0, 1], got {lambda_!r}")
-        if ef is not None and (isinstance(ef, bool) or not isinstance(ef, (int, np.integer)) or ef < 1):
-            raise IndexInputError(f"ef must be a positive integer, got {ef!r}")
-        ids, scores, relevance = _core.search_mmr(
-            self._c(), q[0], k, int(fetch_k), lam, None if ef is None else int(ef), _query_labels(labels)
-        )
+        ef_value = None if ef is None else _check_count(ef, "ef")
+        ids, scores, relevance = _core.search_mmr(self._c(), q[0], k, fetch, lam, ef_value, _query_labels(labels))
         return (ids, scores, relevance) if return_relevance else (ids, scores)
 
     def labels_of(self, id: int) -> list[int]:
         """The labels element ``id`` carries."""
-        return list(self._c().labels_of(int(id)))
+        return list(self._c().labels_of(_as_id(id)))
 
     def memory_bytes(self) -> int:
         """Native bytes held (slabs, links, ids, labels; excludes a memory-mapped file's pages)."""
@@ -443,7 +510,8 @@ class Index:
         """hnswlib ``knn_query``: ``(labels uint64 [n, k], distances float32 [n, k])``, closest first.
 
         Distances: ``1 - ip`` (ip), ``1 - cos`` (cosine), squared L2 (l2). ``filter(label) -> bool`` keeps elements
-        (called with the GIL, from any search thread). Raises RuntimeError when fewer than k elements are found.
+        (called with the GIL, from any search thread). Raises RuntimeError when fewer than k elements are found, and
+        ValueError for ``k > max(element_count, 1024)``.
         """
         rows = _as_rows(data, self._dim, "queries")
         k = _check_k(k)
@@ -465,7 +533,7 @@ class Index:
             ids_arr = np.array([i for i in all_ids if not core.is_deleted(int(i))], dtype=np.uint64)
         else:
             arr = np.asarray(ids)
-            ids_arr = _as_ids(arr.reshape(-1), arr.size)
+            ids_arr = _id_array(arr.reshape(-1), arr.size)
         out = core.get_items(ids_arr)
         return out if return_type == "numpy" else out.tolist()
 
@@ -477,10 +545,10 @@ class Index:
 
     def mark_deleted(self, label: int) -> None:
         """Hides an element from results (it stays navigable; reusable with replace_deleted)."""
-        self._c().mark_deleted(int(label))
+        self._c().mark_deleted(_as_id(label))
 
     def unmark_deleted(self, label: int) -> None:
-        self._c().unmark_deleted(int(label))
+        self._c().unmark_deleted(_as_id(label))
 
     def resize_index(self, new_size: int) -> None:
         self._c().resize(int(new_size))
@@ -586,11 +654,12 @@ class FlatIndex:
         self._core.train(_as_rows(sample, self._dim, "training vectors"))
 
     def add(self, vectors: Any, ids: Any = None, labels: LabelsArg = None, num_threads: int = -1) -> None:
-        """Adds rows (ids default to ``count + i``; existing ids raise ValueError). Labels as in ``Index.add``."""
+        """Adds rows (ids default to ``count + i``; existing ids raise ValueError; ids follow the module's id rule).
+        Labels as in ``Index.add``."""
         rows = _as_rows(vectors, self._dim)
         ids_arr = _as_ids(ids, rows.shape[0])
         off, vals = _labels_csr(labels, rows.shape[0])
-        self._core.add(rows, ids_arr, off, vals, int(num_threads))
+        self._core.add(rows, ids_arr, off, vals, _check_threads(num_threads))
         self._mutations += 1
 
     def search(
@@ -602,7 +671,8 @@ class FlatIndex:
         num_threads: int = -1,
         filter: Optional[Callable[[int], bool]] = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Exact top-k: ``(ids int64 [n, k], scores float32 [n, k])``, same conventions as ``Index.search``.
+        """Exact top-k: ``(ids int64 [n, k], scores float32 [n, k])``, same conventions as ``Index.search`` (padding
+        with id -1, ``k`` at most ``max(count, 1024)``).
 
         ``ef`` is accepted for signature compatibility and ignored (the search is exhaustive).
         """
@@ -612,7 +682,7 @@ class FlatIndex:
             raise TypeError("filter must be callable: filter(id) -> bool")
         if self._device == "cuda" and labels is None and filter is None and k > 0 and len(rows):
             return self._search_device(rows, k)
-        return self._core.search(rows, k, _query_labels(labels), filter, int(num_threads))
+        return self._core.search(rows, k, _query_labels(labels), filter, _check_threads(num_threads))
 
     def _device_table(self) -> tuple[Any, np.ndarray]:
         with self._table_lock:
@@ -637,16 +707,16 @@ class FlatIndex:
         return out_ids, scores
 
     def mark_deleted(self, id: int) -> None:
-        self._core.mark_deleted(int(id))
+        self._core.mark_deleted(_as_id(id))
         self._mutations += 1
 
     def unmark_deleted(self, id: int) -> None:
-        self._core.unmark_deleted(int(id))
+        self._core.unmark_deleted(_as_id(id))
         self._mutations += 1
 
     def get_items(self, ids: Any) -> np.ndarray:
         arr = np.asarray(ids)
-        return self._core.get_items(_as_ids(arr.reshape(-1), arr.size))
+        return self._core.get_items(_id_array(arr.reshape(-1), arr.size))
 
     def get_ids_list(self) -> list[int]:
         return [int(i) for i in self._core.ids()]

@@ -66,7 +66,7 @@ TEST(Mmr, Float32MatchesReferenceForEverySimilarity) {
       }
       std::vector<float> rel(n);
       for (auto& v : rel) v = nd(rng);
-      for (Similarity s : {Similarity::InnerProduct, Similarity::NegL2, Similarity::Cosine}) {
+      for (Metric s : {Metric::IP, Metric::L2, Metric::Cosine}) {
         std::vector<std::vector<double>> sim(n, std::vector<double>(n));
         for (size_t i = 0; i < n; ++i)
           for (size_t j = 0; j < n; ++j) {
@@ -77,9 +77,9 @@ TEST(Mmr, Float32MatchesReferenceForEverySimilarity) {
               ni += double(x[i][d]) * x[i][d];
               nj += double(x[j][d]) * x[j][d];
             }
-            sim[i][j] = s == Similarity::InnerProduct ? dot : s == Similarity::NegL2 ? -l2 : dot / std::sqrt(ni * nj);
+            sim[i][j] = s == Metric::IP ? dot : s == Metric::L2 ? -l2 : dot / std::sqrt(ni * nj);
           }
-        if (dim == 1 && s == Similarity::Cosine) continue;  // all +-1: exact ties everywhere
+        if (dim == 1 && s == Metric::Cosine) continue;  // all +-1: exact ties everywhere
         for (float lambda : {0.f, 0.5f, 1.f})
           for (size_t k : {size_t(1), size_t(5), n + 3}) {
             MmrResult got = mmr_select_f32(rows.data(), n, dim, rel.data(), k, lambda, s);
@@ -146,25 +146,25 @@ TEST(Mmr, TiesGoToRelevanceThenPosition) {
   std::vector<const float*> rows;
   for (auto& r : x) rows.push_back(r.data());
   std::vector<float> rel = {1, 1, 1, 1};
-  MmrResult r = mmr_select_f32(rows.data(), 4, 2, rel.data(), 4, 0.5f, Similarity::InnerProduct);
+  MmrResult r = mmr_select_f32(rows.data(), 4, 2, rel.data(), 4, 0.5f, Metric::IP);
   EXPECT_EQ(r.order, (std::vector<int64_t>{0, 2, 1, 3}));
   std::vector<float> rel2 = {1, 1, 1, 2};
-  r = mmr_select_f32(rows.data(), 4, 2, rel2.data(), 2, 0.f, Similarity::InnerProduct);
+  r = mmr_select_f32(rows.data(), 4, 2, rel2.data(), 2, 0.f, Metric::IP);
   EXPECT_EQ(r.order, (std::vector<int64_t>{3, 0}));
 }
 
 TEST(Mmr, BadArgumentsThrow) {
   std::vector<float> row = {1, 2}, rel = {1};
   const float* rows[] = {row.data()};
-  EXPECT_THROW(mmr_select_f32(rows, 1, 2, rel.data(), 1, -0.1f, Similarity::InnerProduct), std::invalid_argument);
-  EXPECT_THROW(mmr_select_f32(rows, 1, 2, rel.data(), 1, NAN, Similarity::InnerProduct), std::invalid_argument);
-  EXPECT_THROW(mmr_select_f32(nullptr, 1, 2, rel.data(), 1, 0.5f, Similarity::InnerProduct), std::invalid_argument);
+  EXPECT_THROW(mmr_select_f32(rows, 1, 2, rel.data(), 1, -0.1f, Metric::IP), std::invalid_argument);
+  EXPECT_THROW(mmr_select_f32(rows, 1, 2, rel.data(), 1, NAN, Metric::IP), std::invalid_argument);
+  EXPECT_THROW(mmr_select_f32(nullptr, 1, 2, rel.data(), 1, 0.5f, Metric::IP), std::invalid_argument);
   std::vector<float> bad_rel = {NAN};
-  EXPECT_THROW(mmr_select_f32(rows, 1, 2, bad_rel.data(), 1, 0.5f, Similarity::InnerProduct), std::invalid_argument);
+  EXPECT_THROW(mmr_select_f32(rows, 1, 2, bad_rel.data(), 1, 0.5f, Metric::IP), std::invalid_argument);
   std::vector<float> nan_row = {NAN, 1}, rel2 = {1, 0};
   const float* rows2[] = {row.data(), nan_row.data()};
-  EXPECT_THROW(mmr_select_f32(rows2, 2, 2, rel2.data(), 2, 0.5f, Similarity::InnerProduct), std::invalid_argument);
-  EXPECT_TRUE(mmr_select_f32(nullptr, 0, 2, nullptr, 3, 0.5f, Similarity::NegL2).order.empty());
+  EXPECT_THROW(mmr_select_f32(rows2, 2, 2, rel2.data(), 2, 0.5f, Metric::IP), std::invalid_argument);
+  EXPECT_TRUE(mmr_select_f32(nullptr, 0, 2, nullptr, 3, 0.5f, Metric::L2).order.empty());
 }
 
 TEST(Rrf, MatchesMapReferenceWithDuplicatesWeightsAndTopN) {

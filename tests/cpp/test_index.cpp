@@ -95,7 +95,7 @@ TEST(Hnsw, RecallAgainstBruteForceEverySpaceAndDtype) {
       const size_t ef = 100;
       h.search(q.data(), nq, k, &ef, 1, nullptr, nullptr, 1, ids.data(), sc.data());
       const double r = recall(ids, truth, k);
-      EXPECT_GE(r, d == DType::Float32 ? 0.97 : 0.9) << space_name(s) << " " << dtype_name(d);
+      EXPECT_GE(r, d == DType::Float32 ? 0.97 : 0.9) << medretrieve::metric_name(s) << " " << dtype_name(d);
       for (size_t i = 0; i < nq; ++i)
         for (size_t j = 1; j < k; ++j) EXPECT_GE(sc[i * k + j - 1], sc[i * k + j]);  // best first
     }

@@ -1,0 +1,257 @@
+// Python bindings of the optional CUDA back end (csrc/cuda): convert types,
+// check arguments, release the GIL. Built whether or not CUDA is: without it
+// _cuda_available() reports (False, why) and every other entry point raises
+// RuntimeError("CUDA is not available: ...").
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bindings/bindings.h"
+#include "bindings/convert.h"
+#include "common/metric.h"
+#include "cuda/cuda_api.h"
+#include "fusion/mmr_batch.h"
+
+namespace py = pybind11;
+namespace fu = medretrieve::fusion;
+
+namespace medretrieve::bindings {
+
+namespace {
+
+bool cuda_ok(std::string* why) {
+#if defined(MEDRETRIEVE_WITH_CUDA)
+  return cuda::available(why);
+#else
+  if (why) *why = "medretrieve was built without the CUDA back end (MEDRETRIEVE_CUDA=OFF or nvcc not found)";
+  return false;
+#endif
+}
+
+void require_cuda() {
+  std::string why;
+  if (!cuda_ok(&why)) throw std::runtime_error("CUDA is not available: " + why);
+}
+
+#if defined(MEDRETRIEVE_WITH_CUDA)
+
+py::list times_of(const cuda::Timing& t) {
+  py::list out;
+  for (float v : t.times_ms) out.append(v);
+  return out;
+}
+
+py::tuple exact_search(py::array queries, py::array database, size_t k, const std::string& metric,
+                       py::object qscale, py::object dbscale, int warmup, int repeats) {
+  const Metric met = parse_metric(metric, "metric");
+  if (queries.ndim() != 2 || database.ndim() != 2) throw py::value_error("queries and database must be 2-d");
+  require_c_contiguous(queries, "queries");
+  require_c_contiguous(database, "database");
+  const size_t nq = size_t(queries.shape(0)), n = size_t(database.shape(0)), dim = size_t(database.shape(1));
+  if (size_t(queries.shape(1)) != dim)
+    throw py::value_error("queries have dim " + std::to_string(queries.shape(1)) + ", database " + std::to_string(dim));
+  if (k == 0 || k > cuda::kMaxTopK) throw py::value_error("k must be in [1, " + std::to_string(cuda::kMaxTopK) + "]");
+  py::array_t<int64_t> ids({nq, k});
+  py::array_t<float> scores({nq, k});
+  int64_t* oi = ids.mutable_data();
+  float* os = scores.mutable_data();
+  cuda::Timing timing{warmup, repeats, {}};
+  if (has_dtype<float>(queries) && has_dtype<float>(database)) {
+    const float* q = static_cast<const float*>(queries.data());
+    const float* d = static_cast<const float*>(database.data());
+    py::gil_scoped_release release;
+    cuda::exact_search_f32(q, nq, d, n, dim, k, met, oi, os, &timing);
+  } else if (has_dtype<int8_t>(queries) && has_dtype<int8_t>(database)) {
+    const float* qs = qscale.is_none() ? nullptr : vector_of<float>(qscale, nq, "query scales");
+    const float* ds = dbscale.is_none() ? nullptr : vector_of<float>(dbscale, n, "database scales");
+    const int8_t* q = static_cast<const int8_t*>(queries.data());
+    const int8_t* d = static_cast<const int8_t*>(database.data());
+    py::gil_scoped_release release;
+    cuda::exact_search_i8(q, qs, nq, d, ds, n, dim, k, met, oi, os, &timing);
+  } else {
+    throw py::type_error("queries and database must both be float32 or both be int8");
+  }
+  return py::make_tuple(ids, scores, times_of(timing));
+}
+
+py::tuple mmr_batch(py::list candidates, size_t k, py::array_t<float, py::array::c_style | py::array::forcecast> lambdas,
+                    py::object queries, py::object relevances, const std::string& metric, py::object scales,
+                    int warmup, int repeats) {
+  const Metric met = parse_metric(metric, "metric");
+  const std::vector<fu::MmrProblem> problems = mmr_problems(candidates, lambdas, queries, relevances, scales);
+  cuda::Timing timing{warmup, repeats, {}};
+  std::vector<fu::MmrResult> results;
+  {
+    py::gil_scoped_release release;
+    const fu::PackedMmrBatch p = fu::pack_mmr_batch(problems, k, met);
+    const size_t B = problems.size();
+    std::vector<int64_t> order(B * p.k, -1);
+    std::vector<float> mmr_scores(B * p.k);
+    if (B > 0 && p.k > 0) {
+      if (p.int8)
+        cuda::mmr_i8(p.rows_i8.data(), p.scale.data(), p.offset.data(), 0.f, p.weight, p.offsets.data(), B, p.dim,
+                     p.relevance.data(), p.lambdas.data(), p.k, order.data(), mmr_scores.data(), &timing);
+      else
+        cuda::mmr_f32(p.rows_f32.data(), p.offsets.data(), B, p.dim, p.relevance.data(), p.lambdas.data(), p.k, met,
+                      order.data(), mmr_scores.data(), &timing);
+    }
+    results = fu::unpack_mmr_batch(problems, p, order.data(), mmr_scores.data());
+  }
+  py::list out;
+  for (const auto& r : results) out.append(to_numpy(r.order, r.scores));
+  return py::make_tuple(out, times_of(timing));
+}
+
+py::tuple rrf(py::sequence lists, double k, py::object weights, size_t top_n, int warmup, int repeats) {
+  IdLists in(lists);
+  const size_t L = in.views.size();
+  std::vector<double> w = read_weights(weights, L);
+  if (!std::isfinite(k) || k < 0) throw py::value_error("rrf: k must be finite and >= 0");
+  for (double x : w)
+    if (!std::isfinite(x) || x < 0) throw py::value_error("rrf: weights must be finite and >= 0");
+  std::vector<int64_t> out_ids;
+  std::vector<float> out_scores;
+  cuda::Timing timing{warmup, repeats, {}};
+  {
+    py::gil_scoped_release release;
+    std::vector<int64_t> flat, offsets(L + 1, 0);
+    for (size_t l = 0; l < L; ++l) {
+      flat.insert(flat.end(), in.views[l].ids, in.views[l].ids + in.views[l].size);
+      offsets[l + 1] = int64_t(flat.size());
+    }
+    cuda::rrf(flat.data(), offsets.data(), L, k, w.empty() ? nullptr : w.data(), top_n, out_ids, out_scores, &timing);
+  }
+  py::tuple res = to_numpy(out_ids, out_scores);
+  return py::make_tuple(res[0], res[1], times_of(timing));
+}
+
+// Device-resident rows for FlatIndex(device="cuda"); search returns row positions.
+void bind_table(py::module_& m) {
+  py::class_<cuda::DeviceTable>(m, "_CudaTable")
+      .def(py::init([] {
+        require_cuda();
+        return std::make_unique<cuda::DeviceTable>();
+      }))
+      .def(
+          "assign",
+          [](cuda::DeviceTable& self, py::array rows, py::object scales) {
+            if (rows.ndim() != 2) throw py::value_error("rows must be 2-d");
+            require_c_contiguous(rows, "rows");
+            const size_t n = size_t(rows.shape(0)), dim = size_t(rows.shape(1));
+            if (has_dtype<float>(rows)) {
+              const float* p = static_cast<const float*>(rows.data());
+              py::gil_scoped_release release;
+              self.assign_f32(p, n, dim);
+            } else if (has_dtype<int8_t>(rows)) {
+              const float* s = scales.is_none() ? nullptr : vector_of<float>(scales, n, "scales");
+              const int8_t* p = static_cast<const int8_t*>(rows.data());
+              py::gil_scoped_release release;
+              self.assign_i8(p, s, n, dim);
+            } else {
+              throw py::type_error("rows must be float32 or int8");
+            }
+          },
+          py::arg("rows"), py::arg("scales") = py::none())
+      .def(
+          "search",
+          [](const cuda::DeviceTable& self, py::array queries, py::object qscales, size_t k, const std::string& metric) {
+            const Metric met = parse_metric(metric, "metric");
+            if (queries.ndim() != 2 || size_t(queries.shape(1)) != self.dim())
+              throw py::value_error("queries must be 2-d with dim " + std::to_string(self.dim()));
+            require_c_contiguous(queries, "queries");
+            if (k == 0 || k > cuda::kMaxTopK)
+              throw py::value_error("k must be in [1, " + std::to_string(cuda::kMaxTopK) + "]");
+            const size_t nq = size_t(queries.shape(0));
+            py::array_t<int64_t> ids({nq, k});
+            py::array_t<float> scores({nq, k});
+            int64_t* oi = ids.mutable_data();
+            float* os = scores.mutable_data();
+            if (self.is_int8() && has_dtype<int8_t>(queries)) {
+              const float* qs = qscales.is_none() ? nullptr : vector_of<float>(qscales, nq, "query scales");
+              const int8_t* q = static_cast<const int8_t*>(queries.data());
+              py::gil_scoped_release release;
+              self.search_i8(q, qs, nq, k, met, oi, os);
+            } else if (!self.is_int8() && has_dtype<float>(queries)) {
+              const float* q = static_cast<const float*>(queries.data());
+              py::gil_scoped_release release;
+              self.search_f32(q, nq, k, met, oi, os);
+            } else {
+              throw py::type_error("queries must have the table's dtype");
+            }
+            return py::make_tuple(ids, scores);
+          },
+          py::arg("queries"), py::arg("query_scales"), py::arg("k"), py::arg("metric"))
+      .def_property_readonly("rows", &cuda::DeviceTable::rows)
+      .def_property_readonly("device_bytes", &cuda::DeviceTable::device_bytes);
+}
+
+#endif  // MEDRETRIEVE_WITH_CUDA
+
+// Without the back end: the same names, raising once the caller asks for them.
+template <typename... Args>
+py::tuple unavailable(Args...) {
+  require_cuda();
+  return py::tuple();
+}
+
+}  // namespace
+
+void bind_cuda(py::module_& m) {
+  m.def(
+      "_cuda_available",
+      [] {
+        std::string why;
+        const bool ok = cuda_ok(&why);
+        return py::make_tuple(ok, why);
+      },
+      "(usable, reason): whether the CUDA kernels can run here and, if not, why.");
+
+  m.def("_cuda_device_summary", []() -> std::string {
+    require_cuda();
+#if defined(MEDRETRIEVE_WITH_CUDA)
+    return cuda::device_summary();
+#else
+    return {};
+#endif
+  });
+
+#if defined(MEDRETRIEVE_WITH_CUDA)
+  auto exact = [](py::array q, py::array d, size_t k, const std::string& metric, py::object qs, py::object ds,
+                  int warmup, int repeats) {
+    require_cuda();
+    return exact_search(q, d, k, metric, qs, ds, warmup, repeats);
+  };
+  auto mmr = [](py::list c, size_t k, py::array_t<float, py::array::c_style | py::array::forcecast> lambdas,
+                py::object queries, py::object relevances, const std::string& metric, py::object scales, int warmup,
+                int repeats) {
+    require_cuda();
+    return mmr_batch(c, k, lambdas, queries, relevances, metric, scales, warmup, repeats);
+  };
+  auto fuse = [](py::sequence lists, double k, py::object weights, size_t top_n, int warmup, int repeats) {
+    require_cuda();
+    return rrf(lists, k, weights, top_n, warmup, repeats);
+  };
+  bind_table(m);
+#else
+  auto exact = unavailable<py::object, py::object, size_t, std::string, py::object, py::object, int, int>;
+  auto mmr = unavailable<py::object, size_t, py::object, py::object, py::object, std::string, py::object, int, int>;
+  auto fuse = unavailable<py::object, double, py::object, size_t, int, int>;
+#endif
+
+  m.def("_cuda_exact_search", exact, py::arg("queries"), py::arg("database"), py::arg("k"), py::arg("metric") = "ip",
+        py::arg("query_scales") = py::none(), py::arg("database_scales") = py::none(), py::arg("warmup") = 0,
+        py::arg("repeats") = 0, "Exact top-k on the GPU: (ids, scores, kernel times in ms).");
+  m.def("_cuda_mmr_batch", mmr, py::arg("candidates"), py::arg("k"), py::arg("lambdas"), py::arg("queries") = py::none(),
+        py::arg("relevances") = py::none(), py::arg("metric") = "ip", py::arg("scales") = py::none(),
+        py::arg("warmup") = 0, py::arg("repeats") = 0, "Batched MMR on the GPU: (results, kernel times in ms).");
+  m.def("_cuda_rrf", fuse, py::arg("lists"), py::arg("k") = 60.0, py::arg("weights") = py::none(),
+        py::arg("top_n") = 0, py::arg("warmup") = 0, py::arg("repeats") = 0,
+        "RRF on the GPU: (ids, scores, kernel times in ms).");
+}
+
+}  // namespace medretrieve::bindings

@@ -1,0 +1,232 @@
+"""Typed stub of ``medretrieve._core``, the pybind11 module built from ``csrc/bindings``.
+
+Every name the module exports, so mypy checks the Python wrappers (``index.py``, ``fusion.py``) against the
+native signatures. Array arguments typed ``ArrayLike`` are converted by pybind11 (``forcecast``) to the dtype named
+in the comment; arguments typed ``NDArray`` must already have that dtype and be C-contiguous. ``_CudaTable`` exists
+only in builds with the CUDA back end (``_cuda_available()`` tells).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence, Union
+
+import numpy as np
+import numpy.typing as npt
+
+_I64 = npt.NDArray[np.int64]
+_U64 = npt.NDArray[np.uint64]
+_F32 = npt.NDArray[np.float32]
+_I8 = npt.NDArray[np.int8]
+_Ranked = tuple[_I64, _F32]
+_IdList = Union[npt.NDArray[np.integer[Any]], Sequence[int]]
+
+# --- kernels (bind_kernels.cpp) ---------------------------------------------
+
+def simd_level() -> str: ...
+def cpu_simd_level() -> str: ...
+def available_simd_levels() -> list[str]: ...
+def _kernel_dot_f32(a: npt.ArrayLike, b: npt.ArrayLike, level: str, /) -> float: ...  # float32
+def _kernel_l2sq_f32(a: npt.ArrayLike, b: npt.ArrayLike, level: str, /) -> float: ...  # float32
+def _kernel_dot_i8(a: npt.ArrayLike, b: npt.ArrayLike, level: str, /) -> int: ...  # int8
+def _quantize_i8(x: npt.ArrayLike, centre: Optional[npt.ArrayLike] = None) -> tuple[_I8, float]: ...
+
+# --- fusion (bind_fusion.cpp) -------------------------------------------------
+
+def _mmr(
+    candidates: Union[_F32, _I8],
+    k: int,
+    lambda_: float,
+    query: Optional[_F32] = None,
+    relevance: Optional[_F32] = None,
+    metric: str = "ip",
+    scales: Optional[_F32] = None,
+) -> _Ranked: ...
+def _mmr_batch(
+    candidates: list[Union[_F32, _I8]],
+    k: int,
+    lambdas: npt.ArrayLike,  # float32, one per problem
+    queries: Optional[Sequence[Optional[_F32]]] = None,
+    relevances: Optional[Sequence[Optional[_F32]]] = None,
+    metric: str = "ip",
+    scales: Optional[Sequence[Optional[_F32]]] = None,
+    threads: int = 0,
+) -> list[_Ranked]: ...
+def _rrf(
+    lists: Sequence[_IdList],
+    k: float = 60.0,
+    weights: Optional[npt.ArrayLike] = None,
+    top_n: int = 0,
+) -> _Ranked: ...
+def _fuse_scores(
+    id_lists: Sequence[_IdList],
+    score_lists: Sequence[npt.ArrayLike],
+    method: str = "minmax",
+    weights: Optional[npt.ArrayLike] = None,
+    top_n: int = 0,
+) -> _Ranked: ...
+
+# --- CUDA back end (bind_cuda.cpp) -------------------------------------------
+
+def _cuda_available() -> tuple[bool, str]: ...
+def _cuda_device_summary() -> str: ...
+def _cuda_exact_search(
+    queries: Union[_F32, _I8],
+    database: Union[_F32, _I8],
+    k: int,
+    metric: str = "ip",
+    query_scales: Optional[_F32] = None,
+    database_scales: Optional[_F32] = None,
+    warmup: int = 0,
+    repeats: int = 0,
+) -> tuple[_I64, _F32, list[float]]: ...
+def _cuda_mmr_batch(
+    candidates: list[Union[_F32, _I8]],
+    k: int,
+    lambdas: npt.ArrayLike,
+    queries: Optional[Sequence[Optional[_F32]]] = None,
+    relevances: Optional[Sequence[Optional[_F32]]] = None,
+    metric: str = "ip",
+    scales: Optional[Sequence[Optional[_F32]]] = None,
+    warmup: int = 0,
+    repeats: int = 0,
+) -> tuple[list[_Ranked], list[float]]: ...
+def _cuda_rrf(
+    lists: Sequence[_IdList],
+    k: float = 60.0,
+    weights: Optional[npt.ArrayLike] = None,
+    top_n: int = 0,
+    warmup: int = 0,
+    repeats: int = 0,
+) -> tuple[_I64, _F32, list[float]]: ...
+
+class _CudaTable:
+    """Rows kept on the GPU for ``FlatIndex(device="cuda")``; ``search`` returns row positions."""
+
+    def __init__(self) -> None: ...
+    def assign(self, rows: Union[_F32, _I8], scales: Optional[_F32] = None) -> None: ...
+    def search(self, queries: Union[_F32, _I8], query_scales: Optional[_F32], k: int, metric: str) -> tuple[_I64, _F32]: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def device_bytes(self) -> int: ...
+
+# --- indexes (bind_index.cpp, bind_search_mmr.cpp) ---------------------------
+
+class HnswIndex:
+    """Native int8/float32 HNSW index (use ``medretrieve.Index``)."""
+
+    def __init__(
+        self,
+        space: str,
+        dtype: str,
+        dim: int,
+        max_elements: int,
+        M: int,
+        ef_construction: int,
+        seed: int,
+        keep_float: bool,
+        allow_replace_deleted: bool,
+    ) -> None: ...
+    def add(
+        self,
+        data: npt.ArrayLike,  # float32 (n, dim) or (dim,)
+        ids: Optional[npt.ArrayLike] = None,  # uint64 (n,)
+        label_offsets: Optional[npt.ArrayLike] = None,  # int64 (n + 1,)
+        label_values: Optional[npt.ArrayLike] = None,  # uint32
+        num_threads: int = -1,
+        update: bool = False,
+        replace_deleted: bool = False,
+    ) -> None: ...
+    def search(
+        self,
+        queries: npt.ArrayLike,  # float32 (nq, dim) or (dim,)
+        k: int,
+        ef: Optional[npt.ArrayLike] = None,  # uint64, one or one per query
+        labels: Optional[Sequence[int]] = None,
+        filter: Optional[Callable[[int], bool]] = None,
+        num_threads: int = -1,
+    ) -> tuple[_I64, _F32]: ...
+    def train(self, sample: npt.ArrayLike, /) -> None: ...
+    def mark_deleted(self, id: int, /) -> None: ...
+    def unmark_deleted(self, id: int, /) -> None: ...
+    def resize(self, max_elements: int, /) -> None: ...
+    def set_ef(self, ef: int, /) -> None: ...
+    @property
+    def ef(self) -> int: ...
+    def set_filter_exact_factor(self, factor: float, /) -> None: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def deleted_count(self) -> int: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def read_only(self) -> bool: ...
+    def ids(self) -> _U64: ...
+    def get_items(self, ids: npt.ArrayLike, /) -> _F32: ...  # uint64
+    def labels_of(self, id: int, /) -> list[int]: ...
+    def contains(self, id: int, /) -> bool: ...
+    def is_deleted(self, id: int, /) -> bool: ...
+    def memory_bytes(self) -> int: ...
+    def stats(self) -> dict[str, Any]: ...
+    def save(self, path: str, /) -> None: ...
+    def to_bytes(self) -> bytes: ...
+    @staticmethod
+    def load(path: str, mmap: bool = False) -> HnswIndex: ...
+    @staticmethod
+    def from_bytes(data: bytes, /) -> HnswIndex: ...
+
+class FlatIndexCore:
+    """Native exact index (use ``medretrieve.FlatIndex``)."""
+
+    def __init__(self, space: str, dtype: str, dim: int) -> None: ...
+    def add(
+        self,
+        data: npt.ArrayLike,
+        ids: Optional[npt.ArrayLike] = None,
+        label_offsets: Optional[npt.ArrayLike] = None,
+        label_values: Optional[npt.ArrayLike] = None,
+        num_threads: int = -1,
+    ) -> None: ...
+    def search(
+        self,
+        queries: npt.ArrayLike,
+        k: int,
+        labels: Optional[Sequence[int]] = None,
+        filter: Optional[Callable[[int], bool]] = None,
+        num_threads: int = -1,
+    ) -> tuple[_I64, _F32]: ...
+    def train(self, sample: npt.ArrayLike, /) -> None: ...
+    def mark_deleted(self, id: int, /) -> None: ...
+    def unmark_deleted(self, id: int, /) -> None: ...
+    def __len__(self) -> int: ...
+    @property
+    def space(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def read_only(self) -> bool: ...
+    def ids(self) -> _U64: ...
+    def get_items(self, ids: npt.ArrayLike, /) -> _F32: ...
+    def _pack_live(self) -> tuple[_I64, Union[_F32, _I8], Optional[_F32]]: ...
+    def _pack_queries(self, queries: npt.ArrayLike, /) -> tuple[Union[_F32, _I8], Optional[_F32], _F32]: ...
+    def memory_bytes(self) -> int: ...
+    def save(self, path: str, /) -> None: ...
+    def to_bytes(self) -> bytes: ...
+    @staticmethod
+    def load(path: str, mmap: bool = False) -> FlatIndexCore: ...
+    @staticmethod
+    def from_bytes(data: bytes, /) -> FlatIndexCore: ...
+
+def search_mmr(
+    index: HnswIndex,
+    query: npt.ArrayLike,  # float32 (dim,)
+    k: int,
+    fetch_k: int,
+    lambda_: float,
+    ef: Optional[int] = None,
+    labels: Optional[Sequence[int]] = None,
+) -> tuple[_I64, _F32, _F32]: ...
