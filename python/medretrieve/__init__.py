@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 # Developer builds: MEDRETRIEVE_CORE_DIR points at a CMake build folder that
 # holds _core*.so, so several build trees can share one source checkout.
 if _os.environ.get("MEDRETRIEVE_CORE_DIR"):
-    __path__.insert(0, _os.environ["MEDRETRIEVE_CORE_DIR"])  # type: ignore[name-defined]
+    __path__.insert(0, _os.environ["MEDRETRIEVE_CORE_DIR"])
 
 from . import _core  # noqa: E402
 from ._version import __version__  # noqa: E402

@@ -15,7 +15,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, TextIO
+from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from .._assets import ASSETS
 from .answer import format_answer
@@ -74,7 +74,7 @@ def run_demo(questions: Sequence[str] = DEMO_QUESTIONS, k: int = 3, deadline_ms:
 
         backend = OpenAIBackend(llm, model or "default")
     results = []
-    shown = {"res": None}
+    shown: Dict[str, Any] = {"res": None}
 
     class _Recording:  # keeps the search result for --verbose without searching twice
         def search(self, question: str, **kw: Any) -> Any:

@@ -38,7 +38,7 @@ import re
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, List, Literal, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -156,9 +156,10 @@ class BM25Matrix:
 
     @classmethod
     def load(cls, d: Path, mmap: bool) -> "BM25Matrix":
-        arrays = [np.load(d / f"{name}.npy", mmap_mode="r" if mmap else None) for name in cls.FILES]
+        mode: Optional[Literal["r"]] = "r" if mmap else None
+        arrays = [np.load(d / f"{name}.npy", mmap_mode=mode) for name in cls.FILES]
         meta = read_json(d / "vocab.json")
-        m = cls(*arrays, meta["vocab"], int(meta["num_docs"]))
+        m = cls(arrays[0], arrays[1], arrays[2], meta["vocab"], int(meta["num_docs"]))
         columns = len(m.indptr) - 1
         if (len(m.data) != len(m.indices) or int(m.indptr[-1]) != len(m.data)
                 or any(not 0 <= c < columns for c in m.vocab.values())):
@@ -317,7 +318,7 @@ class LexicalIndex:
         out[ok] = s[rows[ok]]
         return out
 
-    def has_exactly(self, ids: Sequence[int]) -> bool:
+    def has_exactly(self, ids: Union[Sequence[int], np.ndarray]) -> bool:
         """Whether the live rows are exactly ``ids`` (a consistency check against the collection's chunks)."""
         live = np.sort(self._ids[self._alive])
         return len(live) == len(ids) and bool(np.array_equal(live, np.sort(np.asarray(ids, dtype=np.int64))))
@@ -401,7 +402,7 @@ class LexicalIndex:
         return idx
 
     def _load_arrays(self, d: Path, rows: int, mmap: bool) -> None:
-        mode = "r" if mmap else None
+        mode: Optional[Literal["r"]] = "r" if mmap else None
         self._ids = np.load(d / "ids.npy", mmap_mode=mode)
         flat = np.load(d / "tokens.npy", mmap_mode=mode)
         offsets = np.load(d / "token_offsets.npy", mmap_mode=mode)

@@ -290,7 +290,7 @@ class Answerer:
     cited and checked (:mod:`.extractive`; ``mode`` must then be ``"cite"``). ``mode``: ``"cite"``
     (numbered sources, [n] citations, verified), ``"answer_only"`` (bare answer,
     for comparison) or ``"bioasq"`` (BioASQ Phase A+ exact + ideal answer).
-    ``retrieve_deadline_ms`` is the retrieval budget (ms), capped by what is
+    ``retrieve_deadline_ms`` is the retrieval budget (ms; None: none), capped by what is
     left of the call's ``deadline_ms``; ``max_source_chars`` trims each source
     in the prompt (chars) so small context windows fit; when the prompt still
     overflows the model's context (:class:`~medretrieve.generation.llm.LLMContextTooLong`)
@@ -307,7 +307,7 @@ class Answerer:
         k: int = 10,
         max_tokens: int = 512,
         temperature: float = 0.0,
-        retrieve_deadline_ms: float = 300.0,
+        retrieve_deadline_ms: Optional[float] = 300.0,
         max_source_chars: Optional[int] = 1500,
         encoder: Any = None,
         support_threshold: float = SUPPORT_THRESHOLD,

@@ -164,9 +164,9 @@ class CandidateGenerator:
                                         or "no expansion terms found") + (f"; {note}" if note else ""), cut)
         else:
             log.record("expand", False, "disabled")
-        own = variants.pop("abbreviations", None)
-        own = QueryText("question", own.text if own else query.text, own.tokens if own else list(query.tokens))
-        texts = [own] + list(variants.values())
+        abbreviated = variants.pop("abbreviations", None)
+        texts = [QueryText("question", abbreviated.text if abbreviated else query.text,
+                           abbreviated.tokens if abbreviated else list(query.tokens))] + list(variants.values())
 
         if switches.dense:
             self._encode(query, texts, dl, log)
