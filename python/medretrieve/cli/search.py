@@ -11,7 +11,7 @@ from ..retrieval.results import SearchResult
 def add_search(sub: Any) -> None:
     p = sub.add_parser("search", help="search a collection", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("collection", help="collection directory (medretrieve build)")
-    p.add_argument("question")
+    p.add_argument("question", help="the question, in quotes")
     p.add_argument("--k", type=int, default=10, help="hits to return")
     p.add_argument("--deadline-ms", type=deadline, default=300.0, help="time budget in ms ('none': no deadline)")
     p.add_argument("--cross-encoder", default=None, help="cross-encoder model directory")
