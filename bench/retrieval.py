@@ -459,7 +459,6 @@ def overlap(args) -> None:
     from medretrieve.corpus.chunking import ChunkingConfig
     from medretrieve.corpus.collection import Collection
     from medretrieve.retrieval.retriever import Retriever
-    from medretrieve.training.ranker import fit_ranker
     from medretrieve.corpus.sources import Record, Section, read_records
 
     work = Path(args.work)

@@ -33,7 +33,7 @@ def main() -> None:
 
     spec = datagen.DataSpec(n=args.n, nq=args.nq)
     base, queries, _ = datagen.load(spec, k=10)
-    print(f"| dtype | plain search p50 us | search_mmr p50 us | ratio | search+get_items+mmr p50 us | ratio |")
+    print("| dtype | plain search p50 us | search_mmr p50 us | ratio | search+get_items+mmr p50 us | ratio |")
     print("|---|---|---|---|---|---|")
     for dtype in ("int8", "float32"):
         index = medretrieve.Index("ip", base.shape[1])

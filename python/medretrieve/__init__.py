@@ -22,14 +22,17 @@ from ._version import __version__  # noqa: E402
 from .fusion import cuda_available, fuse_scores, lambda_for, mmr, mmr_batch, rrf  # noqa: E402
 from .index import FlatIndex, Index  # noqa: E402
 
-if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
-    from .corpus.collection import Collection
-    from .generation.generate import Answer, Answerer
-    from .retrieval.query import Query
-    from .retrieval.ranker import LinearRanker
-    from .retrieval.results import Hit, SearchResult, StageInfo
-    from .retrieval.retriever import Retriever
-    from .retrieval.settings import Settings
+if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs (explicit re-exports)
+    from .corpus.collection import Collection as Collection
+    from .generation.generate import Answer as Answer
+    from .generation.generate import Answerer as Answerer
+    from .retrieval.query import Query as Query
+    from .retrieval.ranker import LinearRanker as LinearRanker
+    from .retrieval.results import Hit as Hit
+    from .retrieval.results import SearchResult as SearchResult
+    from .retrieval.results import StageInfo as StageInfo
+    from .retrieval.retriever import Retriever as Retriever
+    from .retrieval.settings import Settings as Settings
 
 
 def simd_level() -> str:

@@ -94,7 +94,7 @@ def smollm2_url(tmp_path_factory):
 
 
 def test_smollm2_answers_bioasq_yesno(smollm2_url):
-    from medretrieve.generation.generate import parse_bioasq
+    from medretrieve.generation.parsers import parse_bioasq
     from medretrieve.generation.llm import OpenAIBackend
     from medretrieve.generation.prompts import bioasq_messages
 

@@ -1,18 +1,11 @@
-"""Output parsers on real-looking model replies (medretrieve.parsers, re-exported by generate)."""
+"""Output parsers on real-looking model replies (medretrieve.generation.parsers)."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from medretrieve.generation import generate
 from medretrieve.generation import parsers as P
-
-
-def test_generate_re_exports_the_parsers():
-    for name in ("ParseError", "parse_bioasq", "parse_choice", "parse_medrgb", "parse_list", "parse_sub_qa",
-                 "parse_counterfactual", "parse_judge", "split_exact", "is_insufficient"):
-        assert getattr(generate, name) is getattr(P, name)
 
 
 # ---------------------------------------------------------------------------

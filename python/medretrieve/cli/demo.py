@@ -14,7 +14,6 @@ import hashlib
 import shutil
 import sys
 import time
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from .._assets import ASSETS

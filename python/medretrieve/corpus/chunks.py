@@ -13,7 +13,7 @@ import json
 import mmap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 

@@ -40,11 +40,11 @@ from .._version import __version__
 from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record, overlap_weights
 from .chunks import ROWS, ChunkRow, ChunkTable
 from .lexical import TOKENIZER_VERSION, LexicalIndex
-from .sources import FORMATS, ReadReport, Record, SourceLike, read_records
+from .sources import ReadReport, Record, SourceLike, read_records
+from .._files import new_temp_dir, swap_in
 from .store import (
-    CHUNKS, DENSE, FORMAT, LEXICAL, MANIFEST, MODELS, SECTIONS, DamagedCollection, check_file, digests, inside,
-    file_digest, is_collection, link_or_copy_tree, new_temp_dir, read_jsonl, recover_leftovers, swap_in,
-    write_jsonl,
+    CHUNKS, DENSE, FORMAT, LEXICAL, MANIFEST, MODELS, SECTIONS, DamagedCollection, check_file, digests, file_digest,
+    inside, is_collection, link_or_copy_tree, read_jsonl, recover_leftovers, write_jsonl,
 )
 
 

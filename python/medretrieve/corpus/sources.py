@@ -25,7 +25,6 @@ import gzip
 import io
 import json
 import os
-import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -1,12 +1,9 @@
 """The on-disk side of a collection: writing a complete directory atomically, checking it at open, copying its
 models in, and cleaning up after a write that was killed.
 
-- A write goes to ``.<name>.tmp-<pid>-<random>`` beside the target and is swapped in with renames (the old
-  directory moves to ``.<name>.old-<pid>-<ns>`` for the instant between the two renames), so a crash leaves the
-  old collection or the new one, never a mix.
-- :func:`recover_leftovers` runs before every open and write: a temporary directory of a process that is gone is
-  removed; an old directory whose swap was cut short is put back when the target is missing, else removed. Only
-  directories with exactly these names are touched, never anything else beside the collection.
+- A write builds the whole directory beside the target and swaps it in (``_files.swap_in``), so a crash leaves
+  the old collection or the new one, never a mix; before every open and write, ``_files.recover_leftovers``
+  removes what a killed write left (a cut-short swap of a complete collection is put back), and nothing else.
 - Every file a collection reads at open is listed in the manifest with its size and sha256 (``files``), and the
   JSONL files hold one row per line in row order, so a shuffled, truncated or edited file is caught at open with
   an error naming it (:class:`DamagedCollection`) instead of returning hits from the wrong documents.
@@ -20,10 +17,10 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
-import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional
+
+from .._files import recover_leftovers as _recover
 
 FORMAT = "medretrieve-collection-1"
 MANIFEST = "manifest.json"
@@ -137,7 +134,7 @@ def inside(root: Path, relative: str) -> Path:
     return resolved
 
 
-# ----------------------------------------------------------------- atomic directory writes
+# ----------------------------------------------------------------- atomic directory writes (see _files)
 
 
 def is_collection(path: Path) -> bool:
@@ -151,59 +148,8 @@ def is_collection(path: Path) -> bool:
         return False
 
 
-def new_temp_dir(out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
-
-
-def swap_in(tmp: Path, out: Path) -> None:
-    """Replace ``out`` by the complete directory ``tmp`` (two renames; see the module docstring)."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}-{time.monotonic_ns()}")
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
-
-
-def _leftovers(out: Path, kind: str) -> Iterator[Tuple[Path, int]]:
-    prefix = f".{out.name}.{kind}-"
-    if not out.parent.is_dir():
-        return
-    for p in out.parent.iterdir():
-        if p.name.startswith(prefix) and p.is_dir():
-            pid = p.name[len(prefix):].split("-", 1)[0]
-            if pid.isdigit():
-                yield p, int(pid)
 
 
 def recover_leftovers(out: Path) -> List[str]:
-    """Clean up after writes of ``out`` that were killed (see the module docstring); returns what was done."""
-    done = []
-    for p, pid in _leftovers(out, "old"):
-        if _pid_alive(pid):
-            continue
-        if not out.exists() and is_collection(p):
-            os.replace(p, out)
-            done.append(f"restored {out} from {p.name}")
-        else:
-            shutil.rmtree(p, ignore_errors=True)
-            done.append(f"removed {p.name}")
-    for p, pid in _leftovers(out, "tmp"):
-        if not _pid_alive(pid):
-            shutil.rmtree(p, ignore_errors=True)
-            done.append(f"removed {p.name}")
-    return done
+    """:func:`medretrieve._files.recover_leftovers` for a collection directory."""
+    return _recover(out, is_collection)

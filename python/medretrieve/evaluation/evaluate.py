@@ -17,7 +17,6 @@ retriever is asked for ``fetch_k`` (default ``3 * k``) hits, enough to fill
 """
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,8 +29,7 @@ from ..corpus.collection import Collection
 from ..retrieval.retriever import Retriever
 from ..training.ranker import fit_ranker
 from . import metrics
-from .._files import read_json
-from .datasets import BioASQQuestion, MCQuestion, load_bioasq, load_dataset
+from .datasets import BioASQQuestion, MCQuestion, load_dataset
 
 SearchFn = Callable[[str, int], Sequence[Any]]
 

@@ -1,14 +1,11 @@
-"""Grounded answers end to end: retrieve, abstain when evidence is weak, prompt,
-generate, parse and check citations; plus the BioASQ submission writer and the
-``medretrieve answer`` command.
+"""Grounded answers end to end: retrieve, abstain when evidence is weak, prompt, generate (or extract), parse and
+check citations; plus the BioASQ submission writer.
 
-- :class:`AbstentionPolicy` + :class:`Answerer`: LLM failures are reported on
-  the :class:`Answer` (``error``), not raised.
+- :class:`AbstentionPolicy` + :class:`Answerer`: LLM failures are reported on the :class:`Answer` (``error``),
+  not raised.
 - :func:`write_bioasq_submission` writes BioASQ submission JSON.
-- The output parsers (:mod:`medretrieve.generation.parsers`) and the citation checks
-  (:mod:`medretrieve.generation.citations`) are re-exported here: ``parse_bioasq``,
-  ``parse_choice``, ``parse_medrgb``, ``parse_list``, ``parse_sub_qa``,
-  ``parse_counterfactual``, ``parse_judge``, ``verify_citations``, ``Citation``.
+- The output parsers live in :mod:`medretrieve.generation.parsers`, the citation checks in
+  :mod:`medretrieve.generation.citations`, extractive answers in :mod:`medretrieve.generation.extractive`.
 """
 from __future__ import annotations
 
@@ -16,47 +13,24 @@ import dataclasses
 import json
 import math
 import os
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Union
 
-from . import parsers as _parsers
 from ..retrieval.budget import Deadline
 from .extractive import extractive_answer
-from .citations import SEMANTIC_THRESHOLD, SUPPORT_THRESHOLD, Citation, split_sentences, verify_citations
+from .citations import SUPPORT_THRESHOLD, Citation, verify_citations
 from .parsers import (
-    CITE_RE,
     INSUFFICIENT,
-    ParseError,
     _dedupe,
     clean_output,
     is_insufficient,
     parse_bioasq,
-    parse_choice,
-    parse_counterfactual,
-    parse_judge,
-    parse_list,
-    parse_medrgb,
-    parse_sub_qa,
     split_exact,
 )
 from .prompts import BIOASQ_TYPES, bioasq_messages, cite_messages
 
-# The parsers and citation checks live in parsers.py / citations.py; they stay importable from here.
-__all__ = [
-    *_parsers.__all__,
-    "INSUFFICIENT",
-    "Citation",
-    "verify_citations",
-    "split_sentences",
-    "SUPPORT_THRESHOLD",
-    "SEMANTIC_THRESHOLD",
-    "write_bioasq_submission",
-    "AbstentionPolicy",
-    "Answer",
-    "Answerer",
-]
+__all__ = ["write_bioasq_submission", "AbstentionPolicy", "Answer", "Answerer", "MODES", "field_of"]
 
 # ---------------------------------------------------------------------------
 # BioASQ submission

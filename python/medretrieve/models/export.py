@@ -18,16 +18,14 @@ CLI::
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from .._files import read_json
+from .._files import new_temp_dir, read_json, recover_leftovers, swap_in
 from .encoders import (
     DEFAULT_MAX_LENGTH, KINDS, MODEL_NAME, TOKENIZER_JSON, EncoderManifest, file_sha256, load_tokenizer,
     pad_batch, pool, write_manifest,
@@ -334,8 +332,8 @@ def _export(source: Union[str, Path], out_dir: Path, kind: str, pooling: Optiona
         max_positions -= 2  # RoBERTa positions start after the padding index
     pooling, normalize, max_length = _resolve_settings(kind, pooling, normalize, max_length, st, max_positions)
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-export-", dir=out_dir.parent))
+    recover_leftovers(out_dir)
+    work = new_temp_dir(out_dir)
     try:
         _save_tokenizer(model_dir, work, local)
         tokenizer = load_tokenizer(work)
@@ -369,7 +367,7 @@ def _export(source: Union[str, Path], out_dir: Path, kind: str, pooling: Optiona
             parity={"max_abs_diff": diff, "tolerance": PARITY_TOLERANCE, "samples": len(_sample_inputs(kind)),
                     "opset": OPSET},
             fidelity=fidelity, input_names=input_names, output_name=output_name, pad_token_id=pad_id))
-        _publish(work, out_dir)
+        swap_in(work, out_dir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return out_dir
@@ -420,19 +418,6 @@ def _save_tokenizer(model_dir: Union[str, Path], work: Path, local: bool) -> Non
     if backend is None:
         raise ValueError(f"{model_dir} has only a slow tokenizer; medretrieve needs tokenizer.json or vocab.txt")
     backend.save(str(work / TOKENIZER_JSON))
-
-
-def _publish(work: Path, out_dir: Path) -> None:
-    """Move the finished directory into place; an old one is removed only after the new one is complete."""
-    stale = None
-    if out_dir.exists():
-        stale = out_dir.with_name(f".{out_dir.name}-old-{os.getpid()}")
-        os.replace(out_dir, stale)
-    os.replace(work, out_dir)
-    if stale is not None and stale.is_dir():
-        shutil.rmtree(stale, ignore_errors=True)
-    elif stale is not None:
-        stale.unlink()
 
 
 __all__ = ["export_onnx", "sentence_transformers_settings", "load_torch_model", "check_output_dir", "SAMPLE_TEXTS",

@@ -35,8 +35,7 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, List, Optional, Union
+from typing import List, Optional, Union
 
 import numpy as np
 
