@@ -9,9 +9,14 @@ Layout (``format: medretrieve-collection-1``)::
     dense.index       medretrieve.Index over the chunk vectors (id = row; label = section category)
     lexical/          the BM25 index (medretrieve.corpus.lexical.LexicalIndex)
 
-Chunk vectors: ``normalize(w_core * e(title, core) + w_overlap * e(title, overlap))``
-with the weights of :func:`medretrieve.corpus.chunking.overlap_weights` (an overlap
-token counts half a core token).
+Chunk vectors: ``w_core * e(title, core) + w_overlap * e(title, overlap)`` with the
+weights of :func:`medretrieve.corpus.chunking.overlap_weights` (an overlap token counts
+half a core token), L2-normalised only when the article encoder's manifest says
+``normalize`` (sentence-transformers models). A MedCPT pair (CLS pooling, trained for
+raw inner products) keeps its own geometry: the vectors stay unnormalised, the ``ip``
+index scores raw inner products (int8 storage keeps their scale: a per-vector scale),
+and ``manifest["index"]["normalized"]`` (:attr:`Collection.normalized`) tells the
+retrieval stages which geometry they work in.
 
 Writes are atomic at directory level: a build (and every ``add`` / ``delete``)
 writes a complete new directory next to the target and swaps it in with
@@ -86,12 +91,12 @@ def _encoder_info(directory: Union[str, os.PathLike]) -> Dict[str, Any]:
 
     d = Path(directory).expanduser().resolve()
     m = read_manifest(d)
-    return {"dir": str(d), "sha256": m.sha256, "kind": m.kind, "dim": m.dim}
+    return {"dir": str(d), "sha256": m.sha256, "kind": m.kind, "dim": m.dim, "normalize": m.normalize}
 
 
 def _embed_chunks(encoder, chunks: Sequence[Chunk], cfg: ChunkingConfig, batch_size: int,
-                  progress: bool) -> np.ndarray:
-    """Chunk vectors with the overlap down-weighted (module docstring)."""
+                  progress: bool, normalize: bool = True) -> np.ndarray:
+    """Chunk vectors with the overlap down-weighted, normalised when ``normalize`` (module docstring)."""
     core = encoder.encode([(c.title, c.core_text) for c in chunks], batch_size=batch_size, progress=progress)
     core = np.asarray(core, dtype=np.float32)
     with_ov = [i for i, c in enumerate(chunks) if c.overlap_text]
@@ -101,8 +106,17 @@ def _embed_chunks(encoder, chunks: Sequence[Chunk], cfg: ChunkingConfig, batch_s
         for j, i in enumerate(with_ov):
             wc, wo = overlap_weights(chunks[i], cfg.overlap_weight)
             core[i] = wc * core[i] + wo * ov[j]
+    if not normalize:
+        return core
     norms = np.linalg.norm(core, axis=1, keepdims=True)
     return core / np.maximum(norms, 1e-12)
+
+
+def _geometry_mismatch(query_dir: Any, query_normalizes: bool, articles_normalized: bool) -> str:
+    what = {True: "unit-length (cosine)", False: "raw inner-product"}
+    return (f"query encoder {query_dir} gives {what[query_normalizes]} vectors but the article vectors are "
+            f"{what[articles_normalized]} ones: a query/article pair must share one geometry (export both with "
+            "the same --normalize / --no-normalize)")
 
 
 def _new_index(dim: int, dtype: str, M: int, ef_construction: int, capacity: int):
@@ -153,6 +167,12 @@ class Collection:
     def dim(self) -> int:
         return int(self.manifest["encoder"]["dim"])
 
+    @property
+    def normalized(self) -> bool:
+        """Whether chunk vectors are unit length (inner product = cosine); False for raw inner products
+        (MedCPT). Collections built before this was recorded were always normalised."""
+        return bool(self.manifest["index"].get("normalized", True))
+
     # ------------------------------------------------------------- encoders
     def article_encoder(self):
         if self._article_encoder is None:
@@ -169,6 +189,9 @@ class Collection:
             if enc.dim != self.dense.dim:
                 raise ValueError(f"query encoder {self._query_encoder_dir} gives {enc.dim}-dim vectors but the "
                                  f"collection's index holds {self.dense.dim}-dim vectors")
+            if enc.manifest.normalize != self.normalized:
+                raise ValueError(_geometry_mismatch(self._query_encoder_dir, enc.manifest.normalize,
+                                                    self.normalized))
             self._query_encoder = enc
         return self._query_encoder
 
@@ -243,6 +266,8 @@ class Collection:
         q_info = _encoder_info(query_encoder) if query_encoder is not None else None
         if q_info is not None and q_info["dim"] != enc_info["dim"]:
             raise ValueError(f"query encoder dim {q_info['dim']} != article encoder dim {enc_info['dim']}")
+        if q_info is not None and q_info["normalize"] != enc_info["normalize"]:
+            raise ValueError(_geometry_mismatch(query_encoder, q_info["normalize"], enc_info["normalize"]))
         report = report if report is not None else ReadReport()
         records = list(read_records(source, format=format, errors=errors, report=report))
         if not records:
@@ -252,7 +277,8 @@ class Collection:
             "encoder": enc_info,
             "query_encoder": q_info,
             "chunking": cfg.to_dict(),
-            "index": {"dtype": dtype, "M": int(M), "ef_construction": int(ef_construction), "space": "ip"},
+            "index": {"dtype": dtype, "M": int(M), "ef_construction": int(ef_construction), "space": "ip",
+                      "normalized": enc_info["normalize"]},
             "versions": _versions(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "read_report": {"records": report.records, "skipped": report.skipped[:100],
@@ -342,7 +368,7 @@ class Collection:
             chunks.extend(rec_chunks)
             for p in parts:
                 self.sections[p.section_id] = p
-        vecs = _embed_chunks(self.article_encoder(), chunks, self.chunking, batch_size, progress)
+        vecs = _embed_chunks(self.article_encoder(), chunks, self.chunking, batch_size, progress, self.normalized)
         start = len(self.rows)
         ids = np.arange(start, start + len(chunks), dtype=np.int64)
         labels = np.array([c.label for c in chunks], dtype=np.int64)
