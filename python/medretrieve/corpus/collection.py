@@ -31,7 +31,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -110,6 +110,37 @@ def _embed_chunks(encoder, chunks: Sequence[Chunk], cfg: ChunkingConfig, batch_s
         return core
     norms = np.linalg.norm(core, axis=1, keepdims=True)
     return core / np.maximum(norms, 1e-12)
+
+
+def encoder_pair(encoder: Union[str, os.PathLike], query_encoder: Optional[Union[str, os.PathLike]]
+                 ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
+    """Manifest entries of an article encoder and its query encoder (None: the encoder serves both, so it must
+    be symmetric); ValueError when the two differ in width or geometry."""
+    enc_info = _encoder_info(encoder)
+    if query_encoder is None and enc_info["kind"] != "symmetric":
+        raise ValueError(f"{encoder} holds a {enc_info['kind']!r} model; without a query_encoder the "
+                         "encoder must be symmetric (serve queries and articles)")
+    q_info = _encoder_info(query_encoder) if query_encoder is not None else None
+    if q_info is not None and q_info["dim"] != enc_info["dim"]:
+        raise ValueError(f"query encoder dim {q_info['dim']} != article encoder dim {enc_info['dim']}")
+    if q_info is not None and q_info["normalize"] != enc_info["normalize"]:
+        raise ValueError(_geometry_mismatch(query_encoder, q_info["normalize"], enc_info["normalize"]))
+    return enc_info, q_info
+
+
+def new_manifest(enc_info: Dict[str, Any], q_info: Optional[Dict[str, Any]], cfg: ChunkingConfig, dtype: str,
+                 M: int, ef_construction: int) -> Dict[str, Any]:
+    """The manifest of a new collection (encoders as :func:`_encoder_info` describes them)."""
+    return {
+        "format": FORMAT,
+        "encoder": enc_info,
+        "query_encoder": q_info,
+        "chunking": cfg.to_dict(),
+        "index": {"dtype": dtype, "M": int(M), "ef_construction": int(ef_construction), "space": "ip",
+                  "normalized": enc_info["normalize"]},
+        "versions": _versions(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def _geometry_mismatch(query_dir: Any, query_normalizes: bool, articles_normalized: bool) -> str:
@@ -259,31 +290,14 @@ class Collection:
         cfg = chunking or ChunkingConfig()
         if dtype not in ("int8", "float32"):
             raise ValueError(f"dtype must be 'int8' or 'float32', got {dtype!r}")
-        enc_info = _encoder_info(encoder)
-        if query_encoder is None and enc_info["kind"] != "symmetric":
-            raise ValueError(f"{encoder} holds a {enc_info['kind']!r} model; without a query_encoder the "
-                             "encoder must be symmetric (serve queries and articles)")
-        q_info = _encoder_info(query_encoder) if query_encoder is not None else None
-        if q_info is not None and q_info["dim"] != enc_info["dim"]:
-            raise ValueError(f"query encoder dim {q_info['dim']} != article encoder dim {enc_info['dim']}")
-        if q_info is not None and q_info["normalize"] != enc_info["normalize"]:
-            raise ValueError(_geometry_mismatch(query_encoder, q_info["normalize"], enc_info["normalize"]))
+        enc_info, q_info = encoder_pair(encoder, query_encoder)
         report = report if report is not None else ReadReport()
         records = list(read_records(source, format=format, errors=errors, report=report))
         if not records:
             raise ValueError(f"no readable records in the source ({report.summary()})")
-        manifest = {
-            "format": FORMAT,
-            "encoder": enc_info,
-            "query_encoder": q_info,
-            "chunking": cfg.to_dict(),
-            "index": {"dtype": dtype, "M": int(M), "ef_construction": int(ef_construction), "space": "ip",
-                      "normalized": enc_info["normalize"]},
-            "versions": _versions(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "read_report": {"records": report.records, "skipped": report.skipped[:100],
-                            "n_skipped": report.n_skipped},
-        }
+        manifest = new_manifest(enc_info, q_info, cfg, dtype, M, ef_construction)
+        manifest["read_report"] = {"records": report.records, "skipped": report.skipped[:100],
+                                   "n_skipped": report.n_skipped}
         col = cls(out, manifest, [], {}, None, LexicalIndex(), enc_info["dir"],
                   q_info["dir"] if q_info else None)
         col.dense = _new_index(enc_info["dim"], dtype, M, ef_construction, 0)

@@ -1,0 +1,128 @@
+"""A collection held in memory only: the pool one online search ranks, or a collection without a local corpus.
+
+:class:`MemoryCollection` is a :class:`~medretrieve.corpus.collection.Collection` that never writes: it has no
+directory, ``add`` / ``delete`` change only memory, and its dense index is float32 HNSW (exact scores; a pool
+holds hundreds of chunks, not millions). It fills from two sides:
+
+- :meth:`MemoryCollection.copy_rows`: chunks of another collection with their stored vectors and parent
+  sections (nothing is encoded again);
+- :meth:`MemoryCollection.add_within`: records (e.g. fetched from PubMed), chunked and encoded a few records at
+  a time while ``time_left_ms()`` allows; a record whose chunks could not all be encoded is left out whole and
+  reported.
+
+It shares the encoder sessions of the collection it is made ``like`` (no model is loaded again per search).
+"""
+from __future__ import annotations
+
+import copy
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence, Union
+
+from .chunking import ChunkingConfig
+from .collection import ChunkRow, Collection, _lexical_text, _new_index, encoder_pair, new_manifest
+from .lexical import LexicalIndex
+from .sources import Record
+
+_M, _EF_CONSTRUCTION = 16, 100
+
+
+@dataclass
+class AddReport:
+    """What :meth:`MemoryCollection.add_within` did: documents added, and those left out (ids) because the
+    time ran out or they were already present; ``ms_per_record``: encoding cost measured."""
+
+    added: List[str] = field(default_factory=list)
+    left_out: List[str] = field(default_factory=list)
+    present: List[str] = field(default_factory=list)
+    ms_per_record: float = 0.0
+
+
+class MemoryCollection(Collection):
+    """An in-memory collection (module docstring)."""
+
+    @classmethod
+    def like(cls, other: Collection, capacity: int = 1024) -> "MemoryCollection":
+        """An empty in-memory collection with ``other``'s encoders (shared sessions), chunking and geometry."""
+        manifest = copy.deepcopy(other.manifest)
+        manifest["index"] = {**manifest["index"], "dtype": "float32", "M": _M, "ef_construction": _EF_CONSTRUCTION}
+        manifest.pop("counts", None)
+        lex = other.lexical
+        col = cls(Path(f"<memory like {other.directory}>"), manifest, [], {},
+                  _new_index(other.dim, "float32", _M, _EF_CONSTRUCTION, capacity),
+                  LexicalIndex(lex.stem, lex.remove_stopwords, lex.k1, lex.b),
+                  other._encoder_dir, other._query_encoder_dir)
+        col._article_encoder = other.article_encoder()  # loaded once by ``other``, shared by every pool
+        col._query_encoder = other._query_encoder
+        return col
+
+    @classmethod
+    def from_encoders(cls, encoder: Union[str, "os.PathLike[str]"],
+                      query_encoder: Optional[Union[str, "os.PathLike[str]"]] = None,
+                      chunking: Optional[ChunkingConfig] = None) -> "MemoryCollection":
+        """An empty in-memory collection over an encoder directory (and its query encoder: as
+        :meth:`Collection.build`), e.g. for searching PubMed without a local corpus."""
+        enc_info, q_info = encoder_pair(encoder, query_encoder)
+        manifest = new_manifest(enc_info, q_info, chunking or ChunkingConfig(), "float32", _M, _EF_CONSTRUCTION)
+        index = _new_index(enc_info["dim"], "float32", _M, _EF_CONSTRUCTION, 1024)
+        return cls(Path("<memory>"), manifest, [], {}, index, LexicalIndex(), enc_info["dir"],
+                   q_info["dir"] if q_info else None)
+
+    def _commit(self) -> None:
+        """Nothing is written: the collection lives in memory only."""
+
+    def copy_rows(self, source: Collection, rows: Sequence[int]) -> int:
+        """Copy live chunks ``rows`` of ``source`` (stored vectors, parent sections); returns chunks copied."""
+        rows = [int(r) for r in rows if source.alive[int(r)]]
+        if not rows:
+            return 0
+        vecs = source.vectors(rows)
+        start = len(self.rows)
+        self._reserve(start + len(rows))
+        ids = list(range(start, start + len(rows)))
+        labels = [source.rows[r].label for r in rows]
+        self.dense.add(vecs, ids, labels)
+        for i, r in zip(ids, rows):
+            src = source.rows[r]
+            self.rows.append(ChunkRow(i, src.chunk_id, src.document_id, src.title, src.section, src.text,
+                                      src.overlap, src.position, src.parent_id, src.label, dict(src.metadata)))
+            part = source.parent(src.parent_id)
+            if part is not None:
+                self.sections[part.section_id] = part
+        self.lexical.add([_lexical_text(self.rows[i].title, self.rows[i].text, self.rows[i].overlap) for i in ids],
+                         ids)
+        self._refresh_arrays()
+        return len(rows)
+
+    def add_within(self, records: Sequence[Record], time_left_ms: Callable[[], float], batch: int = 4,
+                   reserve_ms: float = 0.0, prior_ms_per_record: float = 40.0) -> AddReport:
+        """Chunk and encode ``records`` ``batch`` at a time while ``time_left_ms() - reserve_ms`` covers twice
+        the measured cost of a batch (``prior_ms_per_record`` before the first); the rest are left out whole.
+        Records whose id is already present are skipped."""
+        report = AddReport()
+        present = {r.document_id for r in self.rows if not r.deleted}
+        todo: List[Record] = []
+        for rec in records:
+            if rec.id in present:
+                report.present.append(rec.id)
+            else:
+                todo.append(rec)
+                present.add(rec.id)
+        per_record = prior_ms_per_record
+        for start in range(0, len(todo), batch):
+            part = todo[start:start + batch]
+            if time_left_ms() - reserve_ms < 2.0 * per_record * len(part):
+                report.left_out.extend(r.id for r in todo[start:])
+                break
+            t0 = time.perf_counter()
+            self._ingest(part, batch_size=32, progress=False)
+            per_record = (time.perf_counter() - t0) * 1000.0 / len(part)
+            report.added.extend(r.id for r in part)
+        report.ms_per_record = per_record
+        return report
+
+    def _reserve(self, need: int) -> None:
+        if self.dense.get_max_elements() < need:
+            self.dense.resize_index(max(need, int(self.dense.get_max_elements() * 1.5)))
