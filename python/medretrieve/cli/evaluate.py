@@ -57,22 +57,41 @@ def _limit(items: list, limit: Optional[int]) -> list:
     return items[:limit] if limit else items
 
 
+def _search_fn(args: argparse.Namespace, options: Optional[dict] = None) -> Any:
+    """``search_fn`` over the collection, or (``--pubmed``) over it and PubMed, or PubMed alone."""
+    if not args.pubmed:
+        if args.collection is None:
+            raise ValueError("give a COLLECTION (or --pubmed to retrieve from PubMed)")
+        return E.open_search_fn(args.collection, args.deadline_ms, options, args.ranker)
+    from ..retrieval.online import OnlineStage
+    from ..retrieval.retriever import Retriever
+    from .pubmed import pubmed_source
+    from .search import open_collection
+
+    online = OnlineStage(pubmed_source(args), retmax=args.retmax)
+    retriever = Retriever(open_collection(args.collection, args), ranker=args.ranker, online=online)
+    return E.retriever_search_fn(retriever, args.deadline_ms, options)
+
+
 def _cmd_retrieval(args: argparse.Namespace) -> int:
     questions = _limit(load_bioasq(args.bioasq), args.limit)
     options = parse_search_options(args.search_option)
     if args.ranker_folds:
-        if args.ranker:
-            raise ValueError("give either --ranker or --ranker-folds, not both")
+        if args.ranker or args.pubmed:
+            raise ValueError("--ranker-folds goes with neither --ranker nor --pubmed")
         search = E.fold_ranker_search_fn(args.collection, questions, args.deadline_ms, options)
     else:
-        search = E.open_search_fn(args.collection, args.deadline_ms, options, args.ranker)
+        search = _search_fn(args, options)
     result = E.evaluate_retrieval(search, questions, k=args.k, fetch_k=args.fetch_k, progress=not args.no_progress)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    data = {"collection": str(args.collection), "bioasq": [str(p) for p in args.bioasq],
-            "deadline_ms": args.deadline_ms, "fetch_k": args.fetch_k or 3 * args.k, "search_options": options,
+    data = {"collection": str(args.collection), "pubmed": bool(args.pubmed),
+            "bioasq": [str(p) for p in args.bioasq], "deadline_ms": args.deadline_ms, "fetch_k": args.fetch_k or 3 * args.k, "search_options": options,
             "ranker": "leave-one-file-out" if args.ranker_folds else args.ranker, **result.to_dict()}
     write_json_atomic(out / "results.json", data)
+    if args.submission:  # BioASQ Phase A: documents and snippets with their offsets
+        write_bioasq_submission(E.phase_a_entries(data), args.submission, system=args.system or "medretrieve",
+                                phase="A")
     md = E.retrieval_markdown_for(data)
     write_text_atomic(out / "results.md", md)
     print(md)
@@ -81,17 +100,22 @@ def _cmd_retrieval(args: argparse.Namespace) -> int:
 
 def _cmd_bioasq(args: argparse.Namespace) -> int:
     questions = _limit(load_bioasq(args.bioasq), args.limit)
-    search = E.open_search_fn(args.collection, args.deadline_ms, ranker=args.ranker)
+    phase = args.phase.upper()
+    if phase == "B" and (args.collection or args.pubmed):
+        raise ValueError("Phase B answers from the golden file's snippets: give no collection and no --pubmed")
+    search = _search_fn(args) if phase == "A+" else None
     backend = _backend(args)
-    answer_fn = E.make_bioasq_answer_fn(search, backend, k=args.k)
+    answer_fn = E.make_bioasq_answer_fn(search, backend, k=args.k, phase=phase)
     result = E.evaluate_bioasq_answers(answer_fn, questions, max_workers=args.workers, progress=not args.no_progress)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    data = {"collection": str(args.collection), "model": args.model, **result}
+    data = {"collection": str(args.collection), "pubmed": bool(args.pubmed), "phase": phase, "model": args.model,
+            **result}
     write_json_atomic(out / "results.json", data)
 
-    # BioASQ submission format (exact + ideal answers, evidence documents) for the official scorer
-    write_bioasq_submission(E.submission_entries(questions, result), out / "submission.json", system=args.model)
+    # BioASQ submission format (exact + ideal answers; in Phase A+ the evidence too) for the official scorer
+    write_bioasq_submission(E.submission_entries(questions, result), out / "submission.json",
+                            system=args.system or args.model, phase=phase)
     md = bioasq_markdown(data)
     write_text_atomic(out / "results.md", md)
     print(md)
@@ -152,8 +176,23 @@ def add_eval(subparsers: Any) -> None:
         p.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout (s)")
         p.add_argument("--workers", type=int, default=4, help="parallel LLM requests")
 
+    def retrieval_source(p: argparse.ArgumentParser) -> None:
+        from .pubmed import add_pubmed_options
+
+        p.add_argument("collection", nargs="?", default=None,
+                       help="collection folder (medretrieve build); may be left out with --pubmed")
+        p.add_argument("--pubmed", action="store_true",
+                       help="online: add each question's PubMed articles (E-utilities) to the candidates; give "
+                            "--deadline-ms room for the PubMed calls (e.g. 'none')")
+        p.add_argument("--encoder", default=None,
+                       help="with --pubmed and no collection: encoder directory, or 'default'")
+        p.add_argument("--system", default=None, help="system name in the submission file")
+        add_pubmed_options(p)
+
     p = sub.add_parser("retrieval", help="BioASQ document/snippet MAP@k, recall@k, nDCG@k of a collection")
-    p.add_argument("collection", help="collection folder (medretrieve build)")
+    retrieval_source(p)
+    p.add_argument("--submission", default=None, metavar="OUT.json",
+                   help="also write a BioASQ Phase A submission (documents and snippets with offsets)")
     p.add_argument("--bioasq", nargs="+", required=True, help="BioASQ golden JSON file(s)")
     p.add_argument("--k", type=int, default=10, help="cut-off (BioASQ: 10)")
     p.add_argument("--fetch-k", type=int, default=None, help="hits asked from the retriever (default 3*k)")
@@ -164,8 +203,11 @@ def add_eval(subparsers: Any) -> None:
     common(p)
     p.set_defaults(func=_cmd_retrieval)
 
-    p = sub.add_parser("bioasq", help="BioASQ Phase A+ answers: exact-answer metrics and ROUGE")
-    p.add_argument("collection", help="collection folder (medretrieve build)")
+    p = sub.add_parser("bioasq", help="BioASQ answers (Phase A+: retrieved evidence; Phase B: gold snippets): "
+                                      "exact-answer metrics, ROUGE and a submission file")
+    retrieval_source(p)
+    p.add_argument("--phase", default="a+", choices=("a+", "b"),
+                   help="a+: retrieve the evidence (COLLECTION and/or --pubmed); b: the golden file's snippets")
     p.add_argument("--bioasq", nargs="+", required=True, help="BioASQ golden JSON file(s)")
     p.add_argument("--k", type=int, default=10, help="snippets given to the LLM")
     llm(p)

@@ -66,7 +66,7 @@ def _search(args: argparse.Namespace) -> int:
     if len(args.target) > 2:
         raise ValueError("give COLLECTION QUESTION (quote a question of several words)")
     online = pubmed_source(args) if args.pubmed else None
-    col = _collection(args.target[0] if len(args.target) == 2 else None, args)
+    col = open_collection(args.target[0] if len(args.target) == 2 else None, args)
     ret = Retriever(col, cross_encoder=args.cross_encoder, training=args.training, ranker=args.ranker,
                     online=OnlineStage(online, retmax=args.retmax) if online is not None else None)
     res = ret.search(args.target[-1], k=args.k, deadline_ms=args.deadline_ms)
@@ -74,7 +74,7 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _collection(directory: Any, args: argparse.Namespace) -> Any:
+def open_collection(directory: Any, args: argparse.Namespace) -> Any:
     """The collection searched: a built one, or (PubMed only) an empty in-memory one over ``--encoder``."""
     from ..corpus.collection import Collection
     from ..corpus.memory import MemoryCollection
@@ -83,9 +83,9 @@ def _collection(directory: Any, args: argparse.Namespace) -> Any:
     if directory is not None:
         if args.encoder:
             raise ValueError("--encoder is for a PubMed-only search; a collection brings its own encoders")
-        return Collection.open(directory, query_encoder=args.query_encoder)
+        return Collection.open(directory, query_encoder=getattr(args, "query_encoder", None))
     if not args.pubmed:
         raise ValueError("give a COLLECTION to search (or --pubmed --encoder DIR to search PubMed alone)")
     if not args.encoder:
         raise ValueError("a PubMed-only search needs --encoder (a model directory, or 'default')")
-    return MemoryCollection.from_encoders(encoder_dir(args.encoder), args.query_encoder)
+    return MemoryCollection.from_encoders(encoder_dir(args.encoder), getattr(args, "query_encoder", None))
