@@ -438,9 +438,9 @@ def retrieval_markdown_for(data: Mapping[str, Any]) -> str:
 def write_medrgb_report(runs: list, out: Path) -> str:
     """results.md and the accuracy-vs-p plots of MedRGB runs in ``out``; returns the markdown and the plot
     paths' lines."""
-    from .report import medrgb_markdown, plot_accuracy_vs_p
+    from .report import medrgb_markdown, plot_vs_p
 
     md = "## MedRGB\n\n" + medrgb_markdown(runs)
     write_text_atomic(out / "results.md", md)
-    plots = plot_accuracy_vs_p(runs, out)
+    plots = plot_vs_p(runs, out)
     return md + "".join(f"\nplot: {p}" for p in plots)
