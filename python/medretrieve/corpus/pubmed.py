@@ -8,8 +8,8 @@ the :class:`~medretrieve.corpus.sources.Record` of each (``efetch.fcgi``, ``retm
 NCBI's rules, followed on every request:
 
 - at most 3 requests per second without an API key and 10 with one: one :class:`RateLimiter` per E-utilities
-  root and key, shared by every thread and every ``PubMedSource`` of the process (a sliding window of 1.05 s,
-  so network jitter cannot squeeze four requests into NCBI's second);
+  root and key, shared by every thread and every ``PubMedSource`` of the process (a sliding window of 1.1 s,
+  so scheduling and network jitter cannot squeeze one more request into NCBI's second);
 - ``tool`` and ``email`` (and ``api_key``) parameters on every request;
 - 429 and 5xx replies (and dropped connections) are retried ``max_retries`` times with exponential backoff
   (0.5 s, 1 s, 2 s, ... at most 8 s), a 429's ``Retry-After`` (seconds) taking precedence; other 4xx fail at once
@@ -76,33 +76,36 @@ class PubMedBadResponse(PubMedError):
 class RateLimiter:
     """At most ``per_second`` requests in any window of ``window_s`` seconds, across threads.
 
-    :meth:`acquire` reserves the next free slot and sleeps until it; a slot that would come after the
-    caller's deadline is not taken (:class:`PubMedTimeout`).
+    A request passes :meth:`acquire` when fewer than ``per_second`` requests passed in the last ``window_s``;
+    the time recorded is the moment it passes (right before it is sent), so a thread that wakes late from its
+    wait pushes the later requests back instead of crowding them into its window. A wait that would end after
+    the caller's deadline is not taken (:class:`PubMedTimeout`).
     """
 
-    def __init__(self, per_second: int, window_s: float = 1.05) -> None:
+    def __init__(self, per_second: int, window_s: float = 1.1) -> None:
         if per_second < 1:
             raise ValueError(f"per_second must be >= 1, got {per_second}")
         self.per_second = per_second
         self.window_s = window_s
-        self._slots: Deque[float] = collections.deque()  # the last per_second reserved send times
+        self._sent: Deque[float] = collections.deque()  # when the last per_second requests passed
         self._lock = threading.Lock()
 
     def acquire(self, deadline: Optional[float] = None) -> float:
         """Wait for a slot (``deadline``: ``time.monotonic()`` value, None = none); returns the seconds waited."""
-        with self._lock:
-            now = time.monotonic()
-            full = len(self._slots) >= self.per_second
-            at = max(now, self._slots[0] + self.window_s) if full else now
-            if deadline is not None and at > deadline:
-                raise PubMedTimeout(f"deadline: the next E-utilities request slot is {at - now:.2f} s away "
+        t0 = time.monotonic()
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                while self._sent and self._sent[0] <= now - self.window_s:
+                    self._sent.popleft()
+                if len(self._sent) < self.per_second:
+                    self._sent.append(now)
+                    return now - t0
+                wait = self._sent[0] + self.window_s - now
+            if deadline is not None and now + wait > deadline:
+                raise PubMedTimeout(f"deadline: the next E-utilities request slot is {wait:.2f} s away "
                                     f"(NCBI allows {self.per_second} requests per second)")
-            self._slots.append(at)
-            if len(self._slots) > self.per_second:
-                self._slots.popleft()
-        if at > now:
-            time.sleep(at - now)
-        return at - now
+            time.sleep(wait)
 
 
 _LIMITERS: Dict[Tuple[str, str], RateLimiter] = {}
@@ -359,8 +362,8 @@ class PubMedSource:
                 if resp.status_code not in _RETRY_STATUS:
                     raise PubMedHTTPError(resp.status_code, f"{what}: {message}")
                 last = f"HTTP {resp.status_code} from {what}: {message}"
-                wait = _retry_after(resp) if resp.status_code == 429 else None
-                wait = _backoff(attempt) if wait is None else wait
+                asked = _retry_after(resp) if resp.status_code == 429 else None
+                wait = _backoff(attempt) if asked is None else asked
             if attempt == self.max_retries:
                 break
             if wait >= clock.left_s():

@@ -69,7 +69,7 @@ def bioasq_evidence(hits: Sequence[Any], k: int = 10) -> dict[str, list]:
     text with its section and character span). A hit without a span is left out of the snippets rather than
     given made-up offsets."""
     docs = metrics._unique(str(_get(h, "document_id", "")) for h in hits if _get(h, "document_id", ""))[:k]
-    snippets = []
+    snippets: list[dict] = []
     for h in hits:
         span = _get(h, "span", None)
         if span and len(snippets) < k:

@@ -786,7 +786,7 @@ class MedRGBRunner:
             self._parallel(lambda job: self._counterfactual_for(job, cf_cache), rewrites, "counterfactuals")
 
         item_cache = JsonlCache(self.out_dir / "items.jsonl", lambda r: f"{r['question_id']}|{r['setting']}")
-        jobs = []
+        jobs: list[tuple] = []
         for q in questions:
             baseline = [s for s in settings if s.n == 0 and f"{q.id}|{s.key}" not in item_cache]
             jobs += [(q, s, [], [], {}, []) for s in baseline]  # no retrieval: needs no signal documents

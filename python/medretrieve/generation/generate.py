@@ -96,7 +96,7 @@ def _snippet(value: Any, qid: str) -> dict:
     """One submitted snippet, checked: document URL, text, sections and the [begin, end) character span."""
     if not isinstance(value, Mapping):
         raise ValueError(f"question {qid}: a snippet must be an object, got {type(value).__name__}")
-    out = {}
+    out: dict = {}
     for key in _SNIPPET_STRS:
         v = value.get(key)
         if not isinstance(v, str) or not v.strip():
