@@ -44,9 +44,14 @@ def test_add_within_stops_when_the_budget_is_spent(local):
 
     pool = MemoryCollection.like(local)
     budget = iter([1e9, 1e9, 0.0])
-    report = pool.add_within(_records(10) + _records(1), lambda: next(budget), batch=4)
+    report = pool.add_within(_records(10) + _records(1), lambda: next(budget), batch_chunks=4)  # 1 chunk each
     assert report.added == ["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"]
-    assert report.left_out == ["p8", "p9"] and report.present == ["p0"] and report.ms_per_record > 0
+    assert report.left_out == ["p8", "p9"] and report.present == ["p0"] and report.ms_per_chunk > 0
+    # a batch is only started when 1.5x its estimated cost fits
+    late = MemoryCollection.like(local).add_within(_records(3), lambda: 100.0, ms_per_chunk=30.0, batch_chunks=2)
+    assert late.added[:2] == ["p0", "p1"]  # the first batch (2 chunks, est. 1.5 x 60 ms) fits in 100 ms
+    none = MemoryCollection.like(local).add_within(_records(3), lambda: 100.0, reserve_ms=60.0, ms_per_chunk=30.0)
+    assert none.added == [] and none.left_out == ["p0", "p1", "p2"]  # 40 ms left: not even one chunk (45 ms)
     assert pool.n_documents == 8 and len({r.document_id for r in pool.rows}) == 8
     res_ids, _ = pool.dense.search(pool.encode_queries(["metformin glucose 3"]), k=1)
     assert pool.rows[int(np.asarray(res_ids).reshape(-1)[0])].document_id == "p3"

@@ -216,11 +216,42 @@ def test_rate_limit_seen_by_the_server_across_threads(api_key, limit, n):
     assert took >= (n - 1) // limit * 1.0
 
 
-def test_rate_limiter_refuses_a_slot_after_the_deadline():
+def test_rate_limiter_counts_from_the_finish_and_honours_the_deadline():
     lim = RateLimiter(2, window_s=1.0)
-    lim.acquire()
-    lim.acquire()
+    with lim.slot():
+        time.sleep(0.3)  # a slow request: its slot is held until it finishes, then for the window
+    with lim.slot():
+        pass
+    finished = time.monotonic()
     with pytest.raises(PubMedTimeout, match="slot"):
-        lim.acquire(deadline=time.monotonic() + 0.2)
+        with lim.slot(deadline=time.monotonic() + 0.2):
+            pass
+    t0 = time.monotonic()
+    with lim.slot(deadline=time.monotonic() + 2.0):
+        pass
+    assert time.monotonic() - finished >= 0.95 - 0.3 and time.monotonic() - t0 < 1.5
     with pytest.raises(ValueError):
         RateLimiter(0)
+
+
+def test_rate_limiter_waits_for_requests_in_flight():
+    lim = RateLimiter(1, window_s=0.2)
+    started = threading.Event()
+    order = []
+
+    def slow():
+        with lim.slot():
+            started.set()
+            time.sleep(0.3)
+            order.append("first done")
+
+    t = threading.Thread(target=slow)
+    t.start()
+    started.wait()
+    with pytest.raises(PubMedTimeout):
+        with lim.slot(deadline=time.monotonic() + 0.1):  # the only slot is in flight
+            pass
+    with lim.slot():
+        order.append("second")
+    t.join()
+    assert order == ["first done", "second"]

@@ -6,8 +6,8 @@ holds hundreds of chunks, not millions). It fills from two sides:
 
 - :meth:`MemoryCollection.copy_rows`: chunks of another collection with their stored vectors and parent
   sections (nothing is encoded again);
-- :meth:`MemoryCollection.add_within`: records (e.g. fetched from PubMed), chunked and encoded a few records at
-  a time while ``time_left_ms()`` allows; a record whose chunks could not all be encoded is left out whole and
+- :meth:`MemoryCollection.add_within`: records (e.g. fetched from PubMed), chunked and encoded about 16 chunks
+  at a time while ``time_left_ms()`` allows; a record whose chunks could not all be encoded is left out whole and
   reported.
 
 It shares the encoder sessions of the collection it is made ``like`` (no model is loaded again per search).
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Union
 
-from .chunking import ChunkingConfig
+from .chunking import ChunkingConfig, chunk_record
 from .collection import ChunkRow, Collection, _lexical_text, _new_index, encoder_pair, new_manifest
 from .lexical import LexicalIndex
 from .sources import Record
@@ -31,13 +31,13 @@ _M, _EF_CONSTRUCTION = 16, 100
 
 @dataclass
 class AddReport:
-    """What :meth:`MemoryCollection.add_within` did: documents added, and those left out (ids) because the
-    time ran out or they were already present; ``ms_per_record``: encoding cost measured."""
+    """What :meth:`MemoryCollection.add_within` did: documents added, left out (the time ran out) and already
+    present (ids); ``ms_per_chunk``: the chunking + encoding cost last measured (the estimate when none ran)."""
 
     added: List[str] = field(default_factory=list)
     left_out: List[str] = field(default_factory=list)
     present: List[str] = field(default_factory=list)
-    ms_per_record: float = 0.0
+    ms_per_chunk: float = 0.0
 
 
 class MemoryCollection(Collection):
@@ -55,7 +55,7 @@ class MemoryCollection(Collection):
                   LexicalIndex(lex.stem, lex.remove_stopwords, lex.k1, lex.b),
                   other._encoder_dir, other._query_encoder_dir)
         col._article_encoder = other.article_encoder()  # loaded once by ``other``, shared by every pool
-        col._query_encoder = other._query_encoder
+        col._query_encoder = other.query_encoder()
         return col
 
     @classmethod
@@ -96,12 +96,13 @@ class MemoryCollection(Collection):
         self._refresh_arrays()
         return len(rows)
 
-    def add_within(self, records: Sequence[Record], time_left_ms: Callable[[], float], batch: int = 4,
-                   reserve_ms: float = 0.0, prior_ms_per_record: float = 40.0) -> AddReport:
-        """Chunk and encode ``records`` ``batch`` at a time while ``time_left_ms() - reserve_ms`` covers twice
-        the measured cost of a batch (``prior_ms_per_record`` before the first); the rest are left out whole.
+    def add_within(self, records: Sequence[Record], time_left_ms: Callable[[], float], reserve_ms: float = 0.0,
+                   ms_per_chunk: float = 10.0, batch_chunks: int = 16) -> AddReport:
+        """Chunk and encode ``records`` in batches of at most ``batch_chunks`` chunks, each batch only as large as
+        ``time_left_ms() - reserve_ms`` covers at 1.5x its estimated cost (``ms_per_chunk``, then the cost
+        measured on the previous batch); once the next record does not fit, it and the rest are left out whole.
         Records whose id is already present are skipped."""
-        report = AddReport()
+        report = AddReport(ms_per_chunk=ms_per_chunk)
         present = {r.document_id for r in self.rows if not r.deleted}
         todo: List[Record] = []
         for rec in records:
@@ -110,17 +111,24 @@ class MemoryCollection(Collection):
             else:
                 todo.append(rec)
                 present.add(rec.id)
-        per_record = prior_ms_per_record
-        for start in range(0, len(todo), batch):
-            part = todo[start:start + batch]
-            if time_left_ms() - reserve_ms < 2.0 * per_record * len(part):
+        sizes = [len(chunk_record(r, self.chunking)[0]) for r in todo]
+        start = 0
+        while start < len(todo):
+            fit = (time_left_ms() - reserve_ms) / (1.5 * max(report.ms_per_chunk, 1e-3))  # chunks that fit
+            end, n = start, 0
+            while end < len(todo) and n + sizes[end] <= min(batch_chunks, fit):
+                n += sizes[end]
+                end += 1
+            if end == start and sizes[start] <= fit:  # one record larger than a batch: alone
+                n, end = sizes[start], start + 1
+            if end == start:
                 report.left_out.extend(r.id for r in todo[start:])
                 break
             t0 = time.perf_counter()
-            self._ingest(part, batch_size=32, progress=False)
-            per_record = (time.perf_counter() - t0) * 1000.0 / len(part)
-            report.added.extend(r.id for r in part)
-        report.ms_per_record = per_record
+            self._ingest(todo[start:end], batch_size=32, progress=False)
+            report.ms_per_chunk = (time.perf_counter() - t0) * 1000.0 / max(n, 1)
+            report.added.extend(r.id for r in todo[start:end])
+            start = end
         return report
 
     def _reserve(self, need: int) -> None:

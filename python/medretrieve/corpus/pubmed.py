@@ -8,8 +8,8 @@ the :class:`~medretrieve.corpus.sources.Record` of each (``efetch.fcgi``, ``retm
 NCBI's rules, followed on every request:
 
 - at most 3 requests per second without an API key and 10 with one: one :class:`RateLimiter` per E-utilities
-  root and key, shared by every thread and every ``PubMedSource`` of the process (a sliding window of 1.1 s,
-  so scheduling and network jitter cannot squeeze one more request into NCBI's second);
+  root and key, shared by every thread and every ``PubMedSource`` of the process; a slot is free again 1.05 s
+  after its request finished, so scheduling and network delays cannot crowd more requests into NCBI's second;
 - ``tool`` and ``email`` (and ``api_key``) parameters on every request;
 - 429 and 5xx replies (and dropped connections) are retried ``max_retries`` times with exponential backoff
   (0.5 s, 1 s, 2 s, ... at most 8 s), a 429's ``Retry-After`` (seconds) taking precedence; other 4xx fail at once
@@ -24,6 +24,7 @@ never cached.
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import json
 import os
@@ -32,7 +33,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Deque, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from .sources import ReadReport, Record, parse_medline, record_from_dict, record_to_dict
 
@@ -74,38 +75,53 @@ class PubMedBadResponse(PubMedError):
 
 
 class RateLimiter:
-    """At most ``per_second`` requests in any window of ``window_s`` seconds, across threads.
+    """At most ``per_second`` requests in any ``window_s`` seconds as the server sees them, across threads.
 
-    A request passes :meth:`acquire` when fewer than ``per_second`` requests passed in the last ``window_s``;
-    the time recorded is the moment it passes (right before it is sent), so a thread that wakes late from its
-    wait pushes the later requests back instead of crowding them into its window. A wait that would end after
-    the caller's deadline is not taken (:class:`PubMedTimeout`).
+    A request holds a :meth:`slot` while it is sent and answered; a slot is free again ``window_s`` after its
+    request *finished*. Counting from the finish rather than from the start is what makes the limit hold at the
+    server: a request reaches the server before it finishes, so however late a thread is scheduled between
+    taking its slot and sending, no ``per_second + 1`` requests can arrive within one second (``window_s`` > 1).
+    A wait that would end after the caller's deadline is not taken (:class:`PubMedTimeout`).
     """
 
-    def __init__(self, per_second: int, window_s: float = 1.1) -> None:
+    def __init__(self, per_second: int, window_s: float = 1.05) -> None:
         if per_second < 1:
             raise ValueError(f"per_second must be >= 1, got {per_second}")
         self.per_second = per_second
         self.window_s = window_s
-        self._sent: Deque[float] = collections.deque()  # when the last per_second requests passed
-        self._lock = threading.Lock()
+        self._finished: Deque[float] = collections.deque()  # when recent requests finished, oldest first
+        self._in_flight = 0
+        self._cond = threading.Condition()
 
-    def acquire(self, deadline: Optional[float] = None) -> float:
-        """Wait for a slot (``deadline``: ``time.monotonic()`` value, None = none); returns the seconds waited."""
-        t0 = time.monotonic()
-        while True:
-            with self._lock:
+    @contextlib.contextmanager
+    def slot(self, deadline: Optional[float] = None) -> Iterator[None]:
+        """Hold a slot while the enclosed request runs (``deadline``: ``time.monotonic()`` value, None = none)."""
+        self._take(deadline)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._in_flight -= 1
+                self._finished.append(time.monotonic())
+                self._cond.notify_all()
+
+    def _take(self, deadline: Optional[float]) -> None:
+        with self._cond:
+            while True:
                 now = time.monotonic()
-                while self._sent and self._sent[0] <= now - self.window_s:
-                    self._sent.popleft()
-                if len(self._sent) < self.per_second:
-                    self._sent.append(now)
-                    return now - t0
-                wait = self._sent[0] + self.window_s - now
-            if deadline is not None and now + wait > deadline:
-                raise PubMedTimeout(f"deadline: the next E-utilities request slot is {wait:.2f} s away "
-                                    f"(NCBI allows {self.per_second} requests per second)")
-            time.sleep(wait)
+                while self._finished and self._finished[0] <= now - self.window_s:
+                    self._finished.popleft()
+                if self._in_flight + len(self._finished) < self.per_second:
+                    self._in_flight += 1
+                    return
+                # the oldest finished request frees a slot then; with all slots in flight, a finish will notify
+                wait = self._finished[0] + self.window_s - now if self._finished else None
+                if deadline is not None and (now >= deadline or (wait is not None and now + wait > deadline)):
+                    raise PubMedTimeout(f"deadline: no E-utilities request slot before the deadline (NCBI allows "
+                                        f"{self.per_second} requests per second)")
+                timeout = wait if deadline is None else min(wait if wait is not None else float("inf"),
+                                                            deadline - now)
+                self._cond.wait(timeout)
 
 
 _LIMITERS: Dict[Tuple[str, str], RateLimiter] = {}
@@ -336,17 +352,17 @@ class PubMedSource:
         last = ""
         for attempt in range(self.max_retries + 1):
             clock.check(what)
-            self.limiter.acquire(clock.end)
-            timeout = min(self.timeout_s, clock.left_s())
-            if timeout <= 0:
-                raise PubMedTimeout(f"deadline: no time left for {what} after waiting for the rate limit")
-            with self._count_lock:
-                self.requests_sent += 1
             try:
-                if method == "GET":
-                    resp = self._client.get(url, params=full, timeout=timeout)
-                else:
-                    resp = self._client.post(url, data=full, timeout=timeout)
+                with self.limiter.slot(clock.end):
+                    timeout = min(self.timeout_s, clock.left_s())
+                    if timeout <= 0:
+                        raise PubMedTimeout(f"deadline: no time left for {what} after waiting for the rate limit")
+                    with self._count_lock:
+                        self.requests_sent += 1
+                    if method == "GET":
+                        resp = self._client.get(url, params=full, timeout=timeout)
+                    else:
+                        resp = self._client.post(url, data=full, timeout=timeout)
             except httpx.TimeoutException:
                 if clock.left_s() <= 0:
                     raise PubMedTimeout(f"deadline: {what} did not answer within {clock.budget_ms:.0f} ms") from None

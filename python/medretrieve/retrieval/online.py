@@ -10,8 +10,8 @@ and recovers over, in four reported stages:
 2. ``pubmed_fetch``: efetch of the PMIDs the local collection does not hold (cached records cost nothing).
 3. ``pool``: an in-memory collection (:class:`~medretrieve.corpus.memory.MemoryCollection`) holding the local
    collection's fused candidates and every chunk of a PMID it already has (stored vectors, nothing encoded
-   again), plus the fetched records, chunked and encoded while the budget allows; the records that did not fit
-   are counted in the stage's reason.
+   again), plus the fetched records, chunked and encoded while the budget allows (planned with the running
+   cost per chunk); the records that did not fit are counted in the stage's reason.
 
 Budget: each PubMed call gets the time left minus ``reserve`` of the budget (kept for ranking); a call that
 times out or fails is reported and the search goes on with what it has. Without a local collection (an empty
@@ -25,7 +25,7 @@ from ..corpus.lexical import stopwords
 from ..corpus.memory import MemoryCollection
 from ..corpus.pubmed import PubMedError, PubMedTimeout
 from ..corpus.sources import Record
-from .budget import Deadline
+from .budget import Deadline, Ema
 from .query import Query
 from .results import StageLog
 
@@ -69,6 +69,7 @@ class OnlineStage:
         self.retmax = retmax
         self.max_queries = max_queries
         self.reserve = reserve
+        self.chunk_ms = Ema(10.0)  # chunking + encoding one fetched chunk (ms), learnt across searches
 
     def _left(self, dl: Deadline) -> Optional[float]:
         return None if dl.unlimited else max(dl.remaining_ms() - dl.share_ms(self.reserve), 0.0)
@@ -85,11 +86,13 @@ class OnlineStage:
             rows = list(dict.fromkeys(list(local_rows) + [r for p in held for r in local.document_rows(p)]))
             pool.copy_rows(local, rows)
             report = pool.add_within(records, lambda: float("inf") if dl.unlimited else dl.remaining_ms(),
-                                     reserve_ms=dl.share_ms(self.reserve))
+                                     reserve_ms=dl.share_ms(self.reserve), ms_per_chunk=self.chunk_ms.value)
+        if report.added:
+            self.chunk_ms.update(report.ms_per_chunk)
         note = (f"{len(rows)} local chunks ({len(held)} PubMed hits already local) + {len(report.added)} of "
                 f"{len(records)} fetched documents encoded")
         if report.left_out:
-            note += f"; {len(report.left_out)} left out (budget: {report.ms_per_record:.0f} ms per document)"
+            note += f"; {len(report.left_out)} left out (budget: {report.ms_per_chunk:.1f} ms per chunk)"
         log.record("pool", True, note)
         return pool
 

@@ -143,8 +143,9 @@ class Retriever:
         """
         Query.analyse("warm up motolimod MI")
         col = self.collection
-        if self.online is not None:
-            col.article_encoder()  # every online search encodes the records it fetched
+        if self.online is not None:  # every online search encodes the question and the records it fetched
+            col.encode_queries(["warm up"])
+            col.article_encoder().encode([("warm up", "warm up")])
         if len(col):
             col.document_rows("")  # the document -> chunks map (hit spans, ranker features), built once
             if self.ranker is not None:  # document frequencies
