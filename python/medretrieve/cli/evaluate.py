@@ -162,7 +162,8 @@ def _cmd_medrgb(args: argparse.Namespace) -> int:
         runner = MedRGBRunner(
             backend, search, out / kind, dataset=kind, model=args.model, collection=str(args.collection),
             seed=args.seed, max_workers=args.workers, judge=not args.no_judge, progress=not args.no_progress,
-            judge_backend=judge_backend, judge_model=judge_model,
+            judge_backend=judge_backend, judge_model=judge_model, max_tokens=args.max_tokens,
+            doc_max_chars=args.doc_max_chars,
         )
         run = runner.run(questions, settings)
         runs.append({"label": args.label or args.model, **run.to_dict()})
@@ -269,6 +270,9 @@ def add_eval(subparsers: Any) -> None:
                    help="judge model name (default: --model; without --judge-llm / --judge-model the model under "
                         "test judges itself, and the report says so)")
     p.add_argument("--judge-api-key", default=None, help="API key of the judge server (default: --api-key)")
+    p.add_argument("--max-tokens", type=int, default=1024, help="most tokens the model may write per reply")
+    p.add_argument("--doc-max-chars", type=int, default=1500,
+                   help="characters of each document shown to the model (small contexts: less)")
     llm(p)
     common(p)
     p.set_defaults(func=_cmd_medrgb)
