@@ -24,7 +24,10 @@ from .index import FlatIndex, Index  # noqa: E402
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
     from .corpus.collection import Collection
+    from .corpus.memory import MemoryCollection
+    from .corpus.pubmed import PubMedSource
     from .generation.generate import Answer, Answerer
+    from .retrieval.online import OnlineStage
     from .retrieval.query import Query
     from .retrieval.ranker import LinearRanker
     from .retrieval.results import Hit, SearchResult, StageInfo
@@ -63,6 +66,9 @@ _check_simd_env()
 # public name -> module that defines it, imported on first use
 _LAZY = {
     "Collection": "corpus.collection",
+    "MemoryCollection": "corpus.memory",
+    "PubMedSource": "corpus.pubmed",
+    "OnlineStage": "retrieval.online",
     "Retriever": "retrieval.retriever",
     "Settings": "retrieval.settings",
     "SearchResult": "retrieval.results",
