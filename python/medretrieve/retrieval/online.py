@@ -13,6 +13,9 @@ and recovers over, in four reported stages:
    again), plus the fetched records, chunked and encoded while the budget allows (planned with the running
    cost per chunk); the records that did not fit are counted in the stage's reason.
 
+The pool is a small collection of its own: BM25 statistics (idf, lengths) are the pool's, as in a rerank pool,
+and recovery searches the pool.
+
 Budget: each PubMed call gets the time left minus ``reserve`` of the budget (kept for ranking); a call that
 times out or fails is reported and the search goes on with what it has. Without a local collection (an empty
 ``MemoryCollection``) the pool holds the PubMed records alone.
