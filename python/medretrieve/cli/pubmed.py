@@ -60,9 +60,10 @@ def read_pmids(path: str) -> List[str]:
 def add_fetch_pubmed(sub: Any) -> None:
     p = sub.add_parser("fetch-pubmed", help="build a local corpus (JSONL for 'medretrieve build') from PubMed",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       usage="medretrieve fetch-pubmed (QUERY | --pmids FILE) OUT.jsonl [options]",
                        description="Search PubMed (esearch, by relevance) or take a list of PMIDs, fetch the "
                                    "MEDLINE records (efetch) and write them as JSONL that 'medretrieve build' reads.")
-    p.add_argument("args", nargs="+", metavar="QUERY OUT.jsonl",
+    p.add_argument("args", nargs="+", metavar="ARG",
                    help="a PubMed query and the output file (with --pmids: the output file only)")
     p.add_argument("--pmids", default=None, help="file of PMIDs (one per line) instead of a query")
     p.add_argument("--mindate", default=None, help="earliest date (YYYY[/MM[/DD]]), with --maxdate")

@@ -12,8 +12,9 @@ def add_search(sub: Any) -> None:
     from .pubmed import add_pubmed_options
 
     p = sub.add_parser("search", help="search a collection (and PubMed with --pubmed)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("target", nargs="+", metavar="[COLLECTION] QUESTION",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       usage="medretrieve search [COLLECTION] QUESTION [options]")
+    p.add_argument("target", nargs="+", metavar="ARG",
                    help="collection directory (medretrieve build) and the question; with --pubmed the collection "
                         "may be left out (then give --encoder)")
     p.add_argument("--k", type=int, default=10, help="hits to return")
