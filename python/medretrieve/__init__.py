@@ -24,8 +24,11 @@ from .index import FlatIndex, Index  # noqa: E402
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs (explicit re-exports)
     from .corpus.collection import Collection as Collection
+    from .corpus.memory import MemoryCollection as MemoryCollection
+    from .corpus.pubmed import PubMedSource as PubMedSource
     from .generation.generate import Answer as Answer
     from .generation.generate import Answerer as Answerer
+    from .retrieval.online import OnlineStage as OnlineStage
     from .retrieval.query import Query as Query
     from .retrieval.ranker import LinearRanker as LinearRanker
     from .retrieval.results import Hit as Hit
@@ -66,6 +69,9 @@ _check_simd_env()
 # public name -> module that defines it, imported on first use
 _LAZY = {
     "Collection": "corpus.collection",
+    "MemoryCollection": "corpus.memory",
+    "PubMedSource": "corpus.pubmed",
+    "OnlineStage": "retrieval.online",
     "Retriever": "retrieval.retriever",
     "Settings": "retrieval.settings",
     "SearchResult": "retrieval.results",

@@ -297,3 +297,39 @@ def test_cli_eval_bioasq_through_the_fake_llm(tmp_path, monkeypatch):
     assert entries["q-yes"]["exact_answer"] == "yes" and entries["q-fact"]["exact_answer"] == [["CFTR"], ["TNF"]]
     assert entries["q-yes"]["documents"][0] == "http://www.ncbi.nlm.nih.gov/pubmed/111"
     assert "exact_answer" not in entries["q-sum"] and sub["system"] == "fake-model"
+
+
+def test_cli_eval_medrgb_grid_judge_and_resume(tmp_path, monkeypatch):
+    """``--grid``: every setting of the protocol, tables and plots (accuracy, noise and fact detection vs p),
+    a separate judge named in the report, and a rerun answered from the caches."""
+    from llm_server import FakeLLMServer
+    from test_medrgb import fake_search, smart_llm
+
+    from medretrieve.cli import main
+
+    monkeypatch.setattr(E, "open_search_fn", lambda collection, deadline_ms=None, options=None, ranker=None: fake_search)
+    medqa = tmp_path / "medqa.jsonl"
+    medqa.write_text("".join(
+        json.dumps({"question": f"Question {qid}: which option is right?", "options": {"A": "a", "B": "b", "C": "c", "D": "d"},
+                    "answer_idx": ans}) + "\n" for qid, ans in (("q1", "A"), ("q2", "B"))))
+    out = tmp_path / "out"
+    with FakeLLMServer(smart_llm) as srv, FakeLLMServer(smart_llm) as judge:
+        args = ["eval", "medrgb", "--dataset", f"medqa:{medqa}", "--collection", str(tmp_path / "coll"), "--llm",
+                srv.base_url, "--model", "fake-model", "--judge-llm", judge.base_url, "--judge-model", "judge-m",
+                "--out", str(out), "--no-progress", "--grid", "--workers", "8"]
+        assert main(args) == 0
+        asked = len(srv.requests) + len(judge.requests)
+        assert main(args) == 0  # resumed: every answer comes from the caches
+        assert len(srv.requests) + len(judge.requests) == asked
+        assert main(args + ["--n", "5"]) == 2  # --grid decides the settings
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    assert len(run["settings"]) == 4 + 3 * 3 * 6 and run["errors"] == []
+    assert run["settings"]["standard-n0"]["accuracy"] == 1.0 and run["settings"]["standard-n10"]["count"] == 2
+    assert run["settings"]["sufficiency-n20-p0"]["noise_detection_accuracy"] == 1.0
+    assert run["settings"]["robustness-n20-p40"]["fact_detection_rate"] == 1.0
+    md = (out / "results.md").read_text()
+    assert "MedQA-US n=0 (no retrieval)" in md and "judge-m (separate from the model under test)" in md
+    assert "### robustness: sub-answer exact match" in md and "### sufficiency: noise-detection accuracy" in md
+    for name in ("medrgb_sufficiency.png", "medrgb_integration.png", "medrgb_robustness.png",
+                 "medrgb_sufficiency_noise_detection_accuracy.png", "medrgb_robustness_fact_detection_rate.png"):
+        assert (out / name).stat().st_size > 1000

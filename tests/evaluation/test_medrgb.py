@@ -97,9 +97,10 @@ def test_robustness_context_errors():
 
 def test_make_settings():
     settings = make_settings()
-    assert len(settings) == 2 + 3 * len(N_VALUES) * len(P_VALUES)
+    assert len(settings) == 3 + 3 * len(N_VALUES) * len(P_VALUES)
     keys = [s.key for s in settings]
-    assert "standard-n5" in keys and "standard-n20" in keys and "robustness-n10-p60" in keys
+    assert "standard-n0" in keys and "standard-n5" in keys and "standard-n20" in keys  # n=0: no retrieval
+    assert "robustness-n10-p60" in keys
     assert len(set(keys)) == len(keys)
     with pytest.raises(ValueError, match="unknown MedRGB scenario"):
         make_settings(["fast"])
@@ -140,6 +141,8 @@ def fake_search(query: str, k: int) -> list[dict]:
 
 
 def _documents(user: str) -> list[str]:
+    if not user.startswith("Here are the"):  # the no-retrieval prompt shows no documents
+        return []
     return re.split(r"\n\nDocument \[\d+\] ", "\n\n" + user.split("\n\nHere is")[0].split(":\n\n", 1)[1])[1:]
 
 
@@ -167,10 +170,13 @@ def smart_llm(request: dict):
     if "relevant_documents" in user:  # sufficiency
         reply["relevant_documents"] = mine
         reply["answer_choice"] = GOLD[qid] if mine else "insufficient information"
-    elif "document_analysis" in user:  # robustness
+    elif "document_analysis" in user:  # robustness (with sub-questions: sub-answers from the correct documents)
         reply["document_analysis"] = [{"document": i + 1, "has_factual_error": i + 1 in fake,
                                        "correction": "the answer is not D" if i + 1 in fake else ""} for i in range(len(docs))]
         reply["answer_choice"] = GOLD[qid] if mine else "D"
+        if "sub_answers" in user:
+            reply["sub_answers"] = [{"sub_question": "one", "answer": "alpha" if mine else "gamma"},
+                                    {"sub_question": "two", "answer": "beta" if mine else "gamma"}]
     elif "sub_answers" in user:  # integration
         reply["sub_answers"] = [{"sub_question": "one", "answer": "alpha", "documents": mine[:1]},
                                 {"sub_question": "two", "answer": "beta", "documents": mine[:1]}]
@@ -221,14 +227,17 @@ def test_full_run_scores_a_perfect_model(tmp_path, backend_factory):
     # robustness p=40: 3 of 5 documents rewritten, all flagged, no false alarm
     assert m["robustness-n5-p40"]["fact_detection_rate"] == 1.0 and m["robustness-n5-p40"]["false_alarm_rate"] == 0.0
     assert m["robustness-n5-p100"]["fact_detection_rate"] is None  # nothing to detect
+    # robustness sub-questions are scored as in integration (exact match and judge)
+    assert m["robustness-n5-p40"]["sub_answer_em"] == 1.0 and m["robustness-n5-p40"]["judge_score"] == 1.0
     for item in run.items:
         kinds = Counter(item.doc_kinds)
         if item.scenario in ("sufficiency", "integration"):
             assert kinds["signal"] == round(5 * item.p / 100) and kinds["noise"] == 5 - kinds["signal"]
         if item.scenario == "robustness":
             assert kinds["counterfactual"] == 5 - round(5 * item.p / 100)
-    # 3 topic lists + 3 sub-QA + 3x5 counterfactuals + 21 answers + 6 integration items x 2 judge calls
-    assert n_requests == 3 + 3 + 15 + 21 + 12
+    # 3 topic lists + 3 sub-QA + 3x5 counterfactuals + 21 answers + 12 integration / robustness items x 2 judge calls
+    assert n_requests == 3 + 3 + 15 + 21 + 24
+    assert run.judge == {"model": "fake-model", "separate": False, "used": True}
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["settings"]["sufficiency-n5-p40"]["n"] == 5 and results["settings"]["sufficiency-n5-p40"]["p"] == 40
 
@@ -380,3 +389,71 @@ def test_rejected_request_is_scored_not_retried(tmp_path, backend_factory):
     m = run.metrics["standard-n5"]
     assert run.errors == [] and m["count"] == 3 and m["unreadable"] == 3
     assert all("LLM" in i.parse_error for i in run.items)
+
+
+# --------------------------------------------------------------------------- the full protocol
+
+
+def test_no_retrieval_baseline_answers_without_documents(tmp_path, backend_factory):
+    from llm_server import FakeLLMServer
+
+    searched = []
+
+    def counting_search(query, k):
+        searched.append(query)
+        return fake_search(query, k)
+
+    with FakeLLMServer(smart_llm) as srv:
+        runner = MedRGBRunner(backend_factory(srv.base_url), counting_search, tmp_path, dataset="test", seed=1,
+                              progress=False)
+        run = runner.run(QUESTIONS, make_settings(["standard"], standard_n=[0]))
+        prompts = [r["json"]["messages"] for r in srv.requests]
+    assert searched == []  # nothing retrieved, no topics asked
+    assert len(prompts) == 3 and all("own medical knowledge" in m[0]["content"] for m in prompts)
+    assert all("Document [" not in m[1]["content"] for m in prompts)
+    assert run.metrics["standard-n0"]["accuracy"] == 1.0 and all(i.doc_ids == [] for i in run.items)
+
+
+def test_a_separate_judge_grades_the_sub_answers(tmp_path, backend_factory):
+    from llm_server import FakeLLMServer
+
+    from medretrieve.evaluation.report import medrgb_markdown
+
+    settings = make_settings(["integration", "robustness"], n_values=[5], p_values=[40])
+    with FakeLLMServer(smart_llm) as model, FakeLLMServer(smart_llm) as judge:
+        run = _runner(backend_factory(model.base_url), tmp_path / "run",
+                      judge_backend=backend_factory(judge.base_url), judge_model="judge-7b").run(QUESTIONS, settings)
+        graded_by_model = [r for r in model.requests if "strict grader" in r["json"]["messages"][0]["content"]]
+        graded_by_judge = [r for r in judge.requests if "strict grader" in r["json"]["messages"][0]["content"]]
+    assert graded_by_model == [] and len(graded_by_judge) == 6 * 2 == len(judge.requests)
+    assert run.judge == {"model": "judge-7b", "separate": True, "used": True}
+    assert run.metrics["integration-n5-p40"]["judge_score"] == 1.0
+    md = medrgb_markdown([{"label": "x", **run.to_dict()}])
+    assert "judge-7b (separate from the model under test)" in md
+    same = medrgb_markdown([{"label": "y", "dataset": "test", "model": "m", "errors": [], "settings": {},
+                             "judge": {"model": "m", "separate": False, "used": True}}])
+    assert "m (the model under test: no separate judge was given)" in same
+    # a folder judged by one model is not resumed with another
+    with pytest.raises(ValueError, match="judge_model"):
+        _runner(None, tmp_path / "run").run(QUESTIONS, settings)
+
+
+def test_robustness_sub_answers_and_fact_detection_per_setting(tmp_path, backend_factory):
+    from llm_server import FakeLLMServer
+
+    def fooled(request):  # believes every document: flags nothing, answers sub-questions from counterfactuals
+        user = request["messages"][-1]["content"]
+        if "document_analysis" in user:
+            return json.dumps({"document_analysis": [], "answer_choice": "D",
+                               "sub_answers": [{"answer": "gamma"}, {"answer": "gamma"}]})
+        return smart_llm(request)
+
+    settings = make_settings(["robustness"], n_values=[5], p_values=[0, 60])
+    with FakeLLMServer(fooled) as srv:
+        run = _runner(backend_factory(srv.base_url), tmp_path).run(QUESTIONS, settings)
+    for key in ("robustness-n5-p0", "robustness-n5-p60"):
+        m = run.metrics[key]
+        assert m["fact_detection_rate"] == 0.0
+        assert m["false_alarm_rate"] == (None if key.endswith("p0") else 0.0)  # p=0: every document is rewritten
+        assert m["sub_answer_em"] == 0.0 and m["judge_score"] == 0.0 and m["accuracy"] == 0.0
+    assert all(i.sub_questions and i.sub_golds == ["alpha", "beta"] for i in run.items)

@@ -108,7 +108,13 @@ def test_medrgb_scenarios():
     integ = P.medrgb_messages("integration", Q, ["yes", "no"], SNIPPETS, sub_questions=["What is X?", "Y?"])
     assert "1. What is X?\n2. Y?" in integ[1]["content"] and '"sub_answers"' in integ[1]["content"]
     rob = P.medrgb_messages("robustness", Q, ["yes", "no"], SNIPPETS)[1]["content"]
-    assert '"has_factual_error"' in rob and '"correction"' in rob
+    assert '"has_factual_error"' in rob and '"correction"' in rob and "sub_answers" not in rob
+    rob_sub = P.medrgb_messages("robustness", Q, ["yes", "no"], SNIPPETS, sub_questions=["What is X?"])[1]["content"]
+    assert "Sub-questions to answer first:\n1. What is X?" in rob_sub and '"sub_answers"' in rob_sub
+    assert '"has_factual_error"' in rob_sub
+    closed = P.medrgb_messages("standard", Q, ["yes", "no"], [])
+    assert "own medical knowledge" in closed[0]["content"] and "Document" not in closed[1]["content"]
+    assert "A. yes\nB. no" in closed[1]["content"] and '"answer_choice"' in closed[1]["content"]
     with pytest.raises(ValueError, match="scenario"):
         P.medrgb_messages("noise", Q, ["a", "b"], SNIPPETS)
     with pytest.raises(ValueError, match="sub_questions"):

@@ -18,6 +18,7 @@ _COMMANDS = {
     "export-onnx": "build:add_export",
     "build": "build:add_build",
     "search": "search:add_search",
+    "fetch-pubmed": "pubmed:add_fetch_pubmed",
     "fit-ranker": "train:add_fit_ranker",
     "fit-query-encoder": "train:add_fit_query_encoder",
     "fit-cross-encoder": "train:add_fit_cross_encoder",

@@ -33,6 +33,15 @@ def add_build(sub: Any) -> None:
     p.set_defaults(func=_build)
 
 
+def encoder_dir(value: str) -> Any:
+    """An ``--encoder`` value: a model directory, or ``default`` for the embedded model."""
+    if value == "default":
+        from ..models.encoders import default_model_dir
+
+        return default_model_dir()
+    return value
+
+
 def _build(args: argparse.Namespace) -> int:
     from ..corpus.chunking import ChunkingConfig
     from ..corpus.collection import Collection
@@ -40,7 +49,8 @@ def _build(args: argparse.Namespace) -> int:
 
     report = ReadReport()
     t0 = time.perf_counter()
-    col = Collection.build(args.source, args.out_dir, encoder=args.encoder, query_encoder=args.query_encoder,
+    col = Collection.build(args.source, args.out_dir, encoder=encoder_dir(args.encoder),
+                           query_encoder=args.query_encoder,
                            chunking=ChunkingConfig(max_tokens=args.max_tokens), errors=args.errors,
                            dtype=args.dtype, M=args.M, ef_construction=args.ef_construction,
                            batch_size=args.batch_size, progress=not args.quiet, format=args.format,

@@ -9,9 +9,14 @@ from ..retrieval.results import SearchResult
 
 
 def add_search(sub: Any) -> None:
-    p = sub.add_parser("search", help="search a collection", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("collection", help="collection directory (medretrieve build)")
-    p.add_argument("question", help="the question, in quotes")
+    from .pubmed import add_pubmed_options
+
+    p = sub.add_parser("search", help="search a collection (and PubMed with --pubmed)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       usage="medretrieve search [COLLECTION] QUESTION [options]")
+    p.add_argument("target", nargs="+", metavar="ARG",
+                   help="collection directory (medretrieve build) and the question; with --pubmed the collection "
+                        "may be left out (then give --encoder)")
     p.add_argument("--k", type=int, default=10, help="hits to return")
     p.add_argument("--deadline-ms", type=deadline, default=300.0, help="time budget in ms ('none': no deadline)")
     p.add_argument("--cross-encoder", default=None, help="cross-encoder model directory")
@@ -19,10 +24,15 @@ def add_search(sub: Any) -> None:
     p.add_argument("--ranker", default=None, help="learned ranker JSON (medretrieve fit-ranker)")
     p.add_argument("--query-encoder", default=None,
                    help="query encoder directory replacing the collection's (medretrieve fit-query-encoder)")
-    p.add_argument("--encoder", default=None,
-                   help="encoder directory replacing the collection's own (e.g. for a collection built before "
-                        "collections held their models)")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    p.add_argument("--pubmed", action="store_true",
+                   help="add the question's PubMed articles (E-utilities) to the candidates; give --deadline-ms "
+                        "room for the PubMed calls (e.g. 'none')")
+    p.add_argument("--encoder", default=None,
+                   help="encoder directory ('default': the embedded model): with --pubmed and no collection, the one "
+                        "to encode PubMed's articles; with a collection, one replacing the collection's own (e.g. "
+                        "for a collection built before collections held their models)")
+    add_pubmed_options(p)
     p.set_defaults(func=_search)
 
 
@@ -52,11 +62,32 @@ def format_result(res: SearchResult, width: int = 160, stages: bool = True) -> s
 
 
 def _search(args: argparse.Namespace) -> int:
-    from ..corpus.collection import Collection
+    from ..retrieval.online import OnlineStage
     from ..retrieval.retriever import Retriever
+    from .pubmed import pubmed_source
 
-    col = Collection.open(args.collection, encoder=args.encoder, query_encoder=args.query_encoder)
-    ret = Retriever(col, cross_encoder=args.cross_encoder, training=args.training, ranker=args.ranker)
-    res = ret.search(args.question, k=args.k, deadline_ms=args.deadline_ms)
+    if len(args.target) > 2:
+        raise ValueError("give COLLECTION QUESTION (quote a question of several words)")
+    online = pubmed_source(args) if args.pubmed else None
+    col = open_collection(args.target[0] if len(args.target) == 2 else None, args)
+    ret = Retriever(col, cross_encoder=args.cross_encoder, training=args.training, ranker=args.ranker,
+                    online=OnlineStage(online, retmax=args.retmax) if online is not None else None)
+    res = ret.search(args.target[-1], k=args.k, deadline_ms=args.deadline_ms)
     print(json.dumps(res.to_dict(), indent=2, default=str) if args.json else format_result(res))
     return 0
+
+
+def open_collection(directory: Any, args: argparse.Namespace) -> Any:
+    """The collection searched: a built one, or (PubMed only) an empty in-memory one over ``--encoder``."""
+    from ..corpus.collection import Collection
+    from ..corpus.memory import MemoryCollection
+    from .build import encoder_dir
+
+    if directory is not None:
+        return Collection.open(directory, encoder=encoder_dir(args.encoder) if args.encoder else None,
+                               query_encoder=getattr(args, "query_encoder", None))
+    if not args.pubmed:
+        raise ValueError("give a COLLECTION to search (or --pubmed --encoder DIR to search PubMed alone)")
+    if not args.encoder:
+        raise ValueError("a PubMed-only search needs --encoder (a model directory, or 'default')")
+    return MemoryCollection.from_encoders(encoder_dir(args.encoder), getattr(args, "query_encoder", None))

@@ -68,7 +68,9 @@ def add_fit_query_encoder(sub: Any) -> None:
                     "(needs the 'export' extra: torch)", "Hugging Face weights of the collection's encoder "
                     "(local directory)", "directory for the ONNX query encoder", epochs=4, lr=5e-5)
     p.add_argument("--batch-size", type=int, default=32, help="questions per step")
-    p.add_argument("--temperature", type=float, default=0.05, help="softmax temperature of the loss")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="softmax temperature of the loss (default: 0.05 for unit-length vectors, 1 for raw "
+                        "inner products)")
     p.set_defaults(func=_fit_query_encoder)
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .sources import Record
+from .spans import source_layout
 
 # ---------------------------------------------------------------- token counting
 
@@ -192,13 +193,16 @@ class Chunk:
 
 @dataclass
 class SectionPart:
-    """A whole section (the parent of its chunks)."""
+    """A whole section (the parent of its chunks); ``source_section`` / ``source_offset`` place its text in
+    the source's own coordinates (:func:`medretrieve.corpus.spans.source_layout`)."""
 
     section_id: str
     document_id: str
     title: str
     section: str
     text: str
+    source_section: str = ""
+    source_offset: Optional[int] = None
 
 
 def _is_complex(section: str, text: str, cfg: ChunkingConfig) -> bool:
@@ -293,9 +297,12 @@ def chunk_record(record: Record, cfg: Optional[ChunkingConfig] = None) -> Tuple[
     chunks: List[Chunk] = []
     parts: List[SectionPart] = []
     pos = 0
-    for si, sec in enumerate(record.sections):
+    for si, (sec, (origin, offset)) in enumerate(zip(record.sections, source_layout(record.sections))):
         sid = f"{record.id}#s{si}"
-        parts.append(SectionPart(sid, record.id, record.title, sec.title, sec.text.strip()))
+        text = sec.text.strip()
+        if offset is not None:  # stripping moved the text's start
+            offset += len(sec.text) - len(sec.text.lstrip())
+        parts.append(SectionPart(sid, record.id, record.title, sec.title, text, origin, offset))
         label = section_label(sec.title)
         for ci, (ov, core) in enumerate(chunk_section(sec.text, sec.title, cfg)):
             chunks.append(Chunk(f"{sid}.{ci}", record.id, record.title, sec.title, core, ov, pos, sid, label,

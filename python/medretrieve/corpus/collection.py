@@ -14,9 +14,14 @@ Layout (``format: medretrieve-collection-1``)::
     models/encoder    the article (or symmetric) encoder, copied in at build; models/query: the query encoder
                       when it is a separate model
 
-Chunk vectors: ``normalize(w_core * e(title, core) + w_overlap * e(title, overlap))``
-with the weights of :func:`medretrieve.corpus.chunking.overlap_weights` (an overlap
-token counts half a core token).
+Chunk vectors: ``w_core * e(title, core) + w_overlap * e(title, overlap)`` with the
+weights of :func:`medretrieve.corpus.chunking.overlap_weights` (an overlap token counts
+half a core token), L2-normalised only when the article encoder's manifest says
+``normalize`` (sentence-transformers models). A MedCPT pair (CLS pooling, trained for
+raw inner products) keeps its own geometry: the vectors stay unnormalised, the ``ip``
+index scores raw inner products (int8 storage keeps their scale: a per-vector scale),
+and ``manifest["index"]["normalized"]`` (:attr:`Collection.normalized`) tells the
+retrieval stages which geometry they work in.
 
 Writes are atomic at directory level: a build (and every ``add`` / ``delete``)
 writes a complete new directory next to the target and swaps it in with
@@ -32,7 +37,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -71,12 +76,13 @@ def _encoder_info(directory: Union[str, os.PathLike], inside_dir: str) -> Dict[s
 
     d = default_model_dir() if str(directory) == "default" else Path(directory).expanduser().resolve()
     m = read_manifest(d)
-    return {"dir": inside_dir, "source": str(d), "sha256": m.sha256, "kind": m.kind, "dim": m.dim}
+    return {"dir": inside_dir, "source": str(d), "sha256": m.sha256, "kind": m.kind, "dim": m.dim,
+            "normalize": m.normalize}
 
 
 def _embed_chunks(encoder, chunks: Sequence[Chunk], cfg: ChunkingConfig, batch_size: int,
-                  progress: bool) -> np.ndarray:
-    """Chunk vectors with the overlap down-weighted (module docstring)."""
+                  progress: bool, normalize: bool = True) -> np.ndarray:
+    """Chunk vectors with the overlap down-weighted, normalised when ``normalize`` (module docstring)."""
     core = encoder.encode([(c.title, c.core_text) for c in chunks], batch_size=batch_size, progress=progress)
     core = np.asarray(core, dtype=np.float32)
     with_ov = [i for i, c in enumerate(chunks) if c.overlap_text]
@@ -86,8 +92,48 @@ def _embed_chunks(encoder, chunks: Sequence[Chunk], cfg: ChunkingConfig, batch_s
         for j, i in enumerate(with_ov):
             wc, wo = overlap_weights(chunks[i], cfg.overlap_weight)
             core[i] = wc * core[i] + wo * ov[j]
+    if not normalize:
+        return core
     norms = np.linalg.norm(core, axis=1, keepdims=True)
     return core / np.maximum(norms, 1e-12)
+
+
+def encoder_pair(encoder: Union[str, os.PathLike], query_encoder: Optional[Union[str, os.PathLike]]
+                 ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
+    """Manifest entries of an article encoder and its query encoder (None: the encoder serves both, so it must
+    be symmetric); ValueError when the two differ in width or geometry."""
+    enc_info = _encoder_info(encoder, f"{MODELS}/encoder")
+    if query_encoder is None and enc_info["kind"] != "symmetric":
+        raise ValueError(f"{encoder} holds a {enc_info['kind']!r} model; without a query_encoder the "
+                         "encoder must be symmetric (serve queries and articles)")
+    q_info = _encoder_info(query_encoder, f"{MODELS}/query") if query_encoder is not None else None
+    if q_info is not None and q_info["dim"] != enc_info["dim"]:
+        raise ValueError(f"query encoder dim {q_info['dim']} != article encoder dim {enc_info['dim']}")
+    if q_info is not None and q_info["normalize"] != enc_info["normalize"]:
+        raise ValueError(_geometry_mismatch(query_encoder, q_info["normalize"], enc_info["normalize"]))
+    return enc_info, q_info
+
+
+def new_manifest(enc_info: Dict[str, Any], q_info: Optional[Dict[str, Any]], cfg: ChunkingConfig, dtype: str,
+                 M: int, ef_construction: int) -> Dict[str, Any]:
+    """The manifest of a new collection (encoders as :func:`_encoder_info` describes them)."""
+    return {
+        "format": FORMAT,
+        "encoder": enc_info,
+        "query_encoder": q_info,
+        "chunking": cfg.to_dict(),
+        "index": {"dtype": dtype, "M": int(M), "ef_construction": int(ef_construction), "space": "ip",
+                  "normalized": enc_info["normalize"]},
+        "versions": _versions(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _geometry_mismatch(query_dir: Any, query_normalizes: bool, articles_normalized: bool) -> str:
+    what = {True: "unit-length (cosine)", False: "raw inner-product"}
+    return (f"query encoder {query_dir} gives {what[query_normalizes]} vectors but the article vectors are "
+            f"{what[articles_normalized]} ones: a query/article pair must share one geometry (export both with "
+            "the same --normalize / --no-normalize)")
 
 
 def _new_index(dim: int, dtype: str, M: int, ef_construction: int, capacity: int):
@@ -172,6 +218,18 @@ class Collection:
     def dim(self) -> int:
         return int(self.manifest["encoder"]["dim"])
 
+    @property
+    def encoder_dir(self) -> str:
+        """The directory of the article (or symmetric) encoder in use (the collection's own copy unless replaced
+        at open)."""
+        return self._encoder_dir
+
+    @property
+    def normalized(self) -> bool:
+        """Whether chunk vectors are unit length (inner product = cosine); False for raw inner products
+        (MedCPT). Collections built before this was recorded were always normalised."""
+        return bool(self.manifest["index"].get("normalized", True))
+
     # ------------------------------------------------------------- encoders
     def article_encoder(self):
         if self._article_encoder is None:
@@ -188,6 +246,9 @@ class Collection:
             if enc.dim != self.dense.dim:
                 raise ValueError(f"query encoder {self._query_encoder_dir} gives {enc.dim}-dim vectors but the "
                                  f"collection's index holds {self.dense.dim}-dim vectors")
+            if enc.manifest.normalize != self.normalized:
+                raise ValueError(_geometry_mismatch(self._query_encoder_dir, enc.manifest.normalize,
+                                                    self.normalized))
             self._query_encoder = enc
         return self._query_encoder
 
@@ -264,28 +325,14 @@ class Collection:
         cfg = chunking or ChunkingConfig()
         if dtype not in ("int8", "float32"):
             raise ValueError(f"dtype must be 'int8' or 'float32', got {dtype!r}")
-        enc_info = _encoder_info(encoder, f"{MODELS}/encoder")
-        if query_encoder is None and enc_info["kind"] != "symmetric":
-            raise ValueError(f"{encoder} holds a {enc_info['kind']!r} model; without a query_encoder the "
-                             "encoder must be symmetric (serve queries and articles)")
-        q_info = _encoder_info(query_encoder, f"{MODELS}/query") if query_encoder is not None else None
-        if q_info is not None and q_info["dim"] != enc_info["dim"]:
-            raise ValueError(f"query encoder dim {q_info['dim']} != article encoder dim {enc_info['dim']}")
+        enc_info, q_info = encoder_pair(encoder, query_encoder)
         report = report if report is not None else ReadReport()
         records = list(read_records(source, format=format, errors=errors, report=report))
         if not records:
             raise ValueError(f"no readable records in the source ({report.summary()})")
-        manifest = {
-            "format": FORMAT,
-            "encoder": enc_info,
-            "query_encoder": q_info,
-            "chunking": cfg.to_dict(),
-            "index": {"dtype": dtype, "M": int(M), "ef_construction": int(ef_construction), "space": "ip"},
-            "versions": _versions(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "read_report": {"records": report.records, "skipped": report.skipped[:100],
-                            "n_skipped": report.n_skipped},
-        }
+        manifest = new_manifest(enc_info, q_info, cfg, dtype, M, ef_construction)
+        manifest["read_report"] = {"records": report.records, "skipped": report.skipped[:100],
+                                   "n_skipped": report.n_skipped}
         sources = {"encoder": enc_info["source"], **({"query_encoder": q_info["source"]} if q_info else {})}
         col = cls(out, manifest, ChunkTable(), {}, None, LexicalIndex(), model_sources=sources)
         col.dense = _new_index(enc_info["dim"], dtype, M, ef_construction, 0)
@@ -396,7 +443,7 @@ class Collection:
             rec_chunks, rec_parts = chunk_record(rec, self.chunking)
             chunks.extend(rec_chunks)
             parts.extend(rec_parts)
-        vecs = _embed_chunks(self.article_encoder(), chunks, self.chunking, batch_size, progress)
+        vecs = _embed_chunks(self.article_encoder(), chunks, self.chunking, batch_size, progress, self.normalized)
         start = len(self.rows)
         rows = [ChunkRow(start + j, c.chunk_id, c.document_id, c.title, c.section, c.core_text, c.overlap_text,
                          c.position, c.parent_id, c.label, c.metadata) for j, c in enumerate(chunks)]

@@ -37,10 +37,18 @@ SourceLike = Union[PathLike, Sequence[Any], Iterable[Any]]
 
 @dataclass
 class Section:
-    """One titled part of a document ("" title when the document has a single body)."""
+    """One titled part of a document ("" title when the document has a single body).
+
+    ``source_section`` / ``source_offset``: where the text sits in the source's own coordinates, as BioASQ
+    counts them (``"abstract"`` or ``"title"``, and the character offset of this text in that section); a
+    labelled part of a structured abstract is at its offset in the parts joined by one space. Empty / None
+    when the source does not say (:func:`medretrieve.corpus.spans.source_layout` then assumes that layout).
+    """
 
     title: str
     text: str
+    source_section: str = ""
+    source_offset: Optional[int] = None
 
 
 @dataclass
@@ -122,7 +130,13 @@ def _sections_from(value: Any, where: str) -> List[Section]:
             if not isinstance(text, str):
                 raise SourceError(where, f"sections[{i}] has no string 'text'")
             name = sec.get("title", sec.get("name", ""))
-            out.append(Section("" if name is None else str(name), text))
+            origin, offset = sec.get("source_section") or "", sec.get("source_offset")
+            if not isinstance(origin, str) or not (offset is None or (isinstance(offset, int)
+                                                                      and not isinstance(offset, bool)
+                                                                      and offset >= 0)):
+                raise SourceError(where, f"sections[{i}]: source_section must be a string and source_offset "
+                                         "an integer >= 0")
+            out.append(Section("" if name is None else str(name), text, origin, offset))
     else:
         raise SourceError(where, "'sections' must be a list of {title, text} or a {name: text} object")
     return out
@@ -160,6 +174,19 @@ def record_from_dict(obj: Any, where: str = "record") -> Record:
     known = {"id", "title", "text", "content", "contents", "sections"}
     metadata = {k: v for k, v in obj.items() if k not in known}
     return Record(rid, title.strip(), sections, metadata)
+
+
+def record_to_dict(record: Record) -> Dict[str, Any]:
+    """A :class:`Record` as the JSON object :func:`record_from_dict` (and the ``jsonl`` format) reads back."""
+    sections = []
+    for s in record.sections:
+        sec: Dict[str, Any] = {"title": s.title, "text": s.text}
+        if s.source_section:
+            sec["source_section"] = s.source_section
+        if s.source_offset is not None:
+            sec["source_offset"] = s.source_offset
+        sections.append(sec)
+    return {**record.metadata, "id": record.id, "title": record.title, "sections": sections}
 
 
 class _Reader:
@@ -221,7 +248,7 @@ def _read_bioasq(path: Path, rd: _Reader) -> Iterator[Record]:
         return
     # document id -> ordered distinct (section, text). Documents listed without
     # any snippet have no text here and are left out.
-    docs: Dict[str, Dict[Tuple[str, str], None]] = {}
+    docs: Dict[str, Dict[Tuple[str, str], Optional[int]]] = {}
     for qi, q in enumerate(questions):
         where = f"{path}:question {qi}"
         if not isinstance(q, Mapping):
@@ -243,12 +270,21 @@ def _read_bioasq(path: Path, rd: _Reader) -> Iterator[Record]:
             if not text:
                 continue
             section = str(snip.get("beginSection") or "")
-            docs.setdefault(doc, {})[(section, text)] = None
+            docs.setdefault(doc, {}).setdefault((section, text), _snippet_offset(snip, section))
     for doc, parts in docs.items():
         title = next((t for (s, t) in parts if s == "title"), "")
-        # every distinct snippet is a section (title snippets too: they are gold snippets)
-        sections = [Section(s, t) for (s, t) in parts]
+        # every distinct snippet is a section (title snippets too: they are gold snippets), at its gold offset
+        sections = [Section(s, t, s if off is not None else "", off) for (s, t), off in parts.items()]
         yield Record(doc, title, sections, {"source": "bioasq"})
+
+
+def _snippet_offset(snip: Mapping[str, Any], section: str) -> Optional[int]:
+    """A gold snippet's offset in its section, when it has a usable one (one section, 0 <= begin)."""
+    begin = snip.get("offsetInBeginSection")
+    if (isinstance(begin, int) and not isinstance(begin, bool) and begin >= 0 and section
+            and snip.get("endSection", section) == section):
+        return begin
+    return None
 
 
 def _local(tag: str) -> str:
@@ -276,6 +312,7 @@ def _medline_record(cit: ET.Element, where: str) -> Record:
     title = _text_of(_child(article, "ArticleTitle"))
     sections: List[Section] = []
     abstract = _child(article, "Abstract")
+    offset = 0  # in the abstract's parts joined by one space (module docstring)
     if abstract is not None:
         for at in abstract:
             if _local(at.tag) != "AbstractText":
@@ -285,9 +322,10 @@ def _medline_record(cit: ET.Element, where: str) -> Record:
                 continue
             label = at.get("Label") or (at.get("NlmCategory") or "")
             label = label.strip().lower() if label.upper() != "UNASSIGNED" else ""
-            sections.append(Section(label or "abstract", text))
+            sections.append(Section(label or "abstract", text, "abstract", offset))
+            offset += len(text) + 1
     if not sections and title:
-        sections.append(Section("title", title))
+        sections.append(Section("title", title, "title", 0))
     if not sections:
         raise SourceError(where, f"PMID {pmid}: no title and no abstract")
     meta: Dict[str, Any] = {"source": "medline"}
@@ -304,25 +342,42 @@ def _medline_record(cit: ET.Element, where: str) -> Record:
     return Record(pmid, title, sections, meta)
 
 
-def _read_medline(path: Path, rd: _Reader) -> Iterator[Record]:
+def _iter_medline(fh: IO[bytes], where: str, rd: _Reader) -> Iterator[Record]:
     n = 0
+    try:
+        for _event, elem in ET.iterparse(fh, events=("end",)):
+            if _local(elem.tag) != "MedlineCitation":
+                continue
+            n += 1
+            try:
+                rec = _medline_record(elem, f"{where}:record {n}")
+            except SourceError as err:
+                rd.bad(err)
+                rec = None
+            elem.clear()  # keep memory flat on huge files
+            if rec is not None:
+                yield rec
+    except ET.ParseError as exc:
+        line, col = exc.position
+        rd.bad(SourceError(f"{where}:{line}", f"XML parse error at column {col}: {exc}"))
+
+
+def _read_medline(path: Path, rd: _Reader) -> Iterator[Record]:
     with _open_binary(path) as fh:
-        try:
-            for _event, elem in ET.iterparse(fh, events=("end",)):
-                if _local(elem.tag) != "MedlineCitation":
-                    continue
-                n += 1
-                try:
-                    rec = _medline_record(elem, f"{path}:record {n}")
-                except SourceError as err:
-                    rd.bad(err)
-                    rec = None
-                elem.clear()  # keep memory flat on huge files
-                if rec is not None:
-                    yield rec
-        except ET.ParseError as exc:
-            line, col = exc.position
-            rd.bad(SourceError(f"{path}:{line}", f"XML parse error at column {col}: {exc}"))
+        yield from _iter_medline(fh, str(path), rd)
+
+
+def parse_medline(data: bytes, where: str = "MEDLINE XML", errors: str = "skip",
+                  report: Optional[ReadReport] = None) -> List[Record]:
+    """The records of PubMed / MEDLINE XML held in memory (e.g. an E-utilities efetch reply).
+
+    ``errors`` and ``report`` as in :func:`read_records`; malformed XML is a malformed record named by
+    ``where`` and its line.
+    """
+    report = report if report is not None else ReadReport()
+    records = list(_iter_medline(io.BytesIO(data), where, _Reader(errors, report)))
+    report.records += len(records)
+    return records
 
 
 def detect_format(path: PathLike) -> str:

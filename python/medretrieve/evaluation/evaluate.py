@@ -59,6 +59,24 @@ def hit_snippet(hit: Any) -> metrics.SnippetRef:
     )
 
 
+PUBMED_URL = "http://www.ncbi.nlm.nih.gov/pubmed/"
+
+
+def bioasq_evidence(hits: Sequence[Any], k: int = 10) -> dict[str, list]:
+    """BioASQ Phase A evidence from ranked hits: ``documents`` (PubMed URLs of the first ``k`` distinct
+    documents) and ``snippets`` (the first ``k`` hits that know their place in the source, ``Hit.span``: the
+    text with its section and character span). A hit without a span is left out of the snippets rather than
+    given made-up offsets."""
+    docs = metrics._unique(str(_get(h, "document_id", "")) for h in hits if _get(h, "document_id", ""))[:k]
+    snippets: list[dict] = []
+    for h in hits:
+        span = _get(h, "span", None)
+        if span and len(snippets) < k:
+            snippets.append({"document": PUBMED_URL + str(_get(h, "document_id")), "text": str(_get(h, "text")),
+                             **span})
+    return {"documents": [PUBMED_URL + d for d in docs], "snippets": snippets}
+
+
 def _means(rows: Sequence[Mapping[str, float]]) -> dict[str, Any]:
     if not rows:
         return {"count": 0}
@@ -128,6 +146,7 @@ def evaluate_retrieval(
             "elapsed_ms": latencies[-1],
             "document": None,
             "snippet": None,
+            "evidence": bioasq_evidence(hits, k),
         }
         if q.documents:
             row["document"] = metrics.retrieval_scores(ranked_docs, q.documents, k)
@@ -169,6 +188,7 @@ class BioASQAnswer:
     raw: str = ""
     error: str = ""
     documents: list[str] = field(default_factory=list)  # PMIDs of the evidence, best first (may be empty)
+    snippets: list[dict] = field(default_factory=list)  # BioASQ snippets of the evidence (bioasq_evidence)
 
 
 def evaluate_bioasq_answers(
@@ -235,7 +255,8 @@ def evaluate_bioasq_answers(
     for q in done:
         a = answers[q.id]
         rows.append({"id": q.id, "type": q.type, "exact": a.exact, "ideal": a.ideal, "gold_exact": q.exact_answer,
-                     "documents": a.documents, "parse_error": a.error, **rouge.get(q.id, {})})
+                     "documents": a.documents, "snippets": a.snippets, "parse_error": a.error,
+                     **rouge.get(q.id, {})})
     # evidence documents against the gold ones (only when the answerer reports them)
     judged = [q for q in done if q.documents and answers[q.id].documents]
     retrieval = _means([metrics.retrieval_scores(answers[q.id].documents, q.documents, 10) for q in judged])
@@ -243,8 +264,15 @@ def evaluate_bioasq_answers(
             "errors": errors}
 
 
+def phase_a_entries(result: Mapping[str, Any]) -> list[dict]:
+    """Phase A submission entries (``write_bioasq_submission(..., phase="A")``) of an
+    :func:`evaluate_retrieval` result (``RetrievalResult.to_dict()``)."""
+    return [{"id": r["id"], **r["evidence"]} for r in result["rows"]]
+
+
 def submission_entries(questions: Sequence[BioASQQuestion], result: Mapping[str, Any]) -> list[dict]:
-    """Rows of :func:`evaluate_bioasq_answers` in the shape ``generate.write_bioasq_submission`` takes."""
+    """Rows of :func:`evaluate_bioasq_answers` in the shape ``generate.write_bioasq_submission`` takes
+    (Phase A+ rows carry their evidence; Phase B rows have none)."""
     by_id = {r["id"]: r for r in result["rows"]}
     out = []
     for q in questions:
@@ -256,7 +284,8 @@ def submission_entries(questions: Sequence[BioASQQuestion], result: Mapping[str,
             exact = None
         out.append({"id": q.id, "type": q.type, "exact_answer": exact if q.type != "summary" else None,
                     "ideal_answer": r["ideal"] or "",
-                    "documents": [f"http://www.ncbi.nlm.nih.gov/pubmed/{d}" for d in r["documents"]]})
+                    "documents": [PUBMED_URL + d for d in r["documents"]][:10],
+                    "snippets": r.get("snippets") or []})
     return out
 
 
@@ -280,29 +309,47 @@ def _strings(value: Any) -> list[str]:
     return out
 
 
-def make_bioasq_answer_fn(search_fn: SearchFn, backend: Any, k: int = 10, max_tokens: int = 512,
-                          max_chars: Optional[int] = 1500) -> Callable[[BioASQQuestion], BioASQAnswer]:
-    """Phase A+ answering: retrieve ``k`` snippets, prompt with ``prompts.bioasq_messages``, parse with ``parsers.parse_bioasq``."""
+def make_bioasq_answer_fn(search_fn: Optional[SearchFn], backend: Any, k: int = 10, max_tokens: int = 512,
+                          max_chars: Optional[int] = 1500, phase: str = "A+"
+                          ) -> Callable[[BioASQQuestion], BioASQAnswer]:
+    """BioASQ answering, prompted with ``prompts.bioasq_messages`` and read with ``parsers.parse_bioasq``.
+
+    ``phase="A+"``: the evidence is the ``k`` best hits of ``search_fn`` (reported as the answer's documents
+    and snippets); ``phase="B"``: the question's gold snippets from the golden file, no retrieval
+    (``search_fn`` may be None).
+    """
     import threading
 
     from ..generation import parsers, prompts
 
+    if phase not in ("A+", "B"):
+        raise ValueError(f"phase must be 'A+' (retrieved evidence) or 'B' (gold snippets), got {phase!r}")
+    if phase == "A+" and search_fn is None:
+        raise ValueError("Phase A+ answering needs a search_fn (a collection or PubMed to retrieve from)")
     lock = threading.Lock()
 
-    def answer(q: BioASQQuestion) -> BioASQAnswer:
+    def evidence(q: BioASQQuestion) -> list:
+        if phase == "B":
+            return [{"text": s.text} for s in q.snippets]
+        assert search_fn is not None
         with lock:  # retrievers need not be thread-safe; the LLM calls run in parallel
-            hits = list(search_fn(q.body, k))[:k]
-        text = backend.generate(prompts.bioasq_messages(q.body, q.type, hits, phase="A+", max_chars=max_chars),
+            return list(search_fn(q.body, k))[:k]
+
+    def answer(q: BioASQQuestion) -> BioASQAnswer:
+        hits = evidence(q)
+        text = backend.generate(prompts.bioasq_messages(q.body, q.type, hits, phase=phase, max_chars=max_chars),
                                 max_tokens=max_tokens, temperature=0.0)
-        documents = metrics._unique(str(_get(h, "document_id", "")) for h in hits if _get(h, "document_id", ""))
+        found = bioasq_evidence(hits, k) if phase == "A+" else {"documents": [], "snippets": []}
+        documents = [d[len(PUBMED_URL):] for d in found["documents"]]
         try:
             parsed = parsers.parse_bioasq(text, q.type)
         except ValueError as exc:
             # No readable exact answer: the exact answer scores as missing, but the model's prose is still its
             # ideal answer (as Answerer keeps it), so ROUGE measures it instead of scoring an empty string.
-            return BioASQAnswer(None, parsers.clean_output(text), raw=text, error=str(exc), documents=documents)
+            return BioASQAnswer(None, parsers.clean_output(text), raw=text, error=str(exc), documents=documents,
+                                snippets=found["snippets"])
         return BioASQAnswer(parsed.get("exact_answer"), parsed.get("ideal_answer") or "", raw=text,
-                            documents=documents)
+                            documents=documents, snippets=found["snippets"])
 
     return answer
 
@@ -390,9 +437,9 @@ def retrieval_markdown_for(data: Mapping[str, Any]) -> str:
 def write_medrgb_report(runs: list, out: Path) -> str:
     """results.md and the accuracy-vs-p plots of MedRGB runs in ``out``; returns the markdown and the plot
     paths' lines."""
-    from .report import medrgb_markdown, plot_accuracy_vs_p
+    from .report import medrgb_markdown, plot_vs_p
 
     md = "## MedRGB\n\n" + medrgb_markdown(runs)
     write_text_atomic(out / "results.md", md)
-    plots = plot_accuracy_vs_p(runs, out)
+    plots = plot_vs_p(runs, out)
     return md + "".join(f"\nplot: {p}" for p in plots)

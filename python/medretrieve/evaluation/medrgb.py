@@ -10,7 +10,8 @@ How a question's context is built
 2. *Noise documents* are other questions' signal documents, never one that
    shares a chunk or source-document id with the question's own signal
    documents (:func:`compose_context`).
-3. Settings: ``standard`` uses the top ``n`` signal documents (n in 5, 20);
+3. Settings: ``standard`` uses the top ``n`` signal documents (n in 0, 5, 20; n=0 is the no-retrieval
+   baseline: no documents, the model answers from its own knowledge);
    ``sufficiency`` and ``integration`` use ``round(n*p/100)`` signal documents
    plus noise, shuffled (same context for both at the same n, p);
    ``robustness`` uses the top ``n`` signal documents of which all but
@@ -18,9 +19,13 @@ How a question's context is built
    (``prompts.counterfactual_messages``), so ``p`` is the share of factually
    correct documents (:func:`compose_robustness_context`). Every random choice
    is seeded by ``(seed, question id, n, p)``.
-4. Integration sub-questions and their gold answers are written by the LLM
-   from the question's top signal documents (``prompts.sub_qa_messages``);
-   predicted sub-answers are scored by exact match and by the LLM judge.
+4. Integration and robustness sub-questions and their gold answers are written
+   by the LLM from the question's top signal documents
+   (``prompts.sub_qa_messages``); predicted sub-answers are scored by exact match
+   and by the LLM judge (``judge_backend``: a model other than the one under
+   test; the model under test itself when none is given, as the run reports).
+   Robustness also scores fact detection: the counterfactual documents the model
+   flags, per setting.
 
 Runs are resumable and parallel: every finished piece of work (signal
 documents, sub-questions, counterfactuals, one question x setting) is appended
@@ -47,7 +52,7 @@ from ..generation.llm import LLMBadResponse, LLMError
 SCENARIOS = ("standard", "sufficiency", "integration", "robustness")
 P_VALUES = (0, 20, 40, 60, 80, 100)
 N_VALUES = (5, 10, 20)
-STANDARD_N = (5, 20)
+STANDARD_N = (0, 5, 20)  # 0: the no-retrieval baseline
 INSUFFICIENT = metrics.INSUFFICIENT
 
 
@@ -179,6 +184,10 @@ class Setting:
             return f"standard-n{self.n}"
         return f"{self.scenario}-n{self.n}-p{self.p}"
 
+    @property
+    def needs_sub_questions(self) -> bool:
+        return self.scenario in ("integration", "robustness")
+
 
 def make_settings(
     scenarios: Sequence[str] = SCENARIOS,
@@ -186,11 +195,12 @@ def make_settings(
     p_values: Sequence[int] = P_VALUES,
     standard_n: Sequence[int] = STANDARD_N,
 ) -> list[Setting]:
-    """All settings of the chosen scenarios (standard: ``standard_n``; others: ``n_values`` x ``p_values``)."""
+    """All settings of the chosen scenarios (standard: ``standard_n``, where 0 is the no-retrieval baseline;
+    others: ``n_values`` x ``p_values``)."""
     bad = [s for s in scenarios if s not in SCENARIOS]
     if bad:
         raise ValueError(f"unknown MedRGB scenario(s) {bad}; choose from {', '.join(SCENARIOS)}")
-    for n in list(n_values) + list(standard_n):
+    for n in list(n_values) + [n for n in standard_n if n != 0]:
         n_signal(n, 100)
     for p in p_values:
         n_signal(1, p)
@@ -263,16 +273,9 @@ def score_setting(items: Sequence[ItemResult]) -> dict[str, Any]:
             if labelled
             else None
         )
-    elif scenario == "integration":
-        with_subs = [i for i in items if i.sub_golds]
-        out["sub_answer_em"] = (
-            metrics.sub_answer_exact_match([i.sub_preds for i in with_subs], [i.sub_golds for i in with_subs])
-            if with_subs
-            else None
-        )
-        judged = [s for i in items for s in i.judge]
-        out["judge_score"] = metrics.judge_score(judged) if judged else None
-    elif scenario == "robustness":
+    if scenario in ("integration", "robustness"):
+        out.update(_sub_scores(items))
+    if scenario == "robustness":
         with_cf = [i for i in items if i.counterfactual_ids and i.detected_pred is not None]
         out["fact_detection_rate"] = (
             metrics.fact_detection_rate([i.detected_pred or [] for i in with_cf],
@@ -291,6 +294,17 @@ def score_setting(items: Sequence[ItemResult]) -> dict[str, Any]:
             else None
         )
     return out
+
+
+def _sub_scores(items: Sequence[ItemResult]) -> dict[str, Any]:
+    """Sub-question scores: exact match against the gold sub-answers, and the LLM judge's mean."""
+    with_subs = [i for i in items if i.sub_golds]
+    judged = [s for i in items for s in i.judge]
+    return {
+        "sub_answer_em": metrics.sub_answer_exact_match([i.sub_preds for i in with_subs],
+                                                        [i.sub_golds for i in with_subs]) if with_subs else None,
+        "judge_score": metrics.judge_score(judged) if judged else None,
+    }
 
 
 # --------------------------------------------------------------------------- caching
@@ -389,11 +403,13 @@ class MedRGBRun:
     items: list[ItemResult]
     errors: list[dict]
     metrics: dict[str, dict[str, Any]]
+    judge: dict[str, Any] = field(default_factory=dict)  # model, separate (from the model under test), used
 
     def to_dict(self) -> dict:
         return {
             "dataset": self.dataset,
             "model": self.model,
+            "judge": self.judge,
             "settings": {
                 s.key: {"scenario": s.scenario, "n": s.n, "p": s.p, **self.metrics.get(s.key, {})}
                 for s in self.settings
@@ -410,7 +426,9 @@ class MedRGBRunner:
     lock, so a retriever need not be thread-safe. ``out_dir`` holds the caches
     (``signal.jsonl``, ``sub_qa.jsonl``, ``counterfactual.jsonl``,
     ``items.jsonl``) and ``run.json`` (the options the caches depend on; a
-    rerun with other options in the same folder is refused).
+    rerun with other options in the same folder is refused). ``judge_backend`` /
+    ``judge_model``: the LLM that grades sub-answers (default: ``backend``, the
+    model under test, which the results then say).
     """
 
     def __init__(
@@ -428,6 +446,8 @@ class MedRGBRunner:
         n_topics: Optional[int] = None,
         n_sub_questions: int = 3,
         judge: bool = True,
+        judge_backend: Any = None,
+        judge_model: str = "",
         max_tokens: int = 1024,
         doc_max_chars: Optional[int] = 1500,
         deadline_ms: Optional[float] = None,
@@ -452,6 +472,10 @@ class MedRGBRunner:
         self.n_topics = n_topics
         self.n_sub_questions = n_sub_questions
         self.judge = judge
+        self.judge_backend = judge_backend if judge_backend is not None else backend
+        self.judge_separate = judge_backend is not None
+        self.judge_model = (judge_model or str(getattr(judge_backend, "model", "") or type(judge_backend).__name__)
+                            if self.judge_separate else self.model)
         self.max_tokens = max_tokens
         self.doc_max_chars = doc_max_chars
         self.deadline_ms = deadline_ms
@@ -463,8 +487,8 @@ class MedRGBRunner:
 
     # -- plumbing ---------------------------------------------------------
 
-    def _generate(self, messages: list[dict], json_object: bool = False) -> str:
-        return self.backend.generate(
+    def _generate(self, messages: list[dict], json_object: bool = False, backend: Any = None) -> str:
+        return (backend or self.backend).generate(
             messages,
             max_tokens=self.max_tokens,
             temperature=0.0,
@@ -524,10 +548,13 @@ class MedRGBRunner:
             "per_topic": self.per_topic,
             "n_topics": self.n_topics,
             "n_sub_questions": self.n_sub_questions,
+            "judge_model": self.judge_model,
         }
+        before = {"judge_model": self.model}  # runs cached before the judge was recorded used the model under test
         if run_file.exists():
             old = json.loads(run_file.read_text(encoding="utf-8"))
-            diff = {k: (old.get(k), v) for k, v in config.items() if old.get(k) != v}
+            was = {k: old.get(k, before.get(k)) for k in config}
+            diff = {k: (was[k], v) for k, v in config.items() if was[k] != v}
             if diff:
                 raise ValueError(
                     f"{run_file}: this folder caches a run with other options {diff} (old, new); "
@@ -647,7 +674,7 @@ class MedRGBRunner:
         except ValueError as exc:
             self._record_error("compose", q.id, exc, setting.key)
             return
-        sub_questions = [s["question"] for s in sub_qa] if setting.scenario == "integration" else []
+        sub_questions = [s["question"] for s in sub_qa] if setting.needs_sub_questions else []
         if setting.scenario == "integration" and not sub_questions:
             self._record_error("compose", q.id, ValueError("no sub-questions were generated"), setting.key)
             return
@@ -709,7 +736,8 @@ class MedRGBRunner:
         if not pred:
             return 0.0
         try:
-            return float(parsers.parse_judge(self._generate(prompts.judge_messages(question, gold, pred))))
+            reply = self._generate(prompts.judge_messages(question, gold, pred), backend=self.judge_backend)
+            return float(parsers.parse_judge(reply))
         except MODEL_FAILURES:
             return 0.0  # an unreadable or rejected verdict gives no credit
 
@@ -726,7 +754,7 @@ class MedRGBRunner:
             raise ValueError("no settings to run")
         self._check_run_file()
         self._errors = []
-        need = max(s.n for s in settings)
+        need = max(s.n for s in settings)  # 0: only the no-retrieval baseline, nothing to retrieve
 
         signal_cache = JsonlCache(self.out_dir / "signal.jsonl", lambda r: r["question_id"])
 
@@ -735,7 +763,7 @@ class MedRGBRunner:
             # a record made for smaller contexts is redone (the later line wins on load)
             return rec is None or (len(rec["docs"]) < need and rec.get("need", 0) < need)
 
-        todo = [q for q in questions if signal_missing(q)]
+        todo = [q for q in questions if signal_missing(q)] if need > 0 else []
         self._parallel(lambda q: self._signal_for(q, need, signal_cache), todo, "signal documents")
         signal = {
             q.id: [ContextDoc.from_dict(d) for d in (signal_cache.get(q.id) or {}).get("docs", [])]
@@ -744,9 +772,8 @@ class MedRGBRunner:
         }
         pool = [d for q in questions for d in signal.get(q.id, [])]  # question order: deterministic
 
-        scenarios = {s.scenario for s in settings}
         sub_cache = JsonlCache(self.out_dir / "sub_qa.jsonl", lambda r: r["question_id"])
-        if "integration" in scenarios:
+        if any(s.needs_sub_questions for s in settings):
             todo = [q for q in questions if q.id in signal and q.id not in sub_cache]
             self._parallel(lambda q: self._sub_qa_for(q, signal[q.id], sub_cache), todo, "sub-questions")
         cf_cache = JsonlCache(self.out_dir / "counterfactual.jsonl", lambda r: f"{r['question_id']}|{r['doc_id']}")
@@ -759,8 +786,10 @@ class MedRGBRunner:
             self._parallel(lambda job: self._counterfactual_for(job, cf_cache), rewrites, "counterfactuals")
 
         item_cache = JsonlCache(self.out_dir / "items.jsonl", lambda r: f"{r['question_id']}|{r['setting']}")
-        jobs = []
+        jobs: list[tuple] = []
         for q in questions:
+            baseline = [s for s in settings if s.n == 0 and f"{q.id}|{s.key}" not in item_cache]
+            jobs += [(q, s, [], [], {}, []) for s in baseline]  # no retrieval: needs no signal documents
             if q.id not in signal:
                 continue
             cfs = {}
@@ -770,7 +799,7 @@ class MedRGBRunner:
                     cfs[d.doc_id] = dataclasses.replace(d, text=rec["text"])
             sub = (sub_cache.get(q.id) or {}).get("sub_qa", [])
             for s in settings:
-                if f"{q.id}|{s.key}" not in item_cache:
+                if s.n > 0 and f"{q.id}|{s.key}" not in item_cache:
                     jobs.append((q, s, signal[q.id], pool, cfs, sub))
         self._parallel(lambda job: self._item(job, item_cache), jobs, "answers")
 
@@ -785,7 +814,8 @@ class MedRGBRunner:
         for s in settings:
             scores[s.key] = score_setting(by_setting[s.key])
             scores[s.key]["errors"] = sum(1 for e in self._errors if e["setting"] == s.key)
-        run = MedRGBRun(self.dataset, self.model, list(settings), items, list(self._errors), scores)
+        judge = {"model": self.judge_model, "separate": self.judge_separate, "used": self.judge}
+        run = MedRGBRun(self.dataset, self.model, list(settings), items, list(self._errors), scores, judge)
         tmp = self.out_dir / "results.json.tmp"
         tmp.write_text(json.dumps(run.to_dict(), indent=2), encoding="utf-8")
         tmp.replace(self.out_dir / "results.json")
@@ -820,6 +850,6 @@ def _fill_from_parsed(item: ItemResult, parsed: Mapping[str, Any]) -> None:
         item.relevant_pred = ids(parsed.get("relevant_documents"))
     if item.scenario == "robustness":
         item.detected_pred = ids(parsed.get("noisy_documents"))
-    if item.scenario == "integration":
+    if item.sub_questions:  # integration and robustness
         subs = [s.get("answer") if isinstance(s, Mapping) else str(s) for s in parsed.get("sub_answers") or []]
         item.sub_preds = [subs[j] if j < len(subs) else None for j in range(len(item.sub_questions))]

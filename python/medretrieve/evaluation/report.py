@@ -2,8 +2,11 @@
 
 MedRGB tables follow the paper's layout: one table per scenario and metric,
 rows are models or pipelines (one per run, named by its ``label``), columns are
-datasets x settings. Plots show accuracy against the signal ratio p, one
-panel per dataset, one line per run and n. Matplotlib runs on the Agg backend
+datasets x settings (standard n=0 is the no-retrieval baseline); a last table
+says which LLM judged each run's sub-answers. Plots show a metric against the
+signal ratio p (accuracy for each scenario, noise detection for sufficiency,
+fact detection for robustness), one panel per dataset, one line per run and n,
+the no-retrieval accuracy as a dashed line. Matplotlib runs on the Agg backend
 (no display needed).
 """
 from __future__ import annotations
@@ -30,8 +33,13 @@ SCENARIO_METRICS = {
         ("accuracy", "accuracy"),
         ("fact_detection_rate", "fact-detection rate"),
         ("false_alarm_rate", "false-alarm rate"),
+        ("sub_answer_em", "sub-answer exact match"),
+        ("judge_score", "LLM-judge score"),
     ],
 }
+#: (scenario, metric) pairs plotted against p; accuracy keeps the file name ``medrgb_<scenario>.png``.
+PLOTS = (("sufficiency", "accuracy"), ("integration", "accuracy"), ("robustness", "accuracy"),
+         ("sufficiency", "noise_detection_accuracy"), ("robustness", "fact_detection_rate"))
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -50,7 +58,19 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def _setting_title(s: Mapping[str, Any]) -> str:
-    return f"n={s['n']}" if s["scenario"] == "standard" else f"n={s['n']} p={s['p']}"
+    if s["scenario"] == "standard":
+        return "n=0 (no retrieval)" if s["n"] == 0 else f"n={s['n']}"
+    return f"n={s['n']} p={s['p']}"
+
+
+def judge_text(run: Mapping[str, Any]) -> str:
+    """Which LLM graded a run's sub-answers, as the report says it."""
+    judge = run.get("judge") or {}
+    if judge and not judge.get("used", True):
+        return "no judge (--no-judge)"
+    if judge.get("separate"):
+        return f"{judge['model']} (separate from the model under test)"
+    return f"{judge.get('model') or run.get('model')} (the model under test: no separate judge was given)"
 
 
 def medrgb_markdown(runs: Sequence[Mapping[str, Any]]) -> str:
@@ -100,11 +120,17 @@ def medrgb_markdown(runs: Sequence[Mapping[str, Any]]) -> str:
         n_err = len(r.get("errors", []))
         counts.append([r.get("label") or r.get("model"), DATASET_NAMES.get(r["dataset"], r["dataset"]), n_items, n_err])
     parts.append("### answered items and errors\n\n" + _table(["model / pipeline", "dataset", "items", "errors"], counts))
+    judges = [[r.get("label") or r.get("model"), DATASET_NAMES.get(r["dataset"], r["dataset"]), judge_text(r)]
+              for r in runs]
+    parts.append("### LLM judge of sub-answers\n\n" + _table(["model / pipeline", "dataset", "judge"], judges))
     return "\n\n".join(parts) + "\n"
 
 
-def plot_accuracy_vs_p(runs: Sequence[Mapping[str, Any]], out_dir: Path, metric: str = "accuracy") -> list[Path]:
-    """One PNG per scenario with a p axis (``medrgb_<scenario>.png``); returns the files written."""
+def plot_vs_p(runs: Sequence[Mapping[str, Any]], out_dir: Path, plots: Sequence[tuple[str, str]] = PLOTS
+              ) -> list[Path]:
+    """One PNG per (scenario, metric) with a p axis: ``medrgb_<scenario>.png`` for accuracy,
+    ``medrgb_<scenario>_<metric>.png`` otherwise; one line per run and n, the no-retrieval accuracy (standard
+    n=0) dashed. Returns the files written (a pair without values is skipped)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -112,27 +138,32 @@ def plot_accuracy_vs_p(runs: Sequence[Mapping[str, Any]], out_dir: Path, metric:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    datasets = []
+    datasets: list[str] = []
     for r in runs:
         if r["dataset"] not in datasets:
             datasets.append(r["dataset"])
-    for scenario in ("sufficiency", "integration", "robustness"):
+    for scenario, metric in plots:
         series: dict[tuple[str, str, int], list[tuple[int, float]]] = {}
+        baseline: dict[tuple[str, str], float] = {}
         for r in runs:
             label = r.get("label") or r.get("model") or "run"
             for s in r["settings"].values():
                 if s["scenario"] == scenario and s.get(metric) is not None:
                     series.setdefault((r["dataset"], label, s["n"]), []).append((s["p"], s[metric]))
+                if metric == "accuracy" and s["scenario"] == "standard" and s["n"] == 0 and s.get(metric) is not None:
+                    baseline[(r["dataset"], label)] = s[metric]
         if not series:
             continue
         shown = [d for d in datasets if any(k[0] == d for k in series)]
         fig, axes = plt.subplots(1, len(shown), figsize=(4.5 * len(shown), 3.6), squeeze=False)
         for ax, ds in zip(axes[0], shown):
             for (d, label, n), points in sorted(series.items()):
-                if d != ds:
-                    continue
-                points.sort()
-                ax.plot([p for p, _ in points], [v for _, v in points], marker="o", label=f"{label} n={n}")
+                if d == ds:
+                    points.sort()
+                    ax.plot([p for p, _ in points], [v for _, v in points], marker="o", label=f"{label} n={n}")
+            for (d, label), value in sorted(baseline.items()):
+                if d == ds:
+                    ax.axhline(value, linestyle="--", color="grey", linewidth=1, label=f"{label} no retrieval")
             ax.set_title(f"{DATASET_NAMES.get(ds, ds)}: {scenario}")
             ax.set_xlabel("signal ratio p (%)" if scenario != "robustness" else "factually correct documents p (%)")
             ax.set_ylabel(metric.replace("_", " "))
@@ -140,7 +171,7 @@ def plot_accuracy_vs_p(runs: Sequence[Mapping[str, Any]], out_dir: Path, metric:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
         fig.tight_layout()
-        path = out_dir / f"medrgb_{scenario}.png"
+        path = out_dir / (f"medrgb_{scenario}.png" if metric == "accuracy" else f"medrgb_{scenario}_{metric}.png")
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)

@@ -61,10 +61,49 @@ def _entities(value: Any, limit: int, qid: str) -> list[list[str]]:
     return out[:limit]
 
 
-def _submission_entry(item: Any) -> dict:
+#: BioASQ submission phases: A (documents + snippets), B (answers from gold snippets), A+ (both, retrieved).
+PHASES = ("A", "B", "A+")
+_SNIPPET_INTS = ("offsetInBeginSection", "offsetInEndSection")
+_SNIPPET_STRS = ("document", "text", "beginSection", "endSection")
+
+
+def _snippet(value: Any, qid: str) -> dict:
+    """One submitted snippet, checked: document URL, text, sections and the [begin, end) character span."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"question {qid}: a snippet must be an object, got {type(value).__name__}")
+    out: dict = {}
+    for key in _SNIPPET_STRS:
+        v = value.get(key)
+        if not isinstance(v, str) or not v.strip():
+            raise ValueError(f"question {qid}: snippet {key!r} must be a non-empty string, got {v!r}")
+        out[key] = v
+    for key in _SNIPPET_INTS:
+        v = value.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"question {qid}: snippet {key!r} must be an integer >= 0, got {v!r}")
+        out[key] = v
+    if out["beginSection"] == out["endSection"] and out["offsetInEndSection"] < out["offsetInBeginSection"]:
+        raise ValueError(f"question {qid}: snippet ends ({out['offsetInEndSection']}) before it begins "
+                         f"({out['offsetInBeginSection']})")
+    return out
+
+
+def _evidence(item: Any, qid: str) -> dict:
+    entry: dict = {}
+    docs = field_of(item, "documents") or []
+    if isinstance(docs, str) or not all(isinstance(d, str) and d for d in docs):
+        raise ValueError(f"question {qid}: documents must be a list of URL strings")
+    entry["documents"] = list(docs)[:10]
+    entry["snippets"] = [_snippet(sn, qid) for sn in list(field_of(item, "snippets") or [])[:10]]
+    return entry
+
+
+def _submission_entry(item: Any, phase: str = "A+") -> dict:
     qid = field_of(item, "id")
     if not isinstance(qid, str) or not qid:
         raise ValueError(f"every answer needs a non-empty str 'id', got {qid!r}")
+    if phase == "A":
+        return {"id": qid, **_evidence(item, qid)}
     qtype = field_of(item, "type") or field_of(item, "qtype")
     if qtype not in BIOASQ_TYPES:
         raise ValueError(f"question {qid}: type must be one of {BIOASQ_TYPES}, got {qtype!r}")
@@ -87,10 +126,8 @@ def _submission_entry(item: Any) -> dict:
         entry["exact_answer"] = _entities(exact, 5, qid)
     elif qtype == "list":
         entry["exact_answer"] = _entities(exact, 100, qid)
-    for key, limit in (("documents", 10), ("snippets", 10)):
-        value = field_of(item, key)
-        if value:
-            entry[key] = list(value)[:limit]
+    if phase == "A+":
+        entry.update({k: v for k, v in _evidence(item, qid).items() if v})
     return entry
 
 
@@ -101,17 +138,24 @@ def write_bioasq_submission(
     system: Optional[str] = None,
     username: Optional[str] = None,
     password: Optional[str] = None,
+    phase: str = "A+",
 ) -> dict:
     """Write BioASQ submission JSON (``{"questions": [...]}``) atomically; returns it.
 
-    Each answer (dict or object) has ``id``, ``type`` (or ``qtype``),
+    ``phase`` (:data:`PHASES`): ``"A"`` entries hold ``id``, ``documents`` (PubMed URLs, at most 10) and
+    ``snippets`` (at most 10, each with ``document``, ``text``, ``offsetInBeginSection``,
+    ``offsetInEndSection``, ``beginSection``, ``endSection``: the text's character span, end exclusive, in its
+    section); ``"B"`` entries hold the answers; ``"A+"`` both (evidence optional).
+    An answer (dict or object) has ``id``, ``type`` (or ``qtype``),
     ``exact_answer``, ``ideal_answer`` and optionally ``documents``/``snippets``.
     Shapes: yesno ``"yes"``/``"no"``; factoid ``[[c1], [c2], ...]`` (at most 5,
     inner lists may hold synonyms); list ``[[e1], [e2], ...]`` (at most 100);
     summary has no ``exact_answer``, nor has a yesno answer whose exact answer is
     None (abstained / failed); ``ideal_answer`` is one string.
     """
-    entries = [_submission_entry(a) for a in answers]
+    if phase not in PHASES:
+        raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+    entries = [_submission_entry(a, phase) for a in answers]
     seen: set = set()
     for e in entries:
         if e["id"] in seen:

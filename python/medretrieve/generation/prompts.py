@@ -214,7 +214,10 @@ def medrgb_messages(
     All ask for a JSON object with ``step_by_step_thinking`` and
     ``answer_choice``; sufficiency adds ``relevant_documents`` and the
     "insufficient information" choice, integration ``sub_answers`` (needs
-    ``sub_questions``), robustness ``document_analysis`` (errors + corrections).
+    ``sub_questions``), robustness ``document_analysis`` (errors + corrections)
+    and, given ``sub_questions``, ``sub_answers`` too. ``standard`` without
+    documents is MedRGB's no-retrieval baseline (n=0): the model answers from its
+    own knowledge.
     """
     if scenario not in MEDRGB_SCENARIOS:
         raise ValueError(f"scenario must be one of {MEDRGB_SCENARIOS}, got {scenario!r}")
@@ -231,14 +234,23 @@ def medrgb_messages(
         if documents
         else "(no documents)",
     }
+    numbered = "\n".join(f"{i}. {_check_text('sub-question', q)}" for i, q in enumerate(sub_questions or [], 1))
     if scenario == "integration":
         if not sub_questions:
             raise ValueError("the integration scenario needs sub_questions")
-        values["sub_questions"] = "\n".join(
-            f"{i}. {_check_text('sub-question', q)}" for i, q in enumerate(sub_questions, 1)
-        )
+        values["sub_questions"] = numbered
+    elif scenario == "robustness":
+        values["sub_questions_block"] = f"\nSub-questions to answer first:\n{numbered}\n" if sub_questions else ""
+        values["sub_questions_task"] = (" Answer each sub-question from the documents, using only correct "
+                                        "information." if sub_questions else "")
+        values["sub_answers_format"] = ('"sub_answers": [{"sub_question": "<sub-question>", "answer": "<short '
+                                        'answer>", "documents": [<numbers of the documents used>]}], '
+                                        if sub_questions else "")
     elif sub_questions:
-        raise ValueError(f"sub_questions are only used by the integration scenario, not {scenario!r}")
+        raise ValueError("sub_questions are only used by the integration and robustness scenarios, "
+                         f"not {scenario!r}")
+    if scenario == "standard" and not documents:
+        return _render("medrgb_none", **values)
     return _render(f"medrgb_{scenario}", **values)
 
 

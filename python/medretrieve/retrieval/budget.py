@@ -50,6 +50,13 @@ class Deadline:
         """``fraction`` of the whole budget in ms (0 without a deadline): time a stage keeps for later ones."""
         return 0.0 if self.unlimited else fraction * self.budget_ms
 
+    def fork(self) -> "Deadline":
+        """The same budget and start with timings of its own: stages run for a sub-search (e.g. the local
+        collection's first stages under an online search) are timed apart from the main search's."""
+        other = Deadline(None if self.unlimited else self.budget_ms)
+        other.start = self.start
+        return other
+
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
         """Time the enclosed block; the ms add up under ``timings_ms[name]``."""

@@ -13,7 +13,8 @@
    treatment / symptom / test intents the first stage is restricted to those sections through index labels and
    falls back to the whole collection when that gives fewer than ``k`` chunks.
 4. ``feedback``: the question vector plus ``feedback_weight`` x the mean vector of the top ``feedback_docs``
-   chunks of the question's own fused lists, normalised, searched again (skipped when the budget is short).
+   chunks of the question's own fused lists (:func:`feedback_vector`: in the collection's geometry), searched
+   again (skipped when the budget is short).
 5. ``fuse``: RRF of every list; the question's own lists and the feedback list weigh 1, each variant's
    ``variant_weight``.
 """
@@ -79,6 +80,25 @@ class Switches:
     dense: bool = True
     lexical: bool = True
     feedback: bool = True
+
+
+def feedback_vector(qvec: np.ndarray, top: np.ndarray, weight: float, normalized: bool) -> np.ndarray:
+    """The pseudo-relevance-feedback query: the question vector plus ``weight`` x the mean of the ``top``
+    chunk vectors.
+
+    Unit-length geometry: ``normalize(q + w * mean)``. Raw inner products (MedCPT): the mean is first scaled to
+    the question vector's norm (article and query vectors need not share a scale, and an unscaled mean would
+    outweigh the question), and the result is rescaled to that norm, so its scores sit on the dense scores'
+    scale.
+    """
+    mean = top.mean(axis=0).astype(np.float64)
+    q = qvec.astype(np.float64)
+    qn = max(float(np.linalg.norm(q)), 1e-12)
+    if not normalized:
+        mean = mean * (qn / max(float(np.linalg.norm(mean)), 1e-12))
+    vec = q + weight * mean
+    target = 1.0 if normalized else qn
+    return (vec * (target / max(float(np.linalg.norm(vec)), 1e-12))).astype(np.float32)
 
 
 class CandidateGenerator:
@@ -302,8 +322,7 @@ class CandidateGenerator:
             own = [ids for ids, w in zip(lists, weights) if w == 1.0]
             top, _ = rrf(own, k=s.rrf_k, top_n=s.feedback_docs)
             top = np.asarray(top, dtype=np.int64)
-            vec = qvec + s.feedback_weight * col.vectors(top).mean(axis=0)
-            vec = (vec / max(float(np.linalg.norm(vec)), 1e-12)).astype(np.float32)
+            vec = feedback_vector(qvec, col.vectors(top), s.feedback_weight, col.normalized)
             ids, _ = col.dense.search(vec[None, :], k=min(ncand, max(len(col), 1)), ef=ef, labels=labels)
             ids = np.asarray(ids, dtype=np.int64).reshape(-1)
             ids = ids[ids >= 0]

@@ -4,7 +4,9 @@ MMR reorders only the best ``2k`` candidates scoring within ``mmr_floor`` (0.95)
 candidates it lost much of the ranking quality on BioASQ, where near-duplicate evidence is still relevant. Its
 relevance is the rerank score mapped linearly onto the range of the query-chunk similarities of that pool, so
 relevance and the chunk-chunk similarity share a scale and lambda means what it says; the rerank order is kept
-as the relevance order. Skipped when less than 5% of the budget (+2 ms) is left.
+as the relevance order. Similarities are cosines in both geometries: with raw inner-product vectors (MedCPT) the
+pool and the question vector are normalised first, since the chunk-chunk inner products of two towers' vectors
+do not share a scale with the query-chunk ones. Skipped when less than 5% of the budget (+2 ms) is left.
 """
 from __future__ import annotations
 
@@ -43,8 +45,12 @@ def diversify(collection, settings: Settings, query: Query, ranking: Ranking, k:
     if len(pool) < 2:
         return Diversified(False, f"fewer than 2 candidates within {settings.mmr_floor:.2f} of the best score", order)
     vecs = collection.vectors(pool)
-    if query.vectors is not None:
-        qsim = vecs @ query.vectors[0]
+    qvec = query.vectors[0] if query.vectors is not None else None
+    if not collection.normalized:  # raw inner products: compare directions, as in the unit-length geometry
+        vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+        qvec = None if qvec is None else qvec / max(float(np.linalg.norm(qvec)), 1e-12)
+    if qvec is not None:
+        qsim = vecs @ qvec
         lo, hi = float(qsim.min()), float(qsim.max())
     else:
         lo, hi = 0.0, 1.0

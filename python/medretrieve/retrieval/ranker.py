@@ -14,11 +14,12 @@ Features of one candidate chunk (computed by ``retrieval.rerank``; all cheap, no
 =============  ===================================================================================
 rrf            fused RRF score / the best fused score
 log_rank       log(1 + fused rank), rank 0 first
-dense          cosine of the question vector and the chunk's stored vector
+dense          inner product of the question vector and the chunk's stored vector (a cosine with a
+               normalising encoder, MedCPT's raw score otherwise: fit a ranker per geometry)
 dense_gap      dense - the best dense among the candidates
 bm25           BM25 score of the question / the best among the candidates
-feedback       cosine with the pseudo-relevance-feedback vector (question + 0.5 x mean of the top 3
-               fused chunks, normalised)
+feedback       inner product with the pseudo-relevance-feedback vector (``candidates.feedback_vector``,
+               on the ``dense`` scale)
 coverage       idf-weighted share of the question's content terms in the chunk (an abbreviation also
                matches its expansion)
 doc_coverage   the same over the chunk's whole document (up to 64 chunks)

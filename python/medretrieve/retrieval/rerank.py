@@ -201,7 +201,7 @@ class Reranker:
         best_dense: Dict[str, float] = {}
         best_bm: Dict[str, float] = {}
         for d, x, b in zip(docs, f["dense"].tolist(), f["bm25"].tolist()):
-            best_dense[d] = max(best_dense.get(d, -1.0), x)
+            best_dense[d] = max(best_dense.get(d, -np.inf), x)  # raw inner products can be below -1
             best_bm[d] = max(best_bm.get(d, 0.0), b)
         f["doc_dense"] = np.array([best_dense[d] for d in docs])
         f["doc_bm25"] = np.array([best_bm[d] for d in docs])

@@ -15,7 +15,10 @@ from .budget import Deadline
 class Hit:
     """One retrieved chunk. ``score`` is its relevance score (the rerank stage's; the normalised RRF score when
     reranking is off; a recovered hit's lexical relevance); ``scores`` holds each stage's value for this chunk
-    (``dense``, ``bm25``, ``rrf``, ``rerank``, ``cross_encoder``, ``mmr``, ``recovery``)."""
+    (``dense``, ``bm25``, ``rrf``, ``rerank``, ``cross_encoder``, ``mmr``, ``recovery``). ``span``: where the
+    text sits in its source document, as BioASQ snippet fields (``beginSection``, ``endSection``,
+    ``offsetInBeginSection``, ``offsetInEndSection``; :func:`medretrieve.corpus.spans.chunk_span`), None when
+    the collection does not know the chunk's section."""
 
     chunk_id: str
     document_id: str
@@ -26,6 +29,7 @@ class Hit:
     scores: Dict[str, float]
     metadata: Dict[str, Any]
     parent_id: Optional[str]
+    span: Optional[Dict[str, Any]] = None
 
 
 @dataclass

@@ -12,6 +12,11 @@
 5. ``prune``, ``weak``, ``recovery`` (:mod:`.recovery`): near-duplicate removal and per-document cap, weak-question
    detection and selective recovery.
 
+With ``online`` (an online source such as :class:`~medretrieve.corpus.pubmed.PubMedSource`), stages 2-5 run over a
+per-search pool (:mod:`.online`): the local collection's fused candidates (stage ``local``) plus the PubMed
+records of the question (``pubmed_search``, ``pubmed_fetch``, ``pool``). Every hit carries its ``span`` in the
+source document (BioASQ snippet offsets).
+
 Optional stages shrink or are skipped to meet ``deadline_ms`` (None: no deadline); every stage reports whether it
 ran, why not, and how long it took. Hits come in final order (after MMR and recovery). A Retriever may be shared
 by threads: per-search state lives in the search call.
@@ -27,10 +32,12 @@ from typing import Any, Dict, List, Optional, Set, Union
 import numpy as np
 
 from .budget import CostModel, Deadline
+from ..corpus.spans import chunk_span
 from .candidates import Candidates, CandidateGenerator, Switches
 from .diversify import Diversified, diversify
 from .expansion import TermSource, TrainingMemory
 from .matching import ChunkTokens
+from .online import OnlineSource, OnlineStage
 from .query import Query
 from .ranker import LinearRanker
 from .recovery import Recovery
@@ -48,6 +55,17 @@ class _Recovered:
     report: Dict[str, Any]
 
 
+@dataclass
+class _Stages:
+    """The stage objects over one collection (the local one, or an online search's pool)."""
+
+    collection: Any
+    tokens: ChunkTokens
+    candidates: CandidateGenerator
+    reranker: Reranker
+    recovery: Recovery
+
+
 class Retriever:
     """Hybrid dense + BM25 retrieval over a :class:`~medretrieve.corpus.collection.Collection`.
 
@@ -57,13 +75,17 @@ class Retriever:
     - ``llm_terms``: a term source, ``f(question, ms_left) -> terms`` (``medretrieve.generation.llm_synonyms``
       makes one from an LLM backend), asked for synonyms while at least ``llm_min_ms`` are left.
     - ``settings`` and keyword overrides: the tuning in :class:`~.settings.Settings` (each value checked here).
+    - ``online``: an online source (:class:`~medretrieve.corpus.pubmed.PubMedSource`) or an
+      :class:`~.online.OnlineStage`: every search adds the question's PubMed articles to the local candidates
+      (module docstring). Without a local corpus pass an empty
+      :class:`~medretrieve.corpus.memory.MemoryCollection` (``MemoryCollection.from_encoders(dir)``).
     - ``warmup`` (default True): :meth:`warmup` at construction.
     """
 
     def __init__(self, collection, cross_encoder=None, training=None, *,
                  ranker: Union[LinearRanker, str, "os.PathLike[str]", None] = None,
                  llm_terms: Optional[TermSource] = None, settings: Optional[Settings] = None,
-                 warmup: bool = True, **tuning: Any) -> None:
+                 online: Union[OnlineSource, OnlineStage, None] = None, warmup: bool = True, **tuning: Any) -> None:
         unknown = sorted(set(tuning) - set(Settings.names()))
         if unknown:
             raise TypeError(f"Retriever got unknown settings {unknown}; known: {sorted(Settings.names())}")
@@ -82,11 +104,14 @@ class Retriever:
         if ranker is not None and not isinstance(ranker, LinearRanker):
             ranker = LinearRanker.load(ranker)
         self.training = training
+        self.llm_terms = llm_terms
         self.costs = CostModel()
-        self.tokens = ChunkTokens(collection)
-        self.candidates = CandidateGenerator(collection, self.settings, self.costs, training, llm_terms)
-        self.reranker = Reranker(collection, self.settings, self.costs, self.tokens, ranker, cross_encoder)
-        self.recovery = Recovery(collection, self.settings, self.costs, self.tokens, self.candidates)
+        self.online = online if online is None or isinstance(online, OnlineStage) else OnlineStage(online)
+        self._local = self._stages(collection, ranker, cross_encoder)
+        self.tokens = self._local.tokens
+        self.candidates = self._local.candidates
+        self.reranker = self._local.reranker
+        self.recovery = self._local.recovery
         if warmup:
             self.warmup()
 
@@ -103,6 +128,13 @@ class Retriever:
     def cross_encoder(self):
         return self.reranker.cross_encoder
 
+    def _stages(self, collection: Any, ranker: Optional[LinearRanker], cross_encoder: Any) -> _Stages:
+        tokens = ChunkTokens(collection)
+        candidates = CandidateGenerator(collection, self.settings, self.costs, self.training, self.llm_terms)
+        return _Stages(collection, tokens, candidates,
+                       Reranker(collection, self.settings, self.costs, tokens, ranker, cross_encoder),
+                       Recovery(collection, self.settings, self.costs, tokens, candidates))
+
     def warmup(self) -> None:
         """Load the encoders and run them once, so the first search does not pay session start-up; then
         collect garbage once and freeze what is alive (``gc.freeze``).
@@ -114,10 +146,13 @@ class Retriever:
         """
         Query.analyse("warm up motolimod MI")
         col = self.collection
+        if self.online is not None:  # every online search encodes the question and the records it fetched
+            col.encode_queries(["warm up"])
+            col.article_encoder().encode([("warm up", "warm up")])
         if len(col):
-            if self.ranker is not None:  # document frequencies and the document -> chunks map, built once
+            col.document_rows("")  # the document -> chunks map (hit spans, ranker features), built once
+            if self.ranker is not None:  # document frequencies
                 col.lexical.idf(["warm"])
-                col.document_rows("")
             col.encode_queries(["warm up"])
             col.encode_queries(["warm up", "warm up two"])
             if self.cross_encoder is not None:
@@ -139,7 +174,8 @@ class Retriever:
 
         The switches turn stages off (for ablations): ``dense`` / ``lexical`` (at least one), ``expand``,
         ``rerank``, ``diversify`` (MMR), ``recover``, ``route`` (section routing), ``feedback``
-        (pseudo-relevance feedback). ``per_document`` caps hits per document.
+        (pseudo-relevance feedback). ``per_document`` caps hits per document. With an online source the
+        deadline covers the PubMed calls too (module docstring).
         """
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question must be a non-empty string")
@@ -154,41 +190,59 @@ class Retriever:
         with dl.stage("classify"):
             query = Query.analyse(question)
         log.record("classify", True, f"{query.qtype} / intent {query.intent}")
-        cands = self.candidates.gather(query, k, dl, log, Switches(expand, route, dense, lexical, feedback),
-                                       ranked=rerank and self.ranker is not None)
-        ranking = self.reranker.rerank(query, cands, dl, log, enabled=rerank)
-        mmr = self._diversify(query, ranking, k, dl, log, diversify)
+        switches = Switches(expand, route, dense, lexical, feedback)
+        ranked = rerank and self.ranker is not None
+        st = self._local if self.online is None else self._online_stages(query, k, dl, log, switches, ranked)
+        cands = st.candidates.gather(query, k, dl, log, switches, ranked=ranked)
+        ranking = st.reranker.rerank(query, cands, dl, log, enabled=rerank)
+        mmr = self._diversify(st.collection, query, ranking, k, dl, log, diversify)
         with dl.stage("prune"):
-            top = self.recovery.select(mmr.order, k, per_document)
+            top = st.recovery.select(mmr.order, k, per_document)
         log.record("prune", True, f"{len(mmr.order)} candidates -> {len(top)} hits")
         with dl.stage("weak"):
             # read from the question's own first-stage lists, which no deadline changes, so the flag (and an
             # abstention built on it) does not flip with machine load; over at least 10 hits, so it does not
             # depend on the k asked for either
             wk = max(k, WEAK_DEPTH)
-            weak_reasons = self.recovery.weak_reasons(
-                query, self.recovery.select(cands.question_ids.tolist(), wk, per_document), wk)
+            weak_reasons = st.recovery.weak_reasons(
+                query, st.recovery.select(cands.question_ids.tolist(), wk, per_document), wk)
         log.record("weak", True, "; ".join(weak_reasons) or "not weak")
-        rec = self._recover(query, top, k, cands, dl, log, bool(weak_reasons) and recover, recover)
-        hits = self._hits(query, rec, cands, ranking, mmr.scores)
+        rec = self._recover(st, query, top, k, cands, dl, log, bool(weak_reasons) and recover, recover)
+        hits = self._hits(st, query, rec, cands, ranking, mmr.scores)
         rec.report.pop("added_rows", None)
         return SearchResult(query.text, hits, query.qtype, bool(weak_reasons), weak_reasons,
                             rec.report.get("replaced", 0) > 0, log.stages, dl.finish(), intent=query.intent,
                             rerank_depth=ranking.depth, expansions=cands.expansions, recovery=rec.report)
 
     # ------------------------------------------------------------- stages not in their own module
-    def _diversify(self, query: Query, ranking: Ranking, k: int, dl: Deadline, log: StageLog, enabled: bool
-                   ) -> Diversified:
+    def _online_stages(self, query: Query, k: int, dl: Deadline, log: StageLog, switches: Switches,
+                       ranked: bool) -> _Stages:
+        """The local collection's fused candidates, then the pool with the PubMed records (:mod:`.online`)."""
+        assert self.online is not None
+        local_rows: List[int] = []
+        if len(self.collection):
+            sub = dl.fork()  # the local first stages are timed apart from the pool's
+            with dl.stage("local"):
+                local = self.candidates.gather(query, k, sub, StageLog(sub), switches, ranked=ranked)
+            local_rows = local.fused_ids.tolist()
+            log.record("local", True, f"{len(local_rows)} fused candidates from the local collection")
+        else:
+            log.record("local", False, "no local collection")
+        pool = self.online.pool(query, self.collection, local_rows, dl, log)
+        return self._stages(pool, self.ranker, self.cross_encoder)
+
+    def _diversify(self, collection: Any, query: Query, ranking: Ranking, k: int, dl: Deadline, log: StageLog,
+                   enabled: bool) -> Diversified:
         if not enabled:
             log.record("mmr", False, "disabled")
             return Diversified(False, "disabled", ranking.order)
         with dl.stage("mmr"):
-            done = diversify(self.collection, self.settings, query, ranking, k, dl)
+            done = diversify(collection, self.settings, query, ranking, k, dl)
         log.record("mmr", done.ran, done.note, done.cut)
         return done
 
-    def _recover(self, query: Query, top: List[int], k: int, cands: Candidates, dl: Deadline, log: StageLog,
-                 weak: bool, enabled: bool) -> _Recovered:
+    def _recover(self, st: _Stages, query: Query, top: List[int], k: int, cands: Candidates, dl: Deadline,
+                 log: StageLog, weak: bool, enabled: bool) -> _Recovered:
         if not weak:
             log.record("recovery", False, "question not weak" if enabled else "disabled")
             return _Recovered(top, {})
@@ -196,13 +250,13 @@ class Retriever:
             log.record("recovery", False, f"budget: {dl.remaining_ms():.0f} ms left", cut=True)
             return _Recovered(top, {})
         with dl.stage("recovery"):
-            new_top, report = self.recovery.recover(query, top, k, cands.texts, dl)
+            new_top, report = st.recovery.recover(query, top, k, cands.texts, dl)
         log.record("recovery", True, report.get("note", ""))
         return _Recovered(new_top, report)
 
-    def _hits(self, query: Query, rec: _Recovered, cands: Candidates, ranking: Ranking,
+    def _hits(self, st: _Stages, query: Query, rec: _Recovered, cands: Candidates, ranking: Ranking,
               mmr_scores: Dict[int, float]) -> List[Hit]:
-        col = self.collection
+        col = st.collection
         score_of = dict(zip(ranking.order, ranking.scores))
         rrf_of = dict(zip(cands.fused_ids.tolist(), cands.fused_scores.tolist()))
         added: Set[int] = rec.report.get("added_rows", set())
@@ -216,10 +270,11 @@ class Retriever:
                 if row in values:
                     sc[name] = float(values[row])
             if row in added:
-                sc["recovery"] = self.tokens.lexical_relevance(query, row)
+                sc["recovery"] = st.tokens.lexical_relevance(query, row)
                 score = sc["recovery"]
             else:
                 score = score_of.get(row, sc.get("rrf", 0.0))
+            span = chunk_span(col, row)
             hits.append(Hit(r.chunk_id, r.document_id, r.text, r.title, r.section, float(score), sc,
-                            dict(r.metadata), r.parent_id))
+                            dict(r.metadata), r.parent_id, span.to_bioasq() if span else None))
         return hits

@@ -70,20 +70,23 @@ class Adaptation:
 
 
 def fit_query_encoder(collection, examples, base: Union[str, os.PathLike], out_dir: Union[str, os.PathLike], *,
-                      epochs: int = 4, lr: float = 5e-5, batch_size: int = 32, temperature: float = 0.05,
+                      epochs: int = 4, lr: float = 5e-5, batch_size: int = 32, temperature: Optional[float] = None,
                       quantize: Optional[str] = None, seed: int = 0, overwrite: bool = False,
                       progress: bool = False) -> Adaptation:
     """Fine-tune ``base`` as a query encoder for ``collection`` and export it to ``out_dir``.
 
     ``examples``: a :class:`~medretrieve.retrieval.expansion.TrainingMemory`, BioASQ golden files, or
     ``(question, relevant document ids)`` pairs; questions with no relevant document in the collection
-    are skipped. ``quantize``: None (fp32) or ``"int8"`` for the exported graph. Pooling, normalisation
+    are skipped. ``temperature``: None = 0.05 for unit-length vectors, 1 for raw inner products (MedCPT).
+    ``quantize``: None (fp32) or ``"int8"`` for the exported graph. Pooling, normalisation
     and the maximum length follow the collection's current query encoder. Returns an
     :class:`Adaptation`; open the collection with ``query_encoder=out_dir`` to search with the result.
     Raises ValueError for bad settings, no usable question or a ``base`` that does not reproduce the
     collection's query vectors, FileExistsError when ``out_dir`` is not empty and ``overwrite`` is False
     (checked before training).
     """
+    if temperature is None:  # cosines need sharpening; raw inner products (MedCPT) were trained without it
+        temperature = 0.05 if collection.normalized else 1.0
     check_args(epochs, lr, batch_size, temperature)
     out = check_output_dir(out_dir, overwrite)  # before training, not after
     base_dir = require_model_dir(base)
