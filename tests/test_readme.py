@@ -4,8 +4,8 @@ The blocks run in order in one scratch folder that holds links to the checkout's
 clone would (so ``python/medretrieve/assets/...`` and ``examples/...`` resolve, and what a block writes stays in
 the scratch folder). A block whose info string names a need (```` ```bash needs=llm-server ````) is skipped with
 that reason unless the need is met here: ``shared-data`` (the BioASQ files), ``export`` (torch), ``gpu`` (a CUDA
-device); ``setup`` (the set-up commands themselves, which CI runs) and ``llm-server`` (a server the user starts)
-are always skipped.
+device); ``setup`` (the set-up commands themselves, which CI runs), ``llm-server`` (a server the user starts),
+``network`` and ``medcpt-weights`` (downloads) are always skipped.
 """
 from __future__ import annotations
 
@@ -45,9 +45,12 @@ def blocks() -> List[Block]:
 
 def _unmet(need: str) -> str:
     """Why ``need`` cannot be met here ("" when it can)."""
-    if need in ("setup", "llm-server"):
-        return {"setup": "the set-up commands themselves (CI runs them)",
-                "llm-server": "needs an LLM server the user starts"}[need]
+    always = {"setup": "the set-up commands themselves (CI runs them)",
+              "llm-server": "needs an LLM server the user starts",
+              "network": "needs the network (NCBI's E-utilities); tests use a fake server on loopback",
+              "medcpt-weights": "needs MedCPT weights the user downloads"}
+    if need in always:
+        return always[need]
     if need == "shared-data":
         from conftest import SHARED_DATA
 
@@ -91,7 +94,7 @@ def scratch(tmp_path_factory):
 def test_the_readme_has_examples_and_its_needs_are_known():
     found = blocks()
     assert sum(b.language == "python" for b in found) >= 3 and sum(b.language == "bash" for b in found) >= 3
-    known = {"setup", "llm-server", "shared-data", "export", "gpu"}
+    known = {"setup", "llm-server", "network", "medcpt-weights", "shared-data", "export", "gpu"}
     assert all(n in known for b in found for n in b.needs), [b.needs for b in found]
     assert found[0].needs == ["setup"] and "pytest" in README.read_text() + (ROOT / ".ci" / "run").read_text()
 
