@@ -8,7 +8,7 @@ import pytest
 
 from medretrieve.cli import main
 from medretrieve.cli.errors import missing_extra_message, run_command
-from medretrieve.cli.search import deadline
+from medretrieve.cli.options import deadline
 
 
 def test_deadline_option_none_means_no_deadline_and_zero_means_expired():
@@ -76,3 +76,36 @@ def test_top_level_help_lists_every_command_without_markup(capsys):
     for command in ("build", "search", "fit-ranker", "answer", "eval", "demo", "export-onnx"):
         assert command in out
     assert "``" not in out and ":func:" not in out
+
+
+def _parsers():
+    """(name, parser) of every command and sub-command."""
+    import argparse as ap
+
+    from medretrieve.cli import _COMMANDS, build_parser
+
+    for name in _COMMANDS:
+        top = build_parser(name)
+        command = next(a for a in top._actions if isinstance(a, ap._SubParsersAction)).choices[name]
+        yield name, command
+        for action in command._actions:
+            if isinstance(action, ap._SubParsersAction):
+                yield from ((f"{name} {sub}", p) for sub, p in action.choices.items())
+
+
+def test_every_option_says_what_it_is_and_its_default():
+    from medretrieve.cli.options import HelpFormatter
+
+    missing = []
+    for name, parser in _parsers():
+        assert parser.formatter_class is HelpFormatter, name
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if action.dest == "help" or isinstance(action, argparse._SubParsersAction):
+                continue
+            if not action.help:
+                missing.append(f"{name} {action.option_strings or action.dest}: no help")
+            elif (action.option_strings and action.default not in (None, False)
+                  and "default" not in formatter._get_help_string(action)):
+                missing.append(f"{name} {action.option_strings}: default not shown")
+    assert not missing, missing

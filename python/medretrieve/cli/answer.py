@@ -1,14 +1,13 @@
 """``medretrieve answer``: retrieve evidence and answer, citing numbered sources (extractive, or an LLM with ``--llm``)."""
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import Any
 
 from ..generation.generate import MODES, field_of
 from ..generation.prompts import BIOASQ_TYPES
-from .search import deadline
+from .options import HelpFormatter, deadline
 
 
 def add_answer(subparsers: Any) -> None:
@@ -18,7 +17,7 @@ def add_answer(subparsers: Any) -> None:
         description="Retrieve evidence from COLLECTION_DIR and answer QUESTION, citing numbered sources and checking "
         "each citation: with --llm an OpenAI-compatible model writes the answer (needs the 'llm' extra), without "
         "it the answer is made of the evidence's own sentences.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("collection", metavar="COLLECTION_DIR", help="collection folder (medretrieve build)")
     p.add_argument("question", help="the question to answer")

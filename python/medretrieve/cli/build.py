@@ -6,13 +6,15 @@ import json
 import time
 from typing import Any
 
+from .options import HelpFormatter
+
 
 def add_build(sub: Any) -> None:
     from ..corpus.chunking import ChunkingConfig
     from ..corpus.sources import FORMATS
 
     p = sub.add_parser("build", help="build a collection (chunks, dense + BM25 indexes) from a corpus",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=HelpFormatter)
     p.add_argument("source", nargs="+", help="corpus file(s) or directory (JSONL, MedRAG JSONL, BioASQ JSON, "
                                              "MEDLINE XML; .gz allowed)")
     p.add_argument("out_dir", help="collection directory to create")
@@ -67,7 +69,7 @@ def add_export(sub: Any) -> None:
                                            "'export' extra: torch, transformers)",
                        description="Export a Hugging Face encoder (local directory) to an ONNX model directory "
                                    "with a medretrieve.json manifest, checked against torch.",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=HelpFormatter)
     p.add_argument("source", metavar="SOURCE_DIR", help="local Hugging Face model directory")
     p.add_argument("out_dir", metavar="OUT_DIR", help="directory to create")
     p.add_argument("--kind", required=True, choices=KINDS, help="what the model is used as")

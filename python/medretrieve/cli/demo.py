@@ -18,7 +18,8 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from .._assets import ASSETS
 from .answer import format_answer
-from .search import deadline, format_result
+from .options import HelpFormatter, deadline
+from .search import format_result
 
 DEMO_CORPUS = ASSETS / "demo_corpus.jsonl"
 DEMO_QUESTIONS = (
@@ -95,7 +96,7 @@ def run_demo(questions: Sequence[str] = DEMO_QUESTIONS, k: int = 3, deadline_ms:
 
 def add_demo(sub: Any) -> None:
     p = sub.add_parser("demo", help="answer questions from a small built-in corpus, offline, with cited sources",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=HelpFormatter)
     p.add_argument("question", nargs="*", help="your own questions (default: a built-in set)")
     p.add_argument("--k", type=int, default=3, help="evidence passages per answer")
     p.add_argument("--deadline-ms", type=deadline, default=300.0, help="retrieval budget in ms ('none': no deadline)")

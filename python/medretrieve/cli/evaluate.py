@@ -11,7 +11,7 @@ from ..evaluation import evaluate as E
 from ..evaluation.medrgb import N_VALUES, P_VALUES, SCENARIOS, STANDARD_N, MedRGBRunner, make_settings
 from ..evaluation.report import bioasq_markdown
 from ..generation.generate import write_bioasq_submission
-from .search import deadline
+from .options import HelpFormatter, deadline
 
 
 def parse_search_options(pairs: Optional[Sequence[str]]) -> dict[str, Any]:
@@ -188,7 +188,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def add_eval(subparsers: Any) -> None:
     """Register ``medretrieve eval retrieval | bioasq | medrgb``."""
-    parser = subparsers.add_parser("eval", help="evaluate retrieval (BioASQ), answers (BioASQ) or MedRGB scenarios")
+    parser = subparsers.add_parser("eval", help="evaluate retrieval (BioASQ), answers (BioASQ) or MedRGB scenarios",
+                                   formatter_class=HelpFormatter)
     sub = parser.add_subparsers(dest="eval_command", metavar="{retrieval,bioasq,medrgb,report}")
     sub.required = True
 
@@ -220,7 +221,7 @@ def add_eval(subparsers: Any) -> None:
         p.add_argument("--system", default=None, help="system name in the submission file")
         add_pubmed_options(p)
 
-    p = sub.add_parser("retrieval", help="BioASQ document/snippet MAP@k, recall@k, nDCG@k of a collection")
+    p = sub.add_parser("retrieval", help="BioASQ document/snippet MAP@k, recall@k, nDCG@k of a collection", formatter_class=HelpFormatter)
     retrieval_source(p)
     p.add_argument("--submission", default=None, metavar="OUT.json",
                    help="also write a BioASQ Phase A submission (documents and snippets with offsets)")
@@ -235,7 +236,7 @@ def add_eval(subparsers: Any) -> None:
     p.set_defaults(func=_cmd_retrieval)
 
     p = sub.add_parser("bioasq", help="BioASQ answers (Phase A+: retrieved evidence; Phase B: gold snippets): "
-                                      "exact-answer metrics, ROUGE and a submission file")
+                                      "exact-answer metrics, ROUGE and a submission file", formatter_class=HelpFormatter)
     retrieval_source(p)
     p.add_argument("--phase", default="a+", choices=("a+", "b"),
                    help="a+: retrieve the evidence (COLLECTION and/or --pubmed); b: the golden file's snippets")
@@ -245,7 +246,7 @@ def add_eval(subparsers: Any) -> None:
     common(p)
     p.set_defaults(func=_cmd_bioasq)
 
-    p = sub.add_parser("medrgb", help="MedRGB scenarios (standard, sufficiency, integration, robustness)")
+    p = sub.add_parser("medrgb", help="MedRGB scenarios (standard, sufficiency, integration, robustness)", formatter_class=HelpFormatter)
     p.add_argument("--dataset", nargs="+", action="extend", required=True,
                    help="KIND:PATH with KIND mmlu_med (folder), medqa (JSONL), pubmedqa (JSON), bioasq (golden JSON)")
     p.add_argument("--collection", required=True, help="collection folder the signal documents come from")
@@ -261,7 +262,7 @@ def add_eval(subparsers: Any) -> None:
     p.add_argument("--grid", action="store_true",
                    help="the full protocol: every scenario at p in 0..100 (step 20) and n in 5, 10, 20, standard RAG "
                         "at n 0, 5, 10, 20; resumable from the --out caches")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random draws (noise documents, orders)")
     p.add_argument("--label", default=None, help="row name in the tables (default: the model name)")
     p.add_argument("--no-judge", action="store_true", help="skip the LLM judge of sub-answers")
     p.add_argument("--judge-llm", default=None,
@@ -277,7 +278,7 @@ def add_eval(subparsers: Any) -> None:
     common(p)
     p.set_defaults(func=_cmd_medrgb)
 
-    p = sub.add_parser("report", help="one MedRGB table set (rows: runs) from several medrgb results.json files")
+    p = sub.add_parser("report", help="one MedRGB table set (rows: runs) from several medrgb results.json files", formatter_class=HelpFormatter)
     p.add_argument("results", nargs="+", help="results.json files written by 'medretrieve eval medrgb'")
     p.add_argument("--out", required=True, help="output folder (results.md, plots)")
     p.set_defaults(func=_cmd_report)

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, List
 
+from .options import HelpFormatter
 from .._files import write_text_atomic
 
 
@@ -59,7 +60,7 @@ def read_pmids(path: str) -> List[str]:
 
 def add_fetch_pubmed(sub: Any) -> None:
     p = sub.add_parser("fetch-pubmed", help="build a local corpus (JSONL for 'medretrieve build') from PubMed",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       formatter_class=HelpFormatter,
                        usage="medretrieve fetch-pubmed (QUERY | --pmids FILE) OUT.jsonl [options]",
                        description="Search PubMed (esearch, by relevance) or take a list of PMIDs, fetch the "
                                    "MEDLINE records (efetch) and write them as JSONL that 'medretrieve build' reads.")

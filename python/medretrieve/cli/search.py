@@ -5,6 +5,7 @@ import argparse
 import json
 from typing import Any
 
+from .options import HelpFormatter, deadline
 from ..retrieval.results import SearchResult
 
 
@@ -12,7 +13,7 @@ def add_search(sub: Any) -> None:
     from .pubmed import add_pubmed_options
 
     p = sub.add_parser("search", help="search a collection (and PubMed with --pubmed)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       formatter_class=HelpFormatter,
                        usage="medretrieve search [COLLECTION] QUESTION [options]")
     p.add_argument("target", nargs="+", metavar="ARG",
                    help="collection directory (medretrieve build) and the question; with --pubmed the collection "
@@ -34,16 +35,6 @@ def add_search(sub: Any) -> None:
                         "for a collection built before collections held their models)")
     add_pubmed_options(p)
     p.set_defaults(func=_search)
-
-
-def deadline(text: str) -> Any:
-    """A ``--deadline-ms`` value: milliseconds, or ``none`` for no deadline."""
-    if text.strip().lower() == "none":
-        return None
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 ms or 'none', got {text!r}")
-    return value
 
 
 def format_result(res: SearchResult, width: int = 160, stages: bool = True) -> str:

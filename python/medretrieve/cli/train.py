@@ -5,10 +5,12 @@ import argparse
 import sys
 from typing import Any
 
+from .options import HelpFormatter
+
 
 def add_fit_ranker(sub: Any) -> None:
     p = sub.add_parser("fit-ranker", help="fit a learned reranker on training questions (BioASQ golden files)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=HelpFormatter)
     p.add_argument("collection", help="collection directory (medretrieve build)")
     p.add_argument("training", nargs="+", help="BioASQ golden JSON files: questions with relevant documents")
     p.add_argument("-o", "--output", required=True, help="ranker JSON to write (use with search --ranker)")
@@ -51,7 +53,7 @@ def _fit_ranker(args: argparse.Namespace) -> int:
 def _fit_parser(sub: Any, name: str, help: str, base_help: str, output_help: str, epochs: int,
                 lr: float) -> argparse.ArgumentParser:
     """The arguments every fine-tuning command shares; returns the parser for the rest."""
-    p = sub.add_parser(name, help=help, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = sub.add_parser(name, help=help, formatter_class=HelpFormatter)
     p.add_argument("collection", help="collection directory (medretrieve build)")
     p.add_argument("training", nargs="+", help="BioASQ golden JSON files: questions with relevant documents")
     p.add_argument("--base", required=True, help=base_help)
