@@ -4,7 +4,7 @@
 - relations (:func:`relation_terms`: ``assets/relations.tsv``, disease -> treatments, gene -> pathway);
 - training memory (:class:`TrainingMemory`: nearest questions of a training set and the key terms of their
   relevant snippets);
-- LLM synonyms, from any :data:`TermSource` the caller passes (``generation.llm_synonyms(backend)`` makes one
+- LLM synonyms, from any :data:`TermSource` the caller passes (``generation.terms.llm_synonyms(backend)`` makes one
   from an LLM backend), so retrieval never imports generation.
 
 Every function takes the analysed :class:`~medretrieve.retrieval.query.Query` (or a question string, which it

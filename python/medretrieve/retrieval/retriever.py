@@ -31,8 +31,8 @@ from typing import Any, Dict, List, Optional, Set, Union
 
 import numpy as np
 
-from .budget import CostModel, Deadline
 from ..corpus.spans import chunk_span
+from .budget import CostModel, Deadline
 from .candidates import Candidates, CandidateGenerator, Switches
 from .diversify import Diversified, diversify
 from .expansion import TermSource, TrainingMemory
@@ -72,7 +72,7 @@ class Retriever:
     - ``cross_encoder``: a :class:`~medretrieve.models.encoders.CrossEncoder` or its directory.
     - ``training``: a :class:`~.expansion.TrainingMemory` or BioASQ golden files, for training-memory expansion.
     - ``ranker``: a :class:`~.ranker.LinearRanker` or its JSON file (``medretrieve.training.fit_ranker``).
-    - ``llm_terms``: a term source, ``f(question, ms_left) -> terms`` (``medretrieve.generation.llm_synonyms``
+    - ``llm_terms``: a term source, ``f(question, ms_left) -> terms`` (``medretrieve.generation.terms.llm_synonyms``
       makes one from an LLM backend), asked for synonyms while at least ``llm_min_ms`` are left.
     - ``settings`` and keyword overrides: the tuning in :class:`~.settings.Settings` (each value checked here).
     - ``online``: an online source (:class:`~medretrieve.corpus.pubmed.PubMedSource`) or an
