@@ -91,7 +91,7 @@ class Retriever:
             raise TypeError(f"Retriever got unknown settings {unknown}; known: {sorted(Settings.names())}")
         if llm_terms is not None and not callable(llm_terms):
             raise TypeError("llm_terms must be callable (question, ms_left) -> terms; "
-                            "medretrieve.generation.llm_synonyms(backend) makes one from an LLM backend")
+                            "medretrieve.generation.terms.llm_synonyms(backend) makes one from an LLM backend")
         base = settings or Settings()
         self.settings = Settings(**{**{n: getattr(base, n) for n in Settings.names()}, **tuning})
         self.collection = collection
