@@ -1,5 +1,6 @@
 #include "index/vector_store.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -57,6 +58,7 @@ VectorStore::VectorStore(Space space, DType dtype, size_t dim, size_t link_slots
   off_aux_ = off_scale_ + 4;
   off_code_ = align_up(off_aux_ + 4, 16);
   stride_ = align_up(off_code_ + dim * (dtype == DType::Int8 ? 1 : 4), 16);
+  prefetch_end_ = std::min(stride_, off_code_ + kPrefetchCodeBytes);
   if (dtype == DType::Float32) trained_ = true;  // nothing to train
 }
 
