@@ -4,6 +4,12 @@
 // are separately allocated blocks [u32 count][M u32 ids] per level, reached
 // through a pointer table, so a memory-mapped file can serve them in place.
 //
+// Construction follows faiss where its graphs give more recall per ef than
+// hnswlib's at the same M / ef_construction: a new element keeps up to 2M
+// level-0 neighbours of its own (hnswlib: M), and a batch is inserted from the
+// highest level down. On top, elements that no level-0 path from the entry
+// point reaches are linked in after large batches (hnsw.cpp, Connectivity).
+//
 // Concurrency: add and search take `mu_` shared; resize, load and save take it
 // exclusively. Writers change an element's links under a striped link mutex
 // and publish the link count with release semantics; readers load the count
