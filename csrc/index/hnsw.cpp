@@ -119,6 +119,14 @@ uint32_t Hnsw::greedy_descent(const QueryCtx& ctx, uint32_t ep, int from_level, 
   return cur;
 }
 
+size_t Hnsw::take_unvisited(const uint32_t* ids, size_t n, VisitedList& vis, uint32_t* fresh) const {
+  size_t m = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (!vis.test_and_set(ids[i])) fresh[m++] = ids[i];
+  for (size_t i = 0; i < std::min(m, kPrefetchAhead); ++i) store_.prefetch(fresh[i]);
+  return m;
+}
+
 Hnsw::MaxHeap Hnsw::search_layer_build(const QueryCtx& ctx, uint32_t ep, int level, uint32_t exclude) const {
   auto vis = visited_.borrow();
   MaxHeap top, cand;  // cand holds (-distance, id)
@@ -130,7 +138,7 @@ Hnsw::MaxHeap Hnsw::search_layer_build(const QueryCtx& ctx, uint32_t ep, int lev
   }
   cand.emplace(-d0, ep);
   vis->test_and_set(ep);
-  std::vector<uint32_t> buf;
+  std::vector<uint32_t> buf, fresh(M0_);
   buf.reserve(M0_);
   while (!cand.empty()) {
     const Candidate c = cand.top();
@@ -141,10 +149,10 @@ Hnsw::MaxHeap Hnsw::search_layer_build(const QueryCtx& ctx, uint32_t ep, int lev
       Links l = links(c.second, level);
       buf.assign(l.ids, l.ids + l.n);
     }
-    for (size_t i = 0; i < buf.size(); ++i) {
-      if (i + 1 < buf.size()) store_.prefetch(buf[i + 1]);
-      const uint32_t nb = buf[i];
-      if (vis->test_and_set(nb)) continue;
+    const size_t m = take_unvisited(buf.data(), buf.size(), *vis, fresh.data());
+    for (size_t i = 0; i < m; ++i) {
+      if (i + kPrefetchAhead < m) store_.prefetch(fresh[i + kPrefetchAhead]);
+      const uint32_t nb = fresh[i];
       const float d = store_.distance(ctx, nb);
       if (top.size() < p_.ef_construction || d < lower) {
         cand.emplace(-d, nb);
@@ -169,16 +177,16 @@ Hnsw::MaxHeap Hnsw::search_layer0(const QueryCtx& ctx, uint32_t ep, size_t ef, c
   }
   cand.emplace(-d0, ep);
   vis->test_and_set(ep);
+  std::vector<uint32_t> fresh(M0_);
   while (!cand.empty()) {
     const Candidate c = cand.top();
     if (-c.first > lower && (top.size() >= ef || !screening)) break;
     cand.pop();
     Links l = links(c.second, 0);
-    if (l.n) store_.prefetch(l.ids[0]);
-    for (uint32_t i = 0; i < l.n; ++i) {
-      if (i + 1 < l.n) store_.prefetch(l.ids[i + 1]);
-      const uint32_t nb = l.ids[i];
-      if (vis->test_and_set(nb)) continue;
+    const size_t m = take_unvisited(l.ids, l.n, *vis, fresh.data());
+    for (size_t i = 0; i < m; ++i) {
+      if (i + kPrefetchAhead < m) store_.prefetch(fresh[i + kPrefetchAhead]);
+      const uint32_t nb = fresh[i];
       const float d = store_.distance(ctx, nb);
       if (top.size() < ef || d < lower) {
         cand.emplace(-d, nb);
@@ -192,6 +200,16 @@ Hnsw::MaxHeap Hnsw::search_layer0(const QueryCtx& ctx, uint32_t ep, size_t ef, c
     }
   }
   return top;
+}
+
+void Hnsw::push_distances(uint32_t base, const uint32_t* ids, size_t n, size_t keep, MaxHeap& out) const {
+  for (size_t i = 0; i < std::min(n, kPrefetchAhead); ++i) store_.prefetch(ids[i]);
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchAhead < n) store_.prefetch(ids[i + kPrefetchAhead]);
+    if (ids[i] == base) continue;
+    out.emplace(store_.distance_between(base, ids[i]), ids[i]);
+    if (out.size() > keep) out.pop();
+  }
 }
 
 // hnswlib's getNeighborsByHeuristic2: keep a candidate only if it is closer to
@@ -209,6 +227,7 @@ void Hnsw::select_neighbors(MaxHeap& top, size_t m) const {
     const float d = -closest.top().first;
     const uint32_t id = closest.top().second;
     closest.pop();
+    if (!closest.empty()) store_.prefetch(closest.top().second);
     bool good = true;
     for (const Candidate& k : kept) {
       if (store_.distance_between(k.second, id) < d) {
@@ -222,7 +241,7 @@ void Hnsw::select_neighbors(MaxHeap& top, size_t m) const {
 }
 
 std::vector<uint32_t> Hnsw::set_own_links(uint32_t id, MaxHeap& top, int level) {
-  select_neighbors(top, p_.M);
+  select_neighbors(top, max_links(level));
   std::vector<uint32_t> selected;
   selected.reserve(top.size());
   while (!top.empty()) {  // farthest first: the last one is the closest
@@ -234,30 +253,33 @@ std::vector<uint32_t> Hnsw::set_own_links(uint32_t id, MaxHeap& top, int level) 
   return selected;
 }
 
-void Hnsw::add_backlinks(uint32_t id, const std::vector<uint32_t>& selected, int level, bool is_update) {
-  const size_t max_links = level ? p_.M : M0_;
-  std::vector<uint32_t> buf;
-  for (uint32_t other : selected) {
-    if (other == id || level > level_of(other)) continue;  // cannot happen; never corrupt the graph
-    std::lock_guard<std::mutex> g(link_lock(other));
-    Links l = links(other, level);
-    if (is_update && std::find(l.ids, l.ids + l.n, id) != l.ids + l.n) continue;
-    if (l.n < max_links) {
-      buf.assign(l.ids, l.ids + l.n);
-      buf.push_back(id);
-    } else {
-      MaxHeap cands;
-      cands.emplace(store_.distance_between(id, other), id);
-      for (uint32_t j = 0; j < l.n; ++j) cands.emplace(store_.distance_between(l.ids[j], other), l.ids[j]);
-      select_neighbors(cands, max_links);
-      buf.clear();
-      while (!cands.empty()) {
-        buf.push_back(cands.top().second);
-        cands.pop();
-      }
+bool Hnsw::add_backlink(uint32_t id, uint32_t other, int level, bool is_update) {
+  if (other == id || level > level_of(other)) return false;  // cannot happen; never corrupt the graph
+  std::lock_guard<std::mutex> g(link_lock(other));
+  Links l = links(other, level);
+  if (is_update && std::find(l.ids, l.ids + l.n, id) != l.ids + l.n) return true;
+  std::vector<uint32_t> buf(l.ids, l.ids + l.n);
+  bool kept = true;
+  if (l.n < max_links(level)) {
+    buf.push_back(id);
+  } else {
+    MaxHeap cands;
+    cands.emplace(store_.distance_between(id, other), id);
+    push_distances(other, l.ids, l.n, SIZE_MAX, cands);
+    select_neighbors(cands, max_links(level));
+    buf.clear();
+    kept = false;
+    for (; !cands.empty(); cands.pop()) {
+      buf.push_back(cands.top().second);
+      kept |= cands.top().second == id;
     }
-    set_links(other, level, buf.data(), uint32_t(buf.size()));
   }
+  set_links(other, level, buf.data(), uint32_t(buf.size()));
+  return kept;
+}
+
+void Hnsw::add_backlinks(uint32_t id, const std::vector<uint32_t>& selected, int level, bool is_update) {
+  for (uint32_t other : selected) add_backlink(id, other, level, is_update);
 }
 
 // Links `id` at levels min(level, max_level)..0 starting from `ep`. Its own
@@ -320,17 +342,12 @@ void Hnsw::repair_neighbours(uint32_t id) {
     }
     std::sort(pool.begin(), pool.end());
     pool.erase(std::unique(pool.begin(), pool.end()), pool.end());
-    const size_t max_links = lc ? p_.M : M0_;
     const size_t keep = std::min(p_.ef_construction, pool.size() - 1);
     std::vector<uint32_t> buf;
     for (uint32_t nb : one_hop) {
       MaxHeap cands;
-      for (uint32_t c : pool) {
-        if (c == nb) continue;
-        cands.emplace(store_.distance_between(nb, c), c);
-        if (cands.size() > keep) cands.pop();
-      }
-      select_neighbors(cands, max_links);
+      push_distances(nb, pool.data(), pool.size(), keep, cands);
+      select_neighbors(cands, max_links(lc));
       buf.clear();
       while (!cands.empty()) {
         buf.push_back(cands.top().second);
@@ -356,6 +373,17 @@ void Hnsw::relink(uint32_t id, const float* x) {
   link_element(id, ctx, ep, level_of(id), max_level, true);
 }
 
+// faiss's hnsw_add_vertices inserts a batch from the highest level down. The
+// few upper-level elements then go first into a sparse graph, so their level-0
+// links span the whole data set, and every later element descends through
+// complete upper levels. Rows of one level keep their order (stable sort).
+std::vector<size_t> Hnsw::insertion_order(const std::vector<int>& level) {
+  std::vector<size_t> order(level.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return level[a] > level[b]; });
+  return order;
+}
+
 void Hnsw::train(const float* sample, size_t n) {
   std::unique_lock<SharedMutex> g(mu_);
   if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot train");
@@ -369,6 +397,7 @@ void Hnsw::add(const float* data, size_t n, const uint64_t* ids, const std::vect
   if (labels && labels->size() != n) throw std::invalid_argument("labels must have one entry per row");
   std::shared_lock<SharedMutex> g(mu_);
   if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot add items");
+  const InFlight in_flight(adds_in_flight_);
   if (replace_deleted && !p_.allow_replace_deleted)
     throw std::runtime_error("Replacement of deleted elements is disabled in constructor");
   const size_t dim = p_.dim;
@@ -441,17 +470,22 @@ void Hnsw::add(const float* data, size_t n, const uint64_t* ids, const std::vect
   for (size_t i = 0; i < n; ++i)
     if (kind[i] == kReplace) store_.rebind(slot[i], ext[i]);
 
-  parallel_for(0, n, num_threads, [&](size_t i, size_t) {
+  // Levels of new elements are drawn in row order, so the seed alone fixes them.
+  std::vector<int> level(n, 0);
+  for (size_t i = 0; i < n; ++i)
+    if (kind[i] == kNew) level[i] = random_level();
+  const std::vector<size_t> order = insertion_order(level);
+  parallel_for(0, n, num_threads, [&](size_t oi, size_t) {
+    const size_t i = order[oi];
     std::vector<float> local;
     const float* x = store_.prepare_input(data + i * dim, local);
     const uint32_t id = slot[i];
     const std::vector<uint32_t>* row_labels = labels ? &(*labels)[i] : nullptr;
     if (kind[i] == kNew) {
-      const int level = random_level();
-      allocate_upper(id, level);
+      allocate_upper(id, level[i]);
       store_.encode(id, x);
       if (row_labels) assign_labels(store_, labels_, id, normalise_labels(*row_labels));
-      insert(id, x, level);
+      insert(id, x, level[i]);
       return;
     }
     {
@@ -465,6 +499,87 @@ void Hnsw::add(const float* data, size_t n, const uint64_t* ids, const std::vect
     relink(id, x);
     if (store_.set_deleted(id, false)) store_.note_deleted_delta(-1);
   });
+  check_connectivity(n);
+}
+
+// The pass costs one visit per link, so it runs once the rows added since the
+// last one reach 1/kConnectivityEvery of the index (amortised: kConnectivity-
+// Every * 2M link visits per added row, little next to inserting it), and only
+// when no other add is in flight: an element another call has allocated but
+// not linked yet would look unreachable.
+void Hnsw::check_connectivity(size_t rows) {
+  const size_t n = count();
+  const size_t since = unchecked_rows_.fetch_add(rows) + rows;
+  if (since * kConnectivityEvery < n || adds_in_flight_.load() != 1) return;
+  std::unique_lock<std::mutex> g(connect_mu_, std::try_to_lock);
+  if (!g.owns_lock()) return;
+  unchecked_rows_.store(0);
+  connect_unreachable(n);
+}
+
+// ---------------------------------------------------------------------------
+// Connectivity
+
+// The diversity heuristic can leave an element that no level-0 path from the
+// entry point reaches: every list that linked to it later preferred closer,
+// better spread neighbours. A search then never returns it (hnswlib and faiss
+// leave such elements be). A depth-first pass from the entry point finds them;
+// each is linked from its nearest reachable element, and whatever it links to
+// needs no repair of its own.
+void Hnsw::connect_unreachable(size_t n) {
+  const uint32_t ep = entry_point();
+  if (ep == kNone) return;
+  auto seen = visited_.borrow();
+  mark_reachable(ep, *seen);
+  for (uint32_t id = 0; id < n; ++id) {
+    if (seen->visited(id) || store_.is_deleted(id)) continue;
+    link_from_nearest(id);
+    mark_reachable(id, *seen);
+  }
+}
+
+void Hnsw::mark_reachable(uint32_t from, VisitedList& seen) const {
+  std::vector<uint32_t> stack{from};
+  seen.test_and_set(from);
+  while (!stack.empty()) {
+    const uint32_t id = stack.back();
+    stack.pop_back();
+    Links l = links(id, 0);
+    for (uint32_t i = 0; i < l.n; ++i)
+      if (!seen.test_and_set(l.ids[i])) stack.push_back(l.ids[i]);
+  }
+}
+
+// Searches from the entry point for `id`'s own (decoded) vector, so every
+// element found is reachable, and offers `id` to the nearest lists in turn
+// under the usual heuristic; when all of them prefer their links, `id` takes
+// the place of the nearest one's farthest link.
+void Hnsw::link_from_nearest(uint32_t id) {
+  std::vector<float> x(p_.dim);
+  store_.decode(id, x.data());
+  QueryCtx ctx;
+  store_.prepare_query(x.data(), ctx);
+  const uint64_t state = ep_state_.load();
+  const uint32_t ep = uint32_t(state);
+  const int max_level = std::min<int>(int(int32_t(state >> 32)), level_of(ep));
+  MaxHeap top = search_layer_build(ctx, greedy_descent(ctx, ep, max_level, 0, true), 0, id);
+  while (top.size() > p_.M) top.pop();
+  std::vector<uint32_t> nearest(top.size());
+  for (size_t i = nearest.size(); i-- > 0; top.pop()) nearest[i] = top.top().second;
+  for (uint32_t other : nearest)
+    if (add_backlink(id, other, 0, true)) return;
+  if (!nearest.empty()) replace_farthest_link(nearest.front(), id);
+}
+
+void Hnsw::replace_farthest_link(uint32_t other, uint32_t id) {
+  std::lock_guard<std::mutex> g(link_lock(other));
+  Links l = links(other, 0);
+  if (l.n == 0) return;
+  std::vector<uint32_t> buf(l.ids, l.ids + l.n);
+  MaxHeap by_distance;
+  push_distances(other, buf.data(), buf.size(), SIZE_MAX, by_distance);
+  std::replace(buf.begin(), buf.end(), by_distance.top().second, id);
+  set_links(other, 0, buf.data(), uint32_t(buf.size()));
 }
 
 // ---------------------------------------------------------------------------

@@ -4,6 +4,12 @@
 // are separately allocated blocks [u32 count][M u32 ids] per level, reached
 // through a pointer table, so a memory-mapped file can serve them in place.
 //
+// Construction follows faiss where its graphs give more recall per ef than
+// hnswlib's at the same M / ef_construction: a new element keeps up to 2M
+// level-0 neighbours of its own (hnswlib: M), and a batch is inserted from the
+// highest level down. On top, elements that no level-0 path from the entry
+// point reaches are linked in after large batches (hnsw.cpp, Connectivity).
+//
 // Concurrency: add and search take `mu_` shared; resize, load and save take it
 // exclusively (a writer-fair lock, common/shared_mutex.h, so searches cannot
 // starve them). Writers change an element's links under a striped link mutex
@@ -52,6 +58,8 @@ class Hnsw {
   static constexpr int kMaxLevel = 30;
   // Filtered-search cost model: distance evaluations per expanded node, in units of M.
   static constexpr double kGraphCostPerNode = 0.75;
+  // Vectors whose reads are in flight ahead of the one being scored.
+  static constexpr size_t kPrefetchAhead = 2;
 
   explicit Hnsw(const HnswParams& params);
   ~Hnsw();
@@ -111,6 +119,10 @@ class Hnsw {
   bool read_only() const { return store_.read_only(); }
   size_t memory_bytes() const;
 
+  // --- graph inspection (tests, diagnostics), internal ids < count() ---
+  int level(uint32_t id) const { return level_of(id); }
+  std::vector<uint32_t> neighbours(uint32_t id, int level) const { return links_copy(id, level); }
+
   // --- row access for native consumers (MMR): valid while the caller holds
   // shared_lock(mutex()) and for internal ids < count(). int8 pair similarity
   // (fusion::mmr_select_i8): ip/cosine base = centre_norm2(), offset = aux,
@@ -144,19 +156,40 @@ class Hnsw {
   std::mutex& link_lock(uint32_t id) const { return link_locks_[id & (kLinkLocks - 1)]; }
   int level_of(uint32_t id) const { return levels_[id]; }
   int random_level();
+  size_t max_links(int level) const { return level ? p_.M : M0_; }
+  static std::vector<size_t> insertion_order(const std::vector<int>& level);
 
   void insert(uint32_t id, const float* x, int level);
   void relink(uint32_t id, const float* x);
   void repair_neighbours(uint32_t id);
   std::vector<uint32_t> links_copy(uint32_t id, int level) const;
   uint32_t greedy_descent(const QueryCtx& ctx, uint32_t ep, int from_level, int to_level, bool locked) const;
+  // Marks the not yet visited ids among ids[0..n) visited, copies them to
+  // `fresh` (returns how many) and prefetches the first kPrefetchAhead: the
+  // distance loops then prefetch exactly the vectors they will read, ahead.
+  size_t take_unvisited(const uint32_t* ids, size_t n, VisitedList& vis, uint32_t* fresh) const;
   MaxHeap search_layer_build(const QueryCtx& ctx, uint32_t ep, int level, uint32_t exclude) const;
   MaxHeap search_layer0(const QueryCtx& ctx, uint32_t ep, size_t ef, const ElementFilter* filter) const;
+  // Pushes (distance to base, id) for ids other than base, keeping the `keep` closest.
+  void push_distances(uint32_t base, const uint32_t* ids, size_t n, size_t keep, MaxHeap& out) const;
   void select_neighbors(MaxHeap& top, size_t m) const;
   std::vector<uint32_t> set_own_links(uint32_t id, MaxHeap& top, int level);
   void add_backlinks(uint32_t id, const std::vector<uint32_t>& selected, int level, bool is_update);
   void link_element(uint32_t id, const QueryCtx& ctx, uint32_t ep, int level, int max_level, bool is_update);
   void allocate_upper(uint32_t id, int level);
+  bool add_backlink(uint32_t id, uint32_t other, int level, bool is_update);
+
+  // Connectivity repair (see hnsw.cpp).
+  struct InFlight {
+    explicit InFlight(std::atomic<int>& c) : count(c) { ++count; }
+    ~InFlight() { --count; }
+    std::atomic<int>& count;
+  };
+  void check_connectivity(size_t rows);
+  void connect_unreachable(size_t n);
+  void mark_reachable(uint32_t from, VisitedList& seen) const;
+  void link_from_nearest(uint32_t id);
+  void replace_farthest_link(uint32_t other, uint32_t id);
 
   HnswParams p_;
   size_t M0_;
@@ -177,6 +210,10 @@ class Hnsw {
   std::mutex train_mu_;
   std::mutex deleted_mu_;
   std::vector<uint32_t> deleted_slots_;  // reusable by replace_deleted
+  static constexpr size_t kConnectivityEvery = 16;
+  std::atomic<int> adds_in_flight_{0};
+  std::atomic<size_t> unchecked_rows_{0};  // rows added since the last connectivity pass
+  std::mutex connect_mu_;
 
   static constexpr size_t kLinkLocks = 4096;
   mutable std::array<std::mutex, kLinkLocks> link_locks_;

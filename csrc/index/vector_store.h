@@ -120,11 +120,13 @@ class VectorStore {
   const float* code_f32(uint32_t id) const { return reinterpret_cast<const float*>(slab(id) + off_code_); }
   // float32 originals (keep_float with int8 storage), else nullptr.
   const float* original(uint32_t id) const { return floats_ ? floats_ + size_t(id) * dim_ : nullptr; }
+  // Starts the reads distance() will make: the line holding scale and aux and
+  // the code up to kPrefetchCodeBytes (the hardware streamer carries on from
+  // there for longer float32 rows). One line at a time would leave the
+  // distance loop waiting on memory for every line of a 768-byte code.
   void prefetch(uint32_t id) const {
     const char* p = slab(id);
-    __builtin_prefetch(p);
-    __builtin_prefetch(p + off_code_);
-    __builtin_prefetch(p + off_code_ + 64);
+    for (size_t off = off_scale_ & ~size_t(63); off < prefetch_end_; off += 64) __builtin_prefetch(p + off);
   }
 
   // --- quantization ---
@@ -181,7 +183,8 @@ class VectorStore {
   DType dtype_;
   size_t dim_, link_slots_;
   bool keep_float_;
-  size_t off_sig_, off_scale_, off_aux_, off_code_, stride_;
+  static constexpr size_t kPrefetchCodeBytes = 1024;
+  size_t off_sig_, off_scale_, off_aux_, off_code_, stride_, prefetch_end_;
   const kernels::KernelTable* kt_;
 
   char* data_ = nullptr;

@@ -59,24 +59,24 @@ float l2sq_f32(const float* a, const float* b, size_t n) {
   return s;
 }
 
-// Sign-extend 16 int8 lanes to int16 and multiply-add pairs into int32:
-// exact, and no unsigned-operand trick is needed for symmetric codes.
+// dot(a, b) = sum |a_i| * (sign(a_i) * b_i): vpmaddubsw multiplies unsigned by
+// signed bytes and adds pairs into int16 (two products <= 2 * 127^2 < 2^15, so
+// codes in [-127, 127] never saturate), vpmaddwd widens the pairs to int32.
+inline __m256i dot_i8_step(__m256i acc, __m256i a, __m256i b) {
+  const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(a), _mm256_sign_epi8(b, a));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+inline __m256i load256(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
 int32_t dot_i8(const int8_t* a, const int8_t* b, size_t n) {
   __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
   size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    __m256i a0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
-    __m256i b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
-    __m256i a1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + 16)));
-    __m256i b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i + 16)));
-    acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(a0, b0));
-    acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(a1, b1));
+  for (; i + 64 <= n; i += 64) {
+    acc0 = dot_i8_step(acc0, load256(a + i), load256(b + i));
+    acc1 = dot_i8_step(acc1, load256(a + i + 32), load256(b + i + 32));
   }
-  for (; i + 16 <= n; i += 16) {
-    __m256i a0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
-    __m256i b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
-    acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(a0, b0));
-  }
+  for (; i + 32 <= n; i += 32) acc0 = dot_i8_step(acc0, load256(a + i), load256(b + i));
   int32_t s = hsum256_epi32(_mm256_add_epi32(acc0, acc1));
   for (; i < n; ++i) s += int32_t(a[i]) * int32_t(b[i]);
   return s;

@@ -3,7 +3,7 @@
 
 #include "kernels/distances.h"
 
-#define DOT_I8_STEP(acc, x, y) acc = _mm512_add_epi32(acc, _mm512_madd_epi16(x, y))
+#define DOT_U8S8(acc, u, s) _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)))
 
 namespace medretrieve::kernels {
 #include "kernels/avx512_common.inc"

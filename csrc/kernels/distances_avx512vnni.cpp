@@ -1,10 +1,11 @@
-// AVX-512 VNNI kernels: vpdpwssd fuses the int16 multiply-add and the int32
-// accumulate of the int8 dot product. Internal linkage only.
+// AVX-512 VNNI kernels: vpdpbusd fuses the unsigned x signed byte multiply,
+// the sum of four products and the int32 accumulate of the int8 dot product.
+// Internal linkage only.
 #include <immintrin.h>
 
 #include "kernels/distances.h"
 
-#define DOT_I8_STEP(acc, x, y) acc = _mm512_dpwssd_epi32(acc, x, y)
+#define DOT_U8S8(acc, u, s) _mm512_dpbusd_epi32(acc, u, s)
 
 namespace medretrieve::kernels {
 #include "kernels/avx512_common.inc"

@@ -102,6 +102,66 @@ TEST(Hnsw, RecallAgainstBruteForceEverySpaceAndDtype) {
   }
 }
 
+// The graph a parallel build leaves: lists within their capacity, no self or
+// repeated links, upper-level links only to elements of that level, every
+// element reachable at level 0 from the entry point (which has the top
+// level), and levels fixed by the seed alone (drawn in row order, whatever
+// the threads do).
+TEST(Hnsw, ParallelBuildLeavesAValidConnectedGraph) {
+  const size_t n = 3000, dim = 20;
+  const auto x = random_rows(n, dim, 9);
+  for (DType d : {DType::Float32, DType::Int8}) {
+    HnswParams p = params(Space::L2, d, dim, n);
+    p.M = 6;
+    Hnsw a(p), b(p);
+    a.add(x.data(), n, nullptr, nullptr, 2, false, false);
+    b.add(x.data(), n, nullptr, nullptr, 2, false, false);
+    const uint32_t ep = a.entry_point();
+    EXPECT_EQ(a.level(ep), a.max_level());
+    std::vector<char> seen(n, 0);
+    std::vector<uint32_t> stack{ep};
+    seen[ep] = 1;
+    for (uint32_t id = 0; id < n; ++id) {
+      ASSERT_EQ(a.level(id), b.level(id)) << id;
+      for (int lc = 0; lc <= a.level(id); ++lc) {
+        const auto l = a.neighbours(id, lc);
+        EXPECT_LE(l.size(), lc ? p.M : 2 * p.M);
+        EXPECT_EQ(std::set<uint32_t>(l.begin(), l.end()).size(), l.size()) << "repeated link";
+        for (uint32_t nb : l) {
+          ASSERT_LT(nb, n);
+          EXPECT_NE(nb, id);
+          EXPECT_GE(a.level(nb), lc);
+        }
+      }
+    }
+    while (!stack.empty()) {
+      const uint32_t id = stack.back();
+      stack.pop_back();
+      for (uint32_t nb : a.neighbours(id, 0))
+        if (!seen[nb]) seen[nb] = 1, stack.push_back(nb);
+    }
+    EXPECT_EQ(size_t(std::count(seen.begin(), seen.end(), 1)), n) << dtype_name(d);
+  }
+}
+
+// As faiss does, an element picks up to 2M level-0 neighbours of its own (not
+// only M) with the diversity heuristic: the element inserted last, which no
+// later insertion linked to, shows it. High-dimensional random data keeps
+// most candidates diverse, so the heuristic does not stop it below 2M.
+TEST(Hnsw, OwnLevelZeroListTakesUpToTwiceM) {
+  const size_t n = 400, dim = 64;
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> x(n * dim);
+  for (float& v : x) v = nd(rng);
+  HnswParams p = params(Space::L2, DType::Float32, dim, n);
+  p.M = 4;
+  Hnsw h(p);
+  h.add(x.data(), n, nullptr, nullptr, 1, false, false);
+  ASSERT_EQ(h.level(n - 1), 0);  // so the last row is the last element inserted
+  EXPECT_GT(h.neighbours(n - 1, 0).size(), p.M);
+}
+
 // Updates move vectors; the old neighbourhoods are repaired, so recall after
 // many parallel updates (2 threads, as under the sanitizers in CI) stays high.
 TEST(Hnsw, ParallelUpdatesKeepRecall) {

@@ -13,7 +13,7 @@ using namespace medretrieve::kernels;
 
 namespace {
 
-const size_t kSizes[] = {0, 1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 384, 767, 768, 1023, 1536};
+const size_t kSizes[] = {0, 1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 191, 192, 193, 255, 256, 257, 384, 767, 768, 1023, 1536};
 
 std::vector<const KernelTable*> levels() {
   std::vector<const KernelTable*> out;
@@ -58,6 +58,9 @@ TEST(Kernels, Int8DotIsExact) {
     // Extremes: all +-127 must not overflow or saturate.
     std::vector<int8_t> hi(4096, 127), lo(4096, -127);
     EXPECT_EQ(t->dot_i8(hi.data(), lo.data(), hi.size()), -127 * 127 * 4096);
+    // Negative times negative: the kernels multiply |a| by b with a's sign moved onto it.
+    EXPECT_EQ(t->dot_i8(lo.data(), lo.data(), lo.size()), 127 * 127 * 4096);
+    EXPECT_EQ(t->dot_i8(lo.data(), hi.data(), lo.size() - 1), -127 * 127 * 4095);
   }
 }
 
