@@ -126,7 +126,7 @@ def collection(tmp_path_factory):
 def test_retriever_fits_and_uses_a_ranker(collection, tmp_path):
     from medretrieve.retrieval.retriever import Retriever
 
-    ret = Retriever(collection)
+    ret = Retriever(collection, ranker=None)
     assert "heuristics" in ret.search("Which inhalers treat asthma?", k=3, deadline_ms=None).stage("rerank").reason
     r = fit_ranker(ret, TRAINING)
     assert ret.ranker is r and r.info["questions"] == len(TRAINING) and r.info["positives"] > 0
@@ -146,7 +146,7 @@ def test_retriever_fits_and_uses_a_ranker(collection, tmp_path):
 def test_fit_ranker_bad_input(collection):
     from medretrieve.retrieval.retriever import Retriever
 
-    ret = Retriever(collection)
+    ret = Retriever(collection, ranker=None)
     with pytest.raises(ValueError, match="no training question has a relevant document"):
         fit_ranker(ret, [("Which inhalers treat asthma?", ["not-in-the-collection"])])
     assert ret.ranker is None  # a failed fit leaves the retriever as it was

@@ -16,7 +16,7 @@ def add_search(sub: Any) -> None:
     p.add_argument("--deadline-ms", type=deadline, default=300.0, help="time budget in ms ('none': no deadline)")
     p.add_argument("--cross-encoder", default=None, help="cross-encoder model directory")
     p.add_argument("--training", nargs="*", default=None, help="BioASQ golden files for training-memory expansion")
-    p.add_argument("--ranker", default=None, help="learned ranker JSON (medretrieve fit-ranker)")
+    p.add_argument("--ranker", type=ranker_arg, default="default", help=RANKER_HELP)
     p.add_argument("--query-encoder", default=None,
                    help="query encoder directory replacing the collection's (medretrieve fit-query-encoder)")
     p.add_argument("--encoder", default=None,
@@ -34,6 +34,15 @@ def deadline(text: str) -> Any:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0 ms or 'none', got {text!r}")
     return value
+
+
+RANKER_HELP = ("learned ranker: 'default' (the one shipped with medretrieve, fitted on the public BioASQ 7b and 12b "
+               "files), 'none' (heuristic rerank), or a ranker JSON (medretrieve fit-ranker)")
+
+
+def ranker_arg(text: str) -> Any:
+    """A ``--ranker`` value: ``none`` for no learned ranker, else ``default`` or a JSON path as given."""
+    return None if text.strip().lower() == "none" else text
 
 
 def format_result(res: SearchResult, width: int = 160, stages: bool = True) -> str:

@@ -32,6 +32,7 @@ from .diversify import Diversified, diversify
 from .expansion import TermSource, TrainingMemory
 from .matching import ChunkTokens
 from .query import Query
+from .default_ranker import RankerLike, resolve
 from .ranker import LinearRanker
 from .recovery import Recovery
 from .rerank import Ranking, Reranker
@@ -53,7 +54,11 @@ class Retriever:
 
     - ``cross_encoder``: a :class:`~medretrieve.models.encoders.CrossEncoder` or its directory.
     - ``training``: a :class:`~.expansion.TrainingMemory` or BioASQ golden files, for training-memory expansion.
-    - ``ranker``: a :class:`~.ranker.LinearRanker` or its JSON file (``medretrieve.training.fit_ranker``).
+    - ``ranker``: ``"default"`` (the default: the learned ranker shipped with medretrieve, fitted on the public
+      BioASQ files, in its encoder-matched or portable form, :mod:`.default_ranker`), None for none (the
+      heuristic rerank formula), a :class:`~.ranker.LinearRanker`, or a JSON file of one
+      (``medretrieve.training.fit_ranker``, ``medretrieve fit-ranker``). With a learned ranker ``subject_boost``
+      defaults to 0 (the ranker's ``doc_subject`` feature weighs the subject), without one to 1.
     - ``llm_terms``: a term source, ``f(question, ms_left) -> terms`` (``medretrieve.generation.llm_synonyms``
       makes one from an LLM backend), asked for synonyms while at least ``llm_min_ms`` are left.
     - ``settings`` and keyword overrides: the tuning in :class:`~.settings.Settings` (each value checked here).
@@ -61,7 +66,7 @@ class Retriever:
     """
 
     def __init__(self, collection, cross_encoder=None, training=None, *,
-                 ranker: Union[LinearRanker, str, "os.PathLike[str]", None] = None,
+                 ranker: RankerLike = "default",
                  llm_terms: Optional[TermSource] = None, settings: Optional[Settings] = None,
                  warmup: bool = True, **tuning: Any) -> None:
         unknown = sorted(set(tuning) - set(Settings.names()))
@@ -79,13 +84,13 @@ class Retriever:
             cross_encoder = CrossEncoder.from_dir(cross_encoder)
         if training is not None and not isinstance(training, TrainingMemory):
             training = TrainingMemory.from_bioasq(training)
-        if ranker is not None and not isinstance(ranker, LinearRanker):
-            ranker = LinearRanker.load(ranker)
+        chosen, note = resolve(ranker, collection)
         self.training = training
         self.costs = CostModel()
         self.tokens = ChunkTokens(collection)
         self.candidates = CandidateGenerator(collection, self.settings, self.costs, training, llm_terms)
-        self.reranker = Reranker(collection, self.settings, self.costs, self.tokens, ranker, cross_encoder)
+        self.reranker = Reranker(collection, self.settings, self.costs, self.tokens, chosen, cross_encoder,
+                                 ranker_note=note)
         self.recovery = Recovery(collection, self.settings, self.costs, self.tokens, self.candidates)
         if warmup:
             self.warmup()
@@ -98,6 +103,7 @@ class Retriever:
     @ranker.setter
     def ranker(self, value: Optional[LinearRanker]) -> None:
         self.reranker.ranker = value
+        self.reranker.ranker_note = ""
 
     @property
     def cross_encoder(self):
