@@ -372,13 +372,17 @@ def cross_year(args) -> None:
     table["full pipeline, defaults"] = run("full pipeline, defaults", full)
     print(f"rerank stage: {full.search(questions[0]['body'], deadline_ms=None).stage('rerank').reason}",
           file=sys.stderr)
-    ablation = {"expand": dict(expand=False), "route": dict(route=False), "feedback": dict(feedback=False),
-                "rerank (learned ranker)": dict(rerank=False), "mmr": dict(diversify=False),
+    # default-on stages switched off one at a time, then the default-off ones switched on (Settings docstring)
+    ablation = {"route": dict(route=False), "rerank (learned ranker)": dict(rerank=False),
                 "recovery": dict(recover=False)}
     for stage, sw in ablation.items():
         table[f"full, {stage} off"] = run(f"full, {stage} off", full, **sw)
     table["full, near-duplicate removal off"] = run("full, near-duplicate removal off",
                                                     Retriever(col, ranker=ranker, near_duplicate=2.0))
+    table["full, + feedback (off by default with a ranker)"] = run("+ feedback", full, feedback=True)
+    table["full, + MMR (off by default)"] = run("+ mmr", full, diversify=True)
+    table["full, + abbreviation and relation expansion (off by default)"] = run(
+        "+ expansion", Retriever(col, ranker=ranker, expansions=("abbreviations", "relations", "training", "llm")))
     if full.reranker.ranker_note.startswith("default ranker"):  # the portable fallback, on the same encoder
         bundle = full_bundle(ranker)
         table["full, portable ranker instead of matched"] = run("full, portable ranker instead of matched",
@@ -396,11 +400,13 @@ def cross_year(args) -> None:
     trained = "the shipped default ranker" if args.shipped else f"a ranker fitted on {args.train} only"
     print(f"\nBioASQ {args.test} closed corpus ({len(questions)} questions, {len(col)} snippet chunks, "
           f"{col.n_documents} documents), encoder {enc_name}, {trained}; no deadline\n")
-    print("| system | " + " | ".join(CROSS_COLS) + " | stage's share (full - row) | mean ms/query |")
+    print("| system | " + " | ".join(CROSS_COLS) + " | the stage's share | mean ms/query |")
     print("|---|" + "---|" * (len(CROSS_COLS) + 2))
     f_map = table["full pipeline, defaults"]["doc MAP@10"]
     for name, row in table.items():
-        share = f"{f_map - row['doc MAP@10']:+.4f}" if name.startswith("full, ") else ""
+        # a default-on stage's share: full - (full without it); a default-off one's: (full with it) - full
+        sign = -1.0 if name.startswith("full, + ") else 1.0
+        share = f"{sign * (f_map - row['doc MAP@10']):+.4f}" if name.startswith("full, ") else ""
         ms = f"{row['ms']:.0f}" if "ms" in row else ""
         print(f"| {name} | " + " | ".join("-" if np.isnan(row[c]) else f"{row[c]:.4f}" for c in CROSS_COLS)
               + f" | {share} | {ms} |")

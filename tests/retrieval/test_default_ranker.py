@@ -114,6 +114,7 @@ def test_portable_features_do_not_depend_on_the_similarity_scale(minilm_collecti
     """Scaling every stored vector (another encoder's inner-product scale) leaves the portable features as they
     are, while the raw dense features move."""
     from medretrieve.retrieval.budget import Deadline
+    from medretrieve.retrieval.candidates import Switches
     from medretrieve.retrieval.query import Query
     from medretrieve.retrieval.results import StageLog
     from medretrieve.retrieval.retriever import Retriever
@@ -121,13 +122,13 @@ def test_portable_features_do_not_depend_on_the_similarity_scale(minilm_collecti
     ret = Retriever(minilm_collection, ranker=None)
     q = Query.analyse("Which inhalers treat asthma?")
     dl = Deadline(None)
-    cands = ret.candidates.gather(q, 10, dl, StageLog(dl), ranked=True)
+    cands = ret.candidates.gather(q, 10, dl, StageLog(dl), Switches(feedback=True), ranked=True)
     rows = cands.fused_ids.tolist()
     before = ret.reranker.features(q, cands, rows, FEATURES)
     q.vectors = q.vectors * 60.0
     cands.feedback_vector = cands.feedback_vector * 60.0
     after = ret.reranker.features(q, cands, rows, FEATURES)
-    port = [FEATURES.index(f) for f in PORTABLE_FEATURES]
+    port = [FEATURES.index(f) for f in PORTABLE_FEATURES + ("feedback_rank",)]
     np.testing.assert_allclose(after[:, port], before[:, port])
     assert not np.allclose(after[:, FEATURES.index("dense")], before[:, FEATURES.index("dense")])
     ranks = before[:, FEATURES.index("dense_rank")]

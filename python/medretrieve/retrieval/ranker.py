@@ -61,10 +61,11 @@ FEATURES: Tuple[str, ...] = ("rrf", "log_rank", "dense", "dense_gap", "bm25", "f
                              "dense_rank", "feedback_rank", "doc_dense_rank")
 # what a ranker fitted with one encoder reads the same way with another (module docstring, "Encoder scale")
 ENCODER_SCALED: Tuple[str, ...] = ("dense", "dense_gap", "feedback", "doc_dense")
-PORTABLE_FEATURES: Tuple[str, ...] = tuple(f for f in FEATURES if f not in ENCODER_SCALED)
-# the features a ranker fitted with the collection's own encoder reads (the 13 of earlier releases; the ranks
-# added nothing on top of the raw similarities in the cross-year runs, bench/RESULTS.md)
-MATCHED_FEATURES: Tuple[str, ...] = FEATURES[:13]
+# the features rankers are fitted on by default: not the feedback ones, since the feedback stage is off when a
+# learned ranker is in use (Settings.feedback), and a ranker fitted without it would misread them when a user turns
+# it on; the ranks added nothing on top of the raw similarities in the cross-year runs (bench/RESULTS.md)
+MATCHED_FEATURES: Tuple[str, ...] = tuple(f for f in FEATURES[:13] if f != "feedback")
+PORTABLE_FEATURES: Tuple[str, ...] = tuple(f for f in FEATURES if f not in ENCODER_SCALED and f != "feedback_rank")
 # L2 penalty on the standardised weights: strong, because the signals' distributions shift between collections
 # and a weakly penalised fit follows the training collection's quirks (cross-year runs in bench/RESULTS.md)
 DEFAULT_L2 = 300.0

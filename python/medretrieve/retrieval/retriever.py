@@ -137,15 +137,17 @@ class Retriever:
 
     # ------------------------------------------------------------- search
     def search(self, question: str, k: int = 10, deadline_ms: Optional[float] = 300, *,
-               expand: bool = True, rerank: bool = True, diversify: bool = True, recover: bool = True,
-               route: bool = True, dense: bool = True, lexical: bool = True, feedback: bool = True,
+               expand: bool = True, rerank: bool = True, diversify: Optional[bool] = None, recover: bool = True,
+               route: bool = True, dense: bool = True, lexical: bool = True, feedback: Optional[bool] = None,
                per_document: Optional[int] = None) -> SearchResult:
         """Best ``k`` chunks for ``question`` within ``deadline_ms`` (None: no deadline; 0: already expired,
         so only the stages that always run do).
 
         The switches turn stages off (for ablations): ``dense`` / ``lexical`` (at least one), ``expand``,
         ``rerank``, ``diversify`` (MMR), ``recover``, ``route`` (section routing), ``feedback``
-        (pseudo-relevance feedback). ``per_document`` caps hits per document.
+        (pseudo-relevance feedback). ``diversify`` and ``feedback`` default to None: as ``Settings.mmr`` and
+        ``Settings.feedback`` say (MMR off; feedback only without a learned ranker; why in :class:`.Settings`).
+        ``per_document`` caps hits per document.
         """
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question must be a non-empty string")
@@ -163,7 +165,7 @@ class Retriever:
         cands = self.candidates.gather(query, k, dl, log, Switches(expand, route, dense, lexical, feedback),
                                        ranked=rerank and self.ranker is not None)
         ranking = self.reranker.rerank(query, cands, dl, log, enabled=rerank)
-        mmr = self._diversify(query, ranking, k, dl, log, diversify)
+        mmr = self._diversify(query, ranking, k, dl, log, self.settings.mmr if diversify is None else diversify)
         with dl.stage("prune"):
             top = self.recovery.select(mmr.order, k, per_document)
         log.record("prune", True, f"{len(mmr.order)} candidates -> {len(top)} hits")
@@ -186,7 +188,7 @@ class Retriever:
     def _diversify(self, query: Query, ranking: Ranking, k: int, dl: Deadline, log: StageLog, enabled: bool
                    ) -> Diversified:
         if not enabled:
-            log.record("mmr", False, "disabled")
+            log.record("mmr", False, "disabled" + ("" if self.settings.mmr else " (Settings.mmr is off by default)"))
             return Diversified(False, "disabled", ranking.order)
         with dl.stage("mmr"):
             done = diversify(self.collection, self.settings, query, ranking, k, dl)
