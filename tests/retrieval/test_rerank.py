@@ -23,7 +23,8 @@ def _penalised_gradient(r: LinearRanker, X: np.ndarray, y: np.ndarray, l2: float
 @pytest.mark.parametrize("n,l2", [(7, 0.5), (301, 1.0), (2000, 0.0)])
 def test_fit_reaches_the_optimum_of_the_penalised_likelihood(n, l2):
     rng = np.random.default_rng(n)
-    X = rng.normal(size=(n, len(FEATURES))) * rng.uniform(0.1, 5, len(FEATURES)) + rng.normal(size=len(FEATURES))
+    spread = rng.uniform(0.1, 5, len(FEATURES))
+    X = rng.normal(size=(n, len(FEATURES))) * spread + rng.normal(size=len(FEATURES))
     true_w = rng.normal(size=len(FEATURES))
     y = (rng.uniform(size=n) < 1 / (1 + np.exp(-(X - X.mean(0)) @ true_w * 0.5))).astype(float)
     y[0], y[1] = 0.0, 1.0  # both classes
@@ -33,8 +34,10 @@ def test_fit_reaches_the_optimum_of_the_penalised_likelihood(n, l2):
     p = r.score(X)
     assert p.shape == (n,) and ((p >= 0) & (p <= 1)).all()
     np.testing.assert_allclose(p, 1 / (1 + np.exp(-r.logits(X))), rtol=1e-12)
-    if n == 2000:  # enough data: the sign of every true weight is recovered
-        assert (np.sign(r.weights / r.scale) == np.sign(true_w))[np.abs(true_w) > 0.3].all()
+    if n == 2000:  # enough data: the sign of every weight that moves the logit visibly is recovered
+        visible = np.abs(true_w * spread * 0.5) > 0.3
+        assert visible.sum() >= len(FEATURES) // 2
+        assert (np.sign(r.weights / r.scale) == np.sign(true_w))[visible].all()
 
 
 def test_fit_stays_finite_on_separable_data():
@@ -126,7 +129,7 @@ def collection(tmp_path_factory):
 def test_retriever_fits_and_uses_a_ranker(collection, tmp_path):
     from medretrieve.retrieval.retriever import Retriever
 
-    ret = Retriever(collection)
+    ret = Retriever(collection, ranker=None)
     assert "heuristics" in ret.search("Which inhalers treat asthma?", k=3, deadline_ms=None).stage("rerank").reason
     r = fit_ranker(ret, TRAINING)
     assert ret.ranker is r and r.info["questions"] == len(TRAINING) and r.info["positives"] > 0
@@ -146,7 +149,7 @@ def test_retriever_fits_and_uses_a_ranker(collection, tmp_path):
 def test_fit_ranker_bad_input(collection):
     from medretrieve.retrieval.retriever import Retriever
 
-    ret = Retriever(collection)
+    ret = Retriever(collection, ranker=None)
     with pytest.raises(ValueError, match="no training question has a relevant document"):
         fit_ranker(ret, [("Which inhalers treat asthma?", ["not-in-the-collection"])])
     assert ret.ranker is None  # a failed fit leaves the retriever as it was
@@ -159,7 +162,15 @@ def test_fit_ranker_bad_input(collection):
 def test_feedback_stage_and_switch(collection):
     from medretrieve.retrieval.retriever import Retriever
 
-    ret = Retriever(collection)
+    # with a learned ranker (the default) feedback is off unless asked for (Settings.feedback)
+    ranked = Retriever(collection)
+    res = ranked.search("What are the symptoms of a pulmonary embolism?", k=5, deadline_ms=None)
+    assert not res.stage("feedback").ran and "off with a learned ranker" in res.stage("feedback").reason
+    assert ranked.search("pulmonary embolism", k=5, deadline_ms=None, feedback=True).stage("feedback").ran
+    assert Retriever(collection, feedback=True).search("pulmonary embolism", k=5).stage("feedback").ran
+    with pytest.raises(ValueError, match="feedback must be"):
+        Retriever(collection, feedback="yes")
+    ret = Retriever(collection, ranker=None)
     res = ret.search("What are the symptoms of a pulmonary embolism?", k=5, deadline_ms=None)
     st = res.stage("feedback")
     assert st is not None and st.ran and "mean of the top 3" in st.reason

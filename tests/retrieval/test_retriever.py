@@ -160,7 +160,7 @@ def test_ablation_switches(retriever):
 
 
 def test_tiny_deadline_skips_optional_stages(retriever):
-    res = retriever.search("Which drugs treat MI and what are the symptoms?", k=5, deadline_ms=0.5)
+    res = retriever.search("Which drugs treat MI and what are the symptoms?", k=5, deadline_ms=0.5, diversify=True)
     assert len(res.hits) == 5  # the required path still answers
     for name in ("rerank", "mmr"):
         st = res.stage(name)
@@ -168,21 +168,41 @@ def test_tiny_deadline_skips_optional_stages(retriever):
     assert "budget" in res.stage("encode").reason or res.stage("encode").reason.startswith("1 of 1")
     roomy = retriever.search("Which drugs treat MI and what are the symptoms?", k=5, deadline_ms=None)
     assert roomy.stage("rerank").ran
+    assert not roomy.stage("mmr").ran and "Settings.mmr is off by default" in roomy.stage("mmr").reason
     # With time to spare nothing is skipped for budget (MMR may still have nothing to diversify: one clear winner).
     assert all("budget" not in st.reason for st in roomy.stages), [(st.name, st.reason) for st in roomy.stages]
 
 
-def test_abbreviation_expansion_reaches_the_right_document(retriever):
+ALL_EXPANSIONS = ("abbreviations", "relations", "training", "llm")
+
+
+@pytest.fixture(scope="module")
+def expanding(collection):
+    """The static abbreviation and relation tables on (off by default: Settings docstring)."""
+    return Retriever(collection, expansions=ALL_EXPANSIONS)
+
+
+def test_static_expansion_tables_are_off_by_default_and_say_so(retriever):
     res = retriever.search("What are the signs of an MI?", k=5)
+    assert res.expansions == {} and not res.stage("expand").ran
+    assert "Settings.expansions" in res.stage("expand").reason
+    with pytest.raises(ValueError, match="expansions must be"):
+        Retriever(retriever.collection, expansions=("abbreviations", "thesaurus"))
+    with pytest.raises(ValueError, match="expansions must be"):
+        Retriever(retriever.collection, expansions="abbreviations")
+
+
+def test_abbreviation_expansion_reaches_the_right_document(expanding):
+    res = expanding.search("What are the signs of an MI?", k=5)
     assert "myocardial infarction" in res.expansions["abbreviations"]
     assert "demo-004" in [h.document_id for h in res.hits[:3]]
 
 
 @pytest.mark.parametrize("dense", [True, False])
-def test_abbreviation_joins_the_question_not_a_weaker_variant(retriever, dense):
+def test_abbreviation_joins_the_question_not_a_weaker_variant(expanding, dense):
     # "How is an MI diagnosed?" matches every "diagnosed" passage; only the spelled-out abbreviation tells the
     # myocardial infarction diagnosis section apart, so it must weigh as much as the question itself.
-    res = retriever.search("How is an MI diagnosed?", k=3, dense=dense, diversify=False, recover=False)
+    res = expanding.search("How is an MI diagnosed?", k=3, dense=dense, diversify=False, recover=False)
     assert res.hits[0].document_id == "demo-004"
     assert res.hits[0].section == "Diagnosis"
 
@@ -363,7 +383,7 @@ def test_one_search_tokenises_the_question_once(collection, monkeypatch):
 
     question = "Which drugs treat type 2 diabetes and MI in adults?"
     memory = TrainingMemory([TrainingItem("What lowers blood sugar?", ["demo-002"], ["Metformin lowers glucose."])])
-    ret = Retriever(collection, training=memory, weak_threshold=1.0)
+    ret = Retriever(collection, training=memory, weak_threshold=1.0, expansions=ALL_EXPANSIONS)
     fit_ranker(ret, [("What lowers blood sugar in adults?", {"demo-002"})])
     seen = []
     depth = [0]  # tokenize calls word_tokens calls raw_tokens: count the outermost call only

@@ -11,7 +11,7 @@ from ..evaluation import evaluate as E
 from ..evaluation.medrgb import N_VALUES, P_VALUES, SCENARIOS, STANDARD_N, MedRGBRunner, make_settings
 from ..evaluation.report import bioasq_markdown
 from ..generation.generate import write_bioasq_submission
-from .options import HelpFormatter, deadline
+from .options import RANKER_HELP, HelpFormatter, deadline, ranker_arg
 
 
 def parse_search_options(pairs: Optional[Sequence[str]]) -> dict[str, Any]:
@@ -77,7 +77,7 @@ def _cmd_retrieval(args: argparse.Namespace) -> int:
     questions = _limit(load_bioasq(args.bioasq), args.limit)
     options = parse_search_options(args.search_option)
     if args.ranker_folds:
-        if args.ranker or args.pubmed:
+        if args.ranker not in (None, "default") or args.pubmed:
             raise ValueError("--ranker-folds goes with neither --ranker nor --pubmed")
         search = E.fold_ranker_search_fn(args.collection, questions, args.deadline_ms, options)
     else:
@@ -199,7 +199,9 @@ def add_eval(subparsers: Any) -> None:
         p.add_argument("--deadline-ms", type=deadline, default=300.0,
                        help="retrieval deadline per search (ms; 'none': no deadline)")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
-        p.add_argument("--ranker", default=None, help="learned ranker JSON for the retriever (medretrieve fit-ranker)")
+        p.add_argument("--ranker", type=ranker_arg, default="default",
+                       help=RANKER_HELP + "; on BioASQ 7b or 12b questions the default ranker saw them: use "
+                       "--ranker-folds or another year to measure it")
 
     def llm(p: argparse.ArgumentParser) -> None:
         p.add_argument("--llm", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")

@@ -25,3 +25,12 @@ def deadline(text: str) -> Any:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0 ms or 'none', got {text!r}")
     return value
+
+
+RANKER_HELP = ("learned ranker: 'default' (the one shipped with medretrieve, fitted on the public BioASQ 7b and 12b "
+               "files), 'none' (heuristic rerank), or a ranker JSON (medretrieve fit-ranker)")
+
+
+def ranker_arg(text: str) -> Optional[str]:
+    """A ``--ranker`` value: ``none`` for no learned ranker, else ``default`` or a JSON path as given."""
+    return None if text.strip().lower() == "none" else text

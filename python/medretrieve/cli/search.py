@@ -5,7 +5,7 @@ import argparse
 import json
 from typing import Any
 
-from .options import HelpFormatter, deadline
+from .options import RANKER_HELP, HelpFormatter, deadline, ranker_arg
 from ..retrieval.results import SearchResult
 
 
@@ -22,7 +22,7 @@ def add_search(sub: Any) -> None:
     p.add_argument("--deadline-ms", type=deadline, default=300.0, help="time budget in ms ('none': no deadline)")
     p.add_argument("--cross-encoder", default=None, help="cross-encoder model directory")
     p.add_argument("--training", nargs="*", default=None, help="BioASQ golden files for training-memory expansion")
-    p.add_argument("--ranker", default=None, help="learned ranker JSON (medretrieve fit-ranker)")
+    p.add_argument("--ranker", type=ranker_arg, default="default", help=RANKER_HELP)
     p.add_argument("--query-encoder", default=None,
                    help="query encoder directory replacing the collection's (medretrieve fit-query-encoder)")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")

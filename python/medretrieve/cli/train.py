@@ -5,7 +5,8 @@ import argparse
 import sys
 from typing import Any
 
-from .options import HelpFormatter
+from ..retrieval.ranker import DEFAULT_L2
+from .options import RANKER_HELP, HelpFormatter, ranker_arg
 
 
 def add_fit_ranker(sub: Any) -> None:
@@ -14,7 +15,11 @@ def add_fit_ranker(sub: Any) -> None:
     p.add_argument("collection", help="collection directory (medretrieve build)")
     p.add_argument("training", nargs="+", help="BioASQ golden JSON files: questions with relevant documents")
     p.add_argument("-o", "--output", required=True, help="ranker JSON to write (use with search --ranker)")
-    p.add_argument("--l2", type=float, default=1.0, help="L2 penalty on the standardised weights")
+    p.add_argument("--l2", type=float, default=DEFAULT_L2, help="L2 penalty on the standardised weights (strong by "
+                   "default: the signals shift between collections, bench/RESULTS.md)")
+    p.add_argument("--adapt-default", action="store_true",
+                   help="adapt the shipped default ranker (its features, weights pulled towards its own) instead of "
+                        "fitting one from scratch")
     p.add_argument("--memory", action="store_true",
                    help="also use the training files as training memory while fitting (then search with "
                         "--training too, so the features match)")
@@ -32,8 +37,8 @@ def _fit_ranker(args: argparse.Namespace) -> int:
 
     col = Collection.open(args.collection)
     memory = TrainingMemory.from_bioasq(args.training)
-    ret = Retriever(col, training=memory if args.memory else None)
-    ranker = fit_ranker(ret, memory, l2=args.l2, progress=True)
+    ret = Retriever(col, training=memory if args.memory else None, ranker=None)
+    ranker = fit_ranker(ret, memory, l2=args.l2, progress=True, prior="default" if args.adapt_default else None)
     info = ranker.info
     match = (f"{info['matched']} of {info['given']} training questions have a relevant document in "
              f"{args.collection}")
@@ -94,8 +99,8 @@ def add_fit_cross_encoder(sub: Any) -> None:
     p = _fit_parser(sub, "fit-cross-encoder", "fine-tune a cross-encoder on training questions against a "
                     "collection (needs the 'export' extra: torch)", "Hugging Face model directory to start from "
                     "(local)", "directory for the ONNX cross-encoder", epochs=1, lr=3e-5)
-    p.add_argument("--ranker", default=None,
-                   help="learned ranker (JSON) the candidates are ranked with, as they will be at search time")
+    p.add_argument("--ranker", type=ranker_arg, default="default",
+                   help="the learned ranker the candidates are ranked with, as they will be at search time: " + RANKER_HELP)
     p.add_argument("--group-size", type=int, default=8, help="one relevant chunk and this many - 1 negatives")
     p.set_defaults(func=_fit_cross_encoder)
 
@@ -105,7 +110,7 @@ def _fit_cross_encoder(args: argparse.Namespace) -> int:
     from ..retrieval.retriever import Retriever
     from ..training.cross_encoder import fit_cross_encoder
 
-    ret = Retriever(Collection.open(args.collection), ranker=args.ranker, warmup=False)
+    ret = Retriever(Collection.open(args.collection), ranker=args.ranker, warmup=False)  # None: no ranker
     res = fit_cross_encoder(ret, args.training, args.base, args.output, epochs=args.epochs, lr=args.lr,
                             group_size=args.group_size, quantize=args.quantize, overwrite=args.overwrite,
                             progress=True)

@@ -231,6 +231,11 @@ class Collection:
         return bool(self.manifest["index"].get("normalized", True))
 
     # ------------------------------------------------------------- encoders
+    @property
+    def query_encoder_dir(self) -> str:
+        """The directory of the query encoder searches use (the collection's own, or the one named at open)."""
+        return self._query_encoder_dir
+
     def article_encoder(self):
         if self._article_encoder is None:
             from ..models.encoders import ArticleEncoder

@@ -377,11 +377,12 @@ def retriever_search_fn(retriever: Any, deadline_ms: Any = RETRIEVER_DEFAULT,
 
 
 def open_search_fn(collection_dir: str, deadline_ms: Any = RETRIEVER_DEFAULT,
-                   options: Optional[Mapping[str, Any]] = None, ranker: Optional[str] = None) -> SearchFn:
+                   options: Optional[Mapping[str, Any]] = None, ranker: Optional[str] = "default") -> SearchFn:
     """``search_fn`` over a built collection with the default ``Retriever``.
 
     ``deadline_ms`` as in :func:`retriever_search_fn` (None: no deadline); ``options`` go to every
-    ``Retriever.search`` call; ``ranker``: a learned ranker JSON (``medretrieve fit-ranker``).
+    ``Retriever.search`` call; ``ranker``: as ``Retriever``'s (``"default"``: the shipped ranker; None: none;
+    or a learned ranker JSON from ``medretrieve fit-ranker``).
     """
     return retriever_search_fn(Retriever(Collection.open(collection_dir), ranker=ranker), deadline_ms, options)
 

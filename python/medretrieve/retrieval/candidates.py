@@ -73,13 +73,13 @@ class Candidates:
 
 @dataclass(frozen=True)
 class Switches:
-    """Stages a caller turned off (for ablations)."""
+    """Stages a caller turned off (for ablations); ``feedback`` None: as ``Settings.feedback`` says."""
 
     expand: bool = True
     route: bool = True
     dense: bool = True
     lexical: bool = True
-    feedback: bool = True
+    feedback: Optional[bool] = None
 
 
 def feedback_vector(qvec: np.ndarray, top: np.ndarray, weight: float, normalized: bool) -> np.ndarray:
@@ -151,6 +151,18 @@ class CandidateGenerator:
                 variants[kind] = QueryText(kind, f"{query.text} {extra}", list(query.tokens) + tokenize(extra))
         return variants, terms, "; ".join(notes), cut
 
+    def feedback_on(self, asked: Optional[bool], ranked: bool) -> bool:
+        """Whether the feedback stage runs: as asked, else ``Settings.feedback``, else only without a learned
+        ranker (see the ``Settings`` docstring for why)."""
+        if asked is not None:
+            return asked
+        return self.settings.feedback if self.settings.feedback is not None else not ranked
+
+    def active_expansions(self) -> Tuple[str, ...]:
+        """The expansion kinds of ``settings.expansions`` that have a source here (training memory, LLM terms)."""
+        have = {"training": self.training is not None, "llm": self.llm_terms is not None}
+        return tuple(k for k in self.settings.expansions if have.get(k, True))
+
     # ------------------------------------------------------------- policies
     def ef(self, query: Query) -> int:
         """HNSW ef: ``ef_base`` x the query type's importance, clamped to [ef_min, ef_max]. Not scaled by the time
@@ -176,14 +188,17 @@ class CandidateGenerator:
         s = self.settings
         variants: Dict[str, QueryText] = {}
         expansions: Dict[str, List[str]] = {}
-        if switches.expand:
+        kinds = self.active_expansions()
+        if switches.expand and kinds:
             with dl.stage("expand"):
-                variants, expansions, note, cut = self.variants(query, dl, ("abbreviations", "relations",
-                                                                            "training", "llm"))
+                variants, expansions, note, cut = self.variants(query, dl, kinds)
             log.record("expand", True, (", ".join(f"{k_}: {len(v)} terms" for k_, v in expansions.items())
-                                        or "no expansion terms found") + (f"; {note}" if note else ""), cut)
+                                        or f"no expansion terms found ({', '.join(kinds)})")
+                       + (f"; {note}" if note else ""), cut)
         else:
-            log.record("expand", False, "disabled")
+            log.record("expand", False, "disabled" if not switches.expand else
+                       "nothing to expand with: no training memory or LLM term source, and the abbreviation and "
+                       "relation tables are off (Settings.expansions)")
         abbreviated = variants.pop("abbreviations", None)
         texts = [QueryText("question", abbreviated.text if abbreviated else query.text,
                            abbreviated.tokens if abbreviated else list(query.tokens))] + list(variants.values())
@@ -238,7 +253,8 @@ class CandidateGenerator:
         log.record("bm25", switches.lexical, f"{len(bm25_texts)} query texts" if switches.lexical else "disabled")
 
         fb_vec = None
-        if switches.feedback and query.vectors is not None and any(len(x) for x in lists):
+        feedback = self.feedback_on(switches.feedback, ranked)
+        if feedback and query.vectors is not None and any(len(x) for x in lists):
             fb_vec, fb_ids, fb_note = self._feedback(query.vectors[0], lists, weights, max(ef, ncand), ncand,
                                                      search_labels, dl)
             if fb_ids is not None:
@@ -246,7 +262,9 @@ class CandidateGenerator:
                 weights.append(1.0)
             log.record("feedback", fb_vec is not None, fb_note, cut=fb_vec is None)
         else:
-            log.record("feedback", False, "disabled" if not switches.feedback else "no dense candidates")
+            log.record("feedback", False, "no dense candidates" if feedback else
+                       "disabled" if switches.feedback is not None or s.feedback is not None else
+                       "off with a learned ranker (Settings.feedback)")
 
         with dl.stage("fuse"):
             fused_ids, fused_scores = rrf(lists, k=s.rrf_k, weights=weights, top_n=ncand)

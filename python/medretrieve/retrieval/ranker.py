@@ -32,7 +32,16 @@ doc_subject    share of the question's subject words (``retrieval.query``: outsi
                chunk's document (``doc_coverage`` when the question has none). Why: in a collection
                built around a topic, the question's subject ("motolimod") is common and its idf low,
                so ``coverage`` prefers a document matching "mechanism of action" about another drug
+dense_rank     log(1 + rank of ``dense`` among the candidates), 0 for the best
+feedback_rank  log(1 + rank of ``feedback`` among the candidates)
+doc_dense_rank log(1 + rank of ``doc_dense`` among the candidates)
 =============  ===================================================================================
+
+Encoder scale: ``dense``, ``dense_gap``, ``feedback`` and ``doc_dense`` are raw similarities, whose scale is the
+encoder's (cosines of a normalised MiniLM, inner products of ~60-70 for MedCPT), so a ranker fitted with one
+encoder misreads them with another. The :data:`PORTABLE_FEATURES` read the vectors only through ranks and work
+with any encoder; the shipped default ranker (``retrieval.default_ranker``) uses them whenever the collection's
+encoder is not the one it was fitted with.
 """
 from __future__ import annotations
 
@@ -45,10 +54,22 @@ import numpy as np
 
 from .._files import read_json, write_json_atomic
 
-__all__ = ["FEATURES", "LinearRanker"]
+__all__ = ["FEATURES", "PORTABLE_FEATURES", "MATCHED_FEATURES", "ENCODER_SCALED", "DEFAULT_L2",
+           "LinearRanker"]
 
 FEATURES: Tuple[str, ...] = ("rrf", "log_rank", "dense", "dense_gap", "bm25", "feedback", "coverage",
-                             "doc_coverage", "doc_dense", "doc_bm25", "doc_count", "entity", "doc_subject")
+                             "doc_coverage", "doc_dense", "doc_bm25", "doc_count", "entity", "doc_subject",
+                             "dense_rank", "feedback_rank", "doc_dense_rank")
+# what a ranker fitted with one encoder reads the same way with another (module docstring, "Encoder scale")
+ENCODER_SCALED: Tuple[str, ...] = ("dense", "dense_gap", "feedback", "doc_dense")
+# the features rankers are fitted on by default: not the feedback ones, since the feedback stage is off when a
+# learned ranker is in use (Settings.feedback), and a ranker fitted without it would misread them when a user turns
+# it on; the ranks added nothing on top of the raw similarities in the cross-year runs (bench/RESULTS.md)
+MATCHED_FEATURES: Tuple[str, ...] = tuple(f for f in FEATURES[:13] if f != "feedback")
+PORTABLE_FEATURES: Tuple[str, ...] = tuple(f for f in FEATURES if f not in ENCODER_SCALED and f != "feedback_rank")
+# L2 penalty on the standardised weights: strong, because the signals' distributions shift between collections
+# and a weakly penalised fit follows the training collection's quirks (cross-year runs in bench/RESULTS.md)
+DEFAULT_L2 = 300.0
 FORMAT = "medretrieve-ranker-1"
 
 
@@ -99,10 +120,14 @@ class LinearRanker:
     # ------------------------------------------------------------- fitting
     @classmethod
     def fit(cls, X: np.ndarray, y: np.ndarray, features: Sequence[str] = FEATURES, l2: float = 1.0,
-            max_iter: int = 50, info: Dict[str, Any] | None = None) -> "LinearRanker":
+            max_iter: int = 50, info: Dict[str, Any] | None = None,
+            prior: "LinearRanker | None" = None) -> "LinearRanker":
         """L2-regularised logistic regression by Newton's method on standardised features.
 
-        ``l2`` is the penalty on the standardised weights (the bias is not penalised).
+        ``l2`` is the penalty on the standardised weights (the bias is not penalised). With a ``prior`` ranker
+        (e.g. the shipped default) the fit *adapts* it: ``features`` must be the prior's, the features are
+        standardised with the prior's mean and scale, and the penalty pulls the weights towards the prior's
+        instead of towards 0, so a few training questions move it a little and many move it far.
         """
         X = np.asarray(X, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64).reshape(-1)
@@ -116,24 +141,33 @@ class LinearRanker:
             raise ValueError("labels must be 0 or 1")
         if y.min() == y.max():
             raise ValueError("need both relevant and non-relevant examples to fit a ranker")
-        if l2 < 0:
-            raise ValueError(f"l2 must be >= 0, got {l2}")
-        mean = X.mean(axis=0)
-        scale = X.std(axis=0)
-        scale[scale < 1e-9] = 1.0
+        if not isinstance(l2, (int, float)) or not np.isfinite(l2) or l2 < 0:
+            raise ValueError(f"l2 must be a finite number >= 0, got {l2}")
+        if prior is not None and tuple(features) != prior.features:
+            raise ValueError(f"a prior ranker reads {list(prior.features)}, not {list(features)}")
+        if prior is None:
+            mean = X.mean(axis=0)
+            scale = X.std(axis=0)
+            scale[scale < 1e-9] = 1.0
+        else:
+            mean, scale = prior.mean.copy(), prior.scale.copy()
         Z = np.hstack([np.ones((len(X), 1)), (X - mean) / scale])
-        beta = np.zeros(Z.shape[1])
+        centre = np.zeros(Z.shape[1])
+        if prior is not None:
+            centre[1:] = prior.weights
+        beta = centre.copy()
         beta[0] = np.log(y.mean() / (1 - y.mean()))
         penalty = np.full(Z.shape[1], float(l2))
         penalty[0] = 0.0
+
         def loss(b: np.ndarray) -> float:
             z = Z @ b
-            return float(np.sum(np.logaddexp(0.0, z) - y * z) + 0.5 * np.sum(penalty * b * b))
+            return float(np.sum(np.logaddexp(0.0, z) - y * z) + 0.5 * np.sum(penalty * (b - centre) ** 2))
 
         current = loss(beta)
         for _ in range(max_iter):
             p = 1.0 / (1.0 + np.exp(-np.clip(Z @ beta, -30, 30)))
-            grad = Z.T @ (p - y) + penalty * beta
+            grad = Z.T @ (p - y) + penalty * (beta - centre)
             hess = (Z * (p * (1 - p))[:, None]).T @ Z + np.diag(penalty + 1e-9)
             step = np.linalg.solve(hess, grad)
             # damped Newton: halve the step until the loss falls (a full step can overshoot when

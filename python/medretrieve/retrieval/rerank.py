@@ -53,12 +53,13 @@ class Reranker:
     """The rerank stage over one collection (see the module docstring)."""
 
     def __init__(self, collection, settings: Settings, costs: CostModel, tokens: ChunkTokens,
-                 ranker: Optional[LinearRanker] = None, cross_encoder=None) -> None:
+                 ranker: Optional[LinearRanker] = None, cross_encoder=None, ranker_note: str = "") -> None:
         self.collection = collection
         self.settings = settings
         self.costs = costs
         self.tokens = tokens
         self.ranker = ranker
+        self.ranker_note = ranker_note  # which learned ranker and why (the default's choice), for the stage reason
         self.cross_encoder = cross_encoder
 
     def skip(self, cands: Candidates, log: StageLog, reason: str, cut: bool = False) -> Ranking:
@@ -106,13 +107,14 @@ class Reranker:
         return Ranking(order, scores, {r: signals[r] for r in reranked}, len(ce), ce)
 
     def _describe(self, depth: int, n_rows: int, n_reranked: int) -> str:
+        which = f"learned ranker ({self.ranker_note})" if self.ranker_note else "learned ranker"
         if self.cross_encoder is not None and self.ranker is not None:
-            return (f"cross-encoder depth {depth} of {n_rows} (budget) in the learned ranker's order, "
+            return (f"cross-encoder depth {depth} of {n_rows} (budget) in the {which}'s order, "
                     f"logits added (weight {self.settings.ranker_ce_weight:g})")
         if self.cross_encoder is not None:
             return f"cross-encoder depth {depth} of {n_rows} (budget) + heuristics"
         if self.ranker is not None:
-            return f"learned ranker over {n_reranked} candidates (no cross-encoder)"
+            return f"{which} over {n_reranked} candidates (no cross-encoder)"
         return f"heuristics over {n_reranked} candidates (no cross-encoder)"
 
     def _signal(self, query: Query, r: int, i: int, base: np.ndarray, learned: Optional[np.ndarray],
@@ -211,4 +213,13 @@ class Reranker:
         f["doc_count"] = np.array([head.get(d, 0) for d in docs], dtype=np.float64)
         f["entity"] = (np.array([self.tokens.entity_match(query, r) for r in rows]) if query.entities
                        else f["coverage"])
+        for name in ("dense", "feedback", "doc_dense"):  # the encoder-independent views (ranker.PORTABLE_FEATURES)
+            f[f"{name}_rank"] = _log_rank(f[name])
         return np.column_stack([f[name] for name in names])
+
+
+def _log_rank(values: np.ndarray) -> np.ndarray:
+    """log(1 + rank) of each value among ``values``, the largest ranked 0 (ties keep their order)."""
+    rank = np.empty(len(values), dtype=np.float64)
+    rank[np.argsort(-values, kind="stable")] = np.arange(len(values), dtype=np.float64)
+    return np.log1p(rank)

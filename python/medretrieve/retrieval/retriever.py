@@ -24,7 +24,6 @@ by threads: per-search state lives in the search call.
 from __future__ import annotations
 
 import gc
-import os
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Set, Union
@@ -39,6 +38,7 @@ from .expansion import TermSource, TrainingMemory
 from .matching import ChunkTokens
 from .online import OnlineSource, OnlineStage
 from .query import Query
+from .default_ranker import RankerLike, resolve
 from .ranker import LinearRanker
 from .recovery import Recovery
 from .rerank import Ranking, Reranker
@@ -71,7 +71,11 @@ class Retriever:
 
     - ``cross_encoder``: a :class:`~medretrieve.models.encoders.CrossEncoder` or its directory.
     - ``training``: a :class:`~.expansion.TrainingMemory` or BioASQ golden files, for training-memory expansion.
-    - ``ranker``: a :class:`~.ranker.LinearRanker` or its JSON file (``medretrieve.training.fit_ranker``).
+    - ``ranker``: ``"default"`` (the default: the learned ranker shipped with medretrieve, fitted on the public
+      BioASQ files, in its encoder-matched or portable form, :mod:`.default_ranker`), None for none (the
+      heuristic rerank formula), a :class:`~.ranker.LinearRanker`, or a JSON file of one
+      (``medretrieve.training.fit_ranker``, ``medretrieve fit-ranker``). With a learned ranker ``subject_boost``
+      defaults to 0 (the ranker's ``doc_subject`` feature weighs the subject), without one to 1.
     - ``llm_terms``: a term source, ``f(question, ms_left) -> terms`` (``medretrieve.generation.terms.llm_synonyms``
       makes one from an LLM backend), asked for synonyms while at least ``llm_min_ms`` are left.
     - ``settings`` and keyword overrides: the tuning in :class:`~.settings.Settings` (each value checked here).
@@ -83,7 +87,7 @@ class Retriever:
     """
 
     def __init__(self, collection, cross_encoder=None, training=None, *,
-                 ranker: Union[LinearRanker, str, "os.PathLike[str]", None] = None,
+                 ranker: RankerLike = "default",
                  llm_terms: Optional[TermSource] = None, settings: Optional[Settings] = None,
                  online: Union[OnlineSource, OnlineStage, None] = None, warmup: bool = True, **tuning: Any) -> None:
         unknown = sorted(set(tuning) - set(Settings.names()))
@@ -101,13 +105,12 @@ class Retriever:
             cross_encoder = CrossEncoder.from_dir(cross_encoder)
         if training is not None and not isinstance(training, TrainingMemory):
             training = TrainingMemory.from_bioasq(training)
-        if ranker is not None and not isinstance(ranker, LinearRanker):
-            ranker = LinearRanker.load(ranker)
+        chosen, note = resolve(ranker, collection)
         self.training = training
         self.llm_terms = llm_terms
         self.costs = CostModel()
         self.online = online if online is None or isinstance(online, OnlineStage) else OnlineStage(online)
-        self._local = self._stages(collection, ranker, cross_encoder)
+        self._local = self._stages(collection, chosen, cross_encoder, note)
         self.tokens = self._local.tokens
         self.candidates = self._local.candidates
         self.reranker = self._local.reranker
@@ -123,16 +126,19 @@ class Retriever:
     @ranker.setter
     def ranker(self, value: Optional[LinearRanker]) -> None:
         self.reranker.ranker = value
+        self.reranker.ranker_note = ""
 
     @property
     def cross_encoder(self):
         return self.reranker.cross_encoder
 
-    def _stages(self, collection: Any, ranker: Optional[LinearRanker], cross_encoder: Any) -> _Stages:
+    def _stages(self, collection: Any, ranker: Optional[LinearRanker], cross_encoder: Any, ranker_note: str
+                ) -> _Stages:
         tokens = ChunkTokens(collection)
         candidates = CandidateGenerator(collection, self.settings, self.costs, self.training, self.llm_terms)
         return _Stages(collection, tokens, candidates,
-                       Reranker(collection, self.settings, self.costs, tokens, ranker, cross_encoder),
+                       Reranker(collection, self.settings, self.costs, tokens, ranker, cross_encoder,
+                                ranker_note=ranker_note),
                        Recovery(collection, self.settings, self.costs, tokens, candidates))
 
     def warmup(self) -> None:
@@ -166,16 +172,18 @@ class Retriever:
 
     # ------------------------------------------------------------- search
     def search(self, question: str, k: int = 10, deadline_ms: Optional[float] = 300, *,
-               expand: bool = True, rerank: bool = True, diversify: bool = True, recover: bool = True,
-               route: bool = True, dense: bool = True, lexical: bool = True, feedback: bool = True,
+               expand: bool = True, rerank: bool = True, diversify: Optional[bool] = None, recover: bool = True,
+               route: bool = True, dense: bool = True, lexical: bool = True, feedback: Optional[bool] = None,
                per_document: Optional[int] = None) -> SearchResult:
         """Best ``k`` chunks for ``question`` within ``deadline_ms`` (None: no deadline; 0: already expired,
         so only the stages that always run do).
 
         The switches turn stages off (for ablations): ``dense`` / ``lexical`` (at least one), ``expand``,
         ``rerank``, ``diversify`` (MMR), ``recover``, ``route`` (section routing), ``feedback``
-        (pseudo-relevance feedback). ``per_document`` caps hits per document. With an online source the
-        deadline covers the PubMed calls too (module docstring).
+        (pseudo-relevance feedback). ``diversify`` and ``feedback`` default to None: as ``Settings.mmr`` and
+        ``Settings.feedback`` say (MMR off; feedback only without a learned ranker; why in :class:`.Settings`).
+        ``per_document`` caps hits per document. With an online source the deadline covers the PubMed calls too
+        (module docstring).
         """
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question must be a non-empty string")
@@ -195,7 +203,8 @@ class Retriever:
         st = self._local if self.online is None else self._online_stages(query, k, dl, log, switches, ranked)
         cands = st.candidates.gather(query, k, dl, log, switches, ranked=ranked)
         ranking = st.reranker.rerank(query, cands, dl, log, enabled=rerank)
-        mmr = self._diversify(st.collection, query, ranking, k, dl, log, diversify)
+        mmr = self._diversify(st.collection, query, ranking, k, dl, log,
+                              self.settings.mmr if diversify is None else diversify)
         with dl.stage("prune"):
             top = st.recovery.select(mmr.order, k, per_document)
         log.record("prune", True, f"{len(mmr.order)} candidates -> {len(top)} hits")
@@ -229,12 +238,12 @@ class Retriever:
         else:
             log.record("local", False, "no local collection")
         pool = self.online.pool(query, self.collection, local_rows, dl, log)
-        return self._stages(pool, self.ranker, self.cross_encoder)
+        return self._stages(pool, self.ranker, self.cross_encoder, self.reranker.ranker_note)
 
     def _diversify(self, collection: Any, query: Query, ranking: Ranking, k: int, dl: Deadline, log: StageLog,
                    enabled: bool) -> Diversified:
         if not enabled:
-            log.record("mmr", False, "disabled")
+            log.record("mmr", False, "disabled" + ("" if self.settings.mmr else " (Settings.mmr is off by default)"))
             return Diversified(False, "disabled", ranking.order)
         with dl.stage("mmr"):
             done = diversify(collection, self.settings, query, ranking, k, dl)

@@ -2,6 +2,26 @@
 
 Every value is validated here, so a bad one fails with a ``ValueError`` naming it rather than showing up as odd
 results (NaN rerank weights gave NaN scores before these checks).
+
+Which stages run by default, and why. The pipeline was tuned on BioASQ 7b; a stage stays on by default only if it
+does not lose document MAP@10 on another year: the BioASQ 12b closed corpus, searched with a learned ranker
+fitted on 7b only (``python bench/retrieval.py quality --train 7B --test 12B``; tables in bench/RESULTS.md,
+"Cross-year quality"). Each switch is kept (``Retriever(..., name=value)`` or ``search(..., switch=...)``):
+
+- on: the learned ranker (the shipped default, ``retrieval.default_ranker``; +0.017 over the fused order on
+  12b), dense + BM25 fusion, section routing (a no-op without section labels), recovery (touches only weak
+  questions' lower half; 0.000) and near-duplicate removal (0.000);
+- ``expansions``: the static abbreviation and relation tables are **off** (on 12b, expanding with them cost
+  0.003, abbreviations alone 0.003; the held-out corpus of issue 17 saw the same). An abbreviation in the question
+  still matches its long form in the rerank features (``Query.alternatives``); training memory and LLM synonyms run
+  whenever a training set / a term source is given. Turn the tables on with
+  ``expansions=("abbreviations", "relations", "training", "llm")``.
+- ``feedback`` (pseudo-relevance feedback): None, the default, runs it only **without** a learned ranker. Without
+  one it helps in both years (hybrid RRF +0.007 on 12b, +0.014 on 7b); with one it cost 0.006 on 12b (and helped
+  0.005 on 7b with a ranker fitted on 12b): a mixed result, so the rule puts it off where it loses.
+- ``mmr``: MMR diversification is **off** (it cost 0.001 on 12b, as on 7b and on the held-out corpus; no run
+  showed a gain in document MAP). Turn it on (``mmr=True`` or ``search(diversify=True)``) when a prompt needs
+  evidence from different angles more than the best-ranked evidence.
 """
 from __future__ import annotations
 
@@ -17,6 +37,11 @@ import numpy as np
 DEFAULT_RERANK_WEIGHTS: Dict[str, float] = {"rrf": 1.0, "keyword": 0.0, "title": 0.0, "entity": 0.05}
 DEFAULT_RERANK_WEIGHTS_CE: Dict[str, float] = {"rrf": 0.45, "ce": 0.45, "keyword": 0.03, "title": 0.02,
                                                "entity": 0.05}
+
+# expansion kinds (retrieval.expansion) the expand stage runs; "training" and "llm" only run when a training memory
+# / an LLM term source is given. The static tables are off by default: see the Settings docstring.
+EXPANSION_KINDS: Tuple[str, ...] = ("abbreviations", "relations", "training", "llm")
+DEFAULT_EXPANSIONS: Tuple[str, ...] = ("training", "llm")
 
 # setting -> (integer only, lowest, highest); None: unbounded on that side
 _RANGES: Dict[str, Tuple[bool, Optional[float], Optional[float]]] = {
@@ -85,6 +110,10 @@ class Settings:
       without a learned ranker and not at all with one, whose ``doc_subject`` feature weighs that evidence.
     - ``ranker_ce_weight`` (>= 0): with a cross-encoder and a learned ranker, the weight of the cross-encoder's
       logit added to the ranker's.
+    - ``expansions``: the expansion kinds the expand stage may use, of :data:`EXPANSION_KINDS` (default
+      ``("training", "llm")``: the static tables off, see the module docstring).
+    - ``feedback`` (None / True / False): pseudo-relevance feedback; None runs it only without a learned ranker.
+    - ``mmr`` (bool, default False): MMR diversification of the hits.
     """
 
     candidates: int = 100
@@ -104,11 +133,22 @@ class Settings:
     feedback_docs: int = 3
     subject_boost: Optional[int] = None
     ranker_ce_weight: float = 0.5
+    expansions: Tuple[str, ...] = DEFAULT_EXPANSIONS
+    feedback: Optional[bool] = None
+    mmr: bool = False
     rerank_weights: Dict[str, float] = field(default_factory=dict)
     rerank_weights_ce: Dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_settings(**{f.name: getattr(self, f.name) for f in fields(self) if f.name in _RANGES})
+        for name in ("feedback", "mmr"):
+            v = getattr(self, name)
+            if not (isinstance(v, bool) or (v is None and name == "feedback")):
+                raise ValueError(f"{name} must be {'None, ' if name == 'feedback' else ''}True or False, got {v!r}")
+        kinds = self.expansions
+        if isinstance(kinds, str) or not all(isinstance(x, str) for x in kinds) or set(kinds) - set(EXPANSION_KINDS):
+            raise ValueError(f"expansions must be a sequence of {list(EXPANSION_KINDS)}, got {kinds!r}")
+        object.__setattr__(self, "expansions", tuple(dict.fromkeys(kinds)))
         sb = self.subject_boost
         if sb is not None and (not isinstance(sb, (int, np.integer)) or isinstance(sb, bool) or sb < 0):
             raise ValueError(f"subject_boost must be None or a non-negative integer, got {sb!r}")
