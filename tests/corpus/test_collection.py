@@ -76,6 +76,20 @@ def test_build_open_add_delete_round_trip(tmp_path, encoder_dir):
     assert json.loads((out / "manifest.json").read_text())["counts"]["deleted_chunks"] == 3
 
 
+def test_open_with_mmap_searches_the_same_and_refuses_changes(tmp_path, encoder_dir):
+    out = tmp_path / "col"
+    Collection.build(DOCS, out, encoder=encoder_dir, progress=False)
+    copy, mapped = Collection.open(out), Collection.open(out, mmap=True)
+    assert mapped.dense.stats().read_only and not copy.dense.stats().read_only
+    q = copy.encode_queries(["first-line drug for diabetes"])
+    assert [a.tolist() for a in mapped.dense.search(q, k=3)] == [a.tolist() for a in copy.dense.search(q, k=3)]
+    for change in (lambda: mapped.delete("d1"), lambda: mapped.add([{"id": "d9", "text": "new"}])):
+        with pytest.raises(ValueError, match="read-only"):
+            change()
+    assert mapped.n_documents == 3 and bool(mapped.alive.all())  # nothing changed in memory either
+    assert Collection.open(out).n_documents == 3
+
+
 def test_atomic_build_leaves_nothing_on_failure(tmp_path, encoder_dir, monkeypatch):
     import medretrieve.corpus.collection as cmod
 

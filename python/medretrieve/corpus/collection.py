@@ -267,8 +267,12 @@ class Collection:
 
     @classmethod
     def open(cls, directory: Union[str, os.PathLike], encoder: Optional[str] = None,
-             query_encoder: Optional[str] = None) -> "Collection":
-        """Open a built collection (``encoder`` / ``query_encoder`` override the manifest's dirs)."""
+             query_encoder: Optional[str] = None, mmap: bool = False) -> "Collection":
+        """Open a built collection (``encoder`` / ``query_encoder`` override the manifest's dirs).
+
+        ``mmap=True`` serves the dense index read-only from a memory map of ``dense.index``: processes that
+        open the same collection share its pages (one copy in RAM for several server workers), but ``add`` and
+        ``delete`` then raise; reopen without ``mmap`` to change the collection."""
         from ..index import Index
 
         d = Path(directory)
@@ -287,7 +291,7 @@ class Collection:
             for line in fh:
                 s = SectionPart(**json.loads(line))
                 sections[s.section_id] = s
-        dense = Index.load(str(d / DENSE))
+        dense = Index.load(str(d / DENSE), mmap=mmap)
         lexical = LexicalIndex.load(d / LEXICAL)
         if lexical.tokenizer_version != TOKENIZER_VERSION:
             # indexed by another tokenizer: re-tokenise the live rows in memory (written on the next save)
@@ -301,6 +305,7 @@ class Collection:
     def add(self, source: SourceLike, errors: str = "skip", batch_size: int = 64, progress: bool = False,
             format: str = "auto", report: Optional[ReadReport] = None) -> int:
         """Add new documents (ids already present are rejected as malformed); returns chunks added."""
+        self._check_writable("add")
         report = report if report is not None else ReadReport()
         present = {r.document_id for r in self.rows if not r.deleted}
         records = []
@@ -321,6 +326,7 @@ class Collection:
 
     def delete(self, doc_ids: Union[str, Iterable[str]]) -> int:
         """Remove documents by id (one id or several); returns chunks removed (unknown ids are ignored)."""
+        self._check_writable("delete")
         wanted = {doc_ids} if isinstance(doc_ids, str) else {str(d) for d in doc_ids}
         hit = [r for r in self.rows if r.document_id in wanted and not r.deleted]
         if not hit:
@@ -334,6 +340,11 @@ class Collection:
         self._refresh_arrays()
         self._commit()
         return len(hit)
+
+    def _check_writable(self, what: str) -> None:
+        if self.dense.stats().read_only:
+            raise ValueError(f"cannot {what}: {self.directory} was opened read-only (Collection.open(..., mmap=True)); "
+                             "open it without mmap to change it")
 
     def _ingest(self, records: Sequence[Record], batch_size: int, progress: bool) -> None:
         chunks: List[Chunk] = []

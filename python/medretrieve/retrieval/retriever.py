@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Union
 import numpy as np
 
 from .budget import CostModel, Deadline
-from .candidates import Candidates, CandidateGenerator, Switches
+from .candidates import Candidates, CandidateGenerator, Switches, section_labels
 from .diversify import diversify
 from .expansion import TermSource, TrainingMemory
 from .matching import ChunkTokens
@@ -130,13 +130,15 @@ class Retriever:
     def search(self, question: str, k: int = 10, deadline_ms: Optional[float] = 300, *,
                expand: bool = True, rerank: bool = True, diversify: bool = True, recover: bool = True,
                route: bool = True, dense: bool = True, lexical: bool = True, feedback: bool = True,
-               per_document: Optional[int] = None) -> SearchResult:
+               per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None) -> SearchResult:
         """Best ``k`` chunks for ``question`` within ``deadline_ms`` (None: no deadline; 0: already expired,
         so only the stages that always run do).
 
         The switches turn stages off (for ablations): ``dense`` / ``lexical`` (at least one), ``expand``,
         ``rerank``, ``diversify`` (MMR), ``recover``, ``route`` (section routing), ``feedback``
-        (pseudo-relevance feedback). ``per_document`` caps hits per document.
+        (pseudo-relevance feedback). ``per_document`` caps hits per document. ``sections``: section categories
+        (``treatment``, ``symptoms``, ``diagnosis``, ... of ``medretrieve.corpus.chunking.SECTION_CATEGORIES``, or
+        ``other``) every hit must come from; it replaces section routing and recovery stays inside it too.
         """
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question must be a non-empty string")
@@ -146,13 +148,14 @@ class Retriever:
             raise ValueError("at least one of dense and lexical retrieval must be on")
         if per_document is not None:
             check_settings(per_document=per_document)
+        only = None if sections is None else section_labels(sections)
         dl = Deadline(deadline_ms)
         log = StageLog(dl)
         with dl.stage("classify"):
             query = Query.analyse(question)
         log.record("classify", True, f"{query.qtype} / intent {query.intent}")
         cands = self.candidates.gather(query, k, dl, log, Switches(expand, route, dense, lexical, feedback),
-                                       ranked=rerank and self.ranker is not None)
+                                       ranked=rerank and self.ranker is not None, only=only)
         ranking = self.reranker.rerank(query, cands, dl, log, enabled=rerank)
         order, mmr_scores = self._diversify(query, ranking, k, dl, log, diversify)
         with dl.stage("prune"):
@@ -161,7 +164,7 @@ class Retriever:
         with dl.stage("weak"):
             weak_reasons = self.recovery.weak_reasons(query, top, k)
         log.record("weak", True, "; ".join(weak_reasons) or "not weak")
-        rec = self._recover(query, top, k, cands, dl, log, bool(weak_reasons) and recover, recover)
+        rec = self._recover(query, top, k, cands, dl, log, bool(weak_reasons) and recover, recover, only)
         hits = self._hits(query, rec, cands, ranking, mmr_scores)
         rec.report.pop("added_rows", None)
         return SearchResult(query.text, hits, query.qtype, bool(weak_reasons), weak_reasons,
@@ -179,7 +182,7 @@ class Retriever:
         return order, scores
 
     def _recover(self, query: Query, top: List[int], k: int, cands: Candidates, dl: Deadline, log: StageLog,
-                 weak: bool, enabled: bool) -> _Recovered:
+                 weak: bool, enabled: bool, only: Optional[List[int]]) -> _Recovered:
         if not weak:
             log.record("recovery", False, "question not weak" if enabled else "disabled")
             return _Recovered(top, {})
@@ -187,7 +190,7 @@ class Retriever:
             log.record("recovery", False, f"budget: {dl.remaining_ms():.0f} ms left")
             return _Recovered(top, {})
         with dl.stage("recovery"):
-            new_top, report = self.recovery.recover(query, top, k, cands.texts, dl)
+            new_top, report = self.recovery.recover(query, top, k, cands.texts, dl, only)
         log.record("recovery", True, report.get("note", ""))
         return _Recovered(new_top, report)
 
