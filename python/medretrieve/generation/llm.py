@@ -24,7 +24,7 @@ import random
 import re
 import threading
 import time
-from typing import Any, Optional, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, Iterator, Optional, Protocol, Sequence, Union, runtime_checkable
 
 __all__ = [
     "Backend",
@@ -209,7 +209,8 @@ class OpenAIBackend:
     retries and waits included. ``response_format`` (``"json"`` or an OpenAI
     ``response_format`` dict) is sent when given; if the server rejects it
     (400/422) the request is repeated once without it and the backend stops
-    sending it (prompts ask for JSON in words as well).
+    sending it (prompts ask for JSON in words as well). :meth:`stream` yields the reply as the server writes it
+    (``"stream": true``, server-sent events), with the same retries before the first byte and the same errors.
     """
 
     def __init__(
@@ -300,8 +301,62 @@ class OpenAIBackend:
                 response = self._post_with_retries(body, deadline)
         return self._read_reply(response)
 
+    def stream(
+        self,
+        messages: Sequence[dict],
+        *,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        deadline_ms: Optional[float] = None,
+        response_format: ResponseFormat = None,
+    ) -> Iterator[str]:
+        """The assistant's reply in pieces as the server writes them (their concatenation is the reply
+        :meth:`generate` returns). ``deadline_ms`` also bounds the time between the pieces and the whole reply.
+        Raises an :class:`LLMError` subclass on failure, also part-way through."""
+        msgs, fmt = _checked_request(messages, max_tokens, temperature, deadline_ms, response_format)
+        deadline = _deadline_at(deadline_ms)
+        body: dict = {**self.extra_body, "model": self.model, "messages": msgs, "max_tokens": max_tokens,
+                      "temperature": float(temperature), "stream": True}
+        if fmt is not None and self._response_format_ok:
+            body["response_format"] = fmt
+        response = self._post_with_retries(body, deadline, stream=True)
+        try:
+            if response.status_code != 200:
+                response.read()
+                self._read_reply(response)  # raises the typed error of the status
+            for line in response.iter_lines():
+                piece = self._stream_piece(line)
+                if piece is None:
+                    break
+                if piece:
+                    yield piece
+                if _left_s(deadline) <= 0:
+                    raise LLMTimeout(f"the deadline passed while {self._where()} was still writing")
+        except self._httpx.TimeoutException as exc:
+            raise LLMTimeout(f"{self._where()} stopped writing for {self.timeout_s} s") from exc
+        except self._httpx.TransportError as exc:
+            raise LLMUnavailable(f"the stream from {self._where()} broke: {type(exc).__name__}: {exc}") from exc
+        finally:
+            response.close()
+
+    def _stream_piece(self, line: str) -> Optional[str]:
+        """The text of one server-sent-events line: "" for lines without text, None at ``[DONE]``."""
+        if not line.startswith("data:"):
+            return ""
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return None
+        try:
+            choice = json.loads(data)["choices"][0]
+            self.last_finish_reason = choice.get("finish_reason") or self.last_finish_reason
+            return _message_text((choice.get("delta") or {}).get("content")) or ""
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise LLMBadResponse(f"{self._where()} streamed an unreadable event: {data[:200]!r}") from exc
+
     # -- internals ---------------------------------------------------------
-    def _post_with_retries(self, body: dict, deadline: Optional[float]) -> Any:
+    def _post_with_retries(self, body: dict, deadline: Optional[float], stream: bool = False) -> Any:
+        """The first reply that is neither 429 nor 5xx (with ``stream``, its body still unread: the caller
+        closes it)."""
         httpx = self._httpx
         last_problem = ""
         for attempt in range(self.max_retries + 1):
@@ -310,7 +365,8 @@ class OpenAIBackend:
                 raise LLMTimeout(f"deadline passed before the LLM replied ({self._where()}){last_problem}")
             per_try = min(self.timeout_s, left)
             try:
-                response = self._client.post(self.url, json=body, timeout=per_try)
+                request = self._client.build_request("POST", self.url, json=body, timeout=per_try)
+                response = self._client.send(request, stream=stream)
             except httpx.TimeoutException as exc:
                 if _left_s(deadline) <= 0:
                     raise LLMTimeout(
@@ -334,6 +390,9 @@ class OpenAIBackend:
                 continue
             status = response.status_code
             if status == 429 or status >= 500:
+                if stream:
+                    response.read()
+                    response.close()
                 message = _error_message(response)
                 last_problem = f"; last reply: HTTP {status}: {message}"
                 if attempt == self.max_retries:
