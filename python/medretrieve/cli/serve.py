@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import tempfile
 from typing import Any
 
@@ -39,6 +40,7 @@ def add_serve(sub: Any) -> None:
                    help="requests that may wait for a slot per worker (default: 4 x --max-inflight); beyond, 429")
     p.add_argument("--answer-concurrency", type=_positive, default=8, help="answers generated at once per worker")
     p.add_argument("--deadline-ms", type=float, default=300.0, help="deadline of a search that names none (ms)")
+    p.add_argument("--max-batch", type=_positive, default=64, help="most questions in one /v1/search:batch")
     p.add_argument("--no-mmap", action="store_true", help="load the dense index into each worker's memory")
     p.add_argument("--enable-reload", action="store_true", help="allow POST /v1/admin/reload")
     p.add_argument("--graceful-timeout", type=float, default=30.0,
@@ -65,7 +67,8 @@ def _config(args: argparse.Namespace, runtime_dir: str) -> ServerConfig:
         os.path.abspath(args.collection), ranker=args.ranker, cross_encoder=args.cross_encoder,
         query_encoder=args.query_encoder, training=tuple(args.training) if args.training else None,
         llm_url=args.llm, llm_model=args.model, llm_timeout_s=args.llm_timeout_s,
-        answer_concurrency=args.answer_concurrency, deadline_ms=args.deadline_ms, mmap=not args.no_mmap,
+        answer_concurrency=args.answer_concurrency, deadline_ms=args.deadline_ms, max_batch=args.max_batch,
+        mmap=not args.no_mmap,
         enable_reload=args.enable_reload,
         reload_stamp=os.path.join(runtime_dir, "reload-stamp") if args.enable_reload and args.workers > 1 else None,
         **extra)
@@ -94,6 +97,9 @@ def _serve(args: argparse.Namespace) -> int:
             metrics_dir = os.path.join(runtime_dir, "metrics")
             os.mkdir(metrics_dir)
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+        # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler it found; this
+        # one lets the command return, so the process exits 0 rather than by the signal
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
         uvicorn.run("medretrieve.server.app:app_from_env", factory=True, host=args.host, port=args.port,
                     workers=args.workers, log_level=args.log_level, access_log=args.access_log,
                     log_config=_log_config(args.log_level), timeout_graceful_shutdown=args.graceful_timeout,

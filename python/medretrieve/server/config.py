@@ -53,7 +53,7 @@ class ServerConfig:
     max_inflight: int = 0
     max_queue: int = -1
     deadline_ms: float = 300.0
-    max_batch: int = 32
+    max_batch: int = 64
     mmap: bool = True
     enable_reload: bool = False
     reload_stamp: Optional[str] = None
@@ -67,7 +67,11 @@ class ServerConfig:
             set_("max_inflight", _cpus())
         if self.max_queue == -1:
             set_("max_queue", 4 * self.max_inflight)
-        for name in ("max_inflight", "answer_concurrency", "max_batch"):
+        from .schemas import MAX_BATCH
+
+        if not isinstance(self.max_batch, int) or not 1 <= self.max_batch <= MAX_BATCH:
+            raise ValueError(f"max_batch must be an integer in [1, {MAX_BATCH}], got {self.max_batch!r}")
+        for name in ("max_inflight", "answer_concurrency"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
