@@ -1,6 +1,7 @@
 """Retriever end to end: query types, stages, timings, routing, deadlines, weak questions, expansions."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -100,6 +101,7 @@ def test_search_result_shape_stages_and_timings(retriever):
     assert all(s.elapsed_ms >= 0 for s in res.stages)
     assert len({h.chunk_id for h in res.hits}) == 5
     assert res.to_dict()["hits"][0]["chunk_id"] == top.chunk_id
+    assert res.to_dict() == dataclasses.asdict(res) and SearchResult.from_dict(res.to_dict()) == res
 
 
 def test_section_routing_prefers_the_intent_sections_and_falls_back(retriever, collection):

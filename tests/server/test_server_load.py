@@ -92,8 +92,7 @@ def test_deadline_in_queue_is_504_without_work_and_overload_is_shed_with_retry_a
 
 
 def test_sigterm_finishes_the_request_in_flight_and_exits_0(medretrieve_collection):
-    srv = ServerProcess(medretrieve_collection.directory, ["--max-inflight", "1"]).start()
-    try:
+    with ServerProcess(medretrieve_collection.directory, ["--max-inflight", "1"]) as srv:
         with httpx.Client(base_url=srv.url, timeout=30.0) as http:
             working = _Background(srv.url, "/v1/search:batch", SLOW_BATCH)
             _wait_for(lambda: _metric(http, 'medretrieve_inflight{kind="search"}') == 1, what="the batch to work")
@@ -105,8 +104,6 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(medretrieve_collecti
         assert r.status_code == 200 and len(r.json()["results"]) == 64
         assert srv.process.wait(60) == 0  # exits by itself, 0
         assert "Finished server process" in srv.log() and "Traceback" not in srv.log()
-    finally:
-        srv.stop()
 
 
 def _children(pid: int) -> list:

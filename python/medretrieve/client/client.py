@@ -120,32 +120,55 @@ class _Base:
         self.retries = int(retries)
         self.max_retry_after_s = float(max_retry_after_s)
 
-    def _attempt(self, body: Optional[Dict[str, Any]], clock: Deadline) -> Tuple[Optional[Dict[str, Any]], float]:
+    def _retries(self, body: Optional[Dict[str, Any]], deadline_ms: Optional[float]) -> "_Retries":
+        return _Retries(self, body, deadline_ms)
+
+
+class _Retries:
+    """The attempts of one call (see the module docstring): :meth:`attempt` gives the next body and timeout,
+    :meth:`wait_after` what to do with what came back."""
+
+    def __init__(self, client: _Base, body: Optional[Dict[str, Any]], deadline_ms: Optional[float]) -> None:
+        self.client = client
+        self.body = body
+        self.clock = Deadline(deadline_ms)
+        self.attempts = 0
+        self.timeout_s = client.timeout_s
+
+    def attempt(self) -> Tuple[Optional[Dict[str, Any]], float]:
         """The body of the next attempt (with what is left of the deadline) and its timeout (s)."""
-        if clock.unlimited:
-            return body, self.timeout_s
-        left_ms = clock.remaining_ms()
+        self.attempts += 1
+        if self.clock.unlimited:
+            return self.body, self.timeout_s
+        left_ms = self.clock.remaining_ms()
+        body = self.body
         if body is not None and "deadline_ms" in body:
             body = {**body, "deadline_ms": max(left_ms, 1.0)}
-        return body, min(self.timeout_s, max(left_ms / 1000.0, 0.0) + _DEADLINE_GRACE_S)
+        self.timeout_s = min(self.client.timeout_s, max(left_ms / 1000.0, 0.0) + _DEADLINE_GRACE_S)
+        return body, self.timeout_s
 
-    def _retry_wait(self, response: Optional[httpx.Response], attempt: int, clock: Deadline) -> Optional[float]:
-        """Seconds to wait before trying again, or None to stop (a final answer, or no retry left / worth it).
-        ``response`` None: the connection was refused."""
-        if response is not None and response.status_code not in (429, 503):
+    def wait_after(self, outcome: Any) -> Optional[float]:
+        """Seconds to wait before the next attempt, or None when ``outcome`` (a response) is final. A transport
+        error: retried after a short backoff when the connection was refused, else raised as Unavailable."""
+        if isinstance(outcome, Exception):
+            if not isinstance(outcome, httpx.ConnectError):
+                raise self._unreachable(outcome) from outcome
+            wait: Optional[float] = None
+        elif outcome.status_code in (429, 503):
+            wait = _retry_after(outcome)
+        else:
             return None
-        if attempt >= self.retries:
-            return None
-        wait = _retry_after(response) if response is not None else None
-        wait = 0.05 * 2 ** attempt if wait is None else wait
-        if wait > self.max_retry_after_s or wait * 1000.0 >= clock.remaining_ms():
+        wait = 0.05 * 2 ** (self.attempts - 1) if wait is None else wait
+        if (self.attempts > self.client.retries or wait > self.client.max_retry_after_s
+                or wait * 1000.0 >= self.clock.remaining_ms()):
+            if isinstance(outcome, Exception):
+                raise self._unreachable(outcome) from outcome
             return None
         return wait
 
-    @staticmethod
-    def _unreachable(exc: Exception, timeout_s: float) -> ClientError:
+    def _unreachable(self, exc: Exception) -> ClientError:
         if isinstance(exc, httpx.TimeoutException):
-            return Unavailable(f"no reply within {timeout_s:.2f} s ({type(exc).__name__})")
+            return Unavailable(f"no reply within {self.timeout_s:.2f} s ({type(exc).__name__})")
         return Unavailable(f"cannot reach the server: {type(exc).__name__}: {exc}")
 
 
@@ -174,26 +197,20 @@ class Client(_Base):
     def _send(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
               deadline_ms: Optional[float] = None, stream: bool = False) -> httpx.Response:
         """The final response (retried as the module docstring says); with ``stream``, unread and open."""
-        clock = Deadline(deadline_ms)
-        attempt = 0
+        retries = self._retries(body, deadline_ms)
         while True:
-            sent, timeout = self._attempt(body, clock)
+            sent, timeout = retries.attempt()
+            request = self._http.build_request(method, path, json=sent, timeout=timeout)
             try:
-                request = self._http.build_request(method, path, json=sent, timeout=timeout)
-                response = self._http.send(request, stream=stream)
-            except httpx.ConnectError as exc:
-                response, failure = None, exc
+                outcome: Any = self._http.send(request, stream=stream)
             except httpx.TransportError as exc:
-                raise self._unreachable(exc, timeout) from exc
-            wait = self._retry_wait(response, attempt, clock)
+                outcome = exc
+            wait = retries.wait_after(outcome)
             if wait is None:
-                if response is None:
-                    raise self._unreachable(failure, timeout) from failure
-                return response
-            if response is not None:
-                response.close()
+                return outcome
+            if isinstance(outcome, httpx.Response):
+                outcome.close()
             time.sleep(wait)
-            attempt += 1
 
     def _call(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
               deadline_ms: Optional[float] = None) -> Any:
@@ -282,26 +299,20 @@ class AsyncClient(_Base):
 
     async def _send(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
                     deadline_ms: Optional[float] = None, stream: bool = False) -> httpx.Response:
-        clock = Deadline(deadline_ms)
-        attempt = 0
+        retries = self._retries(body, deadline_ms)
         while True:
-            sent, timeout = self._attempt(body, clock)
+            sent, timeout = retries.attempt()
+            request = self._http.build_request(method, path, json=sent, timeout=timeout)
             try:
-                request = self._http.build_request(method, path, json=sent, timeout=timeout)
-                response = await self._http.send(request, stream=stream)
-            except httpx.ConnectError as exc:
-                response, failure = None, exc
+                outcome: Any = await self._http.send(request, stream=stream)
             except httpx.TransportError as exc:
-                raise self._unreachable(exc, timeout) from exc
-            wait = self._retry_wait(response, attempt, clock)
+                outcome = exc
+            wait = retries.wait_after(outcome)
             if wait is None:
-                if response is None:
-                    raise self._unreachable(failure, timeout) from failure
-                return response
-            if response is not None:
-                await response.aclose()
+                return outcome
+            if isinstance(outcome, httpx.Response):
+                await outcome.aclose()
             await asyncio.sleep(wait)
-            attempt += 1
 
     async def _call(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
                     deadline_ms: Optional[float] = None) -> Any:

@@ -284,12 +284,8 @@ class OpenAIBackend:
         response_format: ResponseFormat = None,
     ) -> str:
         """The assistant's reply text. Raises an :class:`LLMError` subclass on failure."""
-        msgs, fmt = _checked_request(messages, max_tokens, temperature, deadline_ms, response_format)
+        body = self._request_body(messages, max_tokens, temperature, deadline_ms, response_format)
         deadline = _deadline_at(deadline_ms)
-        body: dict = {**self.extra_body, "model": self.model, "messages": msgs,
-                      "max_tokens": max_tokens, "temperature": float(temperature)}
-        if fmt is not None and self._response_format_ok:
-            body["response_format"] = fmt
         response = self._post_with_retries(body, deadline)
         if response.status_code in (400, 422) and "response_format" in body:
             message = _error_message(response)
@@ -313,12 +309,9 @@ class OpenAIBackend:
         """The assistant's reply in pieces as the server writes them (their concatenation is the reply
         :meth:`generate` returns). ``deadline_ms`` also bounds the time between the pieces and the whole reply.
         Raises an :class:`LLMError` subclass on failure, also part-way through."""
-        msgs, fmt = _checked_request(messages, max_tokens, temperature, deadline_ms, response_format)
+        body = {**self._request_body(messages, max_tokens, temperature, deadline_ms, response_format),
+                "stream": True}
         deadline = _deadline_at(deadline_ms)
-        body: dict = {**self.extra_body, "model": self.model, "messages": msgs, "max_tokens": max_tokens,
-                      "temperature": float(temperature), "stream": True}
-        if fmt is not None and self._response_format_ok:
-            body["response_format"] = fmt
         response = self._post_with_retries(body, deadline, stream=True)
         try:
             if response.status_code != 200:
@@ -338,6 +331,16 @@ class OpenAIBackend:
             raise LLMUnavailable(f"the stream from {self._where()} broke: {type(exc).__name__}: {exc}") from exc
         finally:
             response.close()
+
+    def _request_body(self, messages: Sequence[dict], max_tokens: int, temperature: float,
+                      deadline_ms: Optional[float], response_format: ResponseFormat) -> dict:
+        """The chat-completions request body, every argument checked."""
+        msgs, fmt = _checked_request(messages, max_tokens, temperature, deadline_ms, response_format)
+        body: dict = {**self.extra_body, "model": self.model, "messages": msgs,
+                      "max_tokens": max_tokens, "temperature": float(temperature)}
+        if fmt is not None and self._response_format_ok:
+            body["response_format"] = fmt
+        return body
 
     def _stream_piece(self, line: str) -> Optional[str]:
         """The text of one server-sent-events line: "" for lines without text, None at ``[DONE]``."""

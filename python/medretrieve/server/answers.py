@@ -8,7 +8,6 @@ slot is taken before the response starts, so overload and queue deadlines still 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from typing import Any, AsyncIterator, Callable, Optional, Sequence
 
@@ -34,8 +33,8 @@ class _Announcing:
 
     def search(self, question: str, **kwargs: Any) -> SearchResult:
         res = self.retriever.search(question, **kwargs)
-        self.emit("evidence", {"hits": [dataclasses.asdict(h) for h in res.hits], "query_type": res.query_type,
-                               "weak": res.weak, "weak_reasons": res.weak_reasons})
+        d = res.to_dict()
+        self.emit("evidence", {key: d[key] for key in ("hits", "query_type", "weak", "weak_reasons")})
         return res
 
 

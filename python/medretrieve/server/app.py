@@ -9,7 +9,7 @@ Endpoints: ``POST /v1/search``, ``POST /v1/search:batch``, ``POST /v1/answer`` (
 Deadlines: a request's ``deadline_ms`` (or the ``X-Deadline-Ms`` header; the smaller counts; the server's default
 when neither is given) runs from the moment the request arrived and covers the wait for a slot and the work; a
 request still waiting when it passes is answered 504 without doing the work (:mod:`.admission`). The response
-header ``Server-Timing`` gives the queue wait and the work time (ms).
+header ``Server-Timing`` gives the queue wait, the work time and the total from arrival to the response (ms).
 """
 from __future__ import annotations
 

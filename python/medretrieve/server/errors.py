@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -61,7 +61,7 @@ def _validation(exc: RequestValidationError) -> Response:
     errors = list(exc.errors())
     if any(e.get("type") == "json_invalid" for e in errors):
         return error_response(400, "invalid_json", "the request body is not valid JSON")
-    listed = []
+    listed: List[Dict[str, Optional[str]]] = []
     for e in errors:
         name = _field(e.get("loc", ()))
         kind = e.get("type")
@@ -71,7 +71,7 @@ def _validation(exc: RequestValidationError) -> Response:
             msg = "a JSON request body is required" if kind == "missing" else "the request body must be a JSON object"
         listed.append({"field": name, "message": f"{name}: {msg}" if name else msg})
     first = listed[0] if listed else {"field": None, "message": "invalid request"}
-    return error_response(422, "invalid_request", first["message"], first["field"], extra={"errors": listed})
+    return error_response(422, "invalid_request", str(first["message"]), first["field"], extra={"errors": listed})
 
 
 def install(app: FastAPI, metrics: ServerMetrics, endpoint_of: Any) -> None:

@@ -76,6 +76,9 @@ def _header_ms(request: Request) -> Optional[float]:
     return value
 
 
+def json_bytes(payload: Any) -> bytes:
+    return json.dumps(payload, ensure_ascii=False).encode("utf-8")
+
+
 def json_response(payload: Any, status: int = 200, headers: Optional[Dict[str, str]] = None) -> Response:
-    return Response(json.dumps(payload, ensure_ascii=False).encode("utf-8"), status_code=status,
-                    media_type="application/json", headers=headers)
+    return Response(json_bytes(payload), status_code=status, media_type="application/json", headers=headers)

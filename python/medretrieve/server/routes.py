@@ -15,10 +15,9 @@ from .admission import remaining_or_none
 from .answers import answer_once, note_answer, stream_answer
 from .engine import Engine, NotReady, ReloadRunning, Snapshot, describe
 from .errors import ApiError
-from .http import json_response, request_deadline
+from .http import json_bytes, json_response, request_deadline
 from .metrics import ServerMetrics
-from .schemas import (AnswerRequest, AnswerResponse, BatchSearchRequest, BatchSearchResponse, ErrorResponse,
-                      SearchRequest, SearchResponse)
+from .schemas import AnswerRequest, BatchSearchRequest, BatchSearchResponse, ErrorResponse, SearchRequest
 
 _ERRORS: Dict[Any, Dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": what} for code, what in (
@@ -26,8 +25,12 @@ _ERRORS: Dict[Any, Dict[str, Any]] = {
         (503, "the collection is not loaded yet"), (504, "the deadline passed while the request was queued"))}
 
 
-def _server_timing(waited_ms: float, work_ms: float) -> Dict[str, str]:
-    return {"Server-Timing": f"queue;dur={waited_ms:.2f}, work;dur={work_ms:.2f}"}
+def _respond(payload: Any, waited_ms: float, work_ms: float, deadline: Deadline) -> Response:
+    """The JSON response, with ``Server-Timing`` (ms): the wait for a slot, the work, and the whole time from the
+    request's arrival to its serialised response (so ``total - queue - work`` is the server's own overhead)."""
+    body = json_bytes(payload)
+    timing = f"queue;dur={waited_ms:.2f}, work;dur={work_ms:.2f}, total;dur={deadline.elapsed_ms():.2f}"
+    return Response(body, media_type="application/json", headers={"Server-Timing": timing})
 
 
 def _note_search(metrics: ServerMetrics, endpoint: str, results: List[SearchResult], deadline: Deadline) -> None:
@@ -42,7 +45,7 @@ def _note_search(metrics: ServerMetrics, endpoint: str, results: List[SearchResu
 def add_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
     config = engine.config
 
-    @app.post("/v1/search", response_model=SearchResponse, responses=_ERRORS, tags=["search"])
+    @app.post("/v1/search", response_model=SearchResult, responses=_ERRORS, tags=["search"])
     async def search(body: SearchRequest, request: Request) -> Response:
         """The best ``k`` chunks for a question, within the deadline (``SearchResult.to_dict()``)."""
         deadline = request_deadline(request, body.deadline_ms, config.deadline_ms)
@@ -54,7 +57,7 @@ def add_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
         result, waited_ms = await engine.run("search", deadline, work)
         metrics.queue_wait.labels("/v1/search").observe(waited_ms / 1000.0)
         _note_search(metrics, "/v1/search", [result], deadline)
-        return json_response(result.to_dict(), headers=_server_timing(waited_ms, result.timings_ms["total"]))
+        return _respond(result.to_dict(), waited_ms, result.timings_ms["total"], deadline)
 
     @app.post("/v1/search:batch", response_model=BatchSearchResponse, responses=_ERRORS, tags=["search"])
     async def search_batch(body: BatchSearchRequest, request: Request) -> Response:
@@ -74,9 +77,9 @@ def add_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
         metrics.queue_wait.labels("/v1/search:batch").observe(waited_ms / 1000.0)
         _note_search(metrics, "/v1/search:batch", results, deadline)
         work_ms = sum(r.timings_ms["total"] for r in results)
-        return json_response({"results": [r.to_dict() for r in results]}, headers=_server_timing(waited_ms, work_ms))
+        return _respond({"results": [r.to_dict() for r in results]}, waited_ms, work_ms, deadline)
 
-    @app.post("/v1/answer", response_model=AnswerResponse, responses={
+    @app.post("/v1/answer", response_model=Answer, responses={
         **_ERRORS, 501: {"model": ErrorResponse, "description": "no LLM configured"},
         200: {"content": {"text/event-stream": {}}, "description": "the answer; with stream=true as events "
               "`evidence` (the hits), `delta` (answer text as the LLM writes it), `answer` (the whole answer)"}},
@@ -96,7 +99,7 @@ def add_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
 
         ans, waited_ms = await engine.run("answer", deadline, work)
         note_answer(metrics, ans)
-        return json_response(ans.to_dict(), headers=_server_timing(waited_ms, ans.timings.get("total", 0.0)))
+        return _respond(ans.to_dict(), waited_ms, ans.timings.get("total", 0.0), deadline)
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> Dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..retrieval.candidates import section_labels
+from ..retrieval.results import SearchResult
 
 MAX_K = 100  # most hits (or evidence passages) one request may ask for
 MAX_BATCH = 64  # most questions in one /v1/search:batch (ServerConfig.max_batch may lower it)
@@ -112,73 +113,13 @@ class AnswerRequest(_Strict):
 
 
 # ------------------------------------------------------------------ responses (documentation of the shapes)
-
-class HitModel(BaseModel):
-    chunk_id: str
-    document_id: str
-    text: str
-    title: str
-    section: str
-    score: float
-    scores: Dict[str, float]
-    metadata: Dict[str, Any]
-    parent_id: Optional[str]
-
-
-class StageModel(BaseModel):
-    name: str
-    ran: bool
-    reason: str
-    elapsed_ms: float
-
-
-class SearchResponse(BaseModel):
-    """``SearchResult.to_dict()``."""
-
-    question: str
-    hits: List[HitModel]
-    query_type: str
-    weak: bool
-    weak_reasons: List[str]
-    recovered: bool
-    stages: List[StageModel]
-    timings_ms: Dict[str, float]
-    intent: str
-    rerank_depth: int
-    expansions: Dict[str, List[str]]
-    recovery: Dict[str, Any]
-
+# A search answers SearchResult.to_dict() and an answer Answer.to_dict(): the routes name those dataclasses as
+# their response models, so the OpenAPI document shows the library's own types.
 
 class BatchSearchResponse(BaseModel):
-    results: List[SearchResponse]
+    """One ``SearchResult.to_dict()`` per question, in order."""
 
-
-class CitationModel(BaseModel):
-    sentence: str
-    sources: List[int]
-    supported: bool
-    support_score: float
-    reason: str
-    invalid_sources: List[int]
-
-
-class AnswerResponse(BaseModel):
-    """``Answer.to_dict()``; ``error`` holds an LLM failure (the answer is then empty)."""
-
-    question: str
-    text: str
-    exact_answer: Any
-    citations: List[CitationModel]
-    abstained: bool
-    abstain_reason: str
-    evidence: List[HitModel]
-    timings: Dict[str, float]
-    error: Optional[str]
-    qtype: Optional[str]
-    mode: str
-    raw: str
-    sources_used: int
-    notes: List[str]
+    results: List[SearchResult]
 
 
 class ErrorDetail(BaseModel):

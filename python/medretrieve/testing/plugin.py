@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, List, Optional
 
 import pytest
 
-from .latency import LatencyBudgetExceeded, LatencyReport, check_budget, check_ratio
+from .latency import LatencyBudgetExceeded, LatencyReport, check_budget, check_ratio, parse_budgets
 
 MARKER = "latency_budget"
 
@@ -51,6 +51,14 @@ def _samples_ms(benchmark: Any) -> Optional[List[float]]:
     return [t * 1000.0 for t in stats.stats.data]
 
 
+def _record(benchmark: Any, report: LatencyReport, budgets: dict, kind: str) -> None:
+    """Put the percentiles the budgets name into pytest-benchmark's ``extra_info`` (its JSON output)."""
+    for p in parse_budgets(budgets, kind):
+        benchmark.extra_info[f"p{p:g}_ms"] = round(report.percentile(p), 4)
+        if report.reference_ms:
+            benchmark.extra_info[f"reference_p{p:g}_ms"] = round(report.percentile(p, True), 4)
+
+
 def _not_measured(name: str) -> None:
     warnings.warn(f"{name}: pytest-benchmark measured nothing (--benchmark-disable?): latency gate not checked",
                   stacklevel=3)
@@ -71,8 +79,9 @@ class LatencyGate:
             _not_measured(self.name)
             return None
         report = LatencyReport(self.name, samples)
-        check_budget(report, **budgets)
         self.reports.append(report)
+        _record(benchmark, report, budgets, "ms")
+        check_budget(report, **budgets)
         return report
 
     def ratio(self, benchmark: Any, path: Callable[[], Any], reference: Callable[[], Any], *, rounds: int = 100,
@@ -92,8 +101,9 @@ class LatencyGate:
             _not_measured(self.name)
             return None
         report = LatencyReport(self.name, samples, reference_ms[warmup_rounds:])
-        check_ratio(report, **budgets)
         self.reports.append(report)
+        _record(benchmark, report, budgets, "ratio")
+        check_ratio(report, **budgets)
         return report
 
 

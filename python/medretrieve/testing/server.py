@@ -20,10 +20,10 @@ _LISTENING = re.compile(r"Uvicorn running on (http://[\d.]+:\d+)")
 
 class ServerProcess:
     """``medretrieve serve COLLECTION --port 0 ARGS...`` in a child process; its log goes to a file
-    (:attr:`log_path`), where the port is read from.
+    (:attr:`log_path`), where the port is read from (uvicorn's "running on" line: keep ``--log-level`` at info).
 
-    Use as a context manager, or :meth:`start` / :meth:`stop`. ``startup_s``: the longest wait for the server to
-    listen and be ready (s).
+    Use as a context manager (the log is removed at exit), or :meth:`start` / :meth:`stop` / :meth:`close`.
+    ``startup_s``: the longest wait for the server to listen and be ready (s).
     """
 
     def __init__(self, collection: Union[str, "os.PathLike[str]"], args: Sequence[str] = (),
@@ -95,6 +95,10 @@ class ServerProcess:
     def __enter__(self) -> "ServerProcess":
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
+    def close(self) -> None:
+        """Stop the server and remove its log."""
         self.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
