@@ -13,6 +13,10 @@ for k=10 with the server's default deadline (300 ms) and the heuristic rerank.
 - overhead: the same questions searched in-process (``Retriever.search``) and over HTTP (one worker, one
   keep-alive connection), interleaved so the box's load hits both alike. "Added by HTTP" is, per request, the
   client's round trip minus the search's own time as the server reports it (``Server-Timing: work``).
+Latencies are the client's (send to last byte) unless marked "server" (arrival at the app to the serialised
+response, from ``Server-Timing``: what the server controls; the rest is sockets, the accept queue, and the
+clients' and server's event loops waiting for a CPU).
+
 - throughput: closed-loop clients (asyncio + httpx, each sends its next request when the last one answered;
   after a 429 it waits the Retry-After) for ``--seconds`` per cell; each worker gets ``--max-inflight`` =
   CPUs / workers. The load generator shares the machine's CPUs with the server.
@@ -123,16 +127,20 @@ def overhead(args: argparse.Namespace) -> None:
 # ----------------------------------------------------------------- load generation
 
 class Tally:
-    """What a load run saw: latencies (ms) of the 200s, and counts by outcome."""
+    """What a load run saw: latencies (ms) of the 200s as the client saw them and as the server did (arrival to
+    response, from Server-Timing), and counts by outcome."""
 
     def __init__(self) -> None:
         self.ok_ms: List[float] = []
+        self.server_ms: List[float] = []
         self.counts: Dict[str, int] = {}
 
-    def add(self, outcome: str, ms: Optional[float] = None) -> None:
+    def add(self, outcome: str, ms: Optional[float] = None, server_ms: Optional[float] = None) -> None:
         self.counts[outcome] = self.counts.get(outcome, 0) + 1
         if outcome == "200" and ms is not None:
             self.ok_ms.append(ms)
+            if server_ms is not None:
+                self.server_ms.append(server_ms)
 
     def errors(self) -> int:
         return sum(n for k, n in self.counts.items() if k not in ("200", "429"))
@@ -149,7 +157,7 @@ async def _one(http: httpx.AsyncClient, question: str, tally: Tally) -> Optional
     except httpx.TransportError as exc:
         tally.add(type(exc).__name__)
         return None
-    tally.add(str(r.status_code), (time.perf_counter() - t0) * 1000)
+    tally.add(str(r.status_code), (time.perf_counter() - t0) * 1000, _server_timing(r).get("total"))
     return float(r.headers.get("Retry-After", 1)) if r.status_code == 429 else None
 
 
@@ -197,15 +205,17 @@ def throughput(args: argparse.Namespace) -> None:
     qs = questions(500)
     print(f"\nThroughput vs concurrency: {args.chunks} chunks, closed loop, {args.seconds:g} s per cell, "
           f"{CPUS} CPUs (shared with the load generator)\n")
-    print("| workers | max-inflight per worker | clients | QPS (200) | p50 ms | p99 ms | shed (429) | errors |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| workers | max-inflight per worker | clients | QPS (200) | p50 ms | p99 ms | server p50 / p99 ms | "
+          "shed (429) | errors |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for workers in args.workers:
         with server(col, workers) as srv:
             asyncio.run(closed_loop(srv.url, 4, 3.0, qs))  # warm every worker
             for clients in args.clients:
                 t = asyncio.run(closed_loop(srv.url, clients, args.seconds, qs))
                 print(f"| {workers} | {max(1, CPUS // workers)} | {clients} | {len(t.ok_ms) / args.seconds:.1f} | "
-                      f"{pct(t.ok_ms, 50):.1f} | {pct(t.ok_ms, 99):.1f} | {t.counts.get('429', 0)} | "
+                      f"{pct(t.ok_ms, 50):.1f} | {pct(t.ok_ms, 99):.1f} | "
+                      f"{pct(t.server_ms, 50):.1f} / {pct(t.server_ms, 99):.1f} | {t.counts.get('429', 0)} | "
                       f"{t.errors()} {_other(t)}|")
                 sys.stdout.flush()
 
@@ -274,12 +284,13 @@ def overload(args: argparse.Namespace) -> None:
     rss = [kib for _, kib in samples]
     print(f"\nOverload: {args.chunks} chunks, {workers} workers x {max(1, CPUS // workers)} slots, saturation "
           f"{saturation:.1f} QPS, offered {rate:.1f} QPS (Poisson) for {args.seconds:g} s, client timeout 2 s\n")
-    print("| offered QPS | sent | accepted (200) QPS | accepted p50 ms | p99 ms | max ms | shed 429 | 504 | 5xx "
-          "| client timeouts | server RSS MiB start / end / max |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| offered QPS | sent | accepted (200) QPS | accepted p50 ms | p99 ms | max ms | server p99 ms | shed 429 "
+          "| 504 | 5xx | client timeouts | server RSS MiB start / end / max |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     five = sum(n for k, n in tally.counts.items() if k.isdigit() and int(k) >= 500 and k != "504")
     print(f"| {rate:.1f} | {sent} | {len(tally.ok_ms) / wall:.1f} | {pct(tally.ok_ms, 50):.1f} | "
           f"{pct(tally.ok_ms, 99):.1f} | {max(tally.ok_ms, default=float('nan')):.1f} | "
+          f"{pct(tally.server_ms, 99):.1f} | "
           f"{tally.counts.get('429', 0)} ({tally.counts.get('429', 0) / max(sent, 1):.0%}) | "
           f"{tally.counts.get('504', 0)} | {five} | {tally.counts.get('client timeout', 0)} | "
           f"{rss_before / 1024:.0f} / {rss[-1] / 1024 if rss else float('nan'):.0f} / "

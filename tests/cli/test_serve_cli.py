@@ -24,3 +24,11 @@ def test_serve_rejects_zero_workers(capsys):
     with pytest.raises(SystemExit) as info:
         main(["serve", "col", "--workers", "0"])
     assert info.value.code == 2 and "--workers" in capsys.readouterr().err
+
+
+def test_serve_without_the_serve_extra_names_it(monkeypatch, capsys, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if not installed
+    assert main(["serve", str(tmp_path)]) == 2
+    assert 'pip install "medretrieve[serve]"' in capsys.readouterr().err

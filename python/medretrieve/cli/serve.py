@@ -13,9 +13,10 @@ import os
 import shutil
 import signal
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..server.config import CONFIG_ENV, ServerConfig
+if TYPE_CHECKING:  # the server needs the serve extra: imported when the command runs, so --help works without it
+    from ..server.config import ServerConfig
 
 DEFAULT_PORT = 8000
 
@@ -57,17 +58,16 @@ def _positive(text: str) -> int:
     return value
 
 
-def _config(args: argparse.Namespace, runtime_dir: str) -> ServerConfig:
-    extra = {}
-    if args.max_inflight is not None:
-        extra["max_inflight"] = args.max_inflight
-    if args.max_queue is not None:
-        extra["max_queue"] = args.max_queue
+def _config(args: argparse.Namespace, runtime_dir: str) -> "ServerConfig":
+    from ..server.config import ServerConfig
+
+    extra = {} if args.max_inflight is None else {"max_inflight": args.max_inflight}  # default: the CPUs
     return ServerConfig(
         os.path.abspath(args.collection), ranker=args.ranker, cross_encoder=args.cross_encoder,
         query_encoder=args.query_encoder, training=tuple(args.training) if args.training else None,
         llm_url=args.llm, llm_model=args.model, llm_timeout_s=args.llm_timeout_s,
         answer_concurrency=args.answer_concurrency, deadline_ms=args.deadline_ms, max_batch=args.max_batch,
+        max_queue=args.max_queue,
         mmap=not args.no_mmap,
         enable_reload=args.enable_reload,
         reload_stamp=os.path.join(runtime_dir, "reload-stamp") if args.enable_reload and args.workers > 1 else None,
@@ -87,6 +87,8 @@ def _log_config(level: str) -> dict:
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
+
+    from ..server.config import CONFIG_ENV
 
     runtime_dir = tempfile.mkdtemp(prefix="medretrieve-serve-")
     try:

@@ -272,7 +272,10 @@ class LexicalIndex:
             raise ValueError(f"{path} is not a medretrieve lexical index (format {payload.get('format')!r})")
         idx = cls(payload["stem"], payload["remove_stopwords"], payload["k1"], payload["b"])
         idx._ids = np.asarray(payload["ids"], dtype=np.int64)
-        idx._tokens = payload["tokens"]
+        # one str object per distinct token: JSON gives every occurrence its own (at 100k chunks 6.2M strings,
+        # ~340 MB more in each process that opens the collection, e.g. each server worker)
+        canonical: dict = {}
+        idx._tokens = [[canonical.setdefault(t, t) for t in toks] for toks in payload.pop("tokens")]
         idx.tokenizer_version = int(payload.get("tokenizer", 1))
         idx._alive = np.ones(len(idx._ids), dtype=bool)
         idx._fit()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -50,8 +50,8 @@ class ServerConfig:
     llm_timeout_s: float = 30.0
     answer_concurrency: int = 8
     answer_deadline_ms: float = 60_000.0
-    max_inflight: int = 0
-    max_queue: int = -1
+    max_inflight: int = field(default_factory=_cpus)
+    max_queue: Optional[int] = None
     deadline_ms: float = 300.0
     max_batch: int = 64
     mmap: bool = True
@@ -63,10 +63,6 @@ class ServerConfig:
         set_("collection", str(self.collection))
         if self.training is not None:
             set_("training", tuple(str(t) for t in self.training))
-        if self.max_inflight == 0:
-            set_("max_inflight", _cpus())
-        if self.max_queue == -1:
-            set_("max_queue", 4 * self.max_inflight)
         from .schemas import MAX_BATCH
 
         if not isinstance(self.max_batch, int) or not 1 <= self.max_batch <= MAX_BATCH:
@@ -75,14 +71,19 @@ class ServerConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if not isinstance(self.max_queue, int) or self.max_queue < 0:
-            raise ValueError(f"max_queue must be an integer >= 0, got {self.max_queue!r}")
+        if self.max_queue is not None and (not isinstance(self.max_queue, int) or self.max_queue < 0):
+            raise ValueError(f"max_queue must be None or an integer >= 0, got {self.max_queue!r}")
         for name in ("deadline_ms", "answer_deadline_ms", "llm_timeout_s"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < float("inf"):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
         if (self.llm_url is None) != (self.llm_model is None):
             raise ValueError("llm_url and llm_model go together: give both (answers on) or neither")
+
+    @property
+    def queue_size(self) -> int:
+        """Requests that may wait for a search slot: ``max_queue``, by default 4 x ``max_inflight``."""
+        return 4 * self.max_inflight if self.max_queue is None else self.max_queue
 
     def check_paths(self) -> None:
         """FileNotFoundError naming the first configured file or directory that is missing (a fast check before

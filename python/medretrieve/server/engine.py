@@ -85,7 +85,7 @@ def describe(snap: Snapshot, config: ServerConfig, answers: bool) -> Dict[str, A
         "server": {"version": __version__, "pid": os.getpid(), "generation": snap.generation,
                    "loaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(snap.loaded_at)),
                    "load_ms": round(snap.load_ms, 1), "answers": answers, "max_inflight": config.max_inflight,
-                   "max_queue": config.max_queue, "deadline_ms": config.deadline_ms},
+                   "max_queue": config.queue_size, "deadline_ms": config.deadline_ms},
     }
 
 
@@ -104,8 +104,8 @@ class Engine:
         self.error: Optional[str] = None
         self.backend = backend
         self._own_backend = False
-        self.search_slots = Admission(config.max_inflight, config.max_queue)
-        self.answer_slots = Admission(config.answer_concurrency, config.max_queue, work_ms_prior=2000.0)
+        self.search_slots = Admission(config.max_inflight, config.queue_size)
+        self.answer_slots = Admission(config.answer_concurrency, config.queue_size, work_ms_prior=2000.0)
         self._pools = {"search": ThreadPoolExecutor(config.max_inflight, thread_name_prefix="mr-search"),
                        "answer": ThreadPoolExecutor(config.answer_concurrency, thread_name_prefix="mr-answer")}
         self._reload_lock: Optional[asyncio.Lock] = None  # made on the event loop, in start()
@@ -116,7 +116,11 @@ class Engine:
 
     # ------------------------------------------------------------- life cycle
     def start(self) -> None:
-        """Make the LLM backend, load the collection in the background (unless given), watch the reload stamp."""
+        """Make the LLM backend, load the collection in the background (unless given), watch the reload stamp.
+        Runs on the event loop: at the app's startup, or at its first request when the app is mounted in another
+        one that does not run its lifespan. Once only."""
+        if self._reload_lock is not None:
+            return
         self._reload_lock = asyncio.Lock()
         if self.backend is None and self.config.llm_url:
             from ..generation.llm import OpenAIBackend
@@ -157,6 +161,10 @@ class Engine:
         self.metrics.set_index(len(col), col.n_documents, dense_file.stat().st_size if dense_file.exists() else 0)
 
     def ready(self) -> Snapshot:
+        """The served snapshot; NotReady while there is none (called on the event loop, it starts the engine if
+        nothing did)."""
+        if self._reload_lock is None:
+            self.start()
         snap = self.snapshot
         if snap is None:
             raise NotReady(f"loading the collection failed: {self.error}" if self.error else
