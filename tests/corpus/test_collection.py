@@ -76,7 +76,7 @@ def test_build_open_add_delete_round_trip(tmp_path, encoder_dir):
     assert json.loads((out / "manifest.json").read_text())["counts"]["deleted_chunks"] == 3
 
 
-def test_open_with_mmap_searches_the_same_and_refuses_changes(tmp_path, encoder_dir):
+def test_open_with_mmap_searches_the_same_and_refuses_changes_and_encoder_threads(tmp_path, encoder_dir):
     out = tmp_path / "col"
     Collection.build(DOCS, out, encoder=encoder_dir, progress=False)
     copy, mapped = Collection.open(out), Collection.open(out, mmap=True)
@@ -88,6 +88,8 @@ def test_open_with_mmap_searches_the_same_and_refuses_changes(tmp_path, encoder_
             change()
     assert mapped.n_documents == 3 and bool(mapped.alive.all())  # nothing changed in memory either
     assert Collection.open(out).n_documents == 3
+    one = Collection.open(out, encoder_threads=1)
+    assert one.query_encoder()._session.get_session_options().intra_op_num_threads == 1
 
 
 def test_atomic_build_leaves_nothing_on_failure(tmp_path, encoder_dir, monkeypatch):

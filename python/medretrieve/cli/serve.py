@@ -39,6 +39,8 @@ def add_serve(sub: Any) -> None:
                    help="searches working at once per worker (default: the CPUs this process may use)")
     p.add_argument("--max-queue", type=int, default=None,
                    help="requests that may wait for a slot per worker (default: 4 x --max-inflight); beyond, 429")
+    p.add_argument("--encoder-threads", type=_positive, default=1,
+                   help="ONNX Runtime threads per encoder call (searches already run side by side)")
     p.add_argument("--answer-concurrency", type=_positive, default=8, help="answers generated at once per worker")
     p.add_argument("--deadline-ms", type=float, default=300.0, help="deadline of a search that names none (ms)")
     p.add_argument("--max-batch", type=_positive, default=64, help="most questions in one /v1/search:batch")
@@ -67,7 +69,7 @@ def _config(args: argparse.Namespace, runtime_dir: str) -> "ServerConfig":
         query_encoder=args.query_encoder, training=tuple(args.training) if args.training else None,
         llm_url=args.llm, llm_model=args.model, llm_timeout_s=args.llm_timeout_s,
         answer_concurrency=args.answer_concurrency, deadline_ms=args.deadline_ms, max_batch=args.max_batch,
-        max_queue=args.max_queue,
+        max_queue=args.max_queue, encoder_threads=args.encoder_threads,
         mmap=not args.no_mmap,
         enable_reload=args.enable_reload,
         reload_stamp=os.path.join(runtime_dir, "reload-stamp") if args.enable_reload and args.workers > 1 else None,

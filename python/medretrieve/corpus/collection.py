@@ -131,6 +131,7 @@ class Collection:
         self._query_encoder_dir = query_encoder_dir or (qe["dir"] if qe else self._encoder_dir)
         self._article_encoder = None
         self._query_encoder = None
+        self.encoder_threads: Optional[int] = None  # ONNX Runtime intra-op threads of the encoders (None: ORT's)
         self._refresh_arrays()
 
     # ------------------------------------------------------------- derived arrays
@@ -158,14 +159,14 @@ class Collection:
         if self._article_encoder is None:
             from ..models.encoders import ArticleEncoder
 
-            self._article_encoder = ArticleEncoder.from_dir(self._encoder_dir)
+            self._article_encoder = ArticleEncoder.from_dir(self._encoder_dir, threads=self.encoder_threads)
         return self._article_encoder
 
     def query_encoder(self):
         if self._query_encoder is None:
             from ..models.encoders import QueryEncoder
 
-            enc = QueryEncoder.from_dir(self._query_encoder_dir)
+            enc = QueryEncoder.from_dir(self._query_encoder_dir, threads=self.encoder_threads)
             if enc.dim != self.dense.dim:
                 raise ValueError(f"query encoder {self._query_encoder_dir} gives {enc.dim}-dim vectors but the "
                                  f"collection's index holds {self.dense.dim}-dim vectors")
@@ -267,12 +268,15 @@ class Collection:
 
     @classmethod
     def open(cls, directory: Union[str, os.PathLike], encoder: Optional[str] = None,
-             query_encoder: Optional[str] = None, mmap: bool = False) -> "Collection":
+             query_encoder: Optional[str] = None, mmap: bool = False,
+             encoder_threads: Optional[int] = None) -> "Collection":
         """Open a built collection (``encoder`` / ``query_encoder`` override the manifest's dirs).
 
         ``mmap=True`` serves the dense index read-only from a memory map of ``dense.index``: processes that
         open the same collection share its pages (one copy in RAM for several server workers), but ``add`` and
-        ``delete`` then raise; reopen without ``mmap`` to change the collection."""
+        ``delete`` then raise; reopen without ``mmap`` to change the collection. ``encoder_threads``: ONNX Runtime
+        intra-op threads per encoder call (None: ORT's default, one per core); a server running searches side by
+        side wants 1."""
         from ..index import Index
 
         d = Path(directory)
@@ -299,7 +303,9 @@ class Collection:
             live = [r for r in rows if not r.deleted]
             fresh.add([_lexical_text(r.title, r.text, r.overlap) for r in live], [r.row for r in live])
             lexical = fresh
-        return cls(d, manifest, rows, sections, dense, lexical, encoder, query_encoder)
+        col = cls(d, manifest, rows, sections, dense, lexical, encoder, query_encoder)
+        col.encoder_threads = encoder_threads
+        return col
 
     # ------------------------------------------------------------- updates
     def add(self, source: SourceLike, errors: str = "skip", batch_size: int = 64, progress: bool = False,

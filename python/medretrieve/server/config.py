@@ -29,6 +29,9 @@ class ServerConfig:
     - ``llm_url`` + ``llm_model``: an OpenAI-compatible server for ``/v1/answer`` (off when None);
       ``llm_timeout_s``: per LLM request (s); ``answer_concurrency``: answers generated at once (they wait on the
       LLM, so they get their own slots and do not hold search slots).
+    - ``encoder_threads``: ONNX Runtime threads per encoder call (default 1: searches run side by side in
+      ``max_inflight`` threads, so each encoder call keeps to one core instead of spreading over, and spinning on,
+      all of them).
     - ``answer_deadline_ms``: the deadline of an answer request that names none (ms; retrieval within it keeps
       ``deadline_ms``).
     - ``max_inflight``: searches that work at once (default: the CPUs this process may use); ``max_queue``:
@@ -50,6 +53,7 @@ class ServerConfig:
     llm_timeout_s: float = 30.0
     answer_concurrency: int = 8
     answer_deadline_ms: float = 60_000.0
+    encoder_threads: int = 1
     max_inflight: int = field(default_factory=_cpus)
     max_queue: Optional[int] = None
     deadline_ms: float = 300.0
@@ -67,7 +71,7 @@ class ServerConfig:
 
         if not isinstance(self.max_batch, int) or not 1 <= self.max_batch <= MAX_BATCH:
             raise ValueError(f"max_batch must be an integer in [1, {MAX_BATCH}], got {self.max_batch!r}")
-        for name in ("max_inflight", "answer_concurrency"):
+        for name in ("max_inflight", "answer_concurrency", "encoder_threads"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")

@@ -56,8 +56,14 @@ class Snapshot:
 def load_snapshot(config: ServerConfig, generation: int) -> Snapshot:
     """Open ``config.collection`` (mmap as configured) and build and warm its retriever (blocking, seconds)."""
     t0 = time.perf_counter()
-    col = Collection.open(config.collection, query_encoder=config.query_encoder, mmap=config.mmap)
-    ret = Retriever(col, cross_encoder=config.cross_encoder, ranker=config.ranker,
+    col = Collection.open(config.collection, query_encoder=config.query_encoder, mmap=config.mmap,
+                          encoder_threads=config.encoder_threads)
+    cross = None
+    if config.cross_encoder:
+        from ..models.encoders import CrossEncoder
+
+        cross = CrossEncoder.from_dir(config.cross_encoder, threads=config.encoder_threads)
+    ret = Retriever(col, cross_encoder=cross, ranker=config.ranker,
                     training=list(config.training) if config.training else None)
     return Snapshot(generation, ret, (time.perf_counter() - t0) * 1000.0)
 
@@ -85,7 +91,8 @@ def describe(snap: Snapshot, config: ServerConfig, answers: bool) -> Dict[str, A
         "server": {"version": __version__, "pid": os.getpid(), "generation": snap.generation,
                    "loaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(snap.loaded_at)),
                    "load_ms": round(snap.load_ms, 1), "answers": answers, "max_inflight": config.max_inflight,
-                   "max_queue": config.queue_size, "deadline_ms": config.deadline_ms},
+                   "max_queue": config.queue_size, "deadline_ms": config.deadline_ms,
+                   "encoder_threads": config.encoder_threads},
     }
 
 
