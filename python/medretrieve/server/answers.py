@@ -99,7 +99,11 @@ async def stream_answer(engine: Engine, metrics: ServerMetrics, body: AnswerRequ
         finally:
             loop.call_soon_threadsafe(events.put_nowait, None)
 
-    done = loop.run_in_executor(engine.pool("answer"), work)
+    try:
+        done = loop.run_in_executor(engine.pool("answer"), work)
+    except BaseException:  # the pool is shut down (the server stops): give the slot back
+        await slot.__aexit__(None, None, None)
+        raise
     done.add_done_callback(lambda _: asyncio.ensure_future(slot.__aexit__(None, None, None)))
 
     async def body_events() -> AsyncIterator[bytes]:

@@ -8,8 +8,8 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from .._version import __version__
-from ..retrieval.budget import Deadline
 from ..generation.generate import Answer
+from ..retrieval.budget import Deadline
 from ..retrieval.results import SearchResult
 from .admission import remaining_or_none
 from .answers import answer_once, note_answer, stream_answer
@@ -43,6 +43,13 @@ def _note_search(metrics: ServerMetrics, endpoint: str, results: List[SearchResu
 
 
 def add_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
+    """Every endpoint of the API on ``app``."""
+    _search_routes(app, engine, metrics)
+    _answer_route(app, engine, metrics)
+    _operations_routes(app, engine, metrics)
+
+
+def _search_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
     config = engine.config
 
     @app.post("/v1/search", response_model=SearchResult, responses=_ERRORS, tags=["search"])
@@ -79,6 +86,10 @@ def add_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
         work_ms = sum(r.timings_ms["total"] for r in results)
         return _respond({"results": [r.to_dict() for r in results]}, waited_ms, work_ms, deadline)
 
+
+def _answer_route(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
+    config = engine.config
+
     @app.post("/v1/answer", response_model=Answer, responses={
         **_ERRORS, 501: {"model": ErrorResponse, "description": "no LLM configured"},
         200: {"content": {"text/event-stream": {}}, "description": "the answer; with stream=true as events "
@@ -100,6 +111,10 @@ def add_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
         ans, waited_ms = await engine.run("answer", deadline, work)
         note_answer(metrics, ans)
         return _respond(ans.to_dict(), waited_ms, ans.timings.get("total", 0.0), deadline)
+
+
+def _operations_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
+    config = engine.config
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> Dict[str, Any]:
