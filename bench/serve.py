@@ -91,7 +91,7 @@ def overhead(args: argparse.Namespace) -> None:
 
     col = collection_dir(args)
     qs = questions(args.queries)
-    ret = Retriever(Collection.open(col, mmap=True))
+    ret = Retriever(Collection.open(col, mmap=True, encoder_threads=1))  # as the server opens it
     lib, http_ms, added, server_own, outside = [], [], [], [], []
     with server(col, 1) as srv, httpx.Client(base_url=srv.url, timeout=10.0) as http:
         for q in qs[:20]:  # warm both

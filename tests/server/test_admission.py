@@ -99,3 +99,16 @@ def test_a_cancelled_waiter_gives_its_place_up():
         await asyncio.gather(first, last)
         assert order == ["a", "c"] and adm.active == 0
     run(main())
+
+
+def test_the_work_estimate_learns_mean_and_spread():
+    adm = Admission(limit=2, max_queue=4, work_ms_prior=10.0)
+    assert adm.expected_wait_ms() == 0.0 and adm.expected_work_ms() == 20.0  # 10 + 2 x 5
+    for work in (40.0, 40.0, 40.0, 40.0, 40.0, 40.0, 40.0, 40.0):
+        adm._learn(work)
+    assert 30.0 < adm.work_ms.value < 40.0 and adm.expected_work_ms() > adm.work_ms.value
+    steady = Admission(limit=2, max_queue=4, work_ms_prior=10.0)
+    for _ in range(30):
+        steady._learn(10.0)
+    assert steady.expected_work_ms() < 10.1  # no spread: the estimate is the mean
+    assert steady.retry_after_s() == 1

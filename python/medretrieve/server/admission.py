@@ -2,9 +2,11 @@
 
 Why shed instead of queueing everything: searches are CPU-bound, so beyond the machine's capacity a longer queue
 only makes every request late. A request is refused at once (:class:`Overloaded`, HTTP 429 with Retry-After) when
-the queue is full or when the wait it can expect (queued requests x mean work time / slots) plus its own work
-would not fit in its deadline; a queued request whose deadline passes before it gets a slot leaves the queue
-(:class:`QueueTimeout`, HTTP 504) without doing the work. All of it runs on one event loop: no locks.
+the queue is full or when the wait it can expect plus its own work would not fit in its deadline; a queued request
+whose deadline passes before it gets a slot leaves the queue (:class:`QueueTimeout`, HTTP 504) without doing the
+work. The expectation is deliberately pessimistic, as TCP's retransmission timer is: the mean work time plus twice
+its mean deviation (both moving averages of the admitted requests), so that under overload requests are shed with
+429 at once rather than queued to time out with 504. All of it runs on one event loop: no locks.
 """
 from __future__ import annotations
 
@@ -47,7 +49,8 @@ class Admission:
     def __init__(self, limit: int, max_queue: int, work_ms_prior: float = 20.0) -> None:
         self.limit = limit
         self.max_queue = max_queue
-        self.work_ms = Ema(work_ms_prior)
+        self.work_ms = Ema(work_ms_prior)  # mean work time of one request
+        self.work_dev_ms = work_ms_prior / 2  # its mean absolute deviation (moving average, same weight)
         self.active = 0
         self._waiters: Deque["asyncio.Future[None]"] = deque()
 
@@ -56,14 +59,22 @@ class Admission:
         return len(self._waiters)
 
     def expected_wait_ms(self) -> float:
-        """The wait (ms) a request arriving now can expect before it gets a slot."""
+        """The wait (ms) a request arriving now may have before it gets a slot (pessimistic, see above)."""
         if self.active < self.limit and not self._waiters:
             return 0.0
-        return (len(self._waiters) + 1) * self.work_ms.value / self.limit
+        return (len(self._waiters) + 1) * self.work_ms.value / self.limit + 2 * self.work_dev_ms
+
+    def expected_work_ms(self) -> float:
+        """The work time (ms) a request may take once it has a slot (pessimistic, see above)."""
+        return self.work_ms.value + 2 * self.work_dev_ms
+
+    def _learn(self, work_ms: float) -> None:
+        self.work_dev_ms += self.work_ms.alpha * (abs(work_ms - self.work_ms.value) - self.work_dev_ms)
+        self.work_ms.update(work_ms)
 
     def retry_after_s(self) -> int:
         """Seconds after which a refused request may try again (whole seconds, as HTTP's Retry-After; >= 1)."""
-        return max(1, math.ceil((self.expected_wait_ms() + self.work_ms.value) / 1000.0))
+        return max(1, math.ceil((self.expected_wait_ms() + self.expected_work_ms()) / 1000.0))
 
     @asynccontextmanager
     async def slot(self, deadline: Deadline) -> AsyncIterator[float]:
@@ -76,7 +87,7 @@ class Admission:
         try:
             yield waited_ms
         finally:
-            self.work_ms.update((time.perf_counter() - start) * 1000.0)
+            self._learn((time.perf_counter() - start) * 1000.0)
             self._release()
 
     async def _acquire(self, deadline: Deadline) -> None:
@@ -86,7 +97,7 @@ class Admission:
         if len(self._waiters) >= self.max_queue:
             raise Overloaded("queue_full", f"{self.active} requests working and {len(self._waiters)} queued "
                              "(the queue is full)", self.retry_after_s())
-        expected = self.expected_wait_ms() + self.work_ms.value
+        expected = self.expected_wait_ms() + self.expected_work_ms()
         if expected > deadline.remaining_ms():
             raise Overloaded("deadline", f"the expected wait and work ({expected:.0f} ms) exceed the "
                              f"{max(deadline.remaining_ms(), 0.0):.0f} ms left of the deadline", self.retry_after_s())
