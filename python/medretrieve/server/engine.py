@@ -189,7 +189,8 @@ class Engine:
         it. Raises NotReady, Overloaded or QueueTimeout (:mod:`.admission`) before yielding."""
         self.ready()
         slots = self.search_slots if kind == "search" else self.answer_slots
-        queued, inflight = self.metrics.queued.labels(kind), self.metrics.inflight.labels(kind)
+        queued = self.metrics.child(self.metrics.queued, kind)
+        inflight = self.metrics.child(self.metrics.inflight, kind)
         queued.inc()
         entered = False
         try:

@@ -49,8 +49,8 @@ class Observe:
             await self.app(scope, receive, send_and_note)
         finally:
             endpoint = endpoint_of(scope)
-            self.metrics.requests.labels(endpoint, str(status["code"])).inc()
-            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - arrived)
+            self.metrics.child(self.metrics.requests, endpoint, str(status["code"])).inc()
+            self.metrics.child(self.metrics.latency, endpoint).observe(time.perf_counter() - arrived)
 
 
 def request_deadline(request: Request, body_ms: Optional[float], default_ms: float) -> Deadline:

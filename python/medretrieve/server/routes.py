@@ -39,7 +39,7 @@ def _note_search(metrics: ServerMetrics, endpoint: str, results: List[SearchResu
         if res.weak:
             metrics.weak.inc()
     if deadline.expired():
-        metrics.deadline_misses.labels(endpoint, "work").inc()
+        metrics.child(metrics.deadline_misses, endpoint, "work").inc()
 
 
 def add_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
@@ -62,7 +62,7 @@ def _search_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None
             return snap.retriever.search(body.question, deadline_ms=remaining_or_none(deadline), **kwargs)
 
         result, waited_ms = await engine.run("search", deadline, work)
-        metrics.queue_wait.labels("/v1/search").observe(waited_ms / 1000.0)
+        metrics.child(metrics.queue_wait, "/v1/search").observe(waited_ms / 1000.0)
         _note_search(metrics, "/v1/search", [result], deadline)
         return _respond(result.to_dict(), waited_ms, result.timings_ms["total"], deadline)
 
@@ -81,7 +81,7 @@ def _search_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None
                     for q in body.questions]
 
         results, waited_ms = await engine.run("search", deadline, work)
-        metrics.queue_wait.labels("/v1/search:batch").observe(waited_ms / 1000.0)
+        metrics.child(metrics.queue_wait, "/v1/search:batch").observe(waited_ms / 1000.0)
         _note_search(metrics, "/v1/search:batch", results, deadline)
         work_ms = sum(r.timings_ms["total"] for r in results)
         return _respond({"results": [r.to_dict() for r in results]}, waited_ms, work_ms, deadline)
