@@ -4,6 +4,7 @@
     python bench/serve.py throughput [--chunks 100000] [--seconds 15] [--clients 1,4,16,64] [--workers 1,2]
     python bench/serve.py overload   [--chunks 100000] [--seconds 60] [--saturation QPS] [--workers 2]
     python bench/serve.py memory     [--chunks 100000]
+    python bench/serve.py cpu        [--chunks 100000] [--queries 2000]
 
 The collection: the BioASQ 7b snippets plus synthetic filler up to ``--chunks`` (``bench/retrieval.py``'s
 ``build_bioasq_collection`` and ``add_filler``, the collection of its ``latency`` benchmark), written once to
@@ -23,6 +24,10 @@ clients' and server's event loops waiting for a CPU).
 - overload: open-loop Poisson arrivals at 2x ``--saturation`` (default: the QPS of a 10 s closed-loop run with
   twice as many clients as the server has slots) for ``--seconds``; every request has a 2 s client timeout; the server's memory (sum of RSS
   over its processes) is sampled every 2 s.
+- cpu: CPU time (not wall time, so the box's load does not count) of the app's own path per request, in one
+  process through httpx's ASGI transport (no sockets): ``/healthz`` (the client's share plus a trivial endpoint)
+  and ``/v1/search`` with the search replaced by a canned result of a real one (validation, admission, thread-pool
+  hand-off, metrics, serialisation).
 - memory: RSS, PSS and private memory (USS) of each worker after warm-up, for 1 and 2 workers, with and without
   the memory-mapped dense index (``--no-mmap``).
 """
@@ -346,13 +351,56 @@ def memory(args: argparse.Namespace) -> None:
             sys.stdout.flush()
 
 
+def cpu(args: argparse.Namespace) -> None:
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.retrieval.retriever import Retriever
+    from medretrieve.server import create_app
+
+    ret = Retriever(Collection.open(collection_dir(args), mmap=True, encoder_threads=1))
+    canned = ret.search(questions(1)[0], k=10, deadline_ms=300)
+
+    class Canned:  # the search's own cost is measured elsewhere: here only the app's path around it
+        collection = ret.collection
+
+        def search(self, question: str, **kwargs: object) -> object:
+            return canned
+
+    app = create_app(ret)
+    app.state.engine.snapshot.retriever = Canned()
+
+    async def per_request(http: httpx.AsyncClient, method: str, path: str, body: Optional[dict]) -> float:
+        for _ in range(100):
+            await http.request(method, path, json=body)
+        t0 = time.process_time()
+        for _ in range(args.queries):
+            assert (await http.request(method, path, json=body)).status_code == 200
+        return (time.process_time() - t0) * 1000.0 / args.queries
+
+    async def run() -> Dict[str, float]:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
+                return {"healthz": await per_request(http, "GET", "/healthz", None),
+                        "search": await per_request(http, "POST", "/v1/search", {"question": canned.question,
+                                                                               "k": 10})}
+
+    ms = asyncio.run(run())
+    print(f"\nCPU per request, app path only (canned search result of {len(canned.hits)} hits, "
+          f"{args.queries} requests, client and app in one process, no sockets)\n")
+    print("| request | CPU ms per request |")
+    print("|---|---|")
+    print(f"| GET /healthz (client + trivial endpoint) | {ms['healthz']:.3f} |")
+    print(f"| POST /v1/search, canned result | {ms['search']:.3f} |")
+    print(f"| difference: the search endpoint's own path | {ms['search'] - ms['healthz']:.3f} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("overhead", "throughput", "overload", "memory"))
+    p.add_argument("what", choices=("overhead", "throughput", "overload", "memory", "cpu"))
     p.add_argument("--encoder", default=None, help="encoder dir (default: the embedded int8 MiniLM)")
     p.add_argument("--work", default="/tmp/medretrieve-bench-serve")
     p.add_argument("--chunks", type=int, default=100_000)
-    p.add_argument("--queries", type=int, default=300)
+    p.add_argument("--queries", type=int, default=300, help="overhead: questions; cpu: requests per endpoint")
     p.add_argument("--seconds", type=float, default=None, help="per cell (throughput 15) / overload run (60)")
     p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16, 64])
     p.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
@@ -366,7 +414,8 @@ def main() -> None:
         args.seconds = 60.0 if args.what == "overload" else 15.0
     if not rb.DATA.is_dir():
         sys.exit(f"no BioASQ data at {rb.DATA}")
-    {"overhead": overhead, "throughput": throughput, "overload": overload, "memory": memory}[args.what](args)
+    {"overhead": overhead, "throughput": throughput, "overload": overload, "memory": memory,
+     "cpu": cpu}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -91,6 +91,19 @@ def test_deadline_in_queue_is_504_without_work_and_overload_is_shed_with_retry_a
         assert _metric(http, 'medretrieve_requests_total{endpoint="/v1/search",status="500"}') == 0
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_collection_that_does_not_load_stops_the_server(tmp_path, medretrieve_collection, workers):
+    broken = tmp_path / "broken"
+    shutil.copytree(medretrieve_collection.directory, broken)
+    (broken / "dense.index").write_bytes(b"not an index")
+    srv = ServerProcess(broken, ["--workers", workers], startup_s=120)
+    with pytest.raises(RuntimeError, match="did not start"):
+        srv.start()
+    assert srv.returncode == 2 and "medretrieve serve: RuntimeError: could not load" in srv.log()
+    assert "bad magic" in srv.log().splitlines()[-1]
+    srv.close()
+
+
 def test_sigterm_finishes_the_request_in_flight_and_exits_0(medretrieve_collection):
     with ServerProcess(medretrieve_collection.directory, ["--max-inflight", "1"]) as srv:
         with httpx.Client(base_url=srv.url, timeout=30.0) as http:
@@ -124,7 +137,7 @@ def test_two_workers_share_the_index_count_together_and_reload_together(medretri
         def get(path: str) -> httpx.Response:  # a new connection each time: either worker may answer
             return httpx.get(f"{srv.url}{path}", timeout=30.0)
 
-        _wait_for(lambda: all(get("/readyz").status_code == 200 for _ in range(6)), what="both workers ready")
+        assert all(get("/readyz").status_code == 200 for _ in range(6))  # both loaded before they accepted
         for _ in range(10):
             assert httpx.post(f"{srv.url}/v1/search", json={"question": "gout"}, timeout=30.0).status_code == 200
         with httpx.Client(base_url=srv.url) as http:  # every worker's counts, whichever answers

@@ -3,7 +3,8 @@
 Several workers: each is its own process with its own retriever (searches are CPU-bound and hold the GIL part of
 the time, so processes, not threads, use several cores); they share the dense index's pages through the memory
 map, their Prometheus metrics through a shared directory, and a reload through a stamp file (both in a temporary
-directory removed at exit). SIGTERM stops accepting, lets the requests in flight finish (at most
+directory removed at exit). A worker loads its collection before it accepts connections, so a worker that is
+still loading (at start, or restarted) never answers 503 while the others serve. SIGTERM stops accepting, lets the requests in flight finish (at most
 ``--graceful-timeout`` s) and exits 0.
 """
 from __future__ import annotations
@@ -60,7 +61,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def _config(args: argparse.Namespace, runtime_dir: str) -> "ServerConfig":
+def _config(args: argparse.Namespace, runtime_dir: str, failure_file: str) -> "ServerConfig":
     from ..server.config import ServerConfig
 
     extra = {} if args.max_inflight is None else {"max_inflight": args.max_inflight}  # default: the CPUs
@@ -69,7 +70,8 @@ def _config(args: argparse.Namespace, runtime_dir: str) -> "ServerConfig":
         query_encoder=args.query_encoder, training=tuple(args.training) if args.training else None,
         llm_url=args.llm, llm_model=args.model, llm_timeout_s=args.llm_timeout_s,
         answer_concurrency=args.answer_concurrency, deadline_ms=args.deadline_ms, max_batch=args.max_batch,
-        max_queue=args.max_queue, encoder_threads=args.encoder_threads,
+        max_queue=args.max_queue, encoder_threads=args.encoder_threads, preload=True,
+        startup_failure_file=failure_file,
         mmap=not args.no_mmap,
         enable_reload=args.enable_reload,
         reload_stamp=os.path.join(runtime_dir, "reload-stamp") if args.enable_reload and args.workers > 1 else None,
@@ -93,8 +95,9 @@ def _serve(args: argparse.Namespace) -> int:
     from ..server.config import CONFIG_ENV
 
     runtime_dir = tempfile.mkdtemp(prefix="medretrieve-serve-")
+    failure = os.path.join(runtime_dir, "startup-failure")
     try:
-        config = _config(args, runtime_dir)
+        config = _config(args, runtime_dir, failure)
         config.check_paths()
         os.environ[CONFIG_ENV] = config.to_json()
         if args.workers > 1:
@@ -104,10 +107,17 @@ def _serve(args: argparse.Namespace) -> int:
         # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler it found; this
         # one lets the command return, so the process exits 0 rather than by the signal
         signal.signal(signal.SIGTERM, lambda signum, frame: None)
-        uvicorn.run("medretrieve.server.app:app_from_env", factory=True, host=args.host, port=args.port,
-                    workers=args.workers, log_level=args.log_level, access_log=args.access_log,
-                    log_config=_log_config(args.log_level), timeout_graceful_shutdown=args.graceful_timeout,
-                    lifespan="on")
+        try:
+            uvicorn.run("medretrieve.server.app:app_from_env", factory=True, host=args.host, port=args.port,
+                        workers=args.workers, log_level=args.log_level, access_log=args.access_log,
+                        log_config=_log_config(args.log_level), timeout_graceful_shutdown=args.graceful_timeout,
+                        lifespan="on")
+        except SystemExit:  # one worker that failed to start exits this way; several stop without a code
+            if not os.path.exists(failure):
+                raise
+        if os.path.exists(failure):
+            with open(failure, encoding="utf-8") as fh:
+                raise RuntimeError(f"could not load {config.collection}: {fh.read()}")
     finally:
         shutil.rmtree(runtime_dir, ignore_errors=True)
     return 0

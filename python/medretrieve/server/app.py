@@ -19,6 +19,7 @@ from typing import Any, AsyncIterator, Dict, Union
 
 from fastapi import FastAPI
 
+from .._files import write_text_atomic
 from .._version import __version__
 from ..retrieval.retriever import Retriever
 from . import errors
@@ -47,7 +48,8 @@ def create_app(source: Union[ServerConfig, str, "os.PathLike[str]", Retriever], 
 
     ``source``: a collection directory (``settings`` are :class:`~.config.ServerConfig` fields, e.g.
     ``max_inflight=4, deadline_ms=200``), a whole ``ServerConfig``, or a ``Retriever`` already built (served as
-    it is). The collection loads in the background when the app starts (``/readyz`` says when it is ready).
+    it is). The collection loads in the background when the app starts (``/readyz`` says when it is ready), or
+    before it starts with ``preload=True``.
     ``backend``: an LLM backend (``generate(messages, ...) -> str``) for ``/v1/answer``, instead of
     ``llm_url`` / ``llm_model``.
     """
@@ -57,7 +59,15 @@ def create_app(source: Union[ServerConfig, str, "os.PathLike[str]", Retriever], 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine.start()
+        if config.preload:
+            try:
+                await engine.start_loaded()
+            except Exception as exc:
+                if config.startup_failure_file:
+                    write_text_atomic(config.startup_failure_file, f"{type(exc).__name__}: {exc}")
+                raise
+        else:
+            engine.start()
         try:
             yield
         finally:

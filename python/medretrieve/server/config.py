@@ -39,6 +39,10 @@ class ServerConfig:
       would use up a request's deadline, requests are answered 429 at once.
     - ``deadline_ms``: the deadline of a search that names none (ms, queueing included); ``max_batch``: the most
       questions in one ``/v1/search:batch`` (at most ``schemas.MAX_BATCH``).
+    - ``preload``: load the collection before the app starts serving (a worker then accepts connections only once
+      it can answer them, and one that cannot load does not start); off, it loads in the background and
+      ``/readyz`` says when it is done. ``medretrieve serve`` turns it on. ``startup_failure_file``: where a
+      worker that could not load writes why (``medretrieve serve`` reports it and exits 2).
     - ``enable_reload``: allow ``POST /v1/admin/reload``; ``reload_stamp``: a file whose change tells every
       worker to reload (set by ``medretrieve serve`` when it runs several workers).
     """
@@ -59,6 +63,8 @@ class ServerConfig:
     deadline_ms: float = 300.0
     max_batch: int = 64
     mmap: bool = True
+    preload: bool = False
+    startup_failure_file: Optional[str] = None
     enable_reload: bool = False
     reload_stamp: Optional[str] = None
 

@@ -122,10 +122,20 @@ class Engine:
             self._publish(snapshot)
 
     # ------------------------------------------------------------- life cycle
-    def start(self) -> None:
-        """Make the LLM backend, load the collection in the background (unless given), watch the reload stamp.
-        Runs on the event loop: at the app's startup, or at its first request when the app is mounted in another
-        one that does not run its lifespan. Once only."""
+    async def start_loaded(self) -> None:
+        """:meth:`start`, then wait for the collection (``config.preload``): the load's error is raised, so a
+        worker that cannot serve never starts accepting connections."""
+        self.start(background_load=False)
+        if self.snapshot is None:
+            snap = await asyncio.get_running_loop().run_in_executor(None, load_snapshot, self.config, 1)
+            self._publish(snap)
+            log.info("medretrieve: serving %s (%d chunks, loaded in %.0f ms)", self.config.collection,
+                     len(snap.collection), snap.load_ms)
+
+    def start(self, background_load: bool = True) -> None:
+        """Make the LLM backend, load the collection in the background (unless given, or ``background_load`` is
+        off), watch the reload stamp. Runs on the event loop: at the app's startup, or at its first request when
+        the app is mounted in another one that does not run its lifespan. Once only."""
         if self._reload_lock is not None:
             return
         self._reload_lock = asyncio.Lock()
@@ -135,7 +145,7 @@ class Engine:
             self.backend = OpenAIBackend(self.config.llm_url, self.config.llm_model or "",
                                          timeout_s=self.config.llm_timeout_s)
             self._own_backend = True
-        if self.snapshot is None:
+        if self.snapshot is None and background_load:
             self._tasks.append(asyncio.ensure_future(self._first_load()))
         if self.config.reload_stamp:
             self._tasks.append(asyncio.ensure_future(self._watch_stamp()))
@@ -166,6 +176,7 @@ class Engine:
         col = snap.collection
         dense_file = col.directory / DENSE
         self.metrics.set_index(len(col), col.n_documents, dense_file.stat().st_size if dense_file.exists() else 0)
+        self.metrics.ready.set(1)
 
     def ready(self) -> Snapshot:
         """The served snapshot; NotReady while there is none (called on the event loop, it starts the engine if

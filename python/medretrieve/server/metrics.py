@@ -9,7 +9,8 @@ Names (all prefixed ``medretrieve_``; times in seconds, Prometheus' base unit):
 - ``weak_total`` (weak questions), ``abstained_total`` (answers that abstained);
 - ``inflight{kind}``, ``queued{kind}`` (``kind`` search or answer), ``shed_total{endpoint,reason}`` (answered
   429; ``reason`` queue_full or deadline);
-- ``index_chunks``, ``index_documents``, ``index_bytes`` (the loaded collection), ``reloads_total{outcome}``.
+- ``index_chunks``, ``index_documents``, ``index_bytes`` (the loaded collection), ``reloads_total{outcome}``;
+- ``ready``: 1 per worker serving a collection (summed over the workers: how many are ready).
 
 Several workers: when ``PROMETHEUS_MULTIPROC_DIR`` is set (``medretrieve serve --workers N`` sets it), every
 worker writes its values there and ``/metrics`` sums them over the live workers (prometheus-client's multiprocess
@@ -66,6 +67,8 @@ class ServerMetrics:
         self.index_bytes = Gauge("medretrieve_index_bytes", "Bytes of the dense index file", registry=reg,
                                  multiprocess_mode="livemax")
         self.reloads = Counter("medretrieve_reloads", "Collection reloads", ["outcome"], registry=reg)
+        self.ready = Gauge("medretrieve_ready", "Workers serving a collection", registry=reg,
+                           multiprocess_mode="livesum")
         self._children: Dict[Tuple[int, Tuple[str, ...]], Any] = {}
 
     def observe_stages(self, stages: Iterable[StageInfo]) -> None:

@@ -12,7 +12,7 @@ Fixtures:
 
 Marker: ``@pytest.mark.latency_budget(p50_ms=..., p99_ms=...)`` checks the test's ``benchmark`` measurement once
 the test body has run. With ``--benchmark-disable`` nothing is measured and the gates are not checked (a warning
-says so).
+says so). Needs pytest >= 8 and pytest-benchmark.
 """
 from __future__ import annotations
 

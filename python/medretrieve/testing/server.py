@@ -63,16 +63,28 @@ class ServerProcess:
             self.wait_ready(give_up - time.monotonic())
         return self
 
+    @property
+    def workers(self) -> int:
+        return int(self.args[self.args.index("--workers") + 1]) if "--workers" in self.args else 1
+
     def wait_ready(self, timeout_s: float) -> None:
+        """Wait until every worker serves (the ``medretrieve_ready`` gauge, summed over the workers)."""
         give_up = time.monotonic() + timeout_s
-        with httpx.Client(base_url=self.url, timeout=5.0) as http:
+        with httpx.Client(base_url=self.url, timeout=2.0) as http:
             while True:
                 try:
-                    if http.get("/readyz").status_code == 200:
+                    text = http.get("/metrics").text
+                    ready = sum(float(line.split()[1]) for line in text.splitlines()
+                                if line.startswith("medretrieve_ready "))
+                    if ready >= self.workers:
                         return
                 except httpx.TransportError:
                     pass
-                if time.monotonic() > give_up or (self.process is not None and self.process.poll() is not None):
+                if self.process is not None and self.process.poll() is not None:
+                    self.stop()
+                    raise RuntimeError(f"medretrieve serve did not start (exit {self.returncode}):\n"
+                                       f"{self.log()[-3000:]}")
+                if time.monotonic() > give_up:
                     raise RuntimeError(f"medretrieve serve was not ready in {timeout_s:.0f} s:\n{self.log()[-3000:]}")
                 time.sleep(0.1)
 
