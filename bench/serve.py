@@ -11,19 +11,21 @@ The collection: the BioASQ 7b snippets plus synthetic filler up to ``--chunks`` 
 ``--work``/bioasq-<chunks> and served from there. Questions: the 500 BioASQ 7b questions, cycled. Every search asks
 for k=10 with the server's default deadline (300 ms) and the heuristic rerank.
 
-- overhead: the same questions searched in-process (``Retriever.search``) and over HTTP (one worker, one
-  keep-alive connection), interleaved so the box's load hits both alike. "Added by HTTP" is, per request, the
-  client's round trip minus the search's own time as the server reports it (``Server-Timing: work``).
 Latencies are the client's (send to last byte) unless marked "server" (arrival at the app to the serialised
 response, from ``Server-Timing``: what the server controls; the rest is sockets, the accept queue, and the
 clients' and server's event loops waiting for a CPU).
 
+- overhead: the same questions searched in-process (``Retriever.search``, encoders on one thread as the server
+  opens them) and over HTTP (one worker, one keep-alive connection), interleaved so the box's load hits both
+  alike. "Added by HTTP" is, per request, the client's round trip minus the search's own time as the server
+  reports it (``Server-Timing: work``).
 - throughput: closed-loop clients (asyncio + aiohttp, each sends its next request when the last one answered;
   after a 429 it waits the Retry-After) for ``--seconds`` per cell; each worker gets ``--max-inflight`` =
   CPUs / workers. The load generator shares the machine's CPUs with the server.
 - overload: open-loop Poisson arrivals at 2x ``--saturation`` (default: the QPS of a 10 s closed-loop run with
-  twice as many clients as the server has slots) for ``--seconds``; every request has a 2 s client timeout; the server's memory (sum of RSS
-  over its processes) is sampled every 2 s.
+  twice as many clients as the server has slots) for ``--seconds``, after every question went through every
+  worker twice; every request has a 2 s client timeout; the server's memory (sum of RSS over its processes) is
+  sampled every 2 s.
 - cpu: CPU time (not wall time, so the box's load does not count) of the app's own path per request, in one
   process through httpx's ASGI transport (no sockets): ``/healthz`` (the client's share plus a trivial endpoint)
   and ``/v1/search`` with the search replaced by a canned result of a real one (validation, admission, thread-pool
@@ -197,6 +199,21 @@ async def closed_loop(url: str, clients: int, seconds: float, qs: Sequence[str])
     return tally
 
 
+async def each_question(url: str, qs: Sequence[str], times: int, clients: int) -> Tally:
+    """Every question ``times`` times, ``clients`` at a time, with no deadline (a warm-up)."""
+    tally = Tally()
+    todo = [q for q in qs for _ in range(times)]
+    async with _session(url, clients, 60.0) as http:
+        async def client(i: int) -> None:
+            for q in todo[i::clients]:
+                async with http.post("/v1/search", json={"question": q, "k": 10, "deadline_ms": 60000}) as r:
+                    await r.read()
+                    tally.add(str(r.status))
+
+        await asyncio.gather(*(client(i) for i in range(clients)))
+    return tally
+
+
 async def open_loop(url: str, rate: float, seconds: float, qs: Sequence[str], timeout_s: float) -> Tally:
     """Poisson arrivals at ``rate`` per second; each request answered or timed out on its own."""
     tally = Tally()
@@ -275,7 +292,9 @@ def overload(args: argparse.Namespace) -> None:
     qs = questions(500)
     workers = args.workers[-1]
     with server(col, workers) as srv:
-        asyncio.run(closed_loop(srv.url, 4, 3.0, qs))
+        # every question through every worker twice first: each retriever's token-set cache (bounded, one set
+        # per chunk touched) then holds what these questions touch, and the memory left to watch is the serving
+        asyncio.run(each_question(srv.url, qs, 2 * workers, clients=4))
         saturation = args.saturation
         if saturation is None:  # closed loop with twice as many clients as slots: every slot kept busy
             slots = workers * max(1, CPUS // workers)
@@ -315,6 +334,7 @@ def overload(args: argparse.Namespace) -> None:
           f"{rss_before / 1024:.0f} / {rss[-1] / 1024 if rss else float('nan'):.0f} / "
           f"{max(rss, default=0) / 1024:.0f} |")
     print(f"  outcomes: {tally.counts}", file=sys.stderr)
+    print("  server RSS MiB every 10 s: " + ", ".join(f"{kib / 1024:.0f}" for t, kib in samples[4::5]))
 
 
 # ----------------------------------------------------------------- memory
