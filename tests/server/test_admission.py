@@ -57,7 +57,7 @@ def test_a_deadline_the_expected_wait_would_use_up_is_refused_at_once():
         release = asyncio.Event()
         held = asyncio.ensure_future(_hold(adm, release, [], "a"))
         await asyncio.sleep(0.01)
-        with pytest.raises(Overloaded) as info:  # 50 ms of wait + 50 ms of work > 60 ms
+        with pytest.raises(Overloaded) as info:  # > 50 ms of wait + > 50 ms of work > 60 ms
             async with adm.slot(Deadline(60)):
                 pass
         assert info.value.kind == "deadline" and adm.queued == 0
@@ -103,7 +103,7 @@ def test_a_cancelled_waiter_gives_its_place_up():
 
 def test_the_work_estimate_learns_mean_and_spread():
     adm = Admission(limit=2, max_queue=4, work_ms_prior=10.0)
-    assert adm.expected_wait_ms() == 0.0 and adm.expected_work_ms() == 20.0  # 10 + 2 x 5
+    assert adm.expected_wait_ms() == 0.0 and adm.expected_work_ms() == 30.0  # 10 + 4 x 5
     for work in (40.0, 40.0, 40.0, 40.0, 40.0, 40.0, 40.0, 40.0):
         adm._learn(work)
     assert 30.0 < adm.work_ms.value < 40.0 and adm.expected_work_ms() > adm.work_ms.value

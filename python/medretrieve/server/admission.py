@@ -4,9 +4,10 @@ Why shed instead of queueing everything: searches are CPU-bound, so beyond the m
 only makes every request late. A request is refused at once (:class:`Overloaded`, HTTP 429 with Retry-After) when
 the queue is full or when the wait it can expect plus its own work would not fit in its deadline; a queued request
 whose deadline passes before it gets a slot leaves the queue (:class:`QueueTimeout`, HTTP 504) without doing the
-work. The expectation is deliberately pessimistic, as TCP's retransmission timer is: the mean work time plus twice
-its mean deviation (both moving averages of the admitted requests), so that under overload requests are shed with
-429 at once rather than queued to time out with 504. All of it runs on one event loop: no locks.
+work. The expectation is deliberately pessimistic, as TCP's retransmission timeout is (RFC 6298): the mean work
+time plus four times its mean deviation (both moving averages of the admitted requests), so that under overload
+requests are shed with 429 at once rather than queued to time out with 504. All of it runs on one event loop: no
+locks.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator, Deque, Optional
 
 from ..retrieval.budget import Deadline, Ema
+
+_DEVIATIONS = 4  # mean deviations added to the mean work time, as RFC 6298 adds 4 x RTTVAR to SRTT
 
 
 class Overloaded(Exception):
@@ -62,11 +65,11 @@ class Admission:
         """The wait (ms) a request arriving now may have before it gets a slot (pessimistic, see above)."""
         if self.active < self.limit and not self._waiters:
             return 0.0
-        return (len(self._waiters) + 1) * self.work_ms.value / self.limit + 2 * self.work_dev_ms
+        return (len(self._waiters) + 1) * self.work_ms.value / self.limit + _DEVIATIONS * self.work_dev_ms
 
     def expected_work_ms(self) -> float:
         """The work time (ms) a request may take once it has a slot (pessimistic, see above)."""
-        return self.work_ms.value + 2 * self.work_dev_ms
+        return self.work_ms.value + _DEVIATIONS * self.work_dev_ms
 
     def _learn(self, work_ms: float) -> None:
         self.work_dev_ms += self.work_ms.alpha * (abs(work_ms - self.work_ms.value) - self.work_dev_ms)
