@@ -3,8 +3,10 @@ the same search in-process, on the plugin's tiny collection.
 
     PYTHONPATH=python nice python -m pytest bench/test_bench_serve.py --benchmark-columns=median,rounds -q
 
-Fails when the median round trip is more than 1.25x the in-process search's (ratio gate of medretrieve's pytest
-plugin; both timed in the same rounds). The 100k-chunk overhead in ms is ``bench/serve.py overhead``.
+Fails when the median round trip is more than 1.3x the in-process search's (ratio gate of medretrieve's pytest
+plugin; both timed in the same rounds; the in-process retriever opens the collection as the server does, encoders
+on one thread). The budget leaves room for a loaded CI machine, where each of the request's thread hand-offs waits
+for a core (1.13 at a load average of 25 on 2 cores); the 100k-chunk overhead in ms is ``bench/serve.py overhead``.
 """
 from __future__ import annotations
 
@@ -25,7 +27,15 @@ def http(medretrieve_collection):
         yield client
 
 
-def test_gate_http_search_close_to_in_process(benchmark, latency_gate, http, medretrieve_retriever):
+@pytest.fixture(scope="module")
+def retriever(medretrieve_collection):
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.retrieval.retriever import Retriever
+
+    return Retriever(Collection.open(medretrieve_collection.directory, mmap=True, encoder_threads=1))
+
+
+def test_gate_http_search_close_to_in_process(benchmark, latency_gate, http, retriever):
     state = {"http": 0, "lib": 0}
 
     def over_http() -> None:
@@ -34,8 +44,8 @@ def test_gate_http_search_close_to_in_process(benchmark, latency_gate, http, med
         assert http.post("/v1/search", json={"question": q, "k": 10}).status_code == 200
 
     def in_process() -> None:
-        medretrieve_retriever.search(QUESTIONS[state["lib"] % len(QUESTIONS)], k=10, deadline_ms=300)
+        retriever.search(QUESTIONS[state["lib"] % len(QUESTIONS)], k=10, deadline_ms=300)
         state["lib"] += 1
 
     benchmark.group = "gate: HTTP vs in-process search"
-    latency_gate.ratio(benchmark, over_http, in_process, rounds=200, warmup_rounds=10, p50_ratio=1.25)
+    latency_gate.ratio(benchmark, over_http, in_process, rounds=200, warmup_rounds=10, p50_ratio=1.3)
