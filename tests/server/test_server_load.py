@@ -166,4 +166,5 @@ def test_two_workers_share_the_index_count_together_and_reload_together(medretri
         assert failures == []
         hit = httpx.post(f"{srv.url}/v1/search", json={"question": "zolbetuximab claudin", "k": 1}, timeout=30.0)
         assert hit.json()["hits"][0]["document_id"] == "new-1"
-    assert srv.returncode == 0
+        srv.stop()
+        assert srv.returncode == 0 and "leaked" not in srv.log() and "Traceback" not in srv.log()
