@@ -3,7 +3,8 @@
     nice python -m pytest bench/test_bench_index.py --benchmark-columns=min,median,mean,ops -q
 
 20k embedding-like 768-d vectors (bench/datagen.py), M=16, ef_construction=100, ef=64, k=10, one thread.
-Compare the rows of one run (ratios), not absolute numbers.
+Compare the rows of one run (ratios), not absolute numbers. The gate fails the run when an int8 search is slower
+than hnswlib's at the median (ratio gate of medretrieve's pytest plugin: both timed in the same rounds).
 """
 from __future__ import annotations
 
@@ -58,3 +59,19 @@ def test_single_query_latency(benchmark, indexes, data, name) -> None:
 
     benchmark.group = f"search k={K} ef={EF} n={N}"
     benchmark.pedantic(one, rounds=600, iterations=1, warmup_rounds=50)
+
+
+def test_gate_int8_not_slower_than_hnswlib(benchmark, latency_gate, indexes, data) -> None:
+    queries = data[1]
+    state = {"i": 0, "j": 0}
+
+    def int8() -> None:
+        indexes["int8"](queries[state["i"] % len(queries)])
+        state["i"] += 1
+
+    def hnswlib() -> None:
+        indexes["hnswlib"](queries[state["j"] % len(queries)])
+        state["j"] += 1
+
+    benchmark.group = f"gate: int8 vs hnswlib k={K} ef={EF} n={N}"
+    latency_gate.ratio(benchmark, int8, hnswlib, rounds=600, warmup_rounds=50, p50_ratio=1.0)

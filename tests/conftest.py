@@ -17,6 +17,16 @@ sys.path.insert(0, str(TESTS_DIR))
 # the test session's copy out of the user's ~/.cache.
 os.environ.setdefault("MEDRETRIEVE_CACHE_DIR", tempfile.mkdtemp(prefix="medretrieve-test-cache-"))
 
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # the package's pytest plugin (fixtures medretrieve_collection / latency_gate), when no pytest11 entry point
+    # registered it (a checkout that is not pip-installed)
+    from medretrieve.testing.plugin import ensure_registered
+
+    ensure_registered(config)
+
+
 SHARED_DATA = Path(os.environ.get("MEDRETRIEVE_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
@@ -46,3 +56,37 @@ def demo_collection_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("demo-collection") / "demo"
     Collection.build(DEMO_CORPUS, out, encoder="default", progress=False)
     return out
+
+
+# ------------------------------------------------------------------ a real server (tests/server, tests/client)
+
+CITED_ANSWER = ("Metformin is the first-line drug for type 2 diabetes ", "[1].")
+
+
+def _llm_reply(request_json):
+    from llm_server import stream_reply
+
+    if request_json and request_json.get("stream"):
+        return stream_reply(CITED_ANSWER)
+    return "".join(CITED_ANSWER)
+
+
+@pytest.fixture(scope="session")
+def fake_llm():
+    """A scripted OpenAI-compatible server that answers (streamed or not) with one cited sentence."""
+    from llm_server import FakeLLMServer
+
+    with FakeLLMServer(_llm_reply) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def server(medretrieve_collection, fake_llm):
+    """``medretrieve serve`` over the plugin's tiny collection, one worker, answers through ``fake_llm``."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    from medretrieve.testing.server import ServerProcess
+
+    with ServerProcess(medretrieve_collection.directory,
+                       ["--llm", fake_llm.base_url, "--model", "fake-model", "--max-inflight", "2"]) as srv:
+        yield srv

@@ -23,6 +23,8 @@ The handler is called with the parsed JSON body of each POST to
 - ``delay_s`` is slept before the reply is written (slow servers, deadlines);
 - ``headers`` (dict) are added to the reply, e.g. ``{"Retry-After": "1"}``.
 
+``stream_reply(pieces)`` is such a tuple for a streamed completion (``"stream": true``).
+
 A handler may also return a plain ``str``: shorthand for ``(200, chat_reply(s), 0.0)``.
 
 ``base_url`` ends in ``/v1`` like real servers (vLLM, llama.cpp, OpenAI), so
@@ -42,7 +44,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 Reply = Union[str, tuple]
 Handler = Callable[[Any], Reply]
 
-__all__ = ["FakeLLMServer", "Trickle", "chat_reply", "error_reply", "scripted", "refused_base_url"]
+__all__ = ["FakeLLMServer", "Trickle", "chat_reply", "stream_reply", "error_reply", "scripted", "refused_base_url"]
 
 
 class Trickle:
@@ -68,6 +70,17 @@ def chat_reply(content: str, model: str = "fake-model", finish_reason: str = "st
         ],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
+
+
+def stream_reply(pieces: Iterable[str], model: str = "fake-model") -> tuple:
+    """A streamed chat completion (``"stream": true``): one server-sent event per piece of text, then
+    ``[DONE]``, as OpenAI-compatible servers send them."""
+    events = [{"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": model,
+               "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]} for p in pieces]
+    events.append({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": model,
+                   "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    return 200, body.encode(), 0.0, {"Content-Type": "text/event-stream"}
 
 
 def error_reply(message: str, type_: str = "invalid_request_error", code: Optional[str] = None) -> dict:
@@ -142,7 +155,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             payload, ctype = str(body).encode(), "text/plain; charset=utf-8"
         try:
             self.send_response(status)
-            self.send_header("Content-Type", ctype)
+            if not any(k.lower() == "content-type" for k in (headers or {})):
+                self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(payload)))
             for k, v in (headers or {}).items():
                 self.send_header(k, str(v))

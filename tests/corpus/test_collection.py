@@ -78,6 +78,14 @@ def test_build_open_add_delete_round_trip(tmp_path, encoder_dir):
     assert json.loads((out / "manifest.json").read_text())["counts"]["deleted_chunks"] == 3
 
 
+def test_encoder_threads(tmp_path, encoder_dir):
+    out = tmp_path / "col"
+    Collection.build(DOCS, out, encoder=encoder_dir, progress=False)
+    one = Collection.open(out, encoder_threads=1)
+    assert one.query_encoder()._session.get_session_options().intra_op_num_threads == 1
+    assert one.article_encoder()._session.get_session_options().intra_op_num_threads == 1
+
+
 def test_atomic_build_leaves_nothing_on_failure(tmp_path, encoder_dir, monkeypatch):
     import medretrieve.corpus.collection as cmod
 

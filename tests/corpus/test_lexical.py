@@ -59,6 +59,15 @@ def test_bm25_ranking_delete_add_and_masks(tmp_path):
     assert back.search("zebra", k=3)[0].size == 0
 
 
+def test_loaded_tokens_share_one_string_per_distinct_token(tmp_path):
+    idx = LexicalIndex()
+    idx.add(["metformin lowers glucose", "metformin and lactic acidosis"], [0, 1])
+    idx.save(tmp_path)
+    back = LexicalIndex.load(tmp_path)
+    assert back.tokens_of(0) == idx.tokens_of(0)
+    assert back.tokens_of(0)[0] is back.tokens_of(1)[0]  # "metformin": one object, not one per occurrence
+
+
 def test_load_errors(tmp_path):
     with pytest.raises(FileNotFoundError):
         LexicalIndex.load(tmp_path)

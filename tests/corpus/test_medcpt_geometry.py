@@ -103,7 +103,8 @@ def test_search_scores_are_the_towers_raw_inner_products(built, pair, dtype, rto
 
 def test_full_search_runs_in_raw_geometry(built):
     col = built["int8"]
-    res = Retriever(col, mmr_floor=0.0).search(QUESTION, k=3, deadline_ms=None)  # MMR over every candidate
+    # MMR over every candidate; feedback and MMR are off by default (Settings), on here to check their geometry
+    res = Retriever(col, mmr_floor=0.0, mmr=True, feedback=True).search(QUESTION, k=3, deadline_ms=None)
     assert len(res.hits) == 3
     for name in ("feedback", "mmr", "rerank"):
         assert res.stage(name).ran, (name, res.stage(name).reason)

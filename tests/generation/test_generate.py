@@ -145,7 +145,8 @@ def test_answerer_cite_mode_end_to_end():
     assert retriever.calls[0]["k"] == 3 and 0 < retriever.calls[0]["deadline_ms"] <= 300
     prompt = srv.requests[0]["json"]["messages"][1]["content"]
     assert "[1] Title 0" in prompt and "[3] Title 2" in prompt and "EXACT: yes" in prompt
-    json.dumps(ans.to_dict())  # JSON-ready
+    back = G.Answer.from_dict(json.loads(json.dumps(ans.to_dict())))  # JSON-ready, and read back as it was
+    assert back == ans and isinstance(back.citations[0], G.Citation)
     entry = ans.submission_entry("q1")
     assert entry["type"] == "yesno" and entry["documents"] == ["d0", "d1", "d2"]
 

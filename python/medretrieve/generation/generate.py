@@ -279,6 +279,19 @@ class Answer:
         out["evidence"] = [_hit_dict(h) for h in self.evidence]
         return out
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Answer":
+        """The inverse of :meth:`to_dict` (for answers that travelled as JSON): citations become
+        :class:`Citation`, evidence with a hit's fields :class:`~medretrieve.retrieval.results.Hit`."""
+        from ..retrieval.results import Hit
+
+        d = dict(data)
+        d["citations"] = [Citation(**c) for c in d.get("citations", [])]
+        hit_fields = {f.name for f in dataclasses.fields(Hit)}
+        d["evidence"] = [Hit(**h) if isinstance(h, Mapping) and set(h) == hit_fields else h
+                         for h in d.get("evidence", [])]
+        return cls(**d)
+
     def submission_entry(self, question_id: str, qtype: Optional[str] = None) -> dict:
         """An entry for :func:`write_bioasq_submission` (id, type, exact and ideal answer, documents)."""
         docs = _dedupe(str(field_of(h, "document_id", "")) for h in self.evidence)

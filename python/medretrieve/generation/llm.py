@@ -24,7 +24,7 @@ import random
 import re
 import threading
 import time
-from typing import Any, Optional, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, Iterator, Optional, Protocol, Sequence, Union, runtime_checkable
 
 __all__ = [
     "Backend",
@@ -287,7 +287,8 @@ class OpenAIBackend:
     retries and waits included. ``response_format`` (``"json"`` or an OpenAI
     ``response_format`` dict) is sent when given; if the server rejects it
     (400/422) the request is repeated once without it and the backend stops
-    sending it (prompts ask for JSON in words as well).
+    sending it (prompts ask for JSON in words as well). :meth:`stream` yields the reply as the server writes it
+    (``"stream": true``, server-sent events), with the same retries before the first byte and the same errors.
     """
 
     def __init__(
@@ -366,12 +367,8 @@ class OpenAIBackend:
         response_format: ResponseFormat = None,
     ) -> str:
         """The assistant's reply text. Raises an :class:`LLMError` subclass on failure."""
-        msgs, fmt = _checked_request(messages, max_tokens, temperature, deadline_ms, response_format)
+        body = self._request_body(messages, max_tokens, temperature, deadline_ms, response_format)
         deadline = _deadline_at(deadline_ms)
-        body: dict = {**self.extra_body, "model": self.model, "messages": msgs,
-                      "max_tokens": max_tokens, "temperature": float(temperature)}
-        if fmt is not None and self._response_format_ok:
-            body["response_format"] = fmt
         response = self._post_with_retries(body, deadline)
         if response.status_code in (400, 422) and "response_format" in body:
             message = _error_message(response)
@@ -383,8 +380,75 @@ class OpenAIBackend:
                 response = self._post_with_retries(body, deadline)
         return self._read_reply(response)
 
+    def stream(
+        self,
+        messages: Sequence[dict],
+        *,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        deadline_ms: Optional[float] = None,
+        response_format: ResponseFormat = None,
+    ) -> Iterator[str]:
+        """The assistant's reply in pieces as the server writes them (their concatenation is the reply
+        :meth:`generate` returns). ``deadline_ms`` also bounds the time between the pieces and the whole reply;
+        the streamed text is capped at ``max_response_bytes``. Raises an :class:`LLMError` subclass on failure,
+        also part-way through."""
+        body = {**self._request_body(messages, max_tokens, temperature, deadline_ms, response_format),
+                "stream": True}
+        deadline = _deadline_at(deadline_ms)
+        response = self._post_with_retries(body, deadline, stream=True)
+        if isinstance(response, _Reply):  # not 200: read whole already
+            self._read_reply(response)  # raises the typed error of the status
+            raise LLMBadResponse(f"{self._where()} answered a stream request without a stream")
+        received = 0
+        try:
+            for line in response.iter_lines():
+                received += len(line) + 1
+                if received > self.max_response_bytes:
+                    raise LLMBadResponse(f"LLM server {self._where()} streamed more than "
+                                         f"max_response_bytes={self.max_response_bytes}")
+                piece = self._stream_piece(line)
+                if piece is None:
+                    break
+                if piece:
+                    yield piece
+                if _left_s(deadline) <= 0:
+                    raise LLMTimeout(f"the deadline passed while {self._where()} was still writing")
+        except self._httpx.TimeoutException as exc:
+            raise LLMTimeout(f"{self._where()} stopped writing for {self.timeout_s} s") from exc
+        except self._httpx.TransportError as exc:
+            raise LLMUnavailable(f"the stream from {self._where()} broke: {type(exc).__name__}: {exc}") from exc
+        finally:
+            response.close()
+
+    def _request_body(self, messages: Sequence[dict], max_tokens: int, temperature: float,
+                      deadline_ms: Optional[float], response_format: ResponseFormat) -> dict:
+        """The chat-completions request body, every argument checked."""
+        msgs, fmt = _checked_request(messages, max_tokens, temperature, deadline_ms, response_format)
+        body: dict = {**self.extra_body, "model": self.model, "messages": msgs,
+                      "max_tokens": max_tokens, "temperature": float(temperature)}
+        if fmt is not None and self._response_format_ok:
+            body["response_format"] = fmt
+        return body
+
+    def _stream_piece(self, line: str) -> Optional[str]:
+        """The text of one server-sent-events line: "" for lines without text, None at ``[DONE]``."""
+        if not line.startswith("data:"):
+            return ""
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return None
+        try:
+            choice = json.loads(data)["choices"][0]
+            self.last_finish_reason = choice.get("finish_reason") or self.last_finish_reason
+            return _message_text((choice.get("delta") or {}).get("content")) or ""
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
+            raise LLMBadResponse(f"{self._where()} streamed an unreadable event: {data[:200]!r}") from exc
+
     # -- internals ---------------------------------------------------------
-    def _post_with_retries(self, body: dict, deadline: Optional[float]) -> Any:
+    def _post_with_retries(self, body: dict, deadline: Optional[float], stream: bool = False) -> Any:
+        """The first reply that is neither 429 nor 5xx, read whole (:class:`_Reply`); with ``stream`` a 200
+        reply comes back as the open httpx response, its body unread (the caller closes it)."""
         httpx = self._httpx
         last_problem = ""
         for attempt in range(self.max_retries + 1):
@@ -393,7 +457,7 @@ class OpenAIBackend:
                 raise LLMTimeout(f"deadline passed before the LLM replied ({self._where()}){last_problem}")
             per_try = min(self.timeout_s, left)
             try:
-                response = self._exchange(body, per_try)
+                response = self._exchange(body, per_try, stream)
             except (httpx.TimeoutException, LLMTimeout) as exc:
                 if _left_s(deadline) <= 0:
                     raise LLMTimeout(
@@ -440,12 +504,19 @@ class OpenAIBackend:
             return response
         raise AssertionError("unreachable")  # the loop returns or raises
 
-    def _exchange(self, body: dict, limit_s: float) -> _Reply:
-        """One request whose reply is read whole within ``limit_s`` seconds (see :func:`_read_body`)."""
+    def _exchange(self, body: dict, limit_s: float, stream: bool = False) -> Any:
+        """One request whose reply is read whole within ``limit_s`` seconds (see :func:`_read_body`); with
+        ``stream``, a 200 reply is returned open instead."""
         stop_at = time.monotonic() + limit_s
-        with self._client.stream("POST", self.url, json=body, timeout=limit_s) as response:
+        request = self._client.build_request("POST", self.url, json=body, timeout=limit_s)
+        response = self._client.send(request, stream=True)
+        if stream and response.status_code == 200:
+            return response
+        try:
             content = _read_body(response, stop_at, self.max_response_bytes, self._where())
             return _Reply(response.status_code, response.headers, content, self._where())
+        finally:
+            response.close()
 
     def _backoff(self, attempt: int) -> float:
         return min(self.max_backoff_s, self.backoff_s * (2 ** attempt)) * random.uniform(0.5, 1.5)

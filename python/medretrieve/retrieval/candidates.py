@@ -40,10 +40,25 @@ ROUTES: Dict[str, Tuple[str, ...]] = {
     "symptom": ("symptoms",),
     "test": ("diagnosis",),
 }
+# the section category of chunks whose section title matches none (index label 0)
+OTHER_SECTION = "other"
 # query type -> ef multiplier (broad questions need more recall)
 IMPORTANCE: Dict[str, float] = {"list": 1.5, "summary": 1.25, "factoid": 1.0, "yesno": 1.0}
 # share of the budget the first stages leave for reranking and what follows
 _RESERVE = 0.35
+
+
+def section_labels(sections: Sequence[str]) -> List[int]:
+    """Index labels of section category names (``CATEGORY_IDS``' names and ``"other"``), for a search filter.
+
+    Raises ValueError naming unknown names, and when ``sections`` is empty or a bare string."""
+    if isinstance(sections, str) or not sections:
+        raise ValueError(f"sections must be a non-empty list of section categories, got {sections!r}")
+    known = {**CATEGORY_IDS, OTHER_SECTION: 0}
+    unknown = [s for s in sections if s not in known]
+    if unknown:
+        raise ValueError(f"unknown sections {unknown}; known: {sorted(known)}")
+    return sorted({known[s] for s in sections})
 
 
 @dataclass
@@ -182,9 +197,10 @@ class CandidateGenerator:
 
     # ------------------------------------------------------------- the first stages
     def gather(self, query: Query, k: int, dl: Deadline, log: StageLog, switches: Switches = Switches(),
-               ranked: bool = False) -> Candidates:
+               ranked: bool = False, only: Optional[List[int]] = None) -> Candidates:
         """Stages 1-5 of the module docstring: the fused candidates. ``ranked``: a learned ranker will order
-        them (it decides the default ``subject_boost``)."""
+        them (it decides the default ``subject_boost``). ``only``: index labels a caller restricted the search
+        to (:func:`section_labels`); they replace section routing and are never widened."""
         s = self.settings
         variants: Dict[str, QueryText] = {}
         expansions: Dict[str, List[str]] = {}
@@ -235,7 +251,12 @@ class CandidateGenerator:
             return ids_l
 
         search_labels = None
-        if route_labels:
+        if only is not None:
+            filtered = run_first(only)
+            n_only = len(np.unique(np.concatenate(filtered))) if filtered else 0
+            search_labels = only
+            log.record("route", True, f"filter: labels {only} ({n_only} chunks)")
+        elif route_labels:
             routed = run_first(route_labels)
             search_labels = route_labels
             n_routed = len(np.unique(np.concatenate(routed))) if routed else 0

@@ -106,10 +106,11 @@ class Recovery:
                 reasons.append(f"redundant: mean Jaccard {red:.2f} > {s.redundancy_threshold}")
         return reasons
 
-    def _recovery_lists(self, query: Query, used: Sequence[QueryText], dl: Deadline
+    def _recovery_lists(self, query: Query, used: Sequence[QueryText], dl: Deadline, only: Optional[List[int]]
                         ) -> Tuple[List[np.ndarray], Dict[str, List[str]], int]:
         """Candidate lists of the recovery queries: wider expansions, the relaxed content terms, and (time
-        allowing) a dense search of the first of them; also the terms used by kind and how many queries ran."""
+        allowing) a dense search of the first of them; also the terms used by kind and how many queries ran.
+        ``only``: the index labels the search is restricted to (None: all)."""
         s = self.settings
         col = self.collection
         extra, terms, _, _ = self.generator.variants(query, dl, ("training", "abbreviations", "relations", "llm"),
@@ -119,22 +120,25 @@ class Recovery:
         texts = [t for name, t in extra.items() if name != "abbreviations" and t.text not in used_texts]
         # relaxed lexical query: the question's content terms alone, so partial matches surface
         texts.append(QueryText("relaxed", " ".join(query.terms), list(query.terms)))
-        lists = [col.lexical.search(t.tokens, k=s.candidates, allowed=col.alive)[0] for t in texts]
-        if col.alive.any() and dl.remaining_ms() > 2 * self.costs.encode_ms.value + 10:
+        allowed = col.alive if only is None else col.alive & np.isin(col.labels, only)
+        lists = [col.lexical.search(t.tokens, k=s.candidates, allowed=allowed)[0] for t in texts]
+        if allowed.any() and dl.remaining_ms() > 2 * self.costs.encode_ms.value + 10:
             qv = col.encode_queries([texts[0].text])
-            ids, _ = col.dense.search(qv, k=min(s.candidates, len(col)), ef=max(s.ef_max, s.candidates))
+            ids, _ = col.dense.search(qv, k=min(s.candidates, len(col)), ef=max(s.ef_max, s.candidates),
+                                      labels=only)
             ids = np.asarray(ids, dtype=np.int64).reshape(-1)
             ids = ids[ids >= 0]
             lists.append(ids[col.alive[ids]])
         return lists, terms, len(texts)
 
-    def recover(self, query: Query, top: List[int], k: int, used: Sequence[QueryText], dl: Deadline
-                ) -> Tuple[List[int], Dict[str, Any]]:
-        """Extra queries; replace only weak hits, and only with better ones. Returns the new top and a report
-        (``replaced``, ``note``, ``terms``, ``added_rows``, lexical relevance before / after)."""
+    def recover(self, query: Query, top: List[int], k: int, used: Sequence[QueryText], dl: Deadline,
+                only: Optional[List[int]] = None) -> Tuple[List[int], Dict[str, Any]]:
+        """Extra queries (restricted to the index labels ``only`` when given); replace only weak hits, and only
+        with better ones. Returns the new top and a report (``replaced``, ``note``, ``terms``, ``added_rows``,
+        lexical relevance before / after)."""
         s = self.settings
         rows = self.collection.rows
-        lists, terms, n_queries = self._recovery_lists(query, used, dl)
+        lists, terms, n_queries = self._recovery_lists(query, used, dl, only)
         cand, _ = rrf(lists, k=s.rrf_k, top_n=s.candidates) if lists else (np.zeros(0, np.int64), None)
         in_top = set(top)
         cand_rel = sorted(((self.tokens.lexical_relevance(query, r), r)

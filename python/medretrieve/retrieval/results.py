@@ -5,7 +5,7 @@ caller can tell a deadline that cut a stage from a stage that was switched off.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .budget import Deadline
@@ -73,7 +73,17 @@ class SearchResult:
         return [s.name for s in self.stages if s.cut]
 
     def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
+        """A JSON-ready dict of the result (hits and stages as dicts). Its containers are copies, but values
+        inside a hit's ``metadata`` or the ``recovery`` report are shared. Why not ``dataclasses.asdict``: its
+        deep copies cost ~1 ms for 10 hits, more than the rest of an HTTP response."""
+        out = dict(vars(self))
+        out["hits"] = [{**vars(h), "scores": dict(h.scores), "metadata": dict(h.metadata)} for h in self.hits]
+        out["stages"] = [dict(vars(s)) for s in self.stages]
+        out["weak_reasons"] = list(self.weak_reasons)
+        out["timings_ms"] = dict(self.timings_ms)
+        out["expansions"] = {kind: list(terms) for kind, terms in self.expansions.items()}
+        out["recovery"] = dict(self.recovery)
+        return out
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "SearchResult":

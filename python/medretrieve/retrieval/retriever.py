@@ -26,13 +26,13 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Set, Union
+from typing import Any, Dict, List, Optional, Sequence, Set, Union
 
 import numpy as np
 
 from ..corpus.spans import chunk_span
 from .budget import CostModel, Deadline
-from .candidates import Candidates, CandidateGenerator, Switches
+from .candidates import Candidates, CandidateGenerator, Switches, section_labels
 from .diversify import Diversified, diversify
 from .expansion import TermSource, TrainingMemory
 from .matching import ChunkTokens
@@ -174,7 +174,7 @@ class Retriever:
     def search(self, question: str, k: int = 10, deadline_ms: Optional[float] = 300, *,
                expand: bool = True, rerank: bool = True, diversify: Optional[bool] = None, recover: bool = True,
                route: bool = True, dense: bool = True, lexical: bool = True, feedback: Optional[bool] = None,
-               per_document: Optional[int] = None) -> SearchResult:
+               per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None) -> SearchResult:
         """Best ``k`` chunks for ``question`` within ``deadline_ms`` (None: no deadline; 0: already expired,
         so only the stages that always run do).
 
@@ -183,7 +183,9 @@ class Retriever:
         (pseudo-relevance feedback). ``diversify`` and ``feedback`` default to None: as ``Settings.mmr`` and
         ``Settings.feedback`` say (MMR off; feedback only without a learned ranker; why in :class:`.Settings`).
         ``per_document`` caps hits per document. With an online source the deadline covers the PubMed calls too
-        (module docstring).
+        (module docstring). ``sections``: section categories (``treatment``, ``symptoms``, ``diagnosis``, ...
+        of ``medretrieve.corpus.chunking.SECTION_CATEGORIES``, or ``other``) every hit must come from; it replaces
+        section routing and recovery stays inside it too.
         """
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question must be a non-empty string")
@@ -193,6 +195,7 @@ class Retriever:
             raise ValueError("at least one of dense and lexical retrieval must be on")
         if per_document is not None:
             check_settings(per_document=per_document)
+        only = None if sections is None else section_labels(sections)
         dl = Deadline(deadline_ms)
         log = StageLog(dl)
         with dl.stage("classify"):
@@ -200,8 +203,8 @@ class Retriever:
         log.record("classify", True, f"{query.qtype} / intent {query.intent}")
         switches = Switches(expand, route, dense, lexical, feedback)
         ranked = rerank and self.ranker is not None
-        st = self._local if self.online is None else self._online_stages(query, k, dl, log, switches, ranked)
-        cands = st.candidates.gather(query, k, dl, log, switches, ranked=ranked)
+        st = self._local if self.online is None else self._online_stages(query, k, dl, log, switches, ranked, only)
+        cands = st.candidates.gather(query, k, dl, log, switches, ranked=ranked, only=only)
         ranking = st.reranker.rerank(query, cands, dl, log, enabled=rerank)
         mmr = self._diversify(st.collection, query, ranking, k, dl, log,
                               self.settings.mmr if diversify is None else diversify)
@@ -216,7 +219,7 @@ class Retriever:
             weak_reasons = st.recovery.weak_reasons(
                 query, st.recovery.select(cands.question_ids.tolist(), wk, per_document), wk)
         log.record("weak", True, "; ".join(weak_reasons) or "not weak")
-        rec = self._recover(st, query, top, k, cands, dl, log, bool(weak_reasons) and recover, recover)
+        rec = self._recover(st, query, top, k, cands, dl, log, bool(weak_reasons) and recover, recover, only)
         hits = self._hits(st, query, rec, cands, ranking, mmr.scores)
         rec.report.pop("added_rows", None)
         return SearchResult(query.text, hits, query.qtype, bool(weak_reasons), weak_reasons,
@@ -225,14 +228,14 @@ class Retriever:
 
     # ------------------------------------------------------------- stages not in their own module
     def _online_stages(self, query: Query, k: int, dl: Deadline, log: StageLog, switches: Switches,
-                       ranked: bool) -> _Stages:
+                       ranked: bool, only: Optional[List[int]]) -> _Stages:
         """The local collection's fused candidates, then the pool with the PubMed records (:mod:`.online`)."""
         assert self.online is not None
         local_rows: List[int] = []
         if len(self.collection):
             sub = dl.fork()  # the local first stages are timed apart from the pool's
             with dl.stage("local"):
-                local = self.candidates.gather(query, k, sub, StageLog(sub), switches, ranked=ranked)
+                local = self.candidates.gather(query, k, sub, StageLog(sub), switches, ranked=ranked, only=only)
             local_rows = local.fused_ids.tolist()
             log.record("local", True, f"{len(local_rows)} fused candidates from the local collection")
         else:
@@ -251,7 +254,7 @@ class Retriever:
         return done
 
     def _recover(self, st: _Stages, query: Query, top: List[int], k: int, cands: Candidates, dl: Deadline,
-                 log: StageLog, weak: bool, enabled: bool) -> _Recovered:
+                 log: StageLog, weak: bool, enabled: bool, only: Optional[List[int]]) -> _Recovered:
         if not weak:
             log.record("recovery", False, "question not weak" if enabled else "disabled")
             return _Recovered(top, {})
@@ -259,7 +262,7 @@ class Retriever:
             log.record("recovery", False, f"budget: {dl.remaining_ms():.0f} ms left", cut=True)
             return _Recovered(top, {})
         with dl.stage("recovery"):
-            new_top, report = st.recovery.recover(query, top, k, cands.texts, dl)
+            new_top, report = st.recovery.recover(query, top, k, cands.texts, dl, only)
         log.record("recovery", True, report.get("note", ""))
         return _Recovered(new_top, report)
 

@@ -1,0 +1,442 @@
+"""HTTP service benchmarks (``medretrieve serve`` on loopback; every run bounded in requests and seconds).
+
+    python bench/serve.py overhead   [--chunks 100000] [--queries 300]
+    python bench/serve.py throughput [--chunks 100000] [--seconds 15] [--clients 1,4,16,64] [--workers 1,2]
+    python bench/serve.py overload   [--chunks 100000] [--seconds 60] [--saturation QPS] [--workers 2]
+    python bench/serve.py memory     [--chunks 100000]
+    python bench/serve.py cpu        [--chunks 100000] [--queries 2000]
+
+The collection: the BioASQ 7b snippets plus synthetic filler up to ``--chunks`` (``bench/retrieval.py``'s
+``build_bioasq_collection`` and ``add_filler``, the collection of its ``latency`` benchmark), written once to
+``--work``/bioasq-<chunks> and served from there. Questions: the 500 BioASQ 7b questions, cycled. Every search asks
+for k=10 with the server's default deadline (300 ms) and the heuristic rerank.
+
+Latencies are the client's (send to last byte) unless marked "server" (arrival at the app to the serialised
+response, from ``Server-Timing``: what the server controls; the rest is sockets, the accept queue, and the
+clients' and server's event loops waiting for a CPU).
+
+- overhead: the same questions searched in-process (``Retriever.search``, encoders on one thread as the server
+  opens them) and over HTTP (one worker, one keep-alive connection), interleaved so the box's load hits both
+  alike. "Added by HTTP" is, per request, the client's round trip minus the search's own time as the server
+  reports it (``Server-Timing: work``).
+- throughput: closed-loop clients (asyncio + aiohttp, each sends its next request when the last one answered;
+  after a 429 it waits the Retry-After) for ``--seconds`` per cell; each worker gets ``--max-inflight`` =
+  CPUs / workers. The load generator shares the machine's CPUs with the server.
+- overload: open-loop Poisson arrivals at 2x ``--saturation`` (default: the QPS of a 10 s closed-loop run with
+  twice as many clients as the server has slots) for ``--seconds``, after every question went through every
+  worker twice; every request has a 2 s client timeout; the server's memory (sum of RSS over its processes) is
+  sampled every 2 s.
+- cpu: CPU time (not wall time, so the box's load does not count) of the app's own path per request, in one
+  process through httpx's ASGI transport (no sockets): ``/healthz`` (the client's share plus a trivial endpoint)
+  and ``/v1/search`` with the search replaced by a canned result of a real one (validation, admission, thread-pool
+  hand-off, metrics, serialisation).
+- memory: RSS, PSS and private memory (USS) of each worker after warm-up, for 1 and 2 workers, with and without
+  the memory-mapped dense index (``--no-mmap``).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import aiohttp
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import retrieval as rb  # noqa: E402  (bench/retrieval.py: the 100k collection of its latency benchmark)
+
+from medretrieve.testing.server import ServerProcess  # noqa: E402
+
+CPUS = len(os.sched_getaffinity(0))
+
+
+# ----------------------------------------------------------------- the collection and the questions
+
+def collection_dir(args: argparse.Namespace) -> Path:
+    """The BioASQ + filler collection of ``args.chunks`` chunks on disk (built once)."""
+    out = Path(args.work) / f"bioasq-{args.chunks}"
+    if (out / "manifest.json").is_file():
+        return out
+    col = rb.build_bioasq_collection(args.encoder, Path(args.work))
+    rb.add_filler(col, args.chunks)
+    col.directory = out
+    col._commit()  # the filler lives in memory only: write it as a collection of its own (bench only)
+    print(f"wrote {out} ({len(col)} chunks)", file=sys.stderr)
+    return out
+
+
+def questions(n: int) -> List[str]:
+    bodies = [q["body"] for q in rb.load_questions()]
+    return [bodies[i % len(bodies)] for i in range(n)]
+
+
+def pct(values: Sequence[float], p: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), p)) if len(values) else float("nan")
+
+
+def server(col: Path, workers: int, *extra: str) -> ServerProcess:
+    inflight = max(1, CPUS // workers)
+    return ServerProcess(col, ["--workers", str(workers), "--max-inflight", str(inflight), *extra], startup_s=900)
+
+
+def _parse_server_timing(header: str) -> Dict[str, float]:
+    parts = (p.strip().split(";dur=") for p in header.split(",") if p.strip())
+    return {name: float(value) for name, value in parts}
+
+
+def _server_timing(response: httpx.Response) -> Dict[str, float]:
+    return _parse_server_timing(response.headers.get("server-timing", ""))
+
+
+# ----------------------------------------------------------------- overhead
+
+def overhead(args: argparse.Namespace) -> None:
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.retrieval.retriever import Retriever
+
+    col = collection_dir(args)
+    qs = questions(args.queries)
+    ret = Retriever(Collection.open(col, encoder_threads=1))  # as the server opens it
+    lib, http_ms, added, server_own, outside = [], [], [], [], []
+    with server(col, 1) as srv, httpx.Client(base_url=srv.url, timeout=10.0) as http:
+        for q in qs[:20]:  # warm both
+            ret.search(q, k=10, deadline_ms=300)
+            http.post("/v1/search", json={"question": q, "k": 10})
+        for q in qs:
+            t0 = time.perf_counter()
+            ret.search(q, k=10, deadline_ms=300)
+            lib.append((time.perf_counter() - t0) * 1000)
+            t0 = time.perf_counter()
+            r = http.post("/v1/search", json={"question": q, "k": 10})
+            http_ms.append((time.perf_counter() - t0) * 1000)
+            assert r.status_code == 200, r.text
+            timing = _server_timing(r)
+            added.append(http_ms[-1] - timing["work"])
+            server_own.append(timing["total"] - timing["work"] - timing["queue"])
+            outside.append(http_ms[-1] - timing["total"])
+    print(f"\nHTTP overhead: {args.chunks} chunks, {len(qs)} questions interleaved, deadline 300 ms, k=10, "
+          f"1 worker, one keep-alive connection\n")
+    print("| path | p50 ms | p90 ms | p99 ms | mean ms |")
+    print("|---|---|---|---|---|")
+    for name, values in (("in-process Retriever.search", lib), ("POST /v1/search (round trip)", http_ms),
+                         ("added by HTTP (round trip - the server's search time, per request)", added),
+                         ("of which in the server (arrival to serialised response, minus queue and search)",
+                          server_own),
+                         ("of which outside it (client, sockets, uvicorn, scheduling)", outside)):
+        print(f"| {name} | {pct(values, 50):.2f} | {pct(values, 90):.2f} | {pct(values, 99):.2f} | "
+              f"{np.mean(values):.2f} |")
+    print(f"\nround-trip percentile minus in-process percentile: p50 {pct(http_ms, 50) - pct(lib, 50):+.2f} ms, "
+          f"p99 {pct(http_ms, 99) - pct(lib, 99):+.2f} ms")
+
+
+# ----------------------------------------------------------------- load generation
+
+class Tally:
+    """What a load run saw: latencies (ms) of the 200s as the client saw them and as the server did (arrival to
+    response, from Server-Timing), and counts by outcome."""
+
+    def __init__(self) -> None:
+        self.ok_ms: List[float] = []
+        self.server_ms: List[float] = []
+        self.counts: Dict[str, int] = {}
+
+    def add(self, outcome: str, ms: Optional[float] = None, server_ms: Optional[float] = None) -> None:
+        self.counts[outcome] = self.counts.get(outcome, 0) + 1
+        if outcome == "200" and ms is not None:
+            self.ok_ms.append(ms)
+            if server_ms is not None:
+                self.server_ms.append(server_ms)
+
+    def errors(self) -> int:
+        return sum(n for k, n in self.counts.items() if k not in ("200", "429"))
+
+
+async def _one(http: "aiohttp.ClientSession", question: str, tally: Tally) -> Optional[float]:
+    """One search; returns the Retry-After (s) of a 429."""
+    t0 = time.perf_counter()
+    try:
+        async with http.post("/v1/search", json={"question": question, "k": 10}) as r:
+            await r.read()
+            status, headers = r.status, r.headers
+    except asyncio.TimeoutError:
+        tally.add("client timeout")
+        return None
+    except aiohttp.ClientError as exc:
+        tally.add(type(exc).__name__)
+        return None
+    timing = _parse_server_timing(headers.get("server-timing", ""))
+    tally.add(str(status), (time.perf_counter() - t0) * 1000, timing.get("total"))
+    return float(headers.get("Retry-After", 1)) if status == 429 else None
+
+
+def _session(url: str, connections: int, timeout_s: float) -> "aiohttp.ClientSession":
+    # aiohttp, not httpx, generates the load: httpx's async pool served 64 concurrent connections at ~55
+    # requests/s against /healthz here, aiohttp at ~1,400 (measured on this box), so httpx would be the bottleneck
+    return aiohttp.ClientSession(base_url=url, connector=aiohttp.TCPConnector(limit=connections),
+                                 timeout=aiohttp.ClientTimeout(total=timeout_s))
+
+
+async def closed_loop(url: str, clients: int, seconds: float, qs: Sequence[str]) -> Tally:
+    tally = Tally()
+    end = time.monotonic() + seconds
+    async with _session(url, clients, 5.0) as http:
+        async def client(i: int) -> None:
+            n = i
+            while time.monotonic() < end:
+                wait = await _one(http, qs[n % len(qs)], tally)
+                n += clients
+                if wait:
+                    await asyncio.sleep(min(wait, max(end - time.monotonic(), 0)))
+
+        await asyncio.gather(*(client(i) for i in range(clients)))
+    return tally
+
+
+async def each_question(url: str, qs: Sequence[str], times: int, clients: int) -> Tally:
+    """Every question ``times`` times, ``clients`` at a time, with no deadline (a warm-up)."""
+    tally = Tally()
+    todo = [q for q in qs for _ in range(times)]
+    async with _session(url, clients, 60.0) as http:
+        async def client(i: int) -> None:
+            for q in todo[i::clients]:
+                async with http.post("/v1/search", json={"question": q, "k": 10, "deadline_ms": 60000}) as r:
+                    await r.read()
+                    tally.add(str(r.status))
+
+        await asyncio.gather(*(client(i) for i in range(clients)))
+    return tally
+
+
+async def open_loop(url: str, rate: float, seconds: float, qs: Sequence[str], timeout_s: float) -> Tally:
+    """Poisson arrivals at ``rate`` per second; each request answered or timed out on its own."""
+    tally = Tally()
+    rng = random.Random(0)
+    async with _session(url, 1000, timeout_s) as http:
+        tasks = []
+        start = time.monotonic()
+        at, i = 0.0, 0
+        while at < seconds:
+            delay = start + at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(_one(http, qs[i % len(qs)], tally)))
+            i += 1
+            at += rng.expovariate(rate)
+        await asyncio.gather(*tasks)
+    return tally
+
+
+# ----------------------------------------------------------------- throughput, overload
+
+def throughput(args: argparse.Namespace) -> None:
+    col = collection_dir(args)
+    qs = questions(500)
+    print(f"\nThroughput vs concurrency: {args.chunks} chunks, closed loop, {args.seconds:g} s per cell, "
+          f"{CPUS} CPUs (shared with the load generator)\n")
+    print("| workers | max-inflight per worker | clients | QPS (200) | p50 ms | p99 ms | server p50 / p99 ms | "
+          "shed (429) | errors |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for workers in args.workers:
+        with server(col, workers) as srv:
+            asyncio.run(closed_loop(srv.url, 4, 3.0, qs))  # warm every worker
+            for clients in args.clients:
+                t = asyncio.run(closed_loop(srv.url, clients, args.seconds, qs))
+                print(f"| {workers} | {max(1, CPUS // workers)} | {clients} | {len(t.ok_ms) / args.seconds:.1f} | "
+                      f"{pct(t.ok_ms, 50):.1f} | {pct(t.ok_ms, 99):.1f} | "
+                      f"{pct(t.server_ms, 50):.1f} / {pct(t.server_ms, 99):.1f} | {t.counts.get('429', 0)} | "
+                      f"{t.errors()} {_other(t)}|")
+                sys.stdout.flush()
+
+
+def _other(t: Tally) -> str:
+    other = {k: n for k, n in t.counts.items() if k not in ("200", "429")}
+    return f"({other}) " if other else ""
+
+
+def _rss_kib(pids: Sequence[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def server_pids(srv: ServerProcess) -> List[int]:
+    """The server's process and its uvicorn workers (not multiprocessing's resource tracker)."""
+    assert srv.process is not None
+    pids = [srv.process.pid]
+    for child in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (child / "stat").read_text()
+            cmd = (child / "cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == srv.process.pid and b"resource_tracker" not in cmd:
+            pids.append(int(child.name))
+    return pids
+
+
+def overload(args: argparse.Namespace) -> None:
+    col = collection_dir(args)
+    qs = questions(500)
+    workers = args.workers[-1]
+    with server(col, workers) as srv:
+        # every question through every worker twice first: each retriever's token-set cache (bounded, one set
+        # per chunk touched) then holds what these questions touch, and the memory left to watch is the serving
+        asyncio.run(each_question(srv.url, qs, 2 * workers, clients=4))
+        saturation = args.saturation
+        if saturation is None:  # closed loop with twice as many clients as slots: every slot kept busy
+            slots = workers * max(1, CPUS // workers)
+            t = asyncio.run(closed_loop(srv.url, 2 * slots, 10.0, qs))
+            saturation = len(t.ok_ms) / 10.0
+        rate = 2 * saturation
+        pids = server_pids(srv)
+        samples: List[Tuple[float, int]] = []
+        stop = threading.Event()
+
+        def sample() -> None:
+            t0 = time.monotonic()
+            while not stop.wait(2.0):
+                samples.append((time.monotonic() - t0, _rss_kib(pids)))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        rss_before = _rss_kib(pids)
+        sampler.start()
+        t0 = time.monotonic()
+        tally = asyncio.run(open_loop(srv.url, rate, args.seconds, qs, timeout_s=2.0))
+        wall = time.monotonic() - t0
+        stop.set()
+        sampler.join()
+    sent = sum(tally.counts.values())
+    rss = [kib for _, kib in samples]
+    print(f"\nOverload: {args.chunks} chunks, {workers} workers x {max(1, CPUS // workers)} slots, saturation "
+          f"{saturation:.1f} QPS, offered {rate:.1f} QPS (Poisson) for {args.seconds:g} s, client timeout 2 s\n")
+    print("| offered QPS | sent | accepted (200) QPS | accepted p50 ms | p99 ms | max ms | server p99 ms | shed 429 "
+          "| 504 | 5xx | client timeouts | server RSS MiB start / end / max |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    five = sum(n for k, n in tally.counts.items() if k.isdigit() and int(k) >= 500 and k != "504")
+    print(f"| {rate:.1f} | {sent} | {len(tally.ok_ms) / wall:.1f} | {pct(tally.ok_ms, 50):.1f} | "
+          f"{pct(tally.ok_ms, 99):.1f} | {max(tally.ok_ms, default=float('nan')):.1f} | "
+          f"{pct(tally.server_ms, 99):.1f} | "
+          f"{tally.counts.get('429', 0)} ({tally.counts.get('429', 0) / max(sent, 1):.0%}) | "
+          f"{tally.counts.get('504', 0)} | {five} | {tally.counts.get('client timeout', 0)} | "
+          f"{rss_before / 1024:.0f} / {rss[-1] / 1024 if rss else float('nan'):.0f} / "
+          f"{max(rss, default=0) / 1024:.0f} |")
+    print(f"  outcomes: {tally.counts}", file=sys.stderr)
+    print("  server RSS MiB every 10 s: " + ", ".join(f"{kib / 1024:.0f}" for t, kib in samples[4::5]))
+
+
+# ----------------------------------------------------------------- memory
+
+def _smaps(pid: int) -> Dict[str, int]:
+    out: Dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        name, value = line.split(":", 1)
+        out[name] = int(value.split()[0])
+    return out
+
+
+def memory(args: argparse.Namespace) -> None:
+    col = collection_dir(args)
+    qs = questions(100)
+    index_mib = (col / "dense.index").stat().st_size / 2**20
+    print(f"\nMemory per worker: {args.chunks} chunks (dense.index {index_mib:.0f} MiB), after 100 searches; "
+          "MiB from /proc/PID/smaps_rollup\n")
+    print("| workers | dense index | worker | RSS | PSS | private (USS) | shared |")
+    print("|---|---|---|---|---|---|---|")
+    for workers, extra in ((1, ()), (2, ()), (2, ("--no-mmap",))):
+        with server(col, workers, *extra) as srv:
+            asyncio.run(closed_loop(srv.url, 4, 0.1, qs))  # touch every worker
+            with httpx.Client(base_url=srv.url, timeout=30.0) as http:
+                for q in qs:
+                    http.post("/v1/search", json={"question": q, "k": 10})
+            pids = server_pids(srv)
+            worker_pids = pids if workers == 1 else pids[1:]
+            for i, pid in enumerate(worker_pids, 1):
+                m = _smaps(pid)
+                uss = m["Private_Clean"] + m["Private_Dirty"]
+                print(f"| {workers} | {'copy' if extra else 'mmap'} | {i} | {m['Rss'] / 1024:.0f} | "
+                      f"{m['Pss'] / 1024:.0f} | {uss / 1024:.0f} | {(m['Rss'] - uss) / 1024:.0f} |")
+            sys.stdout.flush()
+
+
+def cpu(args: argparse.Namespace) -> None:
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.retrieval.retriever import Retriever
+    from medretrieve.server import create_app
+
+    ret = Retriever(Collection.open(collection_dir(args), encoder_threads=1))
+    canned = ret.search(questions(1)[0], k=10, deadline_ms=300)
+
+    class Canned:  # the search's own cost is measured elsewhere: here only the app's path around it
+        collection = ret.collection
+
+        def search(self, question: str, **kwargs: object) -> object:
+            return canned
+
+    app = create_app(ret)
+    app.state.engine.snapshot.retriever = Canned()
+
+    async def per_request(http: httpx.AsyncClient, method: str, path: str, body: Optional[dict]) -> float:
+        for _ in range(100):
+            await http.request(method, path, json=body)
+        t0 = time.process_time()
+        for _ in range(args.queries):
+            assert (await http.request(method, path, json=body)).status_code == 200
+        return (time.process_time() - t0) * 1000.0 / args.queries
+
+    async def run() -> Dict[str, float]:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
+                return {"healthz": await per_request(http, "GET", "/healthz", None),
+                        "search": await per_request(http, "POST", "/v1/search", {"question": canned.question,
+                                                                               "k": 10})}
+
+    ms = asyncio.run(run())
+    print(f"\nCPU per request, app path only (canned search result of {len(canned.hits)} hits, "
+          f"{args.queries} requests, client and app in one process, no sockets)\n")
+    print("| request | CPU ms per request |")
+    print("|---|---|")
+    print(f"| GET /healthz (client + trivial endpoint) | {ms['healthz']:.3f} |")
+    print(f"| POST /v1/search, canned result | {ms['search']:.3f} |")
+    print(f"| difference: the search endpoint's own path | {ms['search'] - ms['healthz']:.3f} |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=("overhead", "throughput", "overload", "memory", "cpu"))
+    p.add_argument("--encoder", default=None, help="encoder dir (default: the embedded int8 MiniLM)")
+    p.add_argument("--work", default="/tmp/medretrieve-bench-serve")
+    p.add_argument("--chunks", type=int, default=100_000)
+    p.add_argument("--queries", type=int, default=300, help="overhead: questions; cpu: requests per endpoint")
+    p.add_argument("--seconds", type=float, default=None, help="per cell (throughput 15) / overload run (60)")
+    p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16, 64])
+    p.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
+    p.add_argument("--saturation", type=float, default=None, help="overload: saturation QPS (default: measured)")
+    args = p.parse_args()
+    if args.encoder is None:
+        from medretrieve.models.encoders import default_model_dir
+
+        args.encoder = str(default_model_dir())
+    if args.seconds is None:
+        args.seconds = 60.0 if args.what == "overload" else 15.0
+    if not rb.DATA.is_dir():
+        sys.exit(f"no BioASQ data at {rb.DATA}")
+    {"overhead": overhead, "throughput": throughput, "overload": overload, "memory": memory,
+     "cpu": cpu}[args.what](args)
+
+
+if __name__ == "__main__":
+    main()

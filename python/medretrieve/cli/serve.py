@@ -1,0 +1,124 @@
+"""``medretrieve serve``: the HTTP API over one collection, under uvicorn (one or several worker processes).
+
+Several workers: each is its own process with its own retriever (searches are CPU-bound and hold the GIL part of
+the time, so processes, not threads, use several cores); they share the dense index's pages through the memory
+map, their Prometheus metrics through a shared directory, and a reload through a stamp file (both in a temporary
+directory removed at exit). A worker loads its collection before it accepts connections, so a worker that is
+still loading (at start, or restarted) never answers 503 while the others serve. SIGTERM stops accepting, lets
+the requests in flight finish (at most
+``--graceful-timeout`` s) and exits 0.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+from .options import RANKER_HELP, HelpFormatter, ranker_arg
+
+if TYPE_CHECKING:  # the server needs the serve extra: imported when the command runs, so --help works without it
+    from ..server.config import ServerConfig
+
+DEFAULT_PORT = 8000
+
+
+def add_serve(sub: Any) -> None:
+    p = sub.add_parser("serve", help="serve a collection over HTTP (search, answer, metrics)",
+                       description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    p.add_argument("collection", help="collection directory (medretrieve build)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (0: any free port; the log names it)")
+    p.add_argument("--workers", type=_positive, default=1, help="worker processes")
+    p.add_argument("--ranker", type=ranker_arg, default="default", help=RANKER_HELP)
+    p.add_argument("--cross-encoder", default=None, help="cross-encoder model directory")
+    p.add_argument("--query-encoder", default=None, help="query encoder directory replacing the collection's")
+    p.add_argument("--training", nargs="*", default=None, help="BioASQ golden files for training-memory expansion")
+    p.add_argument("--llm", default=None, metavar="BASE_URL", help="OpenAI-compatible API root for /v1/answer")
+    p.add_argument("--model", default=None, help="LLM model name (with --llm)")
+    p.add_argument("--llm-timeout-s", type=float, default=30.0, help="per LLM request (s)")
+    p.add_argument("--max-inflight", type=_positive, default=None,
+                   help="searches working at once per worker (default: the CPUs this process may use)")
+    p.add_argument("--max-queue", type=int, default=None,
+                   help="requests that may wait for a slot per worker (default: 4 x --max-inflight); beyond, 429")
+    p.add_argument("--encoder-threads", type=_positive, default=1,
+                   help="ONNX Runtime threads per encoder call (searches already run side by side)")
+    p.add_argument("--answer-concurrency", type=_positive, default=8, help="answers generated at once per worker")
+    p.add_argument("--deadline-ms", type=float, default=300.0, help="deadline of a search that names none (ms)")
+    p.add_argument("--max-batch", type=_positive, default=64, help="most questions in one /v1/search:batch")
+    p.add_argument("--enable-reload", action="store_true", help="allow POST /v1/admin/reload")
+    p.add_argument("--graceful-timeout", type=float, default=30.0,
+                   help="at shutdown, the longest wait for requests in flight (s)")
+    p.add_argument("--access-log", action="store_true", help="log every request (costs throughput)")
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    p.set_defaults(func=_serve)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return value
+
+
+def _config(args: argparse.Namespace, runtime_dir: str, failure_file: str) -> "ServerConfig":
+    from ..server.config import ServerConfig
+
+    extra = {} if args.max_inflight is None else {"max_inflight": args.max_inflight}  # default: the CPUs
+    return ServerConfig(
+        os.path.abspath(args.collection), ranker=args.ranker, cross_encoder=args.cross_encoder,
+        query_encoder=args.query_encoder, training=tuple(args.training) if args.training else None,
+        llm_url=args.llm, llm_model=args.model, llm_timeout_s=args.llm_timeout_s,
+        answer_concurrency=args.answer_concurrency, deadline_ms=args.deadline_ms, max_batch=args.max_batch,
+        max_queue=args.max_queue, encoder_threads=args.encoder_threads, preload=True,
+        startup_failure_file=failure_file,
+        enable_reload=args.enable_reload,
+        reload_stamp=os.path.join(runtime_dir, "reload-stamp") if args.enable_reload and args.workers > 1 else None,
+        **extra)
+
+
+def _log_config(level: str) -> dict:
+    """uvicorn's logging setup plus the ``medretrieve`` logger (collection loads, reloads, internal errors)."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["medretrieve"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    return config
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from ..server.config import CONFIG_ENV
+
+    runtime_dir = tempfile.mkdtemp(prefix="medretrieve-serve-")
+    failure = os.path.join(runtime_dir, "startup-failure")
+    try:
+        config = _config(args, runtime_dir, failure)
+        config.check_paths()
+        os.environ[CONFIG_ENV] = config.to_json()
+        if args.workers > 1:
+            metrics_dir = os.path.join(runtime_dir, "metrics")
+            os.mkdir(metrics_dir)
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+        # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler it found; this
+        # one lets the command return, so the process exits 0 rather than by the signal
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        try:
+            uvicorn.run("medretrieve.server.app:app_from_env", factory=True, host=args.host, port=args.port,
+                        workers=args.workers, log_level=args.log_level, access_log=args.access_log,
+                        log_config=_log_config(args.log_level), timeout_graceful_shutdown=args.graceful_timeout,
+                        lifespan="on")
+        except SystemExit:  # one worker that failed to start exits this way; several stop without a code
+            if not os.path.exists(failure):
+                raise
+        if os.path.exists(failure):
+            with open(failure, encoding="utf-8") as fh:
+                raise RuntimeError(f"could not load {config.collection}: {fh.read()}")
+    finally:
+        shutil.rmtree(runtime_dir, ignore_errors=True)
+    return 0

@@ -1,0 +1,372 @@
+"""Clients of a medretrieve server (``medretrieve serve``), sync (:class:`Client`) and async (:class:`AsyncClient`),
+over httpx. They return the library's own types: ``search`` a
+:class:`~medretrieve.retrieval.results.SearchResult`, ``answer`` an :class:`~medretrieve.generation.generate.Answer`.
+
+Failures raise the typed errors of :mod:`.errors`. 429 (shed) and 503 (still loading) are retried up to
+``retries`` times after the server's Retry-After (a refused connection after a short backoff), unless the wait is
+longer than ``max_retry_after_s`` or would not leave time before the call's ``deadline_ms``; a retried search
+carries what is left of its deadline. Every attempt waits at most ``timeout_s`` seconds, and at most 1 s past
+the call's deadline.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import httpx
+
+from ..generation.generate import Answer
+from ..retrieval.budget import Deadline
+from ..retrieval.results import Hit, SearchResult
+from .errors import ClientError, Unavailable, error_for
+
+_DEADLINE_GRACE_S = 1.0  # how long past a call's deadline the client still waits for the server's reply (s)
+
+
+@dataclass
+class AnswerEvent:
+    """One event of a streamed answer: ``evidence`` (``hits``), ``delta`` (a piece of ``text``), ``answer``."""
+
+    kind: str
+    hits: List[Hit] = field(default_factory=list)
+    text: str = ""
+    answer: Optional[Answer] = None
+
+
+def _search_body(k: int, deadline_ms: Optional[float], per_document: Optional[int],
+                 sections: Optional[Sequence[str]], stages: Dict[str, bool]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"k": k}
+    for name, value in (("deadline_ms", deadline_ms), ("per_document", per_document)):
+        if value is not None:
+            body[name] = value
+    if sections is not None:
+        body["sections"] = list(sections)
+    if stages:
+        body["stages"] = dict(stages)
+    return body
+
+
+def _answer_body(question: str, k: int, deadline_ms: Optional[float], qtype: Optional[str], mode: str,
+                 max_tokens: int, stream: bool) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"question": question, "k": k, "mode": mode, "max_tokens": max_tokens, "stream": stream}
+    if deadline_ms is not None:
+        body["deadline_ms"] = deadline_ms
+    if qtype is not None:
+        body["qtype"] = qtype
+    return body
+
+
+def _retry_after(response: httpx.Response) -> Optional[float]:
+    raw = response.headers.get("Retry-After")
+    try:
+        return max(0.0, float(raw)) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def _parsed(response: httpx.Response) -> Any:
+    """The JSON of a 2xx response; the typed error of any other."""
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = response.text
+    if response.is_success:
+        return body
+    raise error_for(response.status_code, body, _retry_after(response))
+
+
+class _SSE:
+    """Server-sent events, line by line: :meth:`feed` returns ``(event, data)`` when a blank line ends one."""
+
+    def __init__(self) -> None:
+        self.event = "message"
+        self.data: List[str] = []
+
+    def feed(self, line: str) -> Optional[Tuple[str, Any]]:
+        if line.startswith("event:"):
+            self.event = line[6:].strip()
+        elif line.startswith("data:"):
+            self.data.append(line[5:].strip())
+        elif not line and self.data:
+            out = (self.event, json.loads("\n".join(self.data)))
+            self.event, self.data = "message", []
+            return out
+        return None
+
+
+def _answer_event(kind: str, data: Any) -> AnswerEvent:
+    if kind == "evidence":
+        return AnswerEvent(kind, hits=[Hit(**h) for h in data["hits"]])
+    if kind == "delta":
+        return AnswerEvent(kind, text=str(data["text"]))
+    if kind == "answer":
+        return AnswerEvent(kind, answer=Answer.from_dict(data))
+    raise error_for(500, data, None)  # an "error" event: the failure after the stream began
+
+
+class _Base:
+    """What both clients share: settings, request bodies, and the retry decision."""
+
+    def __init__(self, url: str, timeout_s: float, retries: int, max_retry_after_s: float) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"url must be an http(s) URL like http://127.0.0.1:8000, got {url!r}")
+        if not timeout_s > 0 or retries < 0 or max_retry_after_s < 0:
+            raise ValueError("timeout_s must be > 0 s, retries >= 0 and max_retry_after_s >= 0 s")
+        self.url = url.rstrip("/")
+        self.timeout_s = float(timeout_s)
+        self.retries = int(retries)
+        self.max_retry_after_s = float(max_retry_after_s)
+
+    def _retries(self, body: Optional[Dict[str, Any]], deadline_ms: Optional[float]) -> "_Retries":
+        return _Retries(self, body, deadline_ms)
+
+
+class _Retries:
+    """The attempts of one call (see the module docstring): :meth:`attempt` gives the next body and timeout,
+    :meth:`wait_after` what to do with what came back."""
+
+    def __init__(self, client: _Base, body: Optional[Dict[str, Any]], deadline_ms: Optional[float]) -> None:
+        self.client = client
+        self.body = body
+        self.clock = Deadline(deadline_ms)
+        self.attempts = 0
+        self.timeout_s = client.timeout_s
+
+    def attempt(self) -> Tuple[Optional[Dict[str, Any]], float]:
+        """The body of the next attempt (with what is left of the deadline) and its timeout (s)."""
+        self.attempts += 1
+        if self.clock.unlimited:
+            return self.body, self.timeout_s
+        left_ms = self.clock.remaining_ms()
+        body = self.body
+        if body is not None and "deadline_ms" in body:
+            body = {**body, "deadline_ms": max(left_ms, 1.0)}
+        self.timeout_s = min(self.client.timeout_s, max(left_ms / 1000.0, 0.0) + _DEADLINE_GRACE_S)
+        return body, self.timeout_s
+
+    def wait_after(self, outcome: Any) -> Optional[float]:
+        """Seconds to wait before the next attempt, or None when ``outcome`` (a response) is final. A transport
+        error: retried after a short backoff when the connection was refused, else raised as Unavailable."""
+        if isinstance(outcome, Exception):
+            if not isinstance(outcome, httpx.ConnectError):
+                raise self._unreachable(outcome) from outcome
+            wait: Optional[float] = None
+        elif outcome.status_code in (429, 503):
+            wait = _retry_after(outcome)
+        else:
+            return None
+        wait = 0.05 * 2 ** (self.attempts - 1) if wait is None else wait
+        if (self.attempts > self.client.retries or wait > self.client.max_retry_after_s
+                or wait * 1000.0 >= self.clock.remaining_ms()):
+            if isinstance(outcome, Exception):
+                raise self._unreachable(outcome) from outcome
+            return None
+        return wait
+
+    def _unreachable(self, exc: Exception) -> ClientError:
+        if isinstance(exc, httpx.TimeoutException):
+            return Unavailable(f"no reply within {self.timeout_s:.2f} s ({type(exc).__name__})")
+        return Unavailable(f"cannot reach the server: {type(exc).__name__}: {exc}")
+
+
+class Client(_Base):
+    """A blocking client (see the module docstring): ``Client("http://127.0.0.1:8000").search("...")``.
+
+    ``timeout_s``: the longest wait for one reply (s); ``retries``: attempts after a 429 / 503 / refused
+    connection; ``max_retry_after_s``: a longer Retry-After is not waited for. ``transport``: an httpx transport
+    (tests, or ``httpx.WSGITransport``-style in-process use).
+    """
+
+    def __init__(self, url: str, *, timeout_s: float = 10.0, retries: int = 2, max_retry_after_s: float = 5.0,
+                 headers: Optional[Dict[str, str]] = None, transport: Optional[httpx.BaseTransport] = None) -> None:
+        super().__init__(url, timeout_s, retries, max_retry_after_s)
+        self._http = httpx.Client(base_url=self.url, headers=headers, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _send(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
+              deadline_ms: Optional[float] = None, stream: bool = False) -> httpx.Response:
+        """The final response (retried as the module docstring says); with ``stream``, unread and open."""
+        retries = self._retries(body, deadline_ms)
+        while True:
+            sent, timeout = retries.attempt()
+            request = self._http.build_request(method, path, json=sent, timeout=timeout)
+            try:
+                outcome: Any = self._http.send(request, stream=stream)
+            except httpx.TransportError as exc:
+                outcome = exc
+            wait = retries.wait_after(outcome)
+            if wait is None:
+                return outcome
+            if isinstance(outcome, httpx.Response):
+                outcome.close()
+            time.sleep(wait)
+
+    def _call(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
+              deadline_ms: Optional[float] = None) -> Any:
+        return _parsed(self._send(method, path, body, deadline_ms))
+
+    def search(self, question: str, k: int = 10, *, deadline_ms: Optional[float] = None,
+               per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
+               **stages: bool) -> SearchResult:
+        """``Retriever.search`` on the server: the best ``k`` chunks within ``deadline_ms`` (ms, queueing on the
+        server included; None: the server's default). ``stages``: switches such as ``rerank=False``."""
+        body = {"question": question, **_search_body(k, deadline_ms, per_document, sections, stages)}
+        return SearchResult.from_dict(self._call("POST", "/v1/search", body, deadline_ms))
+
+    def search_batch(self, questions: Sequence[str], k: int = 10, *, deadline_ms: Optional[float] = None,
+                     per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
+                     **stages: bool) -> List[SearchResult]:
+        """Several questions with the same options and one deadline for them all (one result per question)."""
+        body = {"questions": list(questions), **_search_body(k, deadline_ms, per_document, sections, stages)}
+        return [SearchResult.from_dict(r) for r in self._call("POST", "/v1/search:batch", body,
+                                                               deadline_ms)["results"]]
+
+    def answer(self, question: str, k: int = 10, *, deadline_ms: Optional[float] = None,
+               qtype: Optional[str] = None, mode: str = "cite", max_tokens: int = 512) -> Answer:
+        """A grounded answer (``Answerer.answer`` on the server; an LLM failure is in ``Answer.error``)."""
+        body = _answer_body(question, k, deadline_ms, qtype, mode, max_tokens, False)
+        return Answer.from_dict(self._call("POST", "/v1/answer", body, deadline_ms))
+
+    def stream_answer(self, question: str, k: int = 10, *, deadline_ms: Optional[float] = None,
+                      qtype: Optional[str] = None, mode: str = "cite", max_tokens: int = 512
+                      ) -> Iterator[AnswerEvent]:
+        """The answer as it is made: an ``evidence`` event, ``delta`` events, then the ``answer``."""
+        body = _answer_body(question, k, deadline_ms, qtype, mode, max_tokens, True)
+        response = self._send("POST", "/v1/answer", body, deadline_ms, stream=True)
+        try:
+            if not response.is_success:
+                response.read()
+                _parsed(response)
+            sse = _SSE()
+            for line in response.iter_lines():
+                event = sse.feed(line)
+                if event is not None:
+                    yield _answer_event(*event)
+        finally:
+            response.close()
+
+    def collection(self) -> Dict[str, Any]:
+        """Size, models, index and build info of the served collection."""
+        return self._call("GET", "/v1/collection")
+
+    def health(self) -> Dict[str, Any]:
+        return self._call("GET", "/healthz")
+
+    def ready(self) -> bool:
+        """Whether the server answers searches (no retry: a loading server answers False)."""
+        return self._http.get("/readyz", timeout=self.timeout_s).status_code == 200
+
+    def metrics(self) -> str:
+        """The Prometheus text of ``/metrics``."""
+        response = self._send("GET", "/metrics")
+        if not response.is_success:
+            _parsed(response)
+        return response.text
+
+    def reload(self) -> Dict[str, Any]:
+        """Ask the server to load its collection again (it must run with ``--enable-reload``)."""
+        return self._call("POST", "/v1/admin/reload")
+
+
+class AsyncClient(_Base):
+    """The asyncio twin of :class:`Client` (same arguments, same methods, awaited)."""
+
+    def __init__(self, url: str, *, timeout_s: float = 10.0, retries: int = 2, max_retry_after_s: float = 5.0,
+                 headers: Optional[Dict[str, str]] = None, transport: Optional[httpx.AsyncBaseTransport] = None
+                 ) -> None:
+        super().__init__(url, timeout_s, retries, max_retry_after_s)
+        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, transport=transport)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def _send(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
+                    deadline_ms: Optional[float] = None, stream: bool = False) -> httpx.Response:
+        retries = self._retries(body, deadline_ms)
+        while True:
+            sent, timeout = retries.attempt()
+            request = self._http.build_request(method, path, json=sent, timeout=timeout)
+            try:
+                outcome: Any = await self._http.send(request, stream=stream)
+            except httpx.TransportError as exc:
+                outcome = exc
+            wait = retries.wait_after(outcome)
+            if wait is None:
+                return outcome
+            if isinstance(outcome, httpx.Response):
+                await outcome.aclose()
+            await asyncio.sleep(wait)
+
+    async def _call(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
+                    deadline_ms: Optional[float] = None) -> Any:
+        return _parsed(await self._send(method, path, body, deadline_ms))
+
+    async def search(self, question: str, k: int = 10, *, deadline_ms: Optional[float] = None,
+                     per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
+                     **stages: bool) -> SearchResult:
+        body = {"question": question, **_search_body(k, deadline_ms, per_document, sections, stages)}
+        return SearchResult.from_dict(await self._call("POST", "/v1/search", body, deadline_ms))
+
+    async def search_batch(self, questions: Sequence[str], k: int = 10, *, deadline_ms: Optional[float] = None,
+                           per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
+                           **stages: bool) -> List[SearchResult]:
+        body = {"questions": list(questions), **_search_body(k, deadline_ms, per_document, sections, stages)}
+        data = await self._call("POST", "/v1/search:batch", body, deadline_ms)
+        return [SearchResult.from_dict(r) for r in data["results"]]
+
+    async def answer(self, question: str, k: int = 10, *, deadline_ms: Optional[float] = None,
+                     qtype: Optional[str] = None, mode: str = "cite", max_tokens: int = 512) -> Answer:
+        body = _answer_body(question, k, deadline_ms, qtype, mode, max_tokens, False)
+        return Answer.from_dict(await self._call("POST", "/v1/answer", body, deadline_ms))
+
+    async def stream_answer(self, question: str, k: int = 10, *, deadline_ms: Optional[float] = None,
+                            qtype: Optional[str] = None, mode: str = "cite", max_tokens: int = 512
+                            ) -> AsyncIterator[AnswerEvent]:
+        body = _answer_body(question, k, deadline_ms, qtype, mode, max_tokens, True)
+        response = await self._send("POST", "/v1/answer", body, deadline_ms, stream=True)
+        try:
+            if not response.is_success:
+                await response.aread()
+                _parsed(response)
+            sse = _SSE()
+            async for line in response.aiter_lines():
+                event = sse.feed(line)
+                if event is not None:
+                    yield _answer_event(*event)
+        finally:
+            await response.aclose()
+
+    async def collection(self) -> Dict[str, Any]:
+        return await self._call("GET", "/v1/collection")
+
+    async def health(self) -> Dict[str, Any]:
+        return await self._call("GET", "/healthz")
+
+    async def ready(self) -> bool:
+        return (await self._http.get("/readyz", timeout=self.timeout_s)).status_code == 200
+
+    async def metrics(self) -> str:
+        response = await self._send("GET", "/metrics")
+        if not response.is_success:
+            _parsed(response)
+        return response.text
+
+    async def reload(self) -> Dict[str, Any]:
+        return await self._call("POST", "/v1/admin/reload")

@@ -1,0 +1,84 @@
+"""HTTP plumbing shared by the app and its routes: request deadlines, JSON responses, the metrics middleware."""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Dict, Optional, Union
+
+from fastapi import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..retrieval.budget import Deadline
+from .errors import ApiError
+from .metrics import ServerMetrics
+
+DEADLINE_HEADER = "x-deadline-ms"
+ENDPOINTS = ("/v1/search", "/v1/search:batch", "/v1/answer", "/v1/collection", "/v1/admin/reload", "/healthz",
+             "/readyz", "/metrics")
+
+
+def endpoint_of(request: Union[Request, Scope]) -> str:
+    """The metrics label of a request: its endpoint, or ``other`` (unknown paths must not grow the label set)."""
+    path = request.url.path if isinstance(request, Request) else request.get("path", "")
+    return path if path in ENDPOINTS else "other"
+
+
+class Observe:
+    """Pure ASGI middleware: stamps each request's arrival (its deadline starts there) and counts every answer
+    (status and latency per endpoint), errors included."""
+
+    def __init__(self, app: ASGIApp, metrics: ServerMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        arrived = time.perf_counter()
+        scope.setdefault("state", {})["arrived"] = arrived
+        status = {"code": 500}
+
+        async def send_and_note(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            endpoint = endpoint_of(scope)
+            self.metrics.child(self.metrics.requests, endpoint, str(status["code"])).inc()
+            self.metrics.child(self.metrics.latency, endpoint).observe(time.perf_counter() - arrived)
+
+
+def request_deadline(request: Request, body_ms: Optional[float], default_ms: float) -> Deadline:
+    """The request's deadline, started at its arrival: the smaller of the body's ``deadline_ms`` and the
+    ``X-Deadline-Ms`` header, else ``default_ms``."""
+    budgets = [b for b in (body_ms, _header_ms(request)) if b is not None]
+    deadline = Deadline(min(budgets) if budgets else default_ms)
+    deadline.start = request.scope.get("state", {}).get("arrived", deadline.start)
+    return deadline
+
+
+def _header_ms(request: Request) -> Optional[float]:
+    raw = request.headers.get(DEADLINE_HEADER)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise ApiError(422, "invalid_request", f"X-Deadline-Ms must be a number of ms > 0, got {raw!r}",
+                              "X-Deadline-Ms")
+    return value
+
+
+def json_bytes(payload: Any) -> bytes:
+    return json.dumps(payload, ensure_ascii=False).encode("utf-8")
+
+
+def json_response(payload: Any, status: int = 200, headers: Optional[Dict[str, str]] = None) -> Response:
+    return Response(json_bytes(payload), status_code=status, media_type="application/json", headers=headers)

@@ -1,0 +1,161 @@
+"""The endpoints of the API (see :mod:`medretrieve.server.app` for the list and the deadline rules)."""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List
+
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+
+from .._version import __version__
+from ..generation.generate import Answer
+from ..retrieval.budget import Deadline
+from ..retrieval.results import SearchResult
+from .admission import remaining_or_none
+from .answers import answer_once, note_answer, stream_answer
+from .engine import Engine, NotReady, ReloadRunning, Snapshot, describe
+from .errors import ApiError
+from .http import json_bytes, json_response, request_deadline
+from .metrics import ServerMetrics
+from .schemas import AnswerRequest, BatchSearchRequest, BatchSearchResponse, ErrorResponse, SearchRequest
+
+_ERRORS: Dict[Any, Dict[str, Any]] = {
+    code: {"model": ErrorResponse, "description": what} for code, what in (
+        (422, "invalid request (the field at fault is named)"), (429, "overloaded: retry after Retry-After s"),
+        (503, "the collection is not loaded yet"), (504, "the deadline passed while the request was queued"))}
+
+
+def _respond(payload: Any, waited_ms: float, work_ms: float, deadline: Deadline) -> Response:
+    """The JSON response, with ``Server-Timing`` (ms): the wait for a slot, the work, and the whole time from the
+    request's arrival to its serialised response (so ``total - queue - work`` is the server's own overhead)."""
+    body = json_bytes(payload)
+    timing = f"queue;dur={waited_ms:.2f}, work;dur={work_ms:.2f}, total;dur={deadline.elapsed_ms():.2f}"
+    return Response(body, media_type="application/json", headers={"Server-Timing": timing})
+
+
+def _note_search(metrics: ServerMetrics, endpoint: str, results: List[SearchResult], deadline: Deadline) -> None:
+    for res in results:
+        metrics.observe_stages(res.stages)
+        if res.weak:
+            metrics.weak.inc()
+    if deadline.expired():
+        metrics.child(metrics.deadline_misses, endpoint, "work").inc()
+
+
+def add_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
+    """Every endpoint of the API on ``app``."""
+    _search_routes(app, engine, metrics)
+    _answer_route(app, engine, metrics)
+    _operations_routes(app, engine, metrics)
+
+
+def _search_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
+    config = engine.config
+
+    @app.post("/v1/search", response_model=SearchResult, responses=_ERRORS, tags=["search"])
+    async def search(body: SearchRequest, request: Request) -> Response:
+        """The best ``k`` chunks for a question, within the deadline (``SearchResult.to_dict()``)."""
+        deadline = request_deadline(request, body.deadline_ms, config.deadline_ms)
+        kwargs = body.search_kwargs()
+
+        def work(snap: Snapshot) -> SearchResult:
+            return snap.retriever.search(body.question, deadline_ms=remaining_or_none(deadline), **kwargs)
+
+        result, waited_ms = await engine.run("search", deadline, work)
+        metrics.child(metrics.queue_wait, "/v1/search").observe(waited_ms / 1000.0)
+        _note_search(metrics, "/v1/search", [result], deadline)
+        return _respond(result.to_dict(), waited_ms, result.timings_ms["total"], deadline)
+
+    @app.post("/v1/search:batch", response_model=BatchSearchResponse, responses=_ERRORS, tags=["search"])
+    async def search_batch(body: BatchSearchRequest, request: Request) -> Response:
+        """Several questions with the same options; one deadline covers the queue and every search (they run
+        one after another in one slot; each gets what is left)."""
+        if len(body.questions) > config.max_batch:
+            raise ApiError(422, "invalid_request", f"questions: at most {config.max_batch} per batch on this "
+                           f"server, got {len(body.questions)}", "questions")
+        deadline = request_deadline(request, body.deadline_ms, config.deadline_ms)
+        kwargs = body.search_kwargs()
+
+        def work(snap: Snapshot) -> List[SearchResult]:
+            return [snap.retriever.search(q, deadline_ms=remaining_or_none(deadline), **kwargs)
+                    for q in body.questions]
+
+        results, waited_ms = await engine.run("search", deadline, work)
+        metrics.child(metrics.queue_wait, "/v1/search:batch").observe(waited_ms / 1000.0)
+        _note_search(metrics, "/v1/search:batch", results, deadline)
+        work_ms = sum(r.timings_ms["total"] for r in results)
+        return _respond({"results": [r.to_dict() for r in results]}, waited_ms, work_ms, deadline)
+
+
+def _answer_route(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
+    config = engine.config
+
+    @app.post("/v1/answer", response_model=Answer, responses={
+        **_ERRORS, 501: {"model": ErrorResponse, "description": "no LLM configured"},
+        200: {"content": {"text/event-stream": {}}, "description": "the answer; with stream=true as events "
+              "`evidence` (the hits), `delta` (answer text as the LLM writes it), `answer` (the whole answer)"}},
+        tags=["answer"])
+    async def answer(body: AnswerRequest, request: Request) -> Response:
+        """A grounded answer with checked citations, or an abstention with its reason (``Answer.to_dict()``; an
+        LLM failure is reported in ``error``)."""
+        if engine.backend is None:
+            raise ApiError(501, "answers_disabled", "answers are off: start the server with --llm URL --model NAME")
+        engine.ready()
+        deadline = request_deadline(request, body.deadline_ms, config.answer_deadline_ms)
+        if body.stream:
+            return await stream_answer(engine, metrics, body, deadline)
+
+        def work(snap: Snapshot) -> Answer:
+            return answer_once(snap, engine.backend, body, deadline, config.deadline_ms)
+
+        ans, waited_ms = await engine.run("answer", deadline, work)
+        note_answer(metrics, ans)
+        return _respond(ans.to_dict(), waited_ms, ans.timings.get("total", 0.0), deadline)
+
+
+def _operations_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
+    config = engine.config
+
+    @app.get("/healthz", tags=["operations"])
+    async def healthz() -> Dict[str, Any]:
+        """The process is alive (it may still be loading its collection)."""
+        return {"status": "ok", "pid": os.getpid(), "version": __version__}
+
+    @app.get("/readyz", tags=["operations"], responses={503: {"description": "loading, or the load failed"}})
+    async def readyz() -> Response:
+        """The collection is loaded and its retriever warmed: the server answers searches."""
+        try:
+            snap = engine.ready()
+        except NotReady as exc:
+            status = "failed" if engine.error else "loading"
+            return json_response({"status": status, "reason": str(exc)}, status=503, headers={"Retry-After": "1"})
+        return json_response({"status": "ready", "generation": snap.generation, "chunks": len(snap.collection)})
+
+    @app.get("/v1/collection", tags=["operations"])
+    async def collection() -> Dict[str, Any]:
+        """Size, models, index and build info of the served collection."""
+        return describe(engine.ready(), config, engine.backend is not None)
+
+    @app.get("/metrics", tags=["operations"])
+    async def prometheus() -> Response:
+        """Prometheus metrics (text format)."""
+        payload, content_type = metrics.exposition()
+        return Response(payload, media_type=content_type)
+
+    @app.post("/v1/admin/reload", tags=["operations"],
+              responses={403: {"model": ErrorResponse}, 409: {"model": ErrorResponse}})
+    async def reload() -> Dict[str, Any]:
+        """Load the collection directory again (e.g. after ``medretrieve build --overwrite``) and swap it in
+        atomically: requests keep being answered, by the old collection until the new one is ready. Off unless
+        the server was started with ``--enable-reload``; every worker reloads."""
+        if not config.enable_reload:
+            raise ApiError(403, "reload_disabled", "reload is off: start the server with --enable-reload")
+        try:
+            snap = await engine.reload()
+        except ReloadRunning as exc:
+            raise ApiError(409, "reload_running", str(exc)) from None
+        except Exception as exc:  # the new collection did not load: the old one stays
+            raise ApiError(500, "reload_failed", f"{type(exc).__name__}: {exc}; still serving the previous "
+                           "collection") from None
+        return {"generation": snap.generation, "chunks": len(snap.collection),
+                "documents": snap.collection.n_documents, "load_ms": round(snap.load_ms, 1)}

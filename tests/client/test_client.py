@@ -1,0 +1,144 @@
+"""medretrieve.client against a real server (library types back, typed errors) and against scripted transports
+(retries after Retry-After, deadlines, timeouts)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import httpx
+import pytest
+
+from medretrieve.client import (AsyncClient, Client, Forbidden, InvalidRequest, NotReady, Overloaded,
+                                Unavailable)
+from medretrieve.generation.generate import Answer
+from medretrieve.retrieval.results import Hit, SearchResult
+
+QUESTION = "What is the first-line drug treatment for type 2 diabetes?"
+
+
+def test_search_batch_and_answer_return_library_types(server, medretrieve_retriever):
+    with Client(server.url) as client:
+        res = client.search(QUESTION, k=3, deadline_ms=60000, rerank=True)
+        local = medretrieve_retriever.search(QUESTION, k=3, deadline_ms=60000)
+        assert isinstance(res, SearchResult) and isinstance(res.hits[0], Hit)
+        assert [h.chunk_id for h in res.hits] == [h.chunk_id for h in local.hits]
+        assert res.stage("dense").ran
+        off = client.search(QUESTION, k=2, sections=["symptoms"], recover=False)
+        assert not off.stage("recovery").ran and "filter" in off.stage("route").reason
+        batch = client.search_batch([QUESTION, "asthma inhaler"], k=2)
+        assert [type(r) for r in batch] == [SearchResult, SearchResult] and batch[1].question == "asthma inhaler"
+        ans = client.answer(QUESTION, k=3)
+        assert isinstance(ans, Answer) and ans.citations[0].supported and isinstance(ans.evidence[0], Hit)
+        events = list(client.stream_answer(QUESTION, k=3))
+        assert [e.kind for e in events] == ["evidence", "delta", "delta", "answer"]
+        assert events[0].hits[0].document_id == "demo-002"
+        assert "".join(e.text for e in events if e.kind == "delta") == events[-1].answer.text
+        assert client.ready() and client.health()["status"] == "ok"
+        assert client.collection()["documents"] == 24 and "medretrieve_requests_total" in client.metrics()
+
+
+def test_typed_errors_from_the_server(server):
+    with Client(server.url) as client:
+        with pytest.raises(InvalidRequest) as info:
+            client.search(QUESTION, k=0)
+        assert info.value.status == 422 and info.value.field == "k"
+        with pytest.raises(InvalidRequest, match="sections"):
+            client.search(QUESTION, sections=["kitchen"])
+        with pytest.raises(Forbidden, match="reload"):
+            client.reload()
+
+
+def test_async_client(server):
+    async def main():
+        async with AsyncClient(server.url) as client:
+            results = await asyncio.gather(*(client.search(q, k=2) for q in (QUESTION, "gout", "asthma")))
+            assert [r.question for r in results] == [QUESTION, "gout", "asthma"]
+            kinds = [e.kind async for e in client.stream_answer(QUESTION, k=3)]
+            assert kinds[0] == "evidence" and kinds[-1] == "answer"
+            assert (await client.answer(QUESTION)).text.startswith("Metformin")
+            with pytest.raises(InvalidRequest):
+                await client.search(" ")
+            assert await client.ready()
+    asyncio.run(main())
+
+
+def test_refused_connection_is_unavailable():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with Client(f"http://127.0.0.1:{port}", retries=1) as client:
+        with pytest.raises(Unavailable, match="cannot reach"):
+            client.search(QUESTION)
+
+
+# ------------------------------------------------------------------ retries, against scripted replies
+
+def _search_reply(question: str = "q") -> dict:
+    return SearchResult(question, [], "factoid", False, [], False, [], {"total": 1.0}).to_dict()
+
+
+def scripted(*replies):
+    """A mock transport answering ``(status, headers)`` in order (then a search result); records the bodies."""
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content) if request.content else None)
+        if len(seen) <= len(replies):
+            status, headers = replies[len(seen) - 1]
+            return httpx.Response(status, headers=headers, json={"error": {"type": "x", "message": "busy"}})
+        return httpx.Response(200, json=_search_reply())
+
+    return httpx.MockTransport(handler), seen
+
+
+def test_429_and_503_are_retried_after_retry_after():
+    transport, seen = scripted((429, {"Retry-After": "0"}), (503, {"Retry-After": "0"}))
+    with Client("http://test", transport=transport, retries=2) as client:
+        assert client.search("q").question == "q"
+    assert len(seen) == 3
+
+
+def test_retries_run_out_with_a_typed_error():
+    transport, seen = scripted(*[(503, {"Retry-After": "0"})] * 3)
+    with Client("http://test", transport=transport, retries=2) as client:
+        with pytest.raises(NotReady) as info:
+            client.search("q")
+    assert len(seen) == 3 and info.value.retry_after_s == 0
+
+
+def test_a_retry_after_past_the_deadline_or_the_cap_is_not_waited_for():
+    transport, seen = scripted((429, {"Retry-After": "1"}))
+    with Client("http://test", transport=transport, retries=3) as client:
+        with pytest.raises(Overloaded) as info:
+            client.search("q", deadline_ms=300)
+    assert len(seen) == 1 and info.value.retry_after_s == 1
+    transport, seen = scripted((429, {"Retry-After": "30"}))
+    with Client("http://test", transport=transport, retries=3, max_retry_after_s=5) as client:
+        with pytest.raises(Overloaded):
+            client.search("q")
+    assert len(seen) == 1
+
+
+def test_a_retried_search_carries_what_is_left_of_its_deadline():
+    transport, seen = scripted((429, {"Retry-After": "0.2"}))
+    with Client("http://test", transport=transport) as client:
+        client.search("q", deadline_ms=5000)
+    assert seen[0]["deadline_ms"] <= 5000 and seen[1]["deadline_ms"] < seen[0]["deadline_ms"] - 150
+
+
+def test_a_reply_that_does_not_come_is_a_timeout():
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("no reply", request=request)
+
+    with Client("http://test", transport=httpx.MockTransport(handler), timeout_s=0.5) as client:
+        with pytest.raises(Unavailable, match="no reply within"):
+            client.search("q")
+
+
+def test_bad_client_settings():
+    for kwargs in ({"timeout_s": 0}, {"retries": -1}):
+        with pytest.raises(ValueError):
+            Client("http://127.0.0.1:1", **kwargs)
+    with pytest.raises(ValueError, match="http"):
+        Client("127.0.0.1:8000")
