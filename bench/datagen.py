@@ -18,6 +18,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -49,13 +50,13 @@ def _structure(spec: DataSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return proj, centres, mean_dir
 
 
-def sample(spec: DataSpec, n: int, stream: int, chunk: int = 50_000) -> np.ndarray:
-    """``n`` normalised rows; ``stream`` 0 = base vectors, 1 = queries."""
+def sample_batches(spec: DataSpec, n: int, stream: int, chunk: int = 50_000) -> Iterator[np.ndarray]:
+    """``n`` normalised rows in batches of ``chunk`` (the batches of :func:`sample`, so the first rows of a larger
+    ``n`` are the rows of a smaller one); ``stream`` 0 = base vectors, 1 = queries."""
     proj, centres, mean_dir = _structure(spec)
     rng = np.random.default_rng([spec.seed, stream])
     weights = rng.dirichlet(np.full(spec.clusters, 2.0))
     spreads = rng.uniform(0.4, 0.9, spec.clusters).astype(np.float32)
-    out = np.empty((n, spec.dim), dtype=np.float32)
     for start in range(0, n, chunk):
         m = min(chunk, n - start)
         c = rng.choice(spec.clusters, size=m, p=weights)
@@ -64,7 +65,16 @@ def sample(spec: DataSpec, n: int, stream: int, chunk: int = 50_000) -> np.ndarr
         x /= np.linalg.norm(x, axis=1, keepdims=True)
         x += spec.offset * mean_dir + spec.noise * rng.standard_normal((m, spec.dim)).astype(np.float32) / np.sqrt(spec.dim) * 4
         x /= np.linalg.norm(x, axis=1, keepdims=True)
-        out[start:start + m] = x
+        yield x
+
+
+def sample(spec: DataSpec, n: int, stream: int, chunk: int = 50_000) -> np.ndarray:
+    """``n`` normalised rows; ``stream`` 0 = base vectors, 1 = queries."""
+    out = np.empty((n, spec.dim), dtype=np.float32)
+    start = 0
+    for x in sample_batches(spec, n, stream, chunk):
+        out[start:start + len(x)] = x
+        start += len(x)
     return out
 
 

@@ -165,3 +165,38 @@ def test_numpy_scoring_equals_bm25s_scoring():
         np.testing.assert_allclose(matrix.scores(q), ref.get_scores([t for t in q if t in ref.vocab_dict]),
                                    rtol=1e-6, atol=1e-7)
     assert not matrix.scores(["unseen"]).any()
+
+
+def test_numpy_fit_writes_bm25s_weights_block_by_block(tmp_path):
+    """fit_ids (blocks of rows, optionally straight into memory-mapped files) gives each term bm25s's postings and
+    weights, bit for bit; rows without tokens are counted in the average length as bm25s counts them."""
+    import random
+
+    import bm25s
+
+    from medretrieve.corpus.lexical import BM25Matrix, TokenStore
+
+    rng = random.Random(3)
+    words = [f"t{i}" for i in range(200)]
+    docs = [[rng.choice(words[:rng.randint(1, 200)]) for _ in range(rng.randint(0, 30))] for _ in range(700)]
+    docs[5] = []
+    ref = bm25s.BM25(k1=1.5, b=0.75)
+    ref.index(docs, show_progress=False)
+    store = TokenStore()
+    store.extend(docs)
+    for block_rows, directory in ((64, None), (1000, tmp_path / "m")):
+        m = BM25Matrix.fit_ids(store.flat, store.offsets, store.vocab, 1.5, 0.75, directory=directory,
+                               block_rows=block_rows)
+        assert m.num_docs == len(docs)
+        for token, c in ref.vocab_dict.items():
+            if not token:
+                continue
+            a, z = ref.scores["indptr"][c], ref.scores["indptr"][c + 1]
+            mine = m.vocab[token]
+            b0, b1 = m.indptr[mine], m.indptr[mine + 1]
+            np.testing.assert_array_equal(m.indices[b0:b1], ref.scores["indices"][a:z])
+            np.testing.assert_array_equal(m.data[b0:b1], ref.scores["data"][a:z])
+    m.save(tmp_path / "m")  # the arrays are already there (memory-mapped): save adds the vocabulary only
+    loaded = BM25Matrix.load(tmp_path / "m", mmap=True)
+    np.testing.assert_array_equal(loaded.scores(["t1", "t2", "t2"]), m.scores(["t1", "t2", "t2"]))
+    assert loaded.scores(["t1"]).any()

@@ -27,75 +27,25 @@ naming a file that was changed.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
-from .._version import __version__
-from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record, overlap_weights
+from .builder import CollectionBuilder, chunk_rows, embed_chunks, lexical_text, source_fingerprint
+from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record
 from .chunks import ROWS, ChunkRow, ChunkTable
 from .lexical import TOKENIZER_VERSION, LexicalIndex
-from .sources import FORMATS, ReadReport, Record, SourceLike, read_records
+from .sources import ReadReport, Record, SourceLike, read_records
 from .store import (
-    CHUNKS, DENSE, FORMAT, LEXICAL, MANIFEST, MODELS, SECTIONS, DamagedCollection, check_file, digests, inside,
+    CHUNKS, DENSE, FORMAT, LEXICAL, MANIFEST, SECTIONS, DamagedCollection, check_file, digests, inside,
     file_digest, is_collection, link_or_copy_tree, new_temp_dir, read_jsonl, recover_leftovers, swap_in,
     write_jsonl,
 )
-
-
-def _lexical_text(title: str, text: str, overlap: str) -> str:
-    """What BM25 indexes for a chunk: its title, the overlap carried over and its own text."""
-    return " ".join(p for p in (title, overlap, text) if p)
-
-
-def _versions() -> Dict[str, str]:
-    from importlib import metadata
-
-    out = {"medretrieve": __version__}
-    for pkg in ("numpy", "bm25s", "onnxruntime"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
-
-
-def _encoder_info(directory: Union[str, os.PathLike], inside_dir: str) -> Dict[str, Any]:
-    """What the manifest records of an encoder that will be copied to ``inside_dir`` of the collection."""
-    from ..models.encoders import default_model_dir, read_manifest
-
-    d = default_model_dir() if str(directory) == "default" else Path(directory).expanduser().resolve()
-    m = read_manifest(d)
-    return {"dir": inside_dir, "source": str(d), "sha256": m.sha256, "kind": m.kind, "dim": m.dim}
-
-
-def _embed_chunks(encoder, chunks: Sequence[Chunk], cfg: ChunkingConfig, batch_size: int,
-                  progress: bool) -> np.ndarray:
-    """Chunk vectors with the overlap down-weighted (module docstring)."""
-    core = encoder.encode([(c.title, c.core_text) for c in chunks], batch_size=batch_size, progress=progress)
-    core = np.asarray(core, dtype=np.float32)
-    with_ov = [i for i, c in enumerate(chunks) if c.overlap_text]
-    if with_ov:
-        ov = np.asarray(encoder.encode([(chunks[i].title, chunks[i].overlap_text) for i in with_ov],
-                                       batch_size=batch_size, progress=False), dtype=np.float32)
-        for j, i in enumerate(with_ov):
-            wc, wo = overlap_weights(chunks[i], cfg.overlap_weight)
-            core[i] = wc * core[i] + wo * ov[j]
-    norms = np.linalg.norm(core, axis=1, keepdims=True)
-    return core / np.maximum(norms, 1e-12)
-
-
-def _new_index(dim: int, dtype: str, M: int, ef_construction: int, capacity: int):
-    from ..index import Index
-
-    index = Index(space="ip", dim=dim)
-    index.init_index(max_elements=max(capacity, 16), M=M, ef_construction=ef_construction, dtype=dtype)
-    return index
 
 
 VERIFY_BELOW = 64 << 20  # bytes: smaller collections have every file's sha256 checked at open
@@ -239,8 +189,13 @@ class Collection:
         format: str = "auto",
         overwrite: bool = False,
         report: Optional[ReadReport] = None,
+        resume: bool = True,
+        threads: int = -1,
+        chunk_batch: int = 1024,
     ) -> "Collection":
-        """Read ``source``, chunk, embed and index it into ``out_dir`` (atomically).
+        """Read ``source``, chunk, embed and index it into ``out_dir`` out of core (:mod:`.builder`): chunks and
+        vectors are spilled to disk a batch of ``chunk_batch`` chunks at a time, so memory holds the final index
+        plus a bounded working set, whatever the corpus size.
 
         ``source``: a path (file or directory), a list of paths, or a list of
         record dicts / :class:`~medretrieve.corpus.sources.Record`. ``encoder``: an
@@ -249,49 +204,27 @@ class Collection:
         symmetric); ``"default"`` names the embedded model. Both are copied into
         the collection. ``overwrite``: replace an existing collection at
         ``out_dir`` (never a directory that is not a collection, unless empty).
+        ``resume``: a build of paths that was interrupted carries on from its last checkpoint when run again with
+        the same sources and settings (False: start afresh); a failed build of records in memory leaves nothing.
+        ``threads``: threads of the HNSW build (-1: all cores). Nothing is swapped in before the build is complete.
         Raises ValueError when nothing readable is in the source.
         """
-        out = Path(out_dir)
-        recover_leftovers(out)
-        if out.exists():
-            if not overwrite:
-                raise FileExistsError(f"{out} exists; pass overwrite=True (CLI: --overwrite) to replace it")
-            if not out.is_dir() or (any(out.iterdir()) and not is_collection(out)):
-                raise ValueError(f"{out} exists and is not a medretrieve collection; overwrite only replaces a "
-                                 "collection (or an empty directory), so nothing was deleted")
-        if isinstance(chunking, dict):
-            chunking = ChunkingConfig.from_dict(chunking)
-        cfg = chunking or ChunkingConfig()
-        if dtype not in ("int8", "float32"):
-            raise ValueError(f"dtype must be 'int8' or 'float32', got {dtype!r}")
-        enc_info = _encoder_info(encoder, f"{MODELS}/encoder")
-        if query_encoder is None and enc_info["kind"] != "symmetric":
-            raise ValueError(f"{encoder} holds a {enc_info['kind']!r} model; without a query_encoder the "
-                             "encoder must be symmetric (serve queries and articles)")
-        q_info = _encoder_info(query_encoder, f"{MODELS}/query") if query_encoder is not None else None
-        if q_info is not None and q_info["dim"] != enc_info["dim"]:
-            raise ValueError(f"query encoder dim {q_info['dim']} != article encoder dim {enc_info['dim']}")
         report = report if report is not None else ReadReport()
-        records = list(read_records(source, format=format, errors=errors, report=report))
-        if not records:
-            raise ValueError(f"no readable records in the source ({report.summary()})")
-        manifest = {
-            "format": FORMAT,
-            "encoder": enc_info,
-            "query_encoder": q_info,
-            "chunking": cfg.to_dict(),
-            "index": {"dtype": dtype, "M": int(M), "ef_construction": int(ef_construction), "space": "ip"},
-            "versions": _versions(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "read_report": {"records": report.records, "skipped": report.skipped[:100],
-                            "n_skipped": report.n_skipped},
-        }
-        sources = {"encoder": enc_info["source"], **({"query_encoder": q_info["source"]} if q_info else {})}
-        col = cls(out, manifest, ChunkTable(), {}, None, LexicalIndex(), model_sources=sources)
-        col.dense = _new_index(enc_info["dim"], dtype, M, ef_construction, 0)
-        col._ingest(records, batch_size, progress)
-        col._commit()
-        return col
+        builder = CollectionBuilder(out_dir, encoder, query_encoder, chunking, dtype, M, ef_construction,
+                                    batch_size=batch_size, chunk_batch=chunk_batch, threads=threads,
+                                    overwrite=overwrite, resume=resume,
+                                    source_key=source_fingerprint(source, format, errors), progress=progress)
+        try:
+            records = read_records(source, format=format, errors=errors, report=report)
+            builder.add_records(itertools.islice(records, builder.records_done, None))
+            out = builder.finish(report)
+        except BaseException:
+            if builder.key is None:
+                builder.abandon()  # records in memory cannot be recognised again: nothing to resume
+            else:
+                builder.close()
+            raise
+        return cls.open(out)
 
     @classmethod
     def open(cls, directory: Union[str, os.PathLike], encoder: Optional[str] = None,
@@ -331,7 +264,7 @@ class Collection:
             # indexed by another tokenizer: re-tokenise the live rows in memory (written on the next save)
             fresh = LexicalIndex(lexical.stem, lexical.remove_stopwords, lexical.k1, lexical.b)
             live = [rows[int(i)] for i in np.flatnonzero(~np.asarray(rows.deleted))]
-            fresh.add([_lexical_text(r.title, r.text, r.overlap) for r in live], [r.row for r in live])
+            fresh.add([lexical_text(r.title, r.text, r.overlap) for r in live], [r.row for r in live])
             lexical = fresh
         col = cls(d, manifest, rows, None, dense, lexical, encoder, query_encoder)
         col._verify = full
@@ -396,11 +329,8 @@ class Collection:
             rec_chunks, rec_parts = chunk_record(rec, self.chunking)
             chunks.extend(rec_chunks)
             parts.extend(rec_parts)
-        vecs = _embed_chunks(self.article_encoder(), chunks, self.chunking, batch_size, progress)
-        start = len(self.rows)
-        rows = [ChunkRow(start + j, c.chunk_id, c.document_id, c.title, c.section, c.core_text, c.overlap_text,
-                         c.position, c.parent_id, c.label, c.metadata) for j, c in enumerate(chunks)]
-        self.add_rows(rows, vecs, parts)
+        vecs = embed_chunks(self.article_encoder(), chunks, self.chunking, batch_size, progress)
+        self.add_rows(chunk_rows(chunks, len(self.rows)), vecs, parts)
 
     def add_rows(self, rows: Sequence[ChunkRow], vectors: np.ndarray, sections: Sequence[SectionPart] = ()) -> None:
         """Add chunks whose vectors were computed elsewhere (an out-of-core or distributed build, a benchmark's
@@ -424,9 +354,8 @@ class Collection:
         if self.dense.get_max_elements() < need:
             self.dense.resize_index(max(need, int(self.dense.get_max_elements() * 1.5)))
         self.dense.add(vectors, ids, np.array([r.label for r in rows], dtype=np.int64))
-        for r in rows:
-            self.rows.append(r)
-        self.lexical.add([_lexical_text(r.title, r.text, r.overlap) for r in rows], ids.tolist())
+        self.rows.extend(rows)
+        self.lexical.add([lexical_text(r.title, r.text, r.overlap) for r in rows], ids.tolist())
         self._refresh_arrays()
 
     def save(self, directory: Optional[Union[str, os.PathLike]] = None) -> None:

@@ -112,6 +112,15 @@ def tokenize(text: str, stem: bool = True, remove_stopwords: bool = True) -> Lis
     return [t for _, toks in word_tokens(text, stem, remove_stopwords) for t in toks]
 
 
+def _row_term_counts(flat: np.ndarray, offsets: np.ndarray, a: int, z: int, width: int
+                     ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct (row, token id, count) of rows ``a..z-1`` of a flat token-id array, sorted by row then token."""
+    seg = np.asarray(flat[offsets[a]:offsets[z]], dtype=np.int64)
+    rows = np.repeat(np.arange(a, z, dtype=np.int64), np.diff(offsets[a:z + 1]))
+    keys, counts = np.unique((rows - a) * width + seg, return_counts=True)
+    return keys // width + a, keys % width, counts
+
+
 class BM25Matrix:
     """Precomputed BM25 weights, term-major (CSC): the rows holding term ``c`` are
     ``indices[indptr[c]:indptr[c + 1]]`` with weights ``data[...]``; ``vocab`` maps a token to its column."""
@@ -123,14 +132,63 @@ class BM25Matrix:
 
     @classmethod
     def fit(cls, token_lists: List[List[str]], k1: float, b: float) -> "BM25Matrix":
-        import bm25s  # fitting only: answering reads the arrays
+        """The matrix of ``token_lists`` (one list of tokens per row); see :meth:`fit_ids`."""
+        store = TokenStore()
+        store.extend(token_lists)
+        return cls.fit_ids(store.flat, store.offsets, store.vocab, k1, b)
 
-        bm25 = bm25s.BM25(k1=k1, b=b)
-        bm25.index(token_lists, show_progress=False)
-        m = bm25.scores
-        columns = len(m["indptr"]) - 1  # bm25s may list a "" token that has no column
-        vocab = {t: int(c) for t, c in bm25.vocab_dict.items() if c < columns}
-        return cls(m["data"], m["indices"], m["indptr"], vocab, int(m["num_docs"]))
+    @classmethod
+    def fit_ids(cls, flat: np.ndarray, offsets: np.ndarray, vocab: Sequence[str], k1: float, b: float,
+                directory: Optional[Path] = None, block_rows: int = 65_536) -> "BM25Matrix":
+        """The matrix of rows given as token ids (row ``i``: ``flat[offsets[i]:offsets[i + 1]]``, ids into
+        ``vocab``; column ``c`` is token ``vocab[c]``), computed with numpy ``block_rows`` rows at a time.
+
+        bm25s's formula and arithmetic (method "lucene": ``idf = log(1 + (N - df + 0.5) / (df + 0.5))`` stored as
+        float32, ``weight = idf * tf / (k1 * (1 - b + b * len / avg_len) + tf)`` in float64, stored as float32), so
+        the scores are bm25s's; but no Python list of token strings is ever built (bm25s's fit holds every token of
+        the corpus as a Python object: gigabytes at a million chunks) and the arrays can be written straight into
+        ``directory`` (memory-mapped ``.npy`` files, what :meth:`save` writes). Memory beyond the result: the
+        per-row lengths (8 bytes a row), the document frequencies (8 bytes a token) and one block of rows.
+        """
+        n = len(offsets) - 1
+        width = len(vocab)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        lengths = np.diff(offsets)
+        df = np.zeros(width, dtype=np.int64)
+        for a in range(0, n, block_rows):
+            _, toks, _ = _row_term_counts(flat, offsets, a, min(a + block_rows, n), width)
+            df += np.bincount(toks, minlength=width)
+        indptr = np.zeros(width + 1, dtype=np.int64)
+        np.cumsum(df, out=indptr[1:])
+        nnz = int(indptr[-1])
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            data = np.lib.format.open_memmap(directory / "data.npy", mode="w+", dtype=np.float32, shape=(nnz,))
+            indices = np.lib.format.open_memmap(directory / "indices.npy", mode="w+", dtype=np.int32, shape=(nnz,))
+            np.save(directory / "indptr.npy", indptr)
+        else:
+            data, indices = np.empty(nnz, dtype=np.float32), np.empty(nnz, dtype=np.int32)
+        idf = np.zeros(width, dtype=np.float32)
+        seen = df > 0
+        idf[seen] = np.log(1.0 + (n - df[seen] + 0.5) / (df[seen] + 0.5))
+        avg_len = float(lengths.mean()) if n else 0.0
+        fill = indptr[:-1].copy()
+        for a in range(0, n, block_rows):
+            rows, toks, tf = _row_term_counts(flat, offsets, a, min(a + block_rows, n), width)
+            order = np.lexsort((rows, toks))  # by token, then row: each column's rows in ascending order
+            rows, toks, tf = rows[order], toks[order], tf[order].astype(np.float64)
+            norm = k1 * ((1 - b) + b * lengths[rows] / avg_len) + tf
+            weights = idf[toks].astype(np.float64) * (tf / norm)
+            starts = np.flatnonzero(np.r_[True, toks[1:] != toks[:-1]])
+            rank = np.arange(len(toks)) - np.repeat(starts, np.diff(np.r_[starts, len(toks)]))
+            where = fill[toks] + rank
+            data[where] = weights.astype(np.float32)
+            indices[where] = rows
+            fill += np.bincount(toks, minlength=width)
+        if directory is not None:
+            data.flush()
+            indices.flush()
+        return cls(data, indices, indptr, {t: c for c, t in enumerate(vocab)}, n)
 
     def scores(self, tokens: Sequence[str]) -> np.ndarray:
         """The BM25 score of every row for ``tokens`` (a token given twice counts twice), float32."""
@@ -150,7 +208,10 @@ class BM25Matrix:
     def save(self, d: Path) -> None:
         d.mkdir(parents=True, exist_ok=True)
         for name in self.FILES:
-            np.save(d / f"{name}.npy", np.asarray(getattr(self, name)))
+            array, target = getattr(self, name), d / f"{name}.npy"
+            if isinstance(array, np.memmap) and array.filename and Path(array.filename) == target.resolve():
+                continue  # fitted straight into this file (fit_ids with directory=d)
+            np.save(target, np.asarray(array))
         (d / "vocab.json").write_text(json.dumps({"num_docs": self.num_docs, "vocab": self.vocab},
                                                  ensure_ascii=False), encoding="utf-8")
 
@@ -262,7 +323,7 @@ class LexicalIndex:
         self._alive = np.ones(len(keep), dtype=bool)
 
     def _fit(self) -> None:
-        self._matrix = (BM25Matrix.fit(self._store.lists(range(len(self._store))), self.k1, self.b)
+        self._matrix = (BM25Matrix.fit_ids(self._store.flat, self._store.offsets, self._store.vocab, self.k1, self.b)
                         if len(self._store) else None)
         self._order = np.argsort(self._ids, kind="stable")  # for id -> row lookups
         self._stale = False
