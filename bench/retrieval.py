@@ -27,10 +27,11 @@ stock and the adapted query encoder; document-level metrics as in quality.
 latency: the BioASQ collection plus synthetic filler chunks up to
 ``--chunks`` (text: sentences drawn from random snippets; vector: the
 normalised mean of those snippets' vectors plus noise, so filler sits in the
-same region of space as real chunks; added through the collection's in-memory
-indexes, not encoded). Each query runs the full pipeline with
-``deadline_ms=300``; p50/p99 of the wall time of ``Retriever.search`` and the
-misses (> deadline + 10 ms) are reported, with a learned ranker (fitted on the
+same region of space as real chunks; not encoded), written out of core with
+``medretrieve.corpus.builder`` to ``--work`` (reused) and opened memory-mapped.
+Each query runs the full pipeline with ``deadline_ms=300``; p50/p99 of the
+wall time of ``Retriever.search``, of its dense and BM25 stages, the
+misses (> deadline + 10 ms) and the process's resident memory are reported, with a learned ranker (fitted on the
 500 BioASQ questions before the filler is added) and with the heuristic rerank. ``--cross-encoder`` adds a
 random-weight cross-encoder of MiniLM size (6 layers, 384 hidden; built from
 the all-MiniLM-L6-v2 config and exported with medretrieve.export) and reports
@@ -370,22 +371,20 @@ def make_cross_encoder(work: Path) -> Path:
     return out
 
 
-def add_filler(col, n_total: int, seed: int = 0) -> None:
-    """Grow the in-memory collection to ``n_total`` chunks with synthetic filler (module docstring)."""
+def filler_batches(col, n_total: int, seed: int = 0, batch: int = 20_000):
+    """Synthetic filler growing ``col`` to ``n_total`` chunks (module docstring): ``(rows, vectors)`` batches, rows
+    numbered on from ``len(col.rows)``."""
     from medretrieve.corpus.chunking import split_sentences
     from medretrieve.corpus.chunks import ChunkRow
 
     rng = np.random.default_rng(seed)
     need = n_total - len(col.rows)
-    if need <= 0:
-        return
     real = np.flatnonzero(col.alive)
     vecs = col.vectors(real.tolist())
     sents = [split_sentences(col.rows[int(i)].text) for i in real]
-    batch = 20_000
+    start = len(col.rows)
     while need > 0:
         b = min(batch, need)
-        start = len(col.rows)
         src = rng.integers(0, len(real), size=(b, 3))
         v = vecs[src].mean(axis=1) + rng.normal(0, 0.02, size=(b, vecs.shape[1])).astype(np.float32)
         v /= np.linalg.norm(v, axis=1, keepdims=True)
@@ -393,12 +392,51 @@ def add_filler(col, n_total: int, seed: int = 0) -> None:
         rows = [ChunkRow(start + j, f"filler-{start + j}", f"filler-{(start + j) // 5}", "", "",
                          " ".join(s for k in src[j] for s in sents[k][:2]), "", 0, f"filler-{start + j}#s0",
                          int(labels[j])) for j in range(b)]
-        col.add_rows(rows, v.astype(np.float32))
+        yield rows, v.astype(np.float32)
+        start += b
         need -= b
-        print(f"  filler: {len(col.rows)} chunks", file=sys.stderr)
+        print(f"  filler: {start} chunks", file=sys.stderr)
+
+
+def filled_collection(encoder: str, work: Path, n_total: int, threads: int = -1) -> Path:
+    """The BioASQ collection grown to ``n_total`` chunks with the filler, written out of core
+    (``medretrieve.corpus.builder``: the base rows and the filler go to disk a batch at a time) and reused."""
+    from medretrieve.corpus.builder import CollectionBuilder
+
+    out = work / f"bioasq-{n_total}"
+    if (out / "manifest.json").is_file():
+        return out
+    col = build_bioasq_collection(encoder, work)
+    m = col.manifest
+    t0 = time.perf_counter()
+    builder = CollectionBuilder(out, col.directory / m["encoder"]["dir"], chunking=m["chunking"],
+                                dtype=m["index"]["dtype"], M=m["index"]["M"],
+                                ef_construction=m["index"]["ef_construction"], threads=threads, overwrite=True)
+    base = list(range(len(col.rows)))
+    builder.add_rows([col.rows[i] for i in base], col.vectors(base), list(col.sections.values()))
+    for rows, v in filler_batches(col, n_total):
+        builder.add_rows(rows, v)
+    t1 = time.perf_counter()
+    builder.finish()
+    print(f"{n_total} chunks written in {t1 - t0:.0f} s, indexed in {time.perf_counter() - t1:.0f} s",
+          file=sys.stderr)
+    return out
+
+
+def _rss() -> str:
+    """The process's resident memory: anonymous (heap) and file-backed (memory-mapped collection files)."""
+    kb = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "RssAnon", "RssFile"):
+                kb[key] = int(value.split()[0])
+    return (f"RSS {kb['VmRSS'] / 2**20:.2f} GiB (anonymous {kb['RssAnon'] / 2**20:.2f}, "
+            f"file-backed {kb['RssFile'] / 2**20:.2f})")
 
 
 def latency(args) -> None:
+    from medretrieve.corpus.collection import Collection
     from medretrieve.retrieval.retriever import Retriever
     from medretrieve.training.ranker import fit_ranker
 
@@ -409,8 +447,9 @@ def latency(args) -> None:
     # quality numbers come from the leave-one-file-out rankers of `quality`)
     ranker = fit_ranker(Retriever(col), sorted(DATA.glob("7B*_golden.json")))
     t0 = time.perf_counter()
-    add_filler(col, args.chunks)
-    print(f"collection at {len(col)} chunks ({time.perf_counter() - t0:.0f} s to add filler)", file=sys.stderr)
+    col = Collection.open(filled_collection(args.encoder, work, args.chunks))
+    print(f"collection at {len(col)} chunks ({time.perf_counter() - t0:.0f} s to write and open it)",
+          file=sys.stderr)
     questions = [q["body"] for q in load_questions()]
     qs = [questions[i % len(questions)] for i in range(args.queries)]
     configs = [("no cross-encoder, learned ranker", None, ranker), ("no cross-encoder, heuristic rerank", None, None)]
@@ -427,6 +466,7 @@ def latency(args) -> None:
         for q in qs[:5]:
             ret.search(q, k=10, deadline_ms=args.deadline_ms)
         lat, depths = [], []
+        stage_ms: Dict[str, List[float]] = {"dense": [], "bm25": []}
         skipped: Dict[str, int] = {}
         slowest = (0.0, -1, {})
         for i, q in enumerate(qs):
@@ -434,6 +474,8 @@ def latency(args) -> None:
             res = ret.search(q, k=10, deadline_ms=args.deadline_ms)
             lat.append((time.perf_counter() - t0) * 1000)
             depths.append(res.rerank_depth)
+            for name, values in stage_ms.items():
+                values.append(res.timings_ms.get(name, 0.0))
             if lat[-1] > slowest[0]:
                 slowest = (lat[-1], i, res.timings_ms)
             for s in res.stages:
@@ -448,6 +490,8 @@ def latency(args) -> None:
         sys.stdout.flush()
         stages = ", ".join(f"{k_} {v:.0f}" for k_, v in slowest[2].items() if v >= 1)
         print(f"  {name}: slowest query #{slowest[1]} {slowest[0]:.0f} ms (stages, ms: {stages})", file=sys.stderr)
+        print("  " + "; ".join(f"{k_} stage p50 {np.percentile(v, 50):.1f} / p99 {np.percentile(v, 99):.1f} ms"
+                               for k_, v in stage_ms.items()) + f"; {_rss()}")
 
 
 def overlap(args) -> None:

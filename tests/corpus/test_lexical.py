@@ -200,3 +200,33 @@ def test_numpy_fit_writes_bm25s_weights_block_by_block(tmp_path):
     loaded = BM25Matrix.load(tmp_path / "m", mmap=True)
     np.testing.assert_array_equal(loaded.scores(["t1", "t2", "t2"]), m.scores(["t1", "t2", "t2"]))
     assert loaded.scores(["t1"]).any()
+
+
+def test_scores_from_term_counts_and_shared_statistics_equal_one_index_over_every_row():
+    """A corpus split in two indexes: each part's term counts, scored with the whole corpus's statistics
+    (document frequencies and lengths summed over the parts), give the one-index scores bit for bit."""
+    import random
+
+    from medretrieve.corpus.lexical import LexicalIndex, bm25_from_counts
+
+    rng = random.Random(5)
+    words = ["metformin", "insulin", "glucose", "gout", "urate", "asthma", "il-6", "brca1", "statin", "aspirin"]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 25))) for _ in range(300)]
+    whole = LexicalIndex()
+    whole.add(texts, range(300))
+    parts = [LexicalIndex(), LexicalIndex()]
+    parts[0].add(texts[::2], range(0, 300, 2))
+    parts[1].add(texts[1::2], range(1, 300, 2))
+    n = sum(p.totals()[0] for p in parts)
+    total = sum(p.totals()[1] for p in parts)
+    assert (n, total) == whole.totals()
+    for query in (["metformin", "glucos", "metformin"], ["il-6", "unknown"], ["urat"]):
+        distinct = list(dict.fromkeys(query))
+        times = [query.count(t) for t in distinct]
+        df = sum(p.document_frequencies(distinct) for p in parts)
+        np.testing.assert_array_equal(df, whole.document_frequencies(distinct))
+        for part, ids in zip(parts, (range(0, 300, 2), range(1, 300, 2))):
+            tf, lengths = part.term_counts(list(ids) + [999], distinct)
+            assert lengths[-1] == 0 and not tf[-1].any()  # an unknown id
+            got = bm25_from_counts(times, tf[:-1], lengths[:-1], df, n, total / n, whole.k1, whole.b)
+            np.testing.assert_array_equal(got, whole.scores(query)[list(ids)])

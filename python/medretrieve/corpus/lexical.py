@@ -112,6 +112,42 @@ def tokenize(text: str, stem: bool = True, remove_stopwords: bool = True) -> Lis
     return [t for _, toks in word_tokens(text, stem, remove_stopwords) for t in toks]
 
 
+def bm25_idf(df: np.ndarray, n: int) -> np.ndarray:
+    """BM25 idf of terms with document frequencies ``df`` among ``n`` rows, ``log(1 + (n - df + 0.5) / (df + 0.5))``,
+    float32 as bm25s stores it (0 for a term no row holds)."""
+    df = np.asarray(df, dtype=np.int64)
+    idf = np.zeros(df.shape, dtype=np.float32)
+    seen = df > 0
+    idf[seen] = np.log(1.0 + (n - df[seen] + 0.5) / (df[seen] + 0.5))
+    return idf
+
+
+def bm25_weights(idf: np.ndarray, tf: np.ndarray, lengths: np.ndarray, avg_len: float, k1: float, b: float
+                 ) -> np.ndarray:
+    """The BM25 weight of terms (float32 ``idf``) occurring ``tf`` times in rows of ``lengths`` tokens:
+    ``idf * tf / (k1 * (1 - b + b * length / avg_len) + tf)`` in float64, rounded to float32 (bm25s's arithmetic)."""
+    tf = np.asarray(tf, dtype=np.float64)
+    norm = k1 * ((1 - b) + b * np.asarray(lengths) / avg_len) + tf
+    return (np.asarray(idf).astype(np.float64) * (tf / norm)).astype(np.float32)
+
+
+def bm25_from_counts(times: Sequence[int], tf: np.ndarray, lengths: np.ndarray, df: np.ndarray, n: int,
+                     avg_len: float, k1: float, b: float) -> np.ndarray:
+    """BM25 scores of rows from their term counts, bit for bit what a matrix fitted over ``n`` rows of average
+    length ``avg_len`` answers (:meth:`BM25Matrix.scores`): ``tf`` [rows, terms] counts of the query's distinct
+    terms (in the order the query first names them), ``times`` how often the query names each, ``df`` their
+    document frequencies, ``lengths`` the rows' token counts. What a sharded search computes from each shard's
+    counts with the statistics of all shards, so scores from different shards compare."""
+    tf = np.asarray(tf).reshape(len(lengths), len(times))
+    idf = bm25_idf(df, n)
+    out = np.zeros(len(lengths), dtype=np.float32)
+    for j, t in enumerate(times):
+        hit = tf[:, j] > 0
+        if hit.any():
+            out[hit] += t * bm25_weights(idf[j], tf[hit, j], np.asarray(lengths)[hit], avg_len, k1, b)
+    return out
+
+
 def _row_term_counts(flat: np.ndarray, offsets: np.ndarray, a: int, z: int, width: int
                      ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Distinct (row, token id, count) of rows ``a..z-1`` of a flat token-id array, sorted by row then token."""
@@ -168,21 +204,18 @@ class BM25Matrix:
             np.save(directory / "indptr.npy", indptr)
         else:
             data, indices = np.empty(nnz, dtype=np.float32), np.empty(nnz, dtype=np.int32)
-        idf = np.zeros(width, dtype=np.float32)
-        seen = df > 0
-        idf[seen] = np.log(1.0 + (n - df[seen] + 0.5) / (df[seen] + 0.5))
+        idf = bm25_idf(df, n)
         avg_len = float(lengths.mean()) if n else 0.0
         fill = indptr[:-1].copy()
         for a in range(0, n, block_rows):
             rows, toks, tf = _row_term_counts(flat, offsets, a, min(a + block_rows, n), width)
             order = np.lexsort((rows, toks))  # by token, then row: each column's rows in ascending order
-            rows, toks, tf = rows[order], toks[order], tf[order].astype(np.float64)
-            norm = k1 * ((1 - b) + b * lengths[rows] / avg_len) + tf
-            weights = idf[toks].astype(np.float64) * (tf / norm)
+            rows, toks, tf = rows[order], toks[order], tf[order]
+            weights = bm25_weights(idf[toks], tf, lengths[rows], avg_len, k1, b)
             starts = np.flatnonzero(np.r_[True, toks[1:] != toks[:-1]])
             rank = np.arange(len(toks)) - np.repeat(starts, np.diff(np.r_[starts, len(toks)]))
             where = fill[toks] + rank
-            data[where] = weights.astype(np.float32)
+            data[where] = weights
             indices[where] = rows
             fill += np.bincount(toks, minlength=width)
         if directory is not None:
@@ -292,6 +325,7 @@ class LexicalIndex:
         self._matrix: Optional[BM25Matrix] = None  # fitted over every row, in row order
         self._order = np.zeros(0, dtype=np.int64)
         self._stale = False  # rows were deleted since the fit: the next save re-fits without them
+        self._token_ids: Optional[dict] = None  # token -> id in the store's vocabulary, built on first use
         self.tokenizer_version = TOKENIZER_VERSION  # of the stored token lists (older ones come from load)
 
     # ------------------------------------------------------------- building
@@ -327,6 +361,7 @@ class LexicalIndex:
                         if len(self._store) else None)
         self._order = np.argsort(self._ids, kind="stable")  # for id -> row lookups
         self._stale = False
+        self._token_ids = None  # the vocabulary may have grown
 
     def delete(self, ids: Iterable[int]) -> int:
         """Hide rows from search; returns how many were live."""
@@ -357,13 +392,47 @@ class LexicalIndex:
     def idf(self, tokens: Sequence[str]) -> np.ndarray:
         """BM25 idf, ``log(1 + (n - df + 0.5) / (df + 0.5))``, of each (already tokenised) token over the live rows
         (document frequencies read from the fitted matrix's postings); an unseen token gets the idf of df = 0."""
-        d = np.zeros(len(tokens))
+        d = self.document_frequencies(tokens).astype(np.float64)
+        n = len(self)
+        return np.log1p((n - d + 0.5) / (d + 0.5))
+
+    def document_frequencies(self, tokens: Sequence[str]) -> np.ndarray:
+        """How many live rows hold each (already tokenised) token, int64."""
+        d = np.zeros(len(tokens), dtype=np.int64)
         if self._matrix is not None:
             for i, t in enumerate(tokens):
                 postings = self._matrix.postings(t)
                 d[i] = len(postings) if not self._stale else int(self._alive[postings].sum())
-        n = len(self)
-        return np.log1p((n - d + 0.5) / (d + 0.5))
+        return d
+
+    def totals(self) -> Tuple[int, int]:
+        """(live rows, their tokens in all): the statistics BM25 needs beside the document frequencies."""
+        lengths = np.diff(np.asarray(self._store.offsets))
+        return len(self), int(lengths[np.asarray(self._alive, dtype=bool)].sum()) if len(lengths) else 0
+
+    def term_counts(self, ids: Sequence[int], tokens: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+        """How often each of ``tokens`` occurs in the rows with external ``ids`` (int32 [len(ids), len(tokens)])
+        and the rows' token counts (int64), read from the stored token ids (0 / 0 for unknown ids): with
+        :func:`bm25_from_counts` and statistics from elsewhere, the BM25 score of these rows in a larger corpus."""
+        wanted = np.asarray(ids, dtype=np.int64).reshape(-1)
+        tf = np.zeros((len(wanted), len(tokens)), dtype=np.int32)
+        lengths = np.zeros(len(wanted), dtype=np.int64)
+        if not len(self._ids) or not len(wanted):
+            return tf, lengths
+        if self._token_ids is None:
+            self._token_ids = {t: i for i, t in enumerate(self._store.vocab)}
+        columns = np.array([self._token_ids.get(t, -1) for t in tokens], dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self._ids, wanted, sorter=self._order), len(self._ids) - 1)
+        rows = self._order[pos]
+        offsets, flat = self._store.offsets, self._store.flat
+        for i, (row, ok) in enumerate(zip(rows.tolist(), (self._ids[rows] == wanted).tolist())):
+            if not ok:
+                continue
+            held = np.asarray(flat[offsets[row]:offsets[row + 1]])
+            lengths[i] = len(held)
+            if len(columns):
+                tf[i] = (held[:, None] == columns[None, :]).sum(axis=0)
+        return tf, lengths
 
     def scores_for(self, query: Union[str, Sequence[str], np.ndarray], ids: Sequence[int]) -> np.ndarray:
         """BM25 scores for the rows with external ``ids`` (0 for unknown or deleted ids); ``query`` is the query

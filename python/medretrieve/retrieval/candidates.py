@@ -42,7 +42,7 @@ ROUTES: Dict[str, Tuple[str, ...]] = {
 # query type -> ef multiplier (broad questions need more recall)
 IMPORTANCE: Dict[str, float] = {"list": 1.5, "summary": 1.25, "factoid": 1.0, "yesno": 1.0}
 # share of the budget the first stages leave for reranking and what follows
-_RESERVE = 0.35
+RESERVE = 0.35
 
 
 @dataclass
@@ -240,7 +240,7 @@ class CandidateGenerator:
     def _encode(self, query: Query, texts: Sequence[QueryText], dl: Deadline, log: StageLog) -> None:
         """Encode the question's text, and the variants while the budget allows; the vectors go on ``query``."""
         n_enc = 1
-        reserve = dl.share_ms(_RESERVE)
+        reserve = dl.share_ms(RESERVE)
         while n_enc < len(texts) and dl.remaining_ms() - reserve > (n_enc + 1) * self.costs.encode_ms.value:
             n_enc += 1
         with dl.stage("encode"):
@@ -295,7 +295,7 @@ class CandidateGenerator:
         of the question's own lists, searched again. Returns (vector, ids, note); (None, None, note)
         when skipped."""
         s = self.settings
-        if dl.remaining_ms() - dl.share_ms(_RESERVE) < 2.0 * self.costs.feedback_ms.value:
+        if dl.remaining_ms() - dl.share_ms(RESERVE) < 2.0 * self.costs.feedback_ms.value:
             return None, None, f"budget: {dl.remaining_ms():.0f} ms left"
         col = self.collection
         with dl.stage("feedback"):

@@ -60,6 +60,8 @@ class Retriever:
     - ``warmup`` (default True): :meth:`warmup` at construction.
     """
 
+    generator_class = CandidateGenerator  # the first stages (a sharded retriever runs them on its shards)
+
     def __init__(self, collection, cross_encoder=None, training=None, *,
                  ranker: Union[LinearRanker, str, "os.PathLike[str]", None] = None,
                  llm_terms: Optional[TermSource] = None, settings: Optional[Settings] = None,
@@ -84,7 +86,7 @@ class Retriever:
         self.training = training
         self.costs = CostModel()
         self.tokens = ChunkTokens(collection)
-        self.candidates = CandidateGenerator(collection, self.settings, self.costs, training, llm_terms)
+        self.candidates = self.generator_class(collection, self.settings, self.costs, training, llm_terms)
         self.reranker = Reranker(collection, self.settings, self.costs, self.tokens, ranker, cross_encoder)
         self.recovery = Recovery(collection, self.settings, self.costs, self.tokens, self.candidates)
         if warmup:
@@ -121,13 +123,18 @@ class Retriever:
             col.encode_queries(["warm up"])
             col.encode_queries(["warm up", "warm up two"])
             if self.cross_encoder is not None:
-                r = col.rows[int(np.flatnonzero(col.alive)[0])]
-                self.cross_encoder.score("warm up", [(r.title, r.text)] * 8)  # cold: session start-up
+                pair = self._warm_pair()
+                self.cross_encoder.score("warm up", [pair] * 8)  # cold: session start-up
                 t0 = time.perf_counter()
-                self.cross_encoder.score("warm up", [(r.title, r.text)] * 8)
+                self.cross_encoder.score("warm up", [pair] * 8)
                 self.costs.ce_pair_ms.value = (time.perf_counter() - t0) * 1000.0 / 8
         gc.collect()
         gc.freeze()
+
+    def _warm_pair(self) -> tuple:
+        """A (title, text) of the collection for timing the cross-encoder at warm-up."""
+        r = self.collection.rows[int(np.flatnonzero(self.collection.alive)[0])]
+        return r.title, r.text
 
     # ------------------------------------------------------------- search
     def search(self, question: str, k: int = 10, deadline_ms: Optional[float] = 300, *,
@@ -154,8 +161,18 @@ class Retriever:
         with dl.stage("classify"):
             query = Query.analyse(question)
         log.record("classify", True, f"{query.qtype} / intent {query.intent}")
-        cands = self.candidates.gather(query, k, dl, log, Switches(expand, route, dense, lexical, feedback),
-                                       ranked=rerank and self.ranker is not None)
+        cands = self._gather(query, k, dl, log, Switches(expand, route, dense, lexical, feedback),
+                             ranked=rerank and self.ranker is not None)
+        return self._finish(query, cands, k, dl, log, rerank, diversify, recover, per_document)
+
+    def _gather(self, query: Query, k: int, dl: Deadline, log: StageLog, switches: Switches, ranked: bool
+                ) -> Candidates:
+        """The first stages (expand .. fuse): the fused candidates."""
+        return self.candidates.gather(query, k, dl, log, switches, ranked=ranked)
+
+    def _finish(self, query: Query, cands: Candidates, k: int, dl: Deadline, log: StageLog, rerank: bool,
+                diversify: bool, recover: bool, per_document: Optional[int]) -> SearchResult:
+        """The stages after the candidates: rerank, MMR, prune, weak, recovery, and the hits."""
         ranking = self.reranker.rerank(query, cands, dl, log, enabled=rerank)
         mmr = self._diversify(query, ranking, k, dl, log, diversify)
         with dl.stage("prune"):
