@@ -5,7 +5,8 @@
     python bench/retrieval.py cross-encoder [--fold 7B1_golden.json] [--epochs 1] [--deadline-ms 300]
     python bench/retrieval.py latency  [--encoder DIR] [--work DIR] [--chunks 100000] [--queries 1000]
                                        [--cross-encoder]
-    python bench/retrieval.py lexical  (bm25s vs tantivy, when tantivy is importable)
+    python bench/retrieval.py lexical  [--scales 1,30,300]  (BM25 fit and query at ~3k, 100k, 1M chunks:
+                                        medretrieve's numpy fit, bm25s's fit, tantivy when importable)
     python bench/retrieval.py overlap  (overlap down-weighting: dense document MAP@10 for weights 0, 0.5, 1)
 
 quality: the BioASQ 7b golden sets (../shared/data/bioasq/7B1-5) as a closed
@@ -414,23 +415,38 @@ def filled_collection(encoder: str, work: Path, n_total: int, threads: int = -1)
                                 ef_construction=m["index"]["ef_construction"], threads=threads, overwrite=True)
     base = list(range(len(col.rows)))
     builder.add_rows([col.rows[i] for i in base], col.vectors(base), list(col.sections.values()))
+    with open("/proc/self/clear_refs", "w") as fh:  # the peak from here on is the build's
+        fh.write("5")
+    before = _status_kb()
     for rows, v in filler_batches(col, n_total):
         builder.add_rows(rows, v)
     t1 = time.perf_counter()
+    written = _status_kb()["VmHWM"]
     builder.finish()
-    print(f"{n_total} chunks written in {t1 - t0:.0f} s, indexed in {time.perf_counter() - t1:.0f} s",
-          file=sys.stderr)
+    peak = _status_kb()["VmHWM"]
+    sizes = {name: sum(f.stat().st_size for f in (out / name).rglob("*")) if (out / name).is_dir()
+             else (out / name).stat().st_size for name in ("dense.index", "lexical", "chunks.jsonl", "rows")}
+    print(f"{n_total} chunks written in {t1 - t0:.0f} s, indexed in {time.perf_counter() - t1:.0f} s; resident "
+          f"memory before {before['VmRSS'] / 2**20:.2f} GiB, peak while writing {written / 2**20:.2f} GiB, while "
+          f"indexing {peak / 2**20:.2f} GiB; files (GiB): "
+          + ", ".join(f"{k} {v / 2**30:.2f}" for k, v in sizes.items()), file=sys.stderr)
+    return out
+
+
+def _status_kb() -> Dict[str, int]:
+    """VmRSS, VmHWM, RssAnon, RssFile of this process (kB)."""
+    out = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+                out[key] = int(value.split()[0])
     return out
 
 
 def _rss() -> str:
     """The process's resident memory: anonymous (heap) and file-backed (memory-mapped collection files)."""
-    kb = {}
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "RssAnon", "RssFile"):
-                kb[key] = int(value.split()[0])
+    kb = _status_kb()
     return (f"RSS {kb['VmRSS'] / 2**20:.2f} GiB (anonymous {kb['RssAnon'] / 2**20:.2f}, "
             f"file-backed {kb['RssFile'] / 2**20:.2f})")
 
@@ -474,8 +490,8 @@ def latency(args) -> None:
             res = ret.search(q, k=10, deadline_ms=args.deadline_ms)
             lat.append((time.perf_counter() - t0) * 1000)
             depths.append(res.rerank_depth)
-            for name, values in stage_ms.items():
-                values.append(res.timings_ms.get(name, 0.0))
+            for stage, values in stage_ms.items():
+                values.append(res.timings_ms.get(stage, 0.0))
             if lat[-1] > slowest[0]:
                 slowest = (lat[-1], i, res.timings_ms)
             for s in res.stages:
@@ -537,57 +553,112 @@ def overlap(args) -> None:
         sys.stdout.flush()
 
 
-def lexical(args) -> None:
-    """BM25 engines on the BioASQ snippets (and x30 copies ~ 100k): index build and query time."""
-    from medretrieve.corpus.lexical import LexicalIndex, tokenize
+def _peak_kb() -> int:
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM"))
+
+
+def lexical_worker(engine: str, mult: int) -> Dict[str, float]:
+    """One engine at one size, in its own process (so its peak memory is its own): build seconds, the build's
+    peak resident memory above what the tokenised corpus already held, query p50 / p99 (BM25 top 100)."""
+    from medretrieve.corpus.lexical import BM25Matrix, TokenStore, tokenize
     from medretrieve.corpus.sources import read_records
 
     texts = [f"{r.title} {s.text}" for r in read_records(sorted(DATA.glob("7B*_golden.json")), format="bioasq")
              for s in r.sections]
-    questions = [q["body"] for q in load_questions()]
-    print("\n| engine | chunks | index build s | query ms (mean over 500) |")
-    print("|---|---|---|---|")
-    for mult in (1, 30):
-        corpus = texts * mult
+    questions = [tokenize(q["body"]) for q in load_questions()]
+    out: Dict[str, float] = {"chunks": len(texts) * mult}
+    if engine == "bm25s":  # what medretrieve's lexical index fitted with before: every token as a Python string
+        import bm25s
+
+        lists = [tokenize(t) for t in texts] * mult
+        base = _peak_kb()
         t0 = time.perf_counter()
-        idx = LexicalIndex()
-        idx.add(corpus, range(len(corpus)))
-        build = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for q in questions:
-            idx.search(q, k=100)
-        qms = (time.perf_counter() - t0) * 1000 / len(questions)
-        print(f"| bm25s (medretrieve.lexical) | {len(corpus)} | {build:.1f} | {qms:.2f} |")
-        try:
-            import tantivy
-        except ImportError:
-            continue
-        t0 = time.perf_counter()
+        bm25s.BM25(k1=1.5, b=0.75).index(lists, show_progress=False)
+        out.update(build_s=time.perf_counter() - t0, peak_mb=(_peak_kb() - base) / 1024)
+        return out
+    if engine == "tantivy":
+        import tantivy
+
         sb = tantivy.SchemaBuilder()
         sb.add_text_field("body", stored=False)
-        sb.add_integer_field("row", stored=True, indexed=False, fast=True)
         schema = sb.build()
-        tix = tantivy.Index(schema)
-        w = tix.writer()
-        for i, t in enumerate(corpus):
-            # same biomedical tokens as bm25s, joined by spaces for tantivy's default tokenizer
-            w.add_document(tantivy.Document(body=" ".join(tokenize(t)), row=i))
-        w.commit()
-        tix.reload()
-        build = time.perf_counter() - t0
-        searcher = tix.searcher()
+        index = tantivy.Index(schema)
+        joined = [" ".join(t.replace("-", " ") for t in tokenize(x)) for x in texts]
+        base = _peak_kb()
         t0 = time.perf_counter()
+        w = index.writer()
+        for _ in range(mult):
+            for x in joined:
+                w.add_document(tantivy.Document(body=x))
+        w.commit()
+        index.reload()
+        out.update(build_s=time.perf_counter() - t0, peak_mb=(_peak_kb() - base) / 1024)
+        searcher = index.searcher()
+        lat = []
         for q in questions:
-            toks = [t.replace("-", " ") for t in tokenize(q)]
-            if toks:
-                searcher.search(tix.parse_query(" ".join(toks), ["body"]), 100)
-        qms = (time.perf_counter() - t0) * 1000 / len(questions)
-        print(f"| tantivy {getattr(tantivy, '__version__', '')} | {len(corpus)} | {build:.1f} | {qms:.2f} |")
+            if q:
+                t0 = time.perf_counter()
+                searcher.search(index.parse_query(" ".join(t.replace("-", " ") for t in q), ["body"]), 100)
+                lat.append((time.perf_counter() - t0) * 1000)
+        out.update(p50_ms=float(np.percentile(lat, 50)), p99_ms=float(np.percentile(lat, 99)))
+        return out
+    # medretrieve: token ids grow a block at a time (what the out-of-core build holds), BM25 fitted with numpy
+    store = TokenStore()
+    block = [tokenize(t) for t in texts]
+    base = _peak_kb()
+    t0 = time.perf_counter()
+    for _ in range(mult):
+        store.extend(block)
+    matrix = BM25Matrix.fit_ids(store.flat, store.offsets, store.vocab, 1.5, 0.75)
+    out.update(build_s=time.perf_counter() - t0, peak_mb=(_peak_kb() - base) / 1024)
+    alive = np.ones(len(store), dtype=bool)
+    lat = []
+    for q in questions:  # what LexicalIndex.search does: score every row, mask, best 100
+        t0 = time.perf_counter()
+        scores = np.where(alive, matrix.scores(q), 0.0)
+        pos = np.flatnonzero(scores > 0)
+        if len(pos) > 100:
+            pos = pos[np.argpartition(-scores[pos], 99)[:100]]
+        pos[np.argsort(-scores[pos], kind="stable")]
+        lat.append((time.perf_counter() - t0) * 1000)
+    out.update(p50_ms=float(np.percentile(lat, 50)), p99_ms=float(np.percentile(lat, 99)),
+               matrix_mb=(matrix.data.nbytes + matrix.indices.nbytes) / 2**20)
+    return out
+
+
+def lexical(args) -> None:
+    """BM25 engines on the BioASQ snippets and copies of them (x30 ~ 100k, x300 ~ 1M chunks): build time and
+    peak memory of the fit, query time; each engine and size in its own process."""
+    import subprocess
+
+    engines = ["medretrieve", "bm25s"]
+    try:
+        import tantivy  # noqa: F401
+
+        engines.append("tantivy")
+    except ImportError:
+        pass
+    print("\n| engine | chunks | build s | build peak memory MB | matrix MB | query p50 ms | query p99 ms |")
+    print("|---|---|---|---|---|---|---|")
+    for mult in (int(x) for x in args.scales.split(",")):
+        for engine in engines:
+            done = subprocess.run([sys.executable, __file__, "lexical-worker", "--engine", engine, "--scale",
+                                   str(mult), "--work", args.work], capture_output=True, text=True)
+            line = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+            if done.returncode or not line:
+                print(f"| {engine} | x{mult} | failed: {done.stderr.strip().splitlines()[-1:]} |||||")
+                continue
+            r = json.loads(line[-1])
+            print(f"| {engine} | {int(r['chunks']):,} | {r['build_s']:.1f} | {r['peak_mb']:.0f} | "
+                  f"{r.get('matrix_mb', float('nan')):.0f} | {r.get('p50_ms', float('nan')):.2f} | "
+                  f"{r.get('p99_ms', float('nan')):.2f} |", flush=True)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("quality", "adapt", "cross-encoder", "latency", "lexical", "overlap"))
+    p.add_argument("what", choices=("quality", "adapt", "cross-encoder", "latency", "lexical", "overlap",
+                                    "lexical-worker"))
     p.add_argument("--encoder", default=None, help="encoder dir (default: the embedded int8 MiniLM)")
     p.add_argument("--work", default="/tmp/medretrieve-bench-retrieval")
     p.add_argument("--limit", type=int, default=0, help="quality: first N questions only")
@@ -599,7 +670,13 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--deadline-ms", type=float, default=300.0)
     p.add_argument("--cross-encoder", action="store_true")
+    p.add_argument("--scales", default="1,30,300", help="lexical: corpus copies (300 ~ 1M chunks)")
+    p.add_argument("--engine", default="medretrieve", help=argparse.SUPPRESS)
+    p.add_argument("--scale", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.what == "lexical-worker":
+        print(json.dumps(lexical_worker(args.engine, args.scale)))
+        return
     if args.encoder is None:
         from medretrieve.models.encoders import default_model_dir
 

@@ -32,7 +32,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -94,12 +94,23 @@ class Collection:
     def _refresh_arrays(self) -> None:
         self.alive = ~np.asarray(self.rows.deleted, dtype=bool)
         self.labels = np.asarray(self.rows.labels, dtype=np.int64)
+        self._n_live = int(self.alive.sum())
         self._n_documents = len(np.unique(self.rows.document[self.alive])) if len(self.rows) else 0
         self._doc_rows: Optional[Dict[str, List[int]]] = None
+        self._allowed: Dict[Tuple[int, ...], np.ndarray] = {}  # label set -> live rows carrying one of them
 
     def __len__(self) -> int:
         """Number of live chunks."""
-        return int(self.alive.sum())
+        return self._n_live
+
+    def allowed(self, labels: Sequence[int]) -> np.ndarray:
+        """Boolean mask of the live rows carrying one of ``labels`` (kept per label set until the next change:
+        a search routed to a section reads it without a pass over every row)."""
+        key = tuple(sorted({int(x) for x in labels}))
+        mask = self._allowed.get(key)
+        if mask is None:
+            mask = self._allowed[key] = self.alive & np.isin(self.labels, key)
+        return mask
 
     @property
     def n_documents(self) -> int:

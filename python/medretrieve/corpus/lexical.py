@@ -112,6 +112,11 @@ def tokenize(text: str, stem: bool = True, remove_stopwords: bool = True) -> Lis
     return [t for _, toks in word_tokens(text, stem, remove_stopwords) for t in toks]
 
 
+def _is_identity(ids: np.ndarray) -> bool:
+    """Whether ``ids`` are 0, 1, 2, ... (one pass, at fit or load)."""
+    return bool(len(ids) == 0 or (ids[0] == 0 and ids[-1] == len(ids) - 1 and np.all(np.diff(ids) == 1)))
+
+
 def bm25_idf(df: np.ndarray, n: int) -> np.ndarray:
     """BM25 idf of terms with document frequencies ``df`` among ``n`` rows, ``log(1 + (n - df + 0.5) / (df + 0.5))``,
     float32 as bm25s stores it (0 for a term no row holds)."""
@@ -326,6 +331,7 @@ class LexicalIndex:
         self._order = np.zeros(0, dtype=np.int64)
         self._stale = False  # rows were deleted since the fit: the next save re-fits without them
         self._token_ids: Optional[dict] = None  # token -> id in the store's vocabulary, built on first use
+        self._identity = True  # row i holds id i (a collection's rows): masks over ids apply as they are
         self.tokenizer_version = TOKENIZER_VERSION  # of the stored token lists (older ones come from load)
 
     # ------------------------------------------------------------- building
@@ -360,6 +366,7 @@ class LexicalIndex:
         self._matrix = (BM25Matrix.fit_ids(self._store.flat, self._store.offsets, self._store.vocab, self.k1, self.b)
                         if len(self._store) else None)
         self._order = np.argsort(self._ids, kind="stable")  # for id -> row lookups
+        self._identity = _is_identity(self._ids)
         self._stale = False
         self._token_ids = None  # the vocabulary may have grown
 
@@ -386,7 +393,8 @@ class LexicalIndex:
         if self._matrix is None:
             return np.zeros(len(self._ids), dtype=np.float32)
         s = self._matrix.scores(query_tokens + list(extra_tokens))
-        s[~self._alive] = 0.0
+        if self._stale:  # rows were deleted since the fit (the only way a row stops being live)
+            s[~self._alive] = 0.0
         return s
 
     def idf(self, tokens: Sequence[str]) -> np.ndarray:
@@ -477,15 +485,20 @@ class LexicalIndex:
         if not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
         s = np.asarray(scores, dtype=np.float32)
-        if s.shape != (len(self._ids),):
-            raise ValueError(f"scores must hold one value per row ({len(self._ids)}), got shape {s.shape}")
+        n = len(self._ids)
+        if s.shape != (n,):
+            raise ValueError(f"scores must hold one value per row ({n}), got shape {s.shape}")
+        positive = s > 0
         if allowed is not None:
             allowed = np.asarray(allowed, dtype=bool)
-            ok = np.zeros(len(self._ids), dtype=bool)
-            inside = self._ids < len(allowed)
-            ok[inside] = allowed[self._ids[inside]]
-            s = np.where(ok, s, 0.0).astype(np.float32)
-        pos = np.flatnonzero(s > 0)
+            if self._identity and len(allowed) >= n:  # row i is id i: the mask applies as it is
+                positive &= allowed[:n]
+            else:
+                ok = np.zeros(n, dtype=bool)
+                inside = self._ids < len(allowed)
+                ok[inside] = allowed[self._ids[inside]]
+                positive &= ok
+        pos = np.flatnonzero(positive)
         if len(pos) > k:
             pos = pos[np.argpartition(-s[pos], k - 1)[:k]]
         pos = pos[np.argsort(-s[pos], kind="stable")]
@@ -549,6 +562,7 @@ class LexicalIndex:
                 raise ValueError(f"{d / 'matrix'} scores {self._matrix.num_docs} rows, not {rows}; the lexical "
                                  "index is damaged")
         self._order = np.argsort(self._ids, kind="stable")
+        self._identity = _is_identity(self._ids)
 
     def _load_first_format(self, path: Path, payload: dict) -> "LexicalIndex":
         ids = np.asarray(payload["ids"], dtype=np.int64)

@@ -281,3 +281,62 @@ def _check_target(out: Path, overwrite: bool) -> None:
     for child in out.iterdir():
         if child.name != MANIFEST and not child.name.startswith(".") and not is_collection(child):
             raise ValueError(f"{out} holds {child.name}, which is not a shard; nothing was written")
+
+
+def split_collection(collection_dir: PathLike, out_dir: PathLike, shards: int, overwrite: bool = False,
+                     batch: int = 10_000, threads: int = -1) -> Path:
+    """Split an existing collection into ``shards`` shard collections under ``out_dir`` (with ``shards.json``),
+    without encoding anything again: each live chunk goes, with its stored vector and its section, to shard
+    ``shard_of(document id, shards)`` (in row order), read and written ``batch`` rows at a time out of core
+    (no Ray needed). The shards keep the collection's encoders and settings. For an int8 collection the stored
+    vectors are the dequantized ones, quantized again by each shard (scores move by about 1e-3). Returns
+    ``out_dir``."""
+    from ..corpus.collection import Collection
+    from ..corpus.store import read_jsonl
+
+    col = Collection.open(collection_dir)
+    out = Path(out_dir)
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise ValueError(f"shards must be a positive integer, got {shards!r}")
+    _check_target(out, overwrite)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST).unlink(missing_ok=True)
+    m = col.manifest
+    models = {key: col.directory / m[key]["dir"] for key in ("encoder", "query_encoder") if m.get(key)}
+    builders = [CollectionBuilder(out / shard_name(i), models["encoder"], models.get("query_encoder"),
+                                  m["chunking"], m["index"]["dtype"], m["index"]["M"], m["index"]["ef_construction"],
+                                  threads=threads, overwrite=overwrite, resume=False) for i in range(shards)]
+    try:
+        live = np.flatnonzero(col.alive)
+        for a in range(0, len(live), batch):
+            rows = live[a:a + batch].tolist()
+            chunks = [col.rows[r] for r in rows]
+            vectors = col.vectors(rows)
+            where = np.array([shard_of(c.document_id, shards) for c in chunks])
+            for i, b in enumerate(builders):
+                mine = np.flatnonzero(where == i)
+                if len(mine):
+                    moved = [chunks[j] for j in mine]
+                    for n, c in enumerate(moved):
+                        c.row, c.deleted = b.rows + n, False
+                    b.add_rows(moved, vectors[mine])
+        parts: List[List[SectionPart]] = [[] for _ in range(shards)]
+        for d in read_jsonl(col.directory / "sections.jsonl", None):
+            part = SectionPart(**d)
+            parts[shard_of(part.document_id, shards)].append(part)
+        for b, mine_parts in zip(builders, parts):
+            b.add_rows([], np.zeros((0, col.dim), dtype=np.float32), mine_parts)
+        kept = []
+        for i, b in enumerate(builders):
+            if b.rows:
+                b.finish()
+                kept.append(i)
+            else:
+                b.abandon()
+    except BaseException:
+        for b in builders:
+            b.abandon()
+        raise
+    write_manifest(out, kept, {"counts": {"documents": col.n_documents, "chunks": len(col)},
+                               "split_from": str(col.directory)})
+    return out

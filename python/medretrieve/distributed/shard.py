@@ -53,6 +53,17 @@ class ShardSearcher:
     def ping(self) -> bool:
         return True
 
+    def memory(self) -> Dict[str, int]:
+        """The shard process's resident memory in bytes: all of it, anonymous (heap) and file-backed (the
+        memory-mapped collection pages it touched)."""
+        out = {}
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "RssAnon", "RssFile"):
+                    out[key] = int(value.split()[0]) * 1024
+        return out
+
     # ------------------------------------------------------------- first stage
     def dense(self, vectors: np.ndarray, k: int, ef: Sequence[int], labels: Optional[List[int]] = None
               ) -> List[Dict[str, np.ndarray]]:
@@ -77,7 +88,7 @@ class ShardSearcher:
         (``ids``), and for them the counts of the query's distinct terms (``tf``) and their lengths; plus the
         shard's document frequency of every term named (``df``)."""
         col = self.collection
-        allowed = col.alive if labels is None else col.alive & np.isin(col.labels, labels)
+        allowed = col.alive if labels is None else col.allowed(labels)
         lists = []
         terms: Dict[str, None] = {}
         for tokens in queries:

@@ -144,7 +144,7 @@ class CandidateGenerator:
         cats = ROUTES.get(query.intent, ()) if route else ()
         labels = [CATEGORY_IDS[c] for c in cats]
         col = self.collection
-        if labels and not np.isin(col.labels[col.alive], labels).any():
+        if labels and not col.allowed(labels).any():
             labels = []
         return cats, labels
 
@@ -277,7 +277,7 @@ class CandidateGenerator:
                     kinds.append("dense")
         question_bm25 = None
         with dl.stage("bm25"):
-            allowed = alive if labels is None else alive & np.isin(col.labels, labels)
+            allowed = alive if labels is None else col.allowed(labels)
             for j, t in enumerate(texts):
                 all_scores = col.lexical.scores(t.tokens, extra_tokens=boost if j == 0 else ())
                 if j == 0:
