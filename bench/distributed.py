@@ -33,18 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import retrieval as bench  # noqa: E402  (bench/retrieval.py: the BioASQ collection and its filler)
 
 
-def _rss(kb: Dict[str, int]) -> str:
-    return f"{kb['VmRSS'] / 2**30:.2f} ({kb['RssAnon'] / 2**30:.2f} + {kb['RssFile'] / 2**30:.2f})"
-
-
-def _own_memory() -> Dict[str, int]:
-    out = {}
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "RssAnon", "RssFile"):
-                out[key] = int(value.split()[0]) * 1024
-    return out
+def _rss(b: Dict[str, int]) -> str:
+    return f"{b['VmRSS'] / 2**30:.2f} ({b['RssAnon'] / 2**30:.2f} + {b['RssFile'] / 2**30:.2f})"
 
 
 def sequential(ret, questions: List[str], deadline_ms: float) -> Dict[str, Any]:
@@ -101,6 +91,7 @@ def main() -> None:
     from medretrieve.corpus.collection import Collection
     from medretrieve.distributed import ShardedRetriever
     from medretrieve.distributed.build import split_collection
+    from medretrieve.distributed.shard import process_memory
     from medretrieve.models.encoders import default_model_dir
     from medretrieve.retrieval.retriever import Retriever
 
@@ -123,7 +114,7 @@ def main() -> None:
             ret = ShardedRetriever(out)
         seq = sequential(ret, questions, a.deadline_ms)
         thr = throughput(ret, questions, a.clients, a.seconds, a.deadline_ms)
-        mem = _rss(_own_memory())
+        mem = _rss(process_memory())
         shard_mem = "-"
         if n is not None:
             got = ret.shard_set.everywhere("memory", timeout_s=60)

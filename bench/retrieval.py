@@ -435,13 +435,9 @@ def filled_collection(encoder: str, work: Path, n_total: int, threads: int = -1)
 
 def _status_kb() -> Dict[str, int]:
     """VmRSS, VmHWM, RssAnon, RssFile of this process (kB)."""
-    out = {}
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
-                out[key] = int(value.split()[0])
-    return out
+    from medretrieve.distributed.shard import process_memory
+
+    return {k: v // 1024 for k, v in process_memory().items()}
 
 
 def _rss() -> str:
@@ -554,8 +550,7 @@ def overlap(args) -> None:
 
 
 def _peak_kb() -> int:
-    with open("/proc/self/status") as fh:
-        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM"))
+    return _status_kb()["VmHWM"]
 
 
 def lexical_worker(engine: str, mult: int) -> Dict[str, float]:

@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import datagen  # noqa: E402
 
 from medretrieve.corpus.spill import VectorSpill, build_index  # noqa: E402
+from medretrieve.distributed.shard import process_memory  # noqa: E402
 
 K = 10
 FILTER_LABEL = 3  # of 10 uniform labels: 10% of the vectors
@@ -53,13 +54,7 @@ EFS = (40, 64, 100, 200, 400)
 
 def status_kb() -> Dict[str, int]:
     """VmRSS, VmHWM, RssAnon, RssFile of this process (kB)."""
-    out = {}
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
-                out[key] = int(value.split()[0])
-    return out
+    return {k: v // 1024 for k, v in process_memory().items()}
 
 
 def reset_peak() -> None:

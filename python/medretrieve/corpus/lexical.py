@@ -202,6 +202,8 @@ class BM25Matrix:
         indptr = np.zeros(width + 1, dtype=np.int64)
         np.cumsum(df, out=indptr[1:])
         nnz = int(indptr[-1])
+        data: np.ndarray
+        indices: np.ndarray
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
             data = np.lib.format.open_memmap(directory / "data.npy", mode="w+", dtype=np.float32, shape=(nnz,))
@@ -223,9 +225,9 @@ class BM25Matrix:
             data[where] = weights
             indices[where] = rows
             fill += np.bincount(toks, minlength=width)
-        if directory is not None:
-            data.flush()
-            indices.flush()
+        for array in (data, indices):
+            if isinstance(array, np.memmap):
+                array.flush()
         return cls(data, indices, indptr, {t: c for c, t in enumerate(vocab)}, n)
 
     def scores(self, tokens: Sequence[str]) -> np.ndarray:
@@ -237,6 +239,11 @@ class BM25Matrix:
                 a, z = int(self.indptr[c]), int(self.indptr[c + 1])
                 out[self.indices[a:z]] += times * np.asarray(self.data[a:z], dtype=np.float32)
         return out
+
+    def frequency(self, token: str) -> int:
+        """How many rows hold ``token`` (its column's length)."""
+        c = self.vocab.get(token)
+        return 0 if c is None else int(self.indptr[c + 1] - self.indptr[c])
 
     def postings(self, token: str) -> np.ndarray:
         """The rows holding ``token``."""
@@ -409,8 +416,8 @@ class LexicalIndex:
         d = np.zeros(len(tokens), dtype=np.int64)
         if self._matrix is not None:
             for i, t in enumerate(tokens):
-                postings = self._matrix.postings(t)
-                d[i] = len(postings) if not self._stale else int(self._alive[postings].sum())
+                d[i] = (self._matrix.frequency(t) if not self._stale
+                        else int(self._alive[self._matrix.postings(t)].sum()))
         return d
 
     def totals(self) -> Tuple[int, int]:
@@ -418,7 +425,8 @@ class LexicalIndex:
         lengths = np.diff(np.asarray(self._store.offsets))
         return len(self), int(lengths[np.asarray(self._alive, dtype=bool)].sum()) if len(lengths) else 0
 
-    def term_counts(self, ids: Sequence[int], tokens: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+    def term_counts(self, ids: Union[Sequence[int], np.ndarray], tokens: Sequence[str]
+                    ) -> Tuple[np.ndarray, np.ndarray]:
         """How often each of ``tokens`` occurs in the rows with external ``ids`` (int32 [len(ids), len(tokens)])
         and the rows' token counts (int64), read from the stored token ids (0 / 0 for unknown ids): with
         :func:`bm25_from_counts` and statistics from elsewhere, the BM25 score of these rows in a larger corpus."""

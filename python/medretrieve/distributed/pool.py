@@ -71,6 +71,10 @@ class ShardPool:
         self.tokens: Dict[int, List[str]] = {}
         self.documents: Dict[str, List[int]] = {}
         self.df: Dict[str, int] = {}
+        # keys whose rows the next dense search fetches along (set while feedback runs, see search.py); after
+        # the first stages, searches fetch their hits at once (recovery reads every hit)
+        self.fetch_along: Optional[np.ndarray] = None
+        self.fetch_hits = False
         self.answered: Set[int] = set()
         self.missed: Dict[int, str] = {}
         self.failed: Dict[int, str] = {}
@@ -107,18 +111,24 @@ class ShardPool:
     # ------------------------------------------------------------- rows
     def ensure(self, keys: Union[Sequence[int], np.ndarray]) -> None:
         """Fetch what the pool lacks of ``keys`` (one call per owning shard, all at once)."""
-        need: Dict[int, List[int]] = {}
-        for key in {int(k) for k in np.asarray(keys, dtype=np.int64).reshape(-1).tolist()}:
-            if key not in self.chunks:
-                shard, row = split_key(key)
-                need.setdefault(shard, []).append(row)
+        need = {i: sorted(set(rows)) for i, rows in self.missing_by_shard(keys).items()}
         if not need:
             return
         out = self.call("fetch", {i: (rows,) for i, rows in need.items()})
         for shard, payload in out.results.items():
-            self._add(shard, payload)
+            self.add(shard, payload)
 
-    def _add(self, shard: int, payload: Dict[str, Any]) -> None:
+    def missing_by_shard(self, keys: Union[Sequence[int], np.ndarray]) -> Dict[int, List[int]]:
+        """Rows of ``keys`` the pool lacks, by shard."""
+        need: Dict[int, List[int]] = {}
+        for key in np.asarray(keys, dtype=np.int64).reshape(-1).tolist():
+            if key not in self.chunks:
+                shard, row = split_key(key)
+                need.setdefault(shard, []).append(row)
+        return need
+
+    def add(self, shard: int, payload: Dict[str, Any]) -> None:
+        """Keep the :meth:`~.shard.ShardSearcher.fetch` payload of a shard."""
         for j, row in enumerate(payload["rows"]):
             key = key_of(shard, int(row))
             self.chunks[key] = ChunkRow(**payload["chunks"][j])
@@ -222,8 +232,10 @@ class _Lexical:
         return pool.bm25(tokens, tf, lengths)
 
     def search(self, tokens: Sequence[str], k: int = 10, allowed: Any = None) -> Tuple[np.ndarray, np.ndarray]:
-        """BM25 over every shard (recovery's relaxed and expanded queries); rows fetched into the pool."""
-        return self._owner.lexical_lists([list(tokens)], k, None)[0]
+        """BM25 over every shard (recovery's relaxed and expanded queries); its rows fetched into the pool."""
+        ids, scores = self._owner.lexical_lists([list(tokens)], k, None)[0]
+        self._owner.pool.ensure(ids)
+        return ids, scores
 
 
 class _Dense:
@@ -233,16 +245,21 @@ class _Dense:
     def search(self, vectors: np.ndarray, k: int, ef: Any = None, labels: Optional[List[int]] = None
                ) -> Tuple[np.ndarray, np.ndarray]:
         """HNSW search on every shard, merged by score: ``(keys [n, <=k], scores)`` (rows fetched into the pool)."""
-        q = np.asarray(vectors, dtype=np.float32).reshape(-1, self._owner.stats.dim)
+        owner, pool = self._owner, self._owner.pool
+        q = np.asarray(vectors, dtype=np.float32).reshape(-1, owner.stats.dim)
         efs = np.broadcast_to(np.asarray(ef if ef is not None else k, dtype=np.int64), (len(q),)).tolist()
-        lists = self._owner.dense_lists(q, k, efs, labels)
-        self._owner.pool.ensure(np.concatenate([ids for ids, _ in lists]) if lists else [])
+        replies = None
+        if pool.fetch_along is not None or pool.fetch_hits:  # one round trip: the search and the rows
+            along = pool.missing_by_shard(pool.fetch_along if pool.fetch_along is not None else [])
+            out = pool.call("dense_and_fetch", {i: (q, k, efs, labels, along.get(i, [])) for i in pool.live()})
+            for shard, reply in out.results.items():
+                pool.add(shard, reply["rows"])
+            replies = {i: r["dense"] for i, r in out.results.items()}
+        lists = owner.dense_lists(q, k, efs, labels, replies=replies)
         width = max([len(ids) for ids, _ in lists] + [0])
         ids_out = np.full((len(q), width), -1, dtype=np.int64)
         sc_out = np.full((len(q), width), -np.inf, dtype=np.float32)
         for i, (ids, sc) in enumerate(lists):
-            ok = self._owner.pool.known(ids)
-            ids, sc = ids[ok], sc[ok]
             ids_out[i, :len(ids)], sc_out[i, :len(ids)] = ids, sc
         return ids_out, sc_out
 

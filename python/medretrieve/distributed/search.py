@@ -9,8 +9,10 @@ many shard collections, each held by a Ray actor (:class:`~.shard.ShardSearcher`
    the 35% the later stages keep. Dense lists merge by inner product; BM25 lists are scored again here from each
    row's term counts with the statistics of all shards (document frequencies summed, the average length of all
    rows), so they merge as if one index held every shard (:func:`~medretrieve.corpus.lexical.bm25_from_counts`);
-3. pseudo-relevance feedback (its vectors fetched from the shards that hold the top chunks, its search fanned out),
-   RRF fusion, then ``fetch``: the fused candidates' chunks, vectors, tokens and documents, from their shards;
+3. pseudo-relevance feedback (the chunks of the best 10 rows of each shard's own lists came back with step 2; its
+   search fans out and brings back, in the same call, the chunks of its hits and of the candidates fused so far),
+   RRF fusion, then ``fetch``: whatever the fused candidates still lack (chunks, vectors, tokens, documents) from
+   their shards. Two round trips to each shard in most searches;
 4. rerank, MMR, pruning, weak detection and recovery run once, over every shard's candidates, unchanged
    (:class:`~.pool.ShardedCollection` answers their questions from what was fetched; recovery's extra searches
    fan out too).
@@ -30,6 +32,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Un
 import numpy as np
 
 from ..corpus.chunking import CATEGORY_IDS
+from ..fusion import rrf
 from ..retrieval.budget import Deadline
 from ..retrieval.candidates import RESERVE, ROUTES, CandidateGenerator, Candidates, QueryText, Switches
 from ..retrieval.query import Query
@@ -39,6 +42,8 @@ from .fanout import ShardSet, default_name_prefix
 from .pool import GlobalStats, ShardedCollection, ShardPool
 from .shard import ShardSearcher
 from .shards import PathLike, shard_dirs
+
+FEEDBACK_FETCH = 10  # rows of each own list whose chunks come back with the first stage (feedback reads the top 3)
 
 
 class ShardedCandidateGenerator(CandidateGenerator):
@@ -64,8 +69,11 @@ class ShardedCandidateGenerator(CandidateGenerator):
         if queries:
             pool.question = queries[0]
         with dl.stage("shards"):
-            replies = pool.call("first_stage", {i: (qvecs, efs, k, queries, 2 * k, labels) for i in pool.live()},
-                                reserve_ms=dl.share_ms(RESERVE)).results
+            fetch_top = FEEDBACK_FETCH if self.settings.feedback_docs <= FEEDBACK_FETCH else 0
+            replies = pool.call("first_stage", {i: (qvecs, efs, k, queries, 2 * k, labels, fetch_top)
+                                                for i in pool.live()}, reserve_ms=dl.share_ms(RESERVE)).results
+        for shard, reply in replies.items():
+            pool.add(shard, reply["rows"])
         ids_lists: List[np.ndarray] = []
         score_lists: List[np.ndarray] = []
         kinds: List[str] = []
@@ -84,6 +92,19 @@ class ShardedCandidateGenerator(CandidateGenerator):
         # ask about with pool.question (ShardedCollection.lexical.scores_for)
         question_bm25 = np.zeros(0, dtype=np.float32) if queries else None
         return ids_lists, score_lists, kinds, question_bm25
+
+    def _feedback(self, qvec: np.ndarray, lists: Sequence[np.ndarray], weights: Sequence[float], ef: int,
+                  ncand: int, labels: Optional[List[int]], dl: Deadline
+                  ) -> Tuple[Optional[np.ndarray], Optional[np.ndarray], str]:
+        """As one collection's; its search fetches along the rows of the candidates fused so far (most of the
+        final ones), so the candidates need no round trip of their own."""
+        pool = self.collection.pool
+        pool.fetch_along = np.asarray(rrf(lists, k=self.settings.rrf_k, weights=weights, top_n=ncand)[0],
+                                      dtype=np.int64)
+        try:
+            return super()._feedback(qvec, lists, weights, ef, ncand, labels, dl)
+        finally:
+            pool.fetch_along = None
 
 
 class ShardedRetriever(Retriever):
@@ -193,6 +214,7 @@ class ShardedRetriever(Retriever):
         cands = super()._gather(query, k, dl, log, switches, ranked)
         with dl.stage("fetch"):
             pool.ensure(np.concatenate([cands.fused_ids, cands.question_ids]))
+        pool.fetch_hits = True  # recovery's searches fetch their hits with them
         keep = pool.known(cands.fused_ids)
         cands.fused_ids, cands.fused_scores = cands.fused_ids[keep], cands.fused_scores[keep]
         cands.question_ids = cands.question_ids[pool.known(cands.question_ids)]

@@ -68,8 +68,8 @@ def app(shards: Union[PathLike, Sequence[PathLike]], replicas: int = 1,
         ray_actor_options: Optional[Mapping[str, Any]] = None):
     """The Serve application: ``replicas`` replicas of :class:`ShardedSearch` (``ray_actor_options``: each
     replica's resources), ready for ``serve.run``."""
-    deployment = serve.deployment(ShardedSearch, name="medretrieve-sharded-search", num_replicas=replicas,
-                                  ray_actor_options=dict(ray_actor_options or {}))
+    deployment: Any = serve.deployment(ShardedSearch, name="medretrieve-sharded-search", num_replicas=replicas,
+                                       ray_actor_options=dict(ray_actor_options or {}))
     return deployment.bind(shards if isinstance(shards, (str, bytes)) or not isinstance(shards, Sequence)
                            else [str(s) for s in shards], dict(retriever_options or {}), share_shards)
 

@@ -26,6 +26,18 @@ from ..corpus.collection import Collection
 DOCUMENT_ROWS = 64  # chunks of a document whose tokens a fetch returns (as ChunkTokens.of_document reads)
 
 
+def process_memory() -> Dict[str, int]:
+    """This process's resident memory in bytes (Linux ``/proc/self/status``): ``VmRSS`` all of it, ``RssAnon``
+    the heap, ``RssFile`` the file pages it maps (a memory-mapped collection's touched pages), ``VmHWM`` the peak."""
+    out = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+                out[key] = int(value.split()[0]) * 1024
+    return out
+
+
 def distinct_terms(tokens: Sequence[str]) -> List[str]:
     """The distinct tokens of a query in the order it first names them (BM25's summation order)."""
     return list(Counter(tokens))
@@ -54,15 +66,8 @@ class ShardSearcher:
         return True
 
     def memory(self) -> Dict[str, int]:
-        """The shard process's resident memory in bytes: all of it, anonymous (heap) and file-backed (the
-        memory-mapped collection pages it touched)."""
-        out = {}
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                if key in ("VmRSS", "RssAnon", "RssFile"):
-                    out[key] = int(value.split()[0]) * 1024
-        return out
+        """The shard process's resident memory (:func:`process_memory`)."""
+        return process_memory()
 
     # ------------------------------------------------------------- first stage
     def dense(self, vectors: np.ndarray, k: int, ef: Sequence[int], labels: Optional[List[int]] = None
@@ -101,12 +106,24 @@ class ShardSearcher:
         return {"lists": lists, "df": dict(zip(names, col.lexical.document_frequencies(names).tolist()))}
 
     def first_stage(self, vectors: Optional[np.ndarray], ef: Sequence[int], k: int,
-                    queries: Sequence[Sequence[str]], depth: int, labels: Optional[List[int]] = None
-                    ) -> Dict[str, Any]:
-        """:meth:`dense` and :meth:`lexical` in one call (one round trip per search)."""
+                    queries: Sequence[Sequence[str]], depth: int, labels: Optional[List[int]] = None,
+                    fetch_top: int = 0) -> Dict[str, Any]:
+        """:meth:`dense` and :meth:`lexical` in one call (one round trip per search), with the :meth:`fetch`
+        payload of the best ``fetch_top`` rows of the question's own lists (the first vector's and the first
+        query's): what pseudo-relevance feedback reads, so it needs no round trip of its own."""
         dense = self.dense(vectors, k, ef, labels) if vectors is not None and len(vectors) else []
         lexical = self.lexical(queries, depth, labels) if queries else {"lists": [], "df": {}}
-        return {"dense": dense, **lexical}
+        top = [ids[:fetch_top] for ids in ([dense[0]["ids"]] if dense else []) + (
+            [lexical["lists"][0]["ids"]] if lexical["lists"] else [])]
+        rows = list(dict.fromkeys(int(r) for ids in top for r in ids.tolist()))
+        return {"dense": dense, **lexical, "rows": self.fetch(rows)}
+
+    def dense_and_fetch(self, vectors: np.ndarray, k: int, ef: Sequence[int], labels: Optional[List[int]],
+                        rows: Sequence[int]) -> Dict[str, Any]:
+        """:meth:`dense`, and the :meth:`fetch` payload of its hits and of ``rows`` (one round trip)."""
+        dense = self.dense(vectors, k, ef, labels)
+        hits = [int(r) for d in dense for r in d["ids"].tolist()]
+        return {"dense": dense, "rows": self.fetch(list(dict.fromkeys(list(rows) + hits)))}
 
     def document_frequencies(self, tokens: Sequence[str]) -> Dict[str, int]:
         return dict(zip(tokens, self.collection.lexical.document_frequencies(list(tokens)).tolist()))
