@@ -374,7 +374,7 @@ class CollectionBuilder:
             raise ValueError(f"no readable records in the source{summary}")
         w = self.work / WORK
         n = self.rows
-        labels = np.fromfile(w / "labels.i64", dtype=np.int64)
+        labels = np.memmap(w / "labels.i64", dtype=np.int64, mode="r", shape=(n,))  # read a batch at a time
         index = build_index(self.vectors, self.manifest["index"]["dtype"], self.manifest["index"]["M"],
                             self.manifest["index"]["ef_construction"], labels=labels, num_threads=self.threads,
                             batch=self.index_batch, progress=self._index_progress())
@@ -428,14 +428,14 @@ class CollectionBuilder:
         return count
 
     def _write_rows(self, labels: np.ndarray) -> None:
-        """rows/: what ``ChunkTable.open`` maps (line offsets, labels, deleted flags, documents)."""
+        """rows/: what ``ChunkTable.open`` maps (line offsets, labels, deleted flags, documents), copied from the
+        spill files a block at a time."""
         w, d = self.work / WORK, self.work / ROWS
         d.mkdir()
-        offsets = np.concatenate([[0], np.fromfile(w / "ends.i64", dtype=np.int64)])
-        np.save(d / "offsets.npy", offsets)
-        np.save(d / "labels.npy", labels)
-        np.save(d / "deleted.npy", np.zeros(len(labels), dtype=bool))
-        np.save(d / "document.npy", np.fromfile(w / "document.i32", dtype=np.int32))
+        _raw_to_npy(w / "ends.i64", d / "offsets.npy", np.int64, offsets=False)
+        _raw_to_npy(w / "labels.i64", d / "labels.npy", np.int64)
+        np.lib.format.open_memmap(d / "deleted.npy", mode="w+", dtype=bool, shape=(len(labels),)).flush()
+        _raw_to_npy(w / "document.i32", d / "document.npy", np.int32)
         documents = sorted(self._documents, key=self._documents.__getitem__)
         (d / "documents.json").write_text(json.dumps(documents, ensure_ascii=False), encoding="utf-8")
 
@@ -444,26 +444,42 @@ class CollectionBuilder:
         w, d = self.work / WORK, self.work / LEXICAL
         d.mkdir()
         n = self.rows
-        np.save(d / "ids.npy", np.arange(n, dtype=np.int64))
-        tokens = np.lib.format.open_memmap(d / "tokens.npy", mode="w+", dtype=np.int32,
-                                           shape=(os.path.getsize(w / "tokens.i32") // 4,))
-        with open(w / "tokens.i32", "rb") as src:  # copied in blocks: never the whole array in memory
-            at = 0
-            for block in iter(lambda: src.read(1 << 24), b""):
-                part = np.frombuffer(block, dtype=np.int32)
-                tokens[at:at + len(part)] = part
-                at += len(part)
-        tokens.flush()
-        offsets = np.concatenate([[0], np.cumsum(np.fromfile(w / "token_counts.i64", dtype=np.int64))])
-        np.save(d / "token_offsets.npy", offsets)
+        ids = np.lib.format.open_memmap(d / "ids.npy", mode="w+", dtype=np.int64, shape=(n,))
+        for a in range(0, n, 1 << 22):
+            ids[a:a + (1 << 22)] = np.arange(a, min(a + (1 << 22), n), dtype=np.int64)
+        ids.flush()
+        _raw_to_npy(w / "tokens.i32", d / "tokens.npy", np.int32)
+        _raw_to_npy(w / "token_counts.i64", d / "token_offsets.npy", np.int64, offsets=True)
         vocab = sorted(self._vocab, key=self._vocab.__getitem__)
         (d / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
         settings = LexicalIndex()
-        matrix = BM25Matrix.fit_ids(np.load(d / "tokens.npy", mmap_mode="r"), offsets, vocab, settings.k1,
-                                    settings.b, directory=d / "matrix")
+        matrix = BM25Matrix.fit_ids(np.load(d / "tokens.npy", mmap_mode="r"),
+                                    np.load(d / "token_offsets.npy", mmap_mode="r"), vocab, settings.k1, settings.b,
+                                    directory=d / "matrix")
         matrix.save(d / "matrix")
-        del tokens, matrix
+        del ids, matrix
         payload = {"format": "medretrieve-lexical-2", "stem": settings.stem,
                    "remove_stopwords": settings.remove_stopwords, "k1": settings.k1, "b": settings.b,
                    "tokenizer": TOKENIZER_VERSION, "rows": n}
         (d / LexicalIndex.FILE).write_text(json.dumps(payload), encoding="utf-8")
+
+
+def _raw_to_npy(src: Path, dst: Path, dtype: Any, offsets: Optional[bool] = None, block: int = 1 << 22) -> None:
+    """Copy a raw array file into a ``.npy`` file a block of ``block`` items at a time (never the whole array in
+    memory). ``offsets=False``: write ``[0, *values]`` (line ends -> offsets); ``offsets=True``: write
+    ``[0, *cumsum(values)]`` (counts -> offsets); None: the values as they are."""
+    n = os.path.getsize(src) // np.dtype(dtype).itemsize
+    head = 0 if offsets is None else 1
+    out = np.lib.format.open_memmap(dst, mode="w+", dtype=dtype, shape=(n + head,))
+    if head:
+        out[0] = 0
+    carry = 0
+    values = np.memmap(src, dtype=dtype, mode="r", shape=(n,)) if n else np.zeros(0, dtype=dtype)
+    for a in range(0, n, block):
+        part = np.asarray(values[a:a + block])
+        if offsets:
+            part = np.cumsum(part, dtype=np.int64) + carry
+            carry = int(part[-1])
+        out[a + head:a + head + len(part)] = part
+    out.flush()
+    del values, out
