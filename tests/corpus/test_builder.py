@@ -10,6 +10,7 @@ from medretrieve.corpus.builder import CollectionBuilder, source_fingerprint
 from medretrieve.corpus.chunks import ChunkRow
 from medretrieve.corpus.collection import Collection
 from medretrieve.corpus.lexical import LexicalIndex
+from medretrieve.corpus.sources import read_records
 from medretrieve.corpus.spill import VectorSpill, build_index
 
 TOPICS = ["metformin lowers glucose in type 2 diabetes", "allopurinol lowers serum urate in gout",
@@ -82,8 +83,6 @@ def test_other_sources_or_settings_start_afresh_and_a_second_build_waits_for_non
     with pytest.raises(RuntimeError, match="another build"):
         CollectionBuilder(tmp_path / "col", encoder_dir, source_key=key)
     b.close()
-    from medretrieve.corpus.sources import read_records
-
     b = CollectionBuilder(tmp_path / "col", encoder_dir, source_key=key, chunk_batch=8)
     b.add_records(list(read_records(corpus))[:5])
     assert b.rows == 10
@@ -145,3 +144,19 @@ def test_the_spill_reads_back_what_was_written_and_builds_the_same_index(tmp_pat
     assert steps == [256, 512, 768, 900] and index.element_count == 900 and index.max_elements == 900
     ids, _ = index.search(x[:5], k=1)
     assert ids[:, 0].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_texts_and_ids_holding_line_separators_survive_the_build_and_a_resume(tmp_path, encoder_dir):
+    """U+2028 and U+0085 are line breaks to str.splitlines but not to JSONL: sections, document ids and tokens
+    holding them are read back whole (sections.jsonl used to fail to open)."""
+    docs = [{"id": "a\u2028b", "title": "Gout\u0085notes", "text": "Allopurinol\u2028lowers urate in gout."},
+            {"id": "c", "title": "Asthma", "text": "Inhaled corticosteroids\u2029reduce exacerbations."}]
+    with CollectionBuilder(tmp_path / "col", encoder_dir, source_key={"test": 1}) as b:
+        b.add_records(read_records(docs[:1]))
+    with CollectionBuilder(tmp_path / "col", encoder_dir, source_key={"test": 1}) as b:  # resumed: ids read back
+        assert b.records_done == 1
+        b.add_records(read_records(docs[1:]))
+        col = Collection.open(b.finish())
+    assert [r.document_id for r in col.rows] == ["a\u2028b", "c"] and col.n_documents == 2
+    assert col.parent(col.rows[0].parent_id).text == "Allopurinol\u2028lowers urate in gout."
+    assert col.document_rows("a\u2028b") == [0]

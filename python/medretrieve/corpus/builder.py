@@ -43,7 +43,7 @@ from .sources import ReadReport, Record
 from .spill import VectorSpill, build_index
 from .store import (
     CHUNKS, DENSE, FORMAT, LEXICAL, MANIFEST, MODELS, SECTIONS, digests, file_digest, is_collection,
-    link_or_copy_tree, recover_leftovers, swap_in,
+    link_or_copy_tree, read_jsonl, recover_leftovers, swap_in,
 )
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -207,10 +207,9 @@ class CollectionBuilder:
             for name, size in self._state["sizes"].items():
                 os.truncate(self._path(name), size)  # cut back to the checkpoint
         self.vectors = VectorSpill(w / "vectors.f32", self.dim)
-        self._documents: Dict[str, int] = {json.loads(line): i for i, line in
-                                           enumerate(self._path("documents.jsonl").read_text("utf-8").splitlines())}
-        self._vocab: Dict[str, int] = {json.loads(line): i for i, line in
-                                       enumerate(self._path("vocab.jsonl").read_text("utf-8").splitlines())}
+        self._documents: Dict[str, int] = {value: i for i, value in
+                                           enumerate(read_jsonl(self._path("documents.jsonl"), None))}
+        self._vocab: Dict[str, int] = {value: i for i, value in enumerate(read_jsonl(self._path("vocab.jsonl"), None))}
 
     @staticmethod
     def _lock(w: Path) -> int:
