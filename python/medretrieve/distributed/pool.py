@@ -234,8 +234,10 @@ class _Lexical:
     def search(self, tokens: Sequence[str], k: int = 10, allowed: Any = None) -> Tuple[np.ndarray, np.ndarray]:
         """BM25 over every shard (recovery's relaxed and expanded queries); its rows fetched into the pool."""
         ids, scores = self._owner.lexical_lists([list(tokens)], k, None)[0]
-        self._owner.pool.ensure(ids)
-        return ids, scores
+        pool = self._owner.pool
+        pool.ensure(ids)
+        known = pool.known(ids)  # a shard that missed the fetch drops out with its rows
+        return ids[known], scores[known]
 
 
 class _Dense:
