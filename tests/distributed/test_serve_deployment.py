@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("ray")
 httpx = pytest.importorskip("httpx")
 
-from sharded_data import QUESTIONS  # noqa: E402
+from sharded_data import QUESTIONS, encoder_dir, ray_cluster, sharded_corpus  # noqa: E402,F401
 
 from medretrieve.retrieval.results import SearchResult  # noqa: E402
 

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from sharded_data import QUESTIONS, TOPICS  # noqa: E402
+from sharded_data import QUESTIONS, TOPICS, encoder_dir, ray_cluster, sharded_corpus  # noqa: E402,F401
 
 from medretrieve.cli import main  # noqa: E402
 from medretrieve.corpus.collection import Collection  # noqa: E402

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from sharded_data import QUESTIONS  # noqa: E402
+from sharded_data import QUESTIONS, encoder_dir, ray_cluster, sharded_corpus  # noqa: E402,F401
 
 from medretrieve.corpus.collection import Collection  # noqa: E402
 from medretrieve.distributed import ShardedRetriever, shard_of  # noqa: E402

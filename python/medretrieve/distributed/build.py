@@ -62,24 +62,20 @@ def _read_file(item: Dict[str, Any]) -> Iterator[Dict[str, Any]]:
         yield {"record": "", "skipped": json.dumps([where, message])}
 
 
-class _Chunker:
-    def __init__(self, chunking: Dict[str, Any], shards: int) -> None:
-        self.cfg = ChunkingConfig.from_dict(chunking)
-        self.shards = shards
-
-    def __call__(self, item: Dict[str, Any]) -> Iterator[Dict[str, Any]]:
-        if item["skipped"]:
-            yield _row(-1, "skipped", chunk=item["skipped"])
-            return
-        d = json.loads(item["record"])
-        rec = Record(d["id"], d["title"], [Section(**x) for x in d["sections"]], d["metadata"])
-        shard = shard_of(rec.id, self.shards)
-        chunks, parts = chunk_record(rec, self.cfg)
-        sections = json.dumps([p.__dict__ for p in parts], ensure_ascii=False)
-        for j, c in enumerate(chunks):
-            yield _row(shard, "chunk", first=j == 0, chunk=json.dumps({f: getattr(c, f) for f in _CHUNK_FIELDS},
-                                                                       ensure_ascii=False),
-                       sections=sections if j == 0 else "[]")
+def _chunk(item: Dict[str, Any], chunking: Dict[str, Any], shards: int) -> Iterator[Dict[str, Any]]:
+    """The chunks of one record, tagged with its shard (or the record's reading error passed on)."""
+    if item["skipped"]:
+        yield _row(-1, "skipped", chunk=item["skipped"])
+        return
+    d = json.loads(item["record"])
+    rec = Record(d["id"], d["title"], [Section(**x) for x in d["sections"]], d["metadata"])
+    shard = shard_of(rec.id, shards)
+    chunks, parts = chunk_record(rec, ChunkingConfig.from_dict(chunking))
+    sections = json.dumps([p.__dict__ for p in parts], ensure_ascii=False)
+    for j, c in enumerate(chunks):
+        yield _row(shard, "chunk", first=j == 0, chunk=json.dumps({f: getattr(c, f) for f in _CHUNK_FIELDS},
+                                                                   ensure_ascii=False),
+                   sections=sections if j == 0 else "[]")
 
 
 class _Encoder:
@@ -228,8 +224,7 @@ def build_sharded(source: SourceLike, out_dir: PathLike, shards: int, encoder: P
     t0 = time.time()
     try:
         ds = (_records_dataset(ray, source, format, errors)
-              .flat_map(_Chunker, fn_constructor_kwargs={"chunking": cfg.to_dict(), "shards": shards},
-                        concurrency=1)
+              .flat_map(_chunk, fn_kwargs={"chunking": cfg.to_dict(), "shards": shards})
               .map_batches(_Encoder, batch_size=batch, batch_format="numpy", concurrency=encoders,
                            num_cpus=encoder_threads,
                            fn_constructor_kwargs={"model": enc, "chunking": cfg.to_dict(), "threads": encoder_threads,
