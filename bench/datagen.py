@@ -25,6 +25,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -62,13 +63,13 @@ def _structure(spec: DataSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return proj, centres, mean_dir
 
 
-def sample(spec: DataSpec, n: int, stream: int, chunk: int = 50_000) -> np.ndarray:
-    """``n`` normalised rows; ``stream`` 0 = base vectors, 1 = queries."""
+def sample_batches(spec: DataSpec, n: int, stream: int, chunk: int = 50_000) -> Iterator[np.ndarray]:
+    """``n`` rows (normalised unless ``spec.norm``) in batches of ``chunk`` (the batches of :func:`sample`, so the first rows of a larger
+    ``n`` are the rows of a smaller one); ``stream`` 0 = base vectors, 1 = queries."""
     proj, centres, mean_dir = _structure(spec)
     rng = np.random.default_rng([spec.seed, stream])
     weights = rng.dirichlet(np.full(spec.clusters, 2.0))
     spreads = rng.uniform(0.4, 0.9, spec.clusters).astype(np.float32)
-    out = np.empty((n, spec.dim), dtype=np.float32)
     for start in range(0, n, chunk):
         m = min(chunk, n - start)
         c = rng.choice(spec.clusters, size=m, p=weights)
@@ -79,7 +80,16 @@ def sample(spec: DataSpec, n: int, stream: int, chunk: int = 50_000) -> np.ndarr
         x /= np.linalg.norm(x, axis=1, keepdims=True)
         if spec.norm > 0:
             x *= rng.normal(spec.norm, spec.norm / 20, (m, 1)).astype(np.float32)
-        out[start:start + m] = x
+        yield x
+
+
+def sample(spec: DataSpec, n: int, stream: int, chunk: int = 50_000) -> np.ndarray:
+    """``n`` rows (normalised unless ``spec.norm``); ``stream`` 0 = base vectors, 1 = queries."""
+    out = np.empty((n, spec.dim), dtype=np.float32)
+    start = 0
+    for x in sample_batches(spec, n, stream, chunk):
+        out[start:start + len(x)] = x
+        start += len(x)
     return out
 
 

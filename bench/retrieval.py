@@ -5,7 +5,8 @@
     python bench/retrieval.py cross-encoder [--fold 7B1_golden.json] [--epochs 1] [--deadline-ms 300]
     python bench/retrieval.py latency  [--encoder DIR] [--work DIR] [--chunks 100000] [--queries 1000]
                                        [--cross-encoder]
-    python bench/retrieval.py lexical  (bm25s vs tantivy, when tantivy is importable)
+    python bench/retrieval.py lexical  [--scales 1,30,300]  (BM25 fit and query at ~3k, 100k, 1M chunks:
+                                        medretrieve's numpy fit, bm25s's fit, tantivy when importable)
     python bench/retrieval.py overlap  (overlap down-weighting: dense document MAP@10 for weights 0, 0.5, 1)
 
 quality: the BioASQ 7b golden sets (../shared/data/bioasq/7B1-5) as a closed
@@ -27,10 +28,11 @@ stock and the adapted query encoder; document-level metrics as in quality.
 latency: the BioASQ collection plus synthetic filler chunks up to
 ``--chunks`` (text: sentences drawn from random snippets; vector: the
 normalised mean of those snippets' vectors plus noise, so filler sits in the
-same region of space as real chunks; added through the collection's in-memory
-indexes, not encoded). Each query runs the full pipeline with
-``deadline_ms=300``; p50/p99 of the wall time of ``Retriever.search`` and the
-misses (> deadline + 10 ms) are reported, with a learned ranker (fitted on the
+same region of space as real chunks; not encoded), written out of core with
+``medretrieve.corpus.builder`` to ``--work`` (reused) and opened memory-mapped.
+Each query runs the full pipeline with ``deadline_ms=300``; p50/p99 of the
+wall time of ``Retriever.search``, of its dense and BM25 stages, the
+misses (> deadline + 10 ms) and the process's resident memory are reported, with a learned ranker (fitted on the
 500 BioASQ questions before the filler is added) and with the heuristic rerank. ``--cross-encoder`` adds a
 random-weight cross-encoder of MiniLM size (6 layers, 384 hidden; built from
 the all-MiniLM-L6-v2 config and exported with medretrieve.export) and reports
@@ -562,22 +564,20 @@ def make_cross_encoder(work: Path) -> Path:
     return out
 
 
-def add_filler(col, n_total: int, seed: int = 0) -> None:
-    """Grow the in-memory collection to ``n_total`` chunks with synthetic filler (module docstring)."""
+def filler_batches(col, n_total: int, seed: int = 0, batch: int = 20_000):
+    """Synthetic filler growing ``col`` to ``n_total`` chunks (module docstring): ``(rows, vectors)`` batches, rows
+    numbered on from ``len(col.rows)``."""
     from medretrieve.corpus.chunking import split_sentences
     from medretrieve.corpus.chunks import ChunkRow
 
     rng = np.random.default_rng(seed)
     need = n_total - len(col.rows)
-    if need <= 0:
-        return
     real = np.flatnonzero(col.alive)
     vecs = col.vectors(real.tolist())
     sents = [split_sentences(col.rows[int(i)].text) for i in real]
-    batch = 20_000
+    start = len(col.rows)
     while need > 0:
         b = min(batch, need)
-        start = len(col.rows)
         src = rng.integers(0, len(real), size=(b, 3))
         v = vecs[src].mean(axis=1) + rng.normal(0, 0.02, size=(b, vecs.shape[1])).astype(np.float32)
         v /= np.linalg.norm(v, axis=1, keepdims=True)
@@ -585,12 +585,62 @@ def add_filler(col, n_total: int, seed: int = 0) -> None:
         rows = [ChunkRow(start + j, f"filler-{start + j}", f"filler-{(start + j) // 5}", "", "",
                          " ".join(s for k in src[j] for s in sents[k][:2]), "", 0, f"filler-{start + j}#s0",
                          int(labels[j])) for j in range(b)]
-        col.add_rows(rows, v.astype(np.float32))
+        yield rows, v.astype(np.float32)
+        start += b
         need -= b
-        print(f"  filler: {len(col.rows)} chunks", file=sys.stderr)
+        print(f"  filler: {start} chunks", file=sys.stderr)
+
+
+def filled_collection(encoder: str, work: Path, n_total: int, threads: int = -1) -> Path:
+    """The BioASQ collection grown to ``n_total`` chunks with the filler, written out of core
+    (``medretrieve.corpus.builder``: the base rows and the filler go to disk a batch at a time) and reused."""
+    from medretrieve.corpus.builder import CollectionBuilder
+
+    out = work / f"bioasq-{n_total}"
+    if (out / "manifest.json").is_file():
+        return out
+    col = build_bioasq_collection(encoder, work)
+    m = col.manifest
+    t0 = time.perf_counter()
+    builder = CollectionBuilder(out, col.directory / m["encoder"]["dir"], chunking=m["chunking"],
+                                dtype=m["index"]["dtype"], M=m["index"]["M"],
+                                ef_construction=m["index"]["ef_construction"], threads=threads, overwrite=True)
+    base = list(range(len(col.rows)))
+    builder.add_rows([col.rows[i] for i in base], col.vectors(base), list(col.sections.values()))
+    with open("/proc/self/clear_refs", "w") as fh:  # the peak from here on is the build's
+        fh.write("5")
+    before = _status_kb()
+    for rows, v in filler_batches(col, n_total):
+        builder.add_rows(rows, v)
+    t1 = time.perf_counter()
+    written = _status_kb()["VmHWM"]
+    builder.finish()
+    peak = _status_kb()["VmHWM"]
+    sizes = {name: sum(f.stat().st_size for f in (out / name).rglob("*")) if (out / name).is_dir()
+             else (out / name).stat().st_size for name in ("dense.index", "lexical", "chunks.jsonl", "rows")}
+    print(f"{n_total} chunks written in {t1 - t0:.0f} s, indexed in {time.perf_counter() - t1:.0f} s; resident "
+          f"memory before {before['VmRSS'] / 2**20:.2f} GiB, peak while writing {written / 2**20:.2f} GiB, while "
+          f"indexing {peak / 2**20:.2f} GiB; files (GiB): "
+          + ", ".join(f"{k} {v / 2**30:.2f}" for k, v in sizes.items()), file=sys.stderr)
+    return out
+
+
+def _status_kb() -> Dict[str, int]:
+    """VmRSS, VmHWM, RssAnon, RssFile of this process (kB)."""
+    from medretrieve.distributed.shard import process_memory
+
+    return {k: v // 1024 for k, v in process_memory().items()}
+
+
+def _rss() -> str:
+    """The process's resident memory: anonymous (heap) and file-backed (memory-mapped collection files)."""
+    kb = _status_kb()
+    return (f"RSS {kb['VmRSS'] / 2**20:.2f} GiB (anonymous {kb['RssAnon'] / 2**20:.2f}, "
+            f"file-backed {kb['RssFile'] / 2**20:.2f})")
 
 
 def latency(args) -> None:
+    from medretrieve.corpus.collection import Collection
     from medretrieve.retrieval.retriever import Retriever
 
     work = Path(args.work)
@@ -598,8 +648,9 @@ def latency(args) -> None:
     col = build_bioasq_collection(args.encoder, work)
     ranker = "default"  # the shipped default ranker, what a Retriever uses unless told otherwise
     t0 = time.perf_counter()
-    add_filler(col, args.chunks)
-    print(f"collection at {len(col)} chunks ({time.perf_counter() - t0:.0f} s to add filler)", file=sys.stderr)
+    col = Collection.open(filled_collection(args.encoder, work, args.chunks))
+    print(f"collection at {len(col)} chunks ({time.perf_counter() - t0:.0f} s to write and open it)",
+          file=sys.stderr)
     questions = [q["body"] for q in load_questions()]
     qs = [questions[i % len(questions)] for i in range(args.queries)]
     configs = [("no cross-encoder, default learned ranker", None, ranker),
@@ -617,6 +668,7 @@ def latency(args) -> None:
         for q in qs[:5]:
             ret.search(q, k=10, deadline_ms=args.deadline_ms)
         lat, depths = [], []
+        stage_ms: Dict[str, List[float]] = {"dense": [], "bm25": []}
         skipped: Dict[str, int] = {}
         slowest = (0.0, -1, {})
         for i, q in enumerate(qs):
@@ -624,6 +676,8 @@ def latency(args) -> None:
             res = ret.search(q, k=10, deadline_ms=args.deadline_ms)
             lat.append((time.perf_counter() - t0) * 1000)
             depths.append(res.rerank_depth)
+            for stage, values in stage_ms.items():
+                values.append(res.timings_ms.get(stage, 0.0))
             if lat[-1] > slowest[0]:
                 slowest = (lat[-1], i, res.timings_ms)
             for s in res.stages:
@@ -638,6 +692,8 @@ def latency(args) -> None:
         sys.stdout.flush()
         stages = ", ".join(f"{k_} {v:.0f}" for k_, v in slowest[2].items() if v >= 1)
         print(f"  {name}: slowest query #{slowest[1]} {slowest[0]:.0f} ms (stages, ms: {stages})", file=sys.stderr)
+        print("  " + "; ".join(f"{k_} stage p50 {np.percentile(v, 50):.1f} / p99 {np.percentile(v, 99):.1f} ms"
+                               for k_, v in stage_ms.items()) + f"; {_rss()}")
 
 
 def overlap(args) -> None:
@@ -682,58 +738,111 @@ def overlap(args) -> None:
         sys.stdout.flush()
 
 
-def lexical(args) -> None:
-    """BM25 engines on the BioASQ snippets (and x30 copies ~ 100k): index build and query time."""
-    from medretrieve.corpus.lexical import LexicalIndex, tokenize
+def _peak_kb() -> int:
+    return _status_kb()["VmHWM"]
+
+
+def lexical_worker(engine: str, mult: int) -> Dict[str, float]:
+    """One engine at one size, in its own process (so its peak memory is its own): build seconds, the build's
+    peak resident memory above what the tokenised corpus already held, query p50 / p99 (BM25 top 100)."""
+    from medretrieve.corpus.lexical import BM25Matrix, TokenStore, tokenize
     from medretrieve.corpus.sources import read_records
 
     texts = [f"{r.title} {s.text}" for r in read_records(sorted(DATA.glob("7B*_golden.json")), format="bioasq")
              for s in r.sections]
-    questions = [q["body"] for q in load_questions()]
-    print("\n| engine | chunks | index build s | query ms (mean over 500) |")
-    print("|---|---|---|---|")
-    for mult in (1, 30):
-        corpus = texts * mult
+    questions = [tokenize(q["body"]) for q in load_questions()]
+    out: Dict[str, float] = {"chunks": len(texts) * mult}
+    if engine == "bm25s":  # what medretrieve's lexical index fitted with before: every token as a Python string
+        import bm25s
+
+        lists = [tokenize(t) for t in texts] * mult
+        base = _peak_kb()
         t0 = time.perf_counter()
-        idx = LexicalIndex()
-        idx.add(corpus, range(len(corpus)))
-        build = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for q in questions:
-            idx.search(q, k=100)
-        qms = (time.perf_counter() - t0) * 1000 / len(questions)
-        print(f"| bm25s (medretrieve.lexical) | {len(corpus)} | {build:.1f} | {qms:.2f} |")
-        try:
-            import tantivy
-        except ImportError:
-            continue
-        t0 = time.perf_counter()
+        bm25s.BM25(k1=1.5, b=0.75).index(lists, show_progress=False)
+        out.update(build_s=time.perf_counter() - t0, peak_mb=(_peak_kb() - base) / 1024)
+        return out
+    if engine == "tantivy":
+        import tantivy
+
         sb = tantivy.SchemaBuilder()
         sb.add_text_field("body", stored=False)
-        sb.add_integer_field("row", stored=True, indexed=False, fast=True)
         schema = sb.build()
-        tix = tantivy.Index(schema)
-        w = tix.writer()
-        for i, t in enumerate(corpus):
-            # same biomedical tokens as bm25s, joined by spaces for tantivy's default tokenizer
-            w.add_document(tantivy.Document(body=" ".join(tokenize(t)), row=i))
-        w.commit()
-        tix.reload()
-        build = time.perf_counter() - t0
-        searcher = tix.searcher()
+        index = tantivy.Index(schema)
+        joined = [" ".join(t.replace("-", " ") for t in tokenize(x)) for x in texts]
+        base = _peak_kb()
         t0 = time.perf_counter()
+        w = index.writer()
+        for _ in range(mult):
+            for x in joined:
+                w.add_document(tantivy.Document(body=x))
+        w.commit()
+        index.reload()
+        out.update(build_s=time.perf_counter() - t0, peak_mb=(_peak_kb() - base) / 1024)
+        searcher = index.searcher()
+        lat = []
         for q in questions:
-            toks = [t.replace("-", " ") for t in tokenize(q)]
-            if toks:
-                searcher.search(tix.parse_query(" ".join(toks), ["body"]), 100)
-        qms = (time.perf_counter() - t0) * 1000 / len(questions)
-        print(f"| tantivy {getattr(tantivy, '__version__', '')} | {len(corpus)} | {build:.1f} | {qms:.2f} |")
+            if q:
+                t0 = time.perf_counter()
+                searcher.search(index.parse_query(" ".join(t.replace("-", " ") for t in q), ["body"]), 100)
+                lat.append((time.perf_counter() - t0) * 1000)
+        out.update(p50_ms=float(np.percentile(lat, 50)), p99_ms=float(np.percentile(lat, 99)))
+        return out
+    # medretrieve: token ids grow a block at a time (what the out-of-core build holds), BM25 fitted with numpy
+    store = TokenStore()
+    block = [tokenize(t) for t in texts]
+    base = _peak_kb()
+    t0 = time.perf_counter()
+    for _ in range(mult):
+        store.extend(block)
+    matrix = BM25Matrix.fit_ids(store.flat, store.offsets, store.vocab, 1.5, 0.75)
+    out.update(build_s=time.perf_counter() - t0, peak_mb=(_peak_kb() - base) / 1024)
+    alive = np.ones(len(store), dtype=bool)
+    lat = []
+    for q in questions:  # what LexicalIndex.search does: score every row, mask, best 100
+        t0 = time.perf_counter()
+        scores = np.where(alive, matrix.scores(q), 0.0)
+        pos = np.flatnonzero(scores > 0)
+        if len(pos) > 100:
+            pos = pos[np.argpartition(-scores[pos], 99)[:100]]
+        pos[np.argsort(-scores[pos], kind="stable")]
+        lat.append((time.perf_counter() - t0) * 1000)
+    out.update(p50_ms=float(np.percentile(lat, 50)), p99_ms=float(np.percentile(lat, 99)),
+               matrix_mb=(matrix.data.nbytes + matrix.indices.nbytes) / 2**20)
+    return out
+
+
+def lexical(args) -> None:
+    """BM25 engines on the BioASQ snippets and copies of them (x30 ~ 100k, x300 ~ 1M chunks): build time and
+    peak memory of the fit, query time; each engine and size in its own process."""
+    import subprocess
+
+    engines = ["medretrieve", "bm25s"]
+    try:
+        import tantivy  # noqa: F401
+
+        engines.append("tantivy")
+    except ImportError:
+        pass
+    print("\n| engine | chunks | build s | build peak memory MB | matrix MB | query p50 ms | query p99 ms |")
+    print("|---|---|---|---|---|---|---|")
+    for mult in (int(x) for x in args.scales.split(",")):
+        for engine in engines:
+            done = subprocess.run([sys.executable, __file__, "lexical-worker", "--engine", engine, "--scale",
+                                   str(mult), "--work", args.work], capture_output=True, text=True)
+            line = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+            if done.returncode or not line:
+                print(f"| {engine} | x{mult} | failed: {done.stderr.strip().splitlines()[-1:]} |||||")
+                continue
+            r = json.loads(line[-1])
+            print(f"| {engine} | {int(r['chunks']):,} | {r['build_s']:.1f} | {r['peak_mb']:.0f} | "
+                  f"{r.get('matrix_mb', float('nan')):.0f} | {r.get('p50_ms', float('nan')):.2f} | "
+                  f"{r.get('p99_ms', float('nan')):.2f} |", flush=True)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", choices=("quality", "fit-default", "adapt", "cross-encoder", "latency", "lexical",
-                                     "overlap"))
+                                     "overlap", "lexical-worker"))
     p.add_argument("--train", default=None, help="quality: the BioASQ year(s) the ranker is fitted on (e.g. 7B, or "
                    "7B,12B); fit-default: the years the shipped ranker is fitted on (default 7B,12B)")
     p.add_argument("--test", default=None, help="quality: the BioASQ year measured (e.g. 12B); without it, the 7b "
@@ -751,7 +860,13 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--deadline-ms", type=float, default=300.0)
     p.add_argument("--cross-encoder", action="store_true")
+    p.add_argument("--scales", default="1,30,300", help="lexical: corpus copies (300 ~ 1M chunks)")
+    p.add_argument("--engine", default="medretrieve", help=argparse.SUPPRESS)
+    p.add_argument("--scale", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.what == "lexical-worker":
+        print(json.dumps(lexical_worker(args.engine, args.scale)))
+        return
     if args.encoder is None:
         from medretrieve.models.encoders import default_model_dir
 

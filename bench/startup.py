@@ -44,13 +44,7 @@ print(json.dumps({"import": t1 - t0, "open": t2 - t1, "retriever": t3 - t2, "sea
 def build(work: Path, chunks: int) -> Path:
     from medretrieve.models.encoders import default_model_dir
 
-    out = work / f"startup-{chunks}"
-    if (out / "manifest.json").is_file():
-        return out
-    col = bench.build_bioasq_collection(str(default_model_dir()), work)
-    bench.add_filler(col, chunks)
-    col.save(out)
-    return out
+    return bench.filled_collection(str(default_model_dir()), work, chunks)
 
 
 def timed_search(question: str, target: str, env: Dict[str, str], cwd: Optional[str]) -> float:

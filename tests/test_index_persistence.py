@@ -59,6 +59,23 @@ def test_round_trip_copy_and_mmap(tmp_path, dtype: str, keep_float: bool) -> Non
     assert rw.element_count == 800 and 9 in rw.get_ids_list()
 
 
+@pytest.mark.parametrize("dtype,keep_float", [("float32", False), ("int8", False), ("int8", True)])
+def test_streamed_save_writes_the_snapshot_bytes(tmp_path, dtype: str, keep_float: bool) -> None:
+    """save(snapshot=False) streams the file from the index (no copy in memory): byte for byte the snapshot's."""
+    idx, x = make_index(dtype, keep_float)
+    idx.save(tmp_path / "snapshot.mdr")
+    idx.save(tmp_path / "streamed.mdr", snapshot=False)
+    assert sorted(os.listdir(tmp_path)) == ["snapshot.mdr", "streamed.mdr"]
+    assert (tmp_path / "snapshot.mdr").read_bytes() == (tmp_path / "streamed.mdr").read_bytes()
+    got = medretrieve.Index.load(tmp_path / "streamed.mdr", mmap=True)
+    for a, b in zip(got.search(x[:5], 8), idx.search(x[:5], 8)):
+        np.testing.assert_array_equal(a, b)
+    empty = medretrieve.Index("ip", 3)
+    empty.init_index(0)
+    empty.save(tmp_path / "empty.mdr", snapshot=False)
+    assert medretrieve.Index.load(tmp_path / "empty.mdr").element_count == 0
+
+
 def test_hnswlib_style_load_index_with_max_elements(tmp_path) -> None:
     idx, _ = make_index()
     idx.save_index(str(tmp_path / "b.mdr"))

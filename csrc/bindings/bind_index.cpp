@@ -237,7 +237,8 @@ void bind_index(py::module_& m) {
       .def("is_deleted", &mi::Hnsw::is_deleted_ext)
       .def("memory_bytes", &mi::Hnsw::memory_bytes, py::call_guard<py::gil_scoped_release>())
       .def("stats", &hnsw_stats)
-      .def("save", &mi::Hnsw::save, py::call_guard<py::gil_scoped_release>())
+      .def("save", &mi::Hnsw::save, py::arg("path"), py::arg("snapshot") = true,
+           py::call_guard<py::gil_scoped_release>())
       .def("to_bytes", [](const mi::Hnsw& self) {
         std::vector<char> b;
         {

@@ -8,11 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 
 namespace medretrieve::index {
@@ -27,23 +29,48 @@ std::string sys_error(const std::string& what, const std::string& path) {
 }
 }  // namespace
 
-uint64_t checksum64(const char* p, size_t n) {
-  constexpr uint64_t P1 = 0x9E3779B185EBCA87ull, P2 = 0xC2B2AE3D27D4EB4Full, P3 = 0x165667B19E3779F9ull;
-  uint64_t h[4] = {P1 + P2, P2, 0, ~P1};
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    for (int l = 0; l < 4; ++l) {
-      uint64_t w;
-      std::memcpy(&w, p + i + 8 * l, 8);
-      h[l] = rotl(h[l] + w * P2, 31) * P1;
-    }
+namespace {
+constexpr uint64_t kP1 = 0x9E3779B185EBCA87ull, kP2 = 0xC2B2AE3D27D4EB4Full, kP3 = 0x165667B19E3779F9ull;
+}  // namespace
+
+void Checksum64::block(const char* p) {
+  for (int l = 0; l < 4; ++l) {
+    uint64_t w;
+    std::memcpy(&w, p + 8 * l, 8);
+    h_[l] = rotl(h_[l] + w * kP2, 31) * kP1;
   }
-  uint64_t acc = rotl(h[0], 1) + rotl(h[1], 7) + rotl(h[2], 12) + rotl(h[3], 18) + n;
-  for (; i < n; ++i) acc = rotl(acc ^ (uint64_t(uint8_t(p[i])) * P3), 11) * P1;
+}
+
+void Checksum64::update(const char* p, size_t n) {
+  total_ += n;
+  if (tail_n_) {  // complete the pending block first
+    const size_t take = std::min(n, 32 - tail_n_);
+    std::memcpy(tail_ + tail_n_, p, take);
+    tail_n_ += take;
+    p += take;
+    n -= take;
+    if (tail_n_ < 32) return;
+    block(tail_);
+    tail_n_ = 0;
+  }
+  for (; n >= 32; p += 32, n -= 32) block(p);
+  std::memcpy(tail_, p, n);
+  tail_n_ = n;
+}
+
+uint64_t Checksum64::value() const {
+  uint64_t acc = rotl(h_[0], 1) + rotl(h_[1], 7) + rotl(h_[2], 12) + rotl(h_[3], 18) + total_;
+  for (size_t i = 0; i < tail_n_; ++i) acc = rotl(acc ^ (uint64_t(uint8_t(tail_[i])) * kP3), 11) * kP1;
   acc ^= acc >> 33;
-  acc *= P2;
+  acc *= kP2;
   acc ^= acc >> 29;
   return acc;
+}
+
+uint64_t checksum64(const char* p, size_t n) {
+  Checksum64 c;
+  c.update(p, n);
+  return c.value();
 }
 
 MappedFile::MappedFile(const std::string& path) {
@@ -69,16 +96,27 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(data_, size_);
 }
 
-std::vector<char> build_file(FileKind kind, const FileHeader& h, const std::vector<Section>& sections) {
+namespace {
+
+// Where build_file puts everything: the head (prefix, header, section table, padded to the first section) and
+// each section's offset; the file ends with the u64 checksum at `end`.
+struct Layout {
+  std::vector<char> head;
+  std::vector<size_t> offsets;
+  size_t end = 0;
+};
+
+Layout layout(FileKind kind, const FileHeader& h, const std::vector<Section>& sections) {
+  Layout out;
   const size_t table = kPrefixBytes + sizeof(FileHeader);
   size_t offset = align64(table + sections.size() * kSectionEntryBytes);
-  std::vector<size_t> offsets;
+  out.head.assign(offset, 0);
   for (const Section& s : sections) {
-    offsets.push_back(offset);
+    out.offsets.push_back(offset);
     offset = align64(offset + s.bytes);
   }
-  std::vector<char> out(offset + 8, 0);
-  char* p = out.data();
+  out.end = offset;
+  char* p = out.head.data();
   std::memcpy(p, kMagic, 8);
   const uint32_t prefix[4] = {kFormatVersion, uint32_t(kind), uint32_t(sizeof(FileHeader)), uint32_t(sections.size())};
   std::memcpy(p + 8, prefix, sizeof prefix);
@@ -86,15 +124,26 @@ std::vector<char> build_file(FileKind kind, const FileHeader& h, const std::vect
   for (size_t i = 0; i < sections.size(); ++i) {
     char* e = p + table + i * kSectionEntryBytes;
     const uint32_t id = uint32_t(sections[i].id), zero = 0;
-    const uint64_t off = offsets[i], bytes = sections[i].bytes;
+    const uint64_t off = out.offsets[i], bytes = sections[i].bytes;
     std::memcpy(e, &id, 4);
     std::memcpy(e + 4, &zero, 4);
     std::memcpy(e + 8, &off, 8);
     std::memcpy(e + 16, &bytes, 8);
-    if (bytes) std::memcpy(p + off, sections[i].data, bytes);
   }
-  const uint64_t sum = checksum64(p, offset);
-  std::memcpy(p + offset, &sum, 8);
+  return out;
+}
+
+}  // namespace
+
+std::vector<char> build_file(FileKind kind, const FileHeader& h, const std::vector<Section>& sections) {
+  const Layout l = layout(kind, h, sections);
+  std::vector<char> out(l.end + 8, 0);
+  char* p = out.data();
+  std::memcpy(p, l.head.data(), l.head.size());
+  for (size_t i = 0; i < sections.size(); ++i)
+    if (sections[i].bytes) std::memcpy(p + l.offsets[i], sections[i].data, sections[i].bytes);
+  const uint64_t sum = checksum64(p, l.end);
+  std::memcpy(p + l.end, &sum, 8);
   return out;
 }
 
@@ -176,7 +225,13 @@ void remove_stale_temporaries(const std::string& path) {
   }
 }
 
-void write_atomic(const std::string& requested, const std::vector<char>& bytes) {
+namespace {
+
+using Sink = std::function<void(const char*, size_t)>;
+
+// Writes the bytes `emit` passes to its sink into a temporary beside `requested`, fsyncs and renames it over the
+// target (see write_atomic in the header); the temporary is removed when anything fails.
+void write_atomic_with(const std::string& requested, const std::function<void(const Sink&)>& emit) {
   const std::string path = save_target(requested);
   remove_stale_temporaries(path);
   // One temporary per save, even for threads of one process saving the same
@@ -187,36 +242,71 @@ void write_atomic(const std::string& requested, const std::vector<char>& bytes) 
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error(sys_error("cannot create", tmp));
   ::flock(fd, LOCK_EX | LOCK_NB);  // fresh file: nobody else can hold it
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      const std::string msg = sys_error("cannot write", tmp);
-      ::unlink(tmp.c_str());
-      ::close(fd);
-      throw std::runtime_error(msg);
+  auto fail = [&](const std::string& msg) {
+    ::unlink(tmp.c_str());
+    ::close(fd);
+    throw std::runtime_error(msg);
+  };
+  const Sink sink = [&](const char* data, size_t n) {
+    size_t done = 0;
+    while (done < n) {
+      ssize_t w = ::write(fd, data + done, std::min(n - done, size_t(1) << 30));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        throw std::runtime_error(sys_error("cannot write", tmp));
+      }
+      done += size_t(w);
     }
-    done += size_t(w);
-  }
-  if (::fsync(fd) != 0) {
-    const std::string msg = sys_error("cannot flush", tmp);
+  };
+  try {
+    emit(sink);
+  } catch (...) {
     ::unlink(tmp.c_str());
     ::close(fd);
-    throw std::runtime_error(msg);
+    throw;
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string msg = sys_error("cannot rename temporary file onto", path);
-    ::unlink(tmp.c_str());
-    ::close(fd);
-    throw std::runtime_error(msg);
-  }
+  if (::fsync(fd) != 0) fail(sys_error("cannot flush", tmp));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(sys_error("cannot rename temporary file onto", path));
   ::close(fd);  // after the rename: the lock covered the whole life of the temporary
   int dfd = ::open(dir_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);  // best effort: the rename is durable once the directory is
     ::close(dfd);
   }
+}
+
+}  // namespace
+
+void write_atomic(const std::string& requested, const std::vector<char>& bytes) {
+  write_atomic_with(requested, [&](const Sink& sink) { sink(bytes.data(), bytes.size()); });
+}
+
+void write_file_atomic(const std::string& path, FileKind kind, const FileHeader& h,
+                       const std::vector<Section>& sections) {
+  const Layout l = layout(kind, h, sections);
+  write_atomic_with(path, [&](const Sink& sink) {
+    Checksum64 sum;
+    auto put = [&](const char* p, size_t n) {
+      sum.update(p, n);
+      sink(p, n);
+    };
+    static const char zeros[64] = {};
+    put(l.head.data(), l.head.size());
+    size_t at = l.head.size();
+    for (size_t i = 0; i < sections.size(); ++i) {
+      for (size_t done = 0; done < sections[i].bytes;) {  // blocks of 64 MiB: the page cache, not a copy
+        const size_t n = std::min(sections[i].bytes - done, size_t(64) << 20);
+        put(sections[i].data + done, n);
+        done += n;
+      }
+      at += sections[i].bytes;
+      const size_t pad = align64(at) - at;
+      put(zeros, pad);
+      at += pad;
+    }
+    const uint64_t value = sum.value();
+    sink(reinterpret_cast<const char*>(&value), 8);
+  });
 }
 
 std::vector<char> read_whole_file(const std::string& path) {

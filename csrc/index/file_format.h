@@ -37,6 +37,20 @@ struct FileHeader {
 
 uint64_t checksum64(const char* data, size_t n);
 
+// checksum64 fed piece by piece: update() with consecutive pieces, then value() == checksum64(all of them).
+class Checksum64 {
+ public:
+  void update(const char* p, size_t n);
+  uint64_t value() const;
+
+ private:
+  void block(const char* p);
+  uint64_t h_[4] = {0x9E3779B185EBCA87ull + 0xC2B2AE3D27D4EB4Full, 0xC2B2AE3D27D4EB4Full, 0, ~0x9E3779B185EBCA87ull};
+  char tail_[32];
+  size_t tail_n_ = 0;
+  size_t total_ = 0;
+};
+
 // A read-only memory map of a whole file (copy-on-write private mapping).
 class MappedFile {
  public:
@@ -60,6 +74,9 @@ struct Section {
 
 // Serialises header + sections + checksum into one buffer.
 std::vector<char> build_file(FileKind kind, const FileHeader& h, const std::vector<Section>& sections);
+// The same bytes written atomically (as write_atomic) straight from the sections, a block at a time: no copy of
+// the file in memory, so saving a large index does not need twice its size.
+void write_file_atomic(const std::string& path, FileKind kind, const FileHeader& h, const std::vector<Section>& sections);
 // Atomic write of a buffer to path (a symbolic link's target is replaced;
 // anything but a regular file is refused with std::runtime_error).
 void write_atomic(const std::string& path, const std::vector<char>& bytes);

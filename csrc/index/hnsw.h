@@ -139,7 +139,9 @@ class Hnsw {
   float centre_norm2() const { return store_.centre_norm2(); }
 
   // --- persistence (file_format.cpp) ---
-  void save(const std::string& path) const;
+  // snapshot: copy the file into memory under the lock and write it after (searches wait only for the copy);
+  // otherwise stream it from the index under the lock (no second copy of the index in memory).
+  void save(const std::string& path, bool snapshot = true) const;
   std::vector<char> to_bytes() const;
   static std::unique_ptr<Hnsw> load(const std::string& path, bool mmap);
   static std::unique_ptr<Hnsw> from_bytes(const char* data, size_t size);

@@ -169,32 +169,15 @@ void load_labels(const ParsedFile& f, const VectorStore& s, LabelTable& table, c
 // ---------------------------------------------------------------------------
 // Hnsw
 
-std::vector<char> Hnsw::to_bytes() const {
-  std::unique_lock<SharedMutex> g(mu_);
-  FileHeader h = store_header(store_);
-  h.M = uint32_t(p_.M);
-  h.ef_construction = uint32_t(p_.ef_construction);
-  h.ef = uint32_t(ef_.load());
-  h.allow_replace_deleted = p_.allow_replace_deleted;
-  h.max_elements = capacity();
-  h.seed = p_.seed;
-  h.entry_point = entry_point();
-  h.max_level = max_level();
-  h.filter_exact_factor = filter_exact_factor_;
-  const size_t n = count();
-  std::vector<uint64_t> ext(n);
-  for (size_t i = 0; i < n; ++i) ext[i] = store_.ext_id(uint32_t(i));
+// What a saved Hnsw file holds, gathered under the index's lock; the sections point into this object (and the
+// index's own memory), so it is neither copied nor moved.
+struct HnswImage {
+  FileHeader header;
+  std::vector<uint64_t> ext;
   std::vector<uint32_t> upper;
-  for (size_t i = 0; i < n; ++i)
-    if (levels_[i]) upper.insert(upper.end(), upper_[i], upper_[i] + size_t(levels_[i]) * (p_.M + 1));
-  const std::vector<char> side = encode_side_labels(labels_);
-  std::vector<Section> sections = store_sections(store_, ext, side);
-  sections.push_back({SectionId::Levels, reinterpret_cast<const char*>(levels_.data()), n});
-  sections.push_back({SectionId::Upper, reinterpret_cast<const char*>(upper.data()), upper.size() * sizeof(uint32_t)});
-  return build_file(FileKind::Hnsw, h, sections);
-}
-
-void Hnsw::save(const std::string& path) const { write_atomic(path, to_bytes()); }
+  std::vector<char> side;
+  std::vector<Section> sections;
+};
 
 namespace {
 
@@ -204,6 +187,31 @@ std::unique_ptr<Hnsw> hnsw_from_parsed(const ParsedFile& f, const std::string& w
 
 class HnswSerializer {
  public:
+  // The caller holds the index's lock.
+  static void image(const Hnsw& x, HnswImage& out) {
+    FileHeader& h = out.header;
+    h = store_header(x.store_);
+    h.M = uint32_t(x.p_.M);
+    h.ef_construction = uint32_t(x.p_.ef_construction);
+    h.ef = uint32_t(x.ef_.load());
+    h.allow_replace_deleted = x.p_.allow_replace_deleted;
+    h.max_elements = x.capacity();
+    h.seed = x.p_.seed;
+    h.entry_point = x.entry_point();
+    h.max_level = x.max_level();
+    h.filter_exact_factor = x.filter_exact_factor_;
+    const size_t n = x.count();
+    out.ext.resize(n);
+    for (size_t i = 0; i < n; ++i) out.ext[i] = x.store_.ext_id(uint32_t(i));
+    for (size_t i = 0; i < n; ++i)
+      if (x.levels_[i]) out.upper.insert(out.upper.end(), x.upper_[i], x.upper_[i] + size_t(x.levels_[i]) * (x.p_.M + 1));
+    out.side = encode_side_labels(x.labels_);
+    out.sections = store_sections(x.store_, out.ext, out.side);
+    out.sections.push_back({SectionId::Levels, reinterpret_cast<const char*>(x.levels_.data()), n});
+    out.sections.push_back(
+        {SectionId::Upper, reinterpret_cast<const char*>(out.upper.data()), out.upper.size() * sizeof(uint32_t)});
+  }
+
   static std::unique_ptr<Hnsw> build(const ParsedFile& f, const std::string& what, std::shared_ptr<MappedFile> map) {
     const FileHeader& h = f.header;
     if (f.kind != FileKind::Hnsw) throw std::invalid_argument(what + " holds a FlatIndex, not an HNSW Index");
@@ -268,6 +276,25 @@ class HnswSerializer {
   }
   static uint64_t pack(uint32_t ep, int level) { return (uint64_t(uint32_t(level)) << 32) | ep; }
 };
+
+std::vector<char> Hnsw::to_bytes() const {
+  std::unique_lock<SharedMutex> g(mu_);
+  HnswImage img;
+  HnswSerializer::image(*this, img);
+  return build_file(FileKind::Hnsw, img.header, img.sections);
+}
+
+void Hnsw::save(const std::string& path, bool snapshot) const {
+  if (snapshot) {  // copy under the lock, write after it: searches wait only for the copy
+    write_atomic(path, to_bytes());
+    return;
+  }
+  std::unique_lock<SharedMutex> g(mu_);  // written straight from the index: no second copy in memory
+  HnswImage img;
+  HnswSerializer::image(*this, img);
+  write_file_atomic(path, FileKind::Hnsw, img.header, img.sections);
+}
+
 
 namespace {
 std::unique_ptr<Hnsw> hnsw_from_parsed(const ParsedFile& f, const std::string& what, std::shared_ptr<MappedFile> map) {

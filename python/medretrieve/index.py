@@ -480,9 +480,15 @@ class Index:
             memory_bytes=s["memory_bytes"], bytes_per_slab=s["bytes_per_slab"], simd_level=s["simd_level"],
         )
 
-    def save(self, path: Union[str, os.PathLike]) -> None:
-        """Atomic save in medretrieve's versioned format (temp file, fsync, rename)."""
-        self._c().save(os.fspath(path))
+    def save(self, path: Union[str, os.PathLike], snapshot: bool = True) -> None:
+        """Atomic save in medretrieve's versioned format (temp file, fsync, rename).
+
+        ``snapshot=True`` copies the index into memory under its lock and writes the copy after, so concurrent
+        searches wait only for the copy, at the price of the index's size again in memory for the moment.
+        ``snapshot=False`` writes the file straight from the index while holding the lock (searches and adds wait
+        for the whole write): no second copy, what a large build uses. Same file either way.
+        """
+        self._c().save(os.fspath(path), bool(snapshot))
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike], mmap: bool = False) -> "Index":

@@ -87,12 +87,12 @@ def test_encoder_threads(tmp_path, encoder_dir):
 
 
 def test_atomic_build_leaves_nothing_on_failure(tmp_path, encoder_dir, monkeypatch):
-    import medretrieve.corpus.collection as cmod
+    import medretrieve.corpus.builder as bmod
 
     def boom(*a, **k):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(cmod.LexicalIndex, "save", boom)
+    monkeypatch.setattr(bmod.BM25Matrix, "fit_ids", boom)
     with pytest.raises(RuntimeError, match="disk full"):
         Collection.build(DOCS, tmp_path / "col", encoder=encoder_dir, progress=False)
     assert list(tmp_path.iterdir()) == []

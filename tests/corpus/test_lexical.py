@@ -174,3 +174,68 @@ def test_numpy_scoring_equals_bm25s_scoring():
         np.testing.assert_allclose(matrix.scores(q), ref.get_scores([t for t in q if t in ref.vocab_dict]),
                                    rtol=1e-6, atol=1e-7)
     assert not matrix.scores(["unseen"]).any()
+
+
+def test_numpy_fit_writes_bm25s_weights_block_by_block(tmp_path):
+    """fit_ids (blocks of rows, optionally straight into memory-mapped files) gives each term bm25s's postings and
+    weights, bit for bit; rows without tokens are counted in the average length as bm25s counts them."""
+    import random
+
+    import bm25s
+
+    from medretrieve.corpus.lexical import BM25Matrix, TokenStore
+
+    rng = random.Random(3)
+    words = [f"t{i}" for i in range(200)]
+    docs = [[rng.choice(words[:rng.randint(1, 200)]) for _ in range(rng.randint(0, 30))] for _ in range(700)]
+    docs[5] = []
+    ref = bm25s.BM25(k1=1.5, b=0.75)
+    ref.index(docs, show_progress=False)
+    store = TokenStore()
+    store.extend(docs)
+    for block_rows, directory in ((64, None), (1000, tmp_path / "m")):
+        m = BM25Matrix.fit_ids(store.flat, store.offsets, store.vocab, 1.5, 0.75, directory=directory,
+                               block_rows=block_rows)
+        assert m.num_docs == len(docs)
+        for token, c in ref.vocab_dict.items():
+            if not token:
+                continue
+            a, z = ref.scores["indptr"][c], ref.scores["indptr"][c + 1]
+            mine = m.vocab[token]
+            b0, b1 = m.indptr[mine], m.indptr[mine + 1]
+            np.testing.assert_array_equal(m.indices[b0:b1], ref.scores["indices"][a:z])
+            np.testing.assert_array_equal(m.data[b0:b1], ref.scores["data"][a:z])
+    m.save(tmp_path / "m")  # the arrays are already there (memory-mapped): save adds the vocabulary only
+    loaded = BM25Matrix.load(tmp_path / "m", mmap=True)
+    np.testing.assert_array_equal(loaded.scores(["t1", "t2", "t2"]), m.scores(["t1", "t2", "t2"]))
+    assert loaded.scores(["t1"]).any()
+
+
+def test_scores_from_term_counts_and_shared_statistics_equal_one_index_over_every_row():
+    """A corpus split in two indexes: each part's term counts, scored with the whole corpus's statistics
+    (document frequencies and lengths summed over the parts), give the one-index scores bit for bit."""
+    import random
+
+    from medretrieve.corpus.lexical import LexicalIndex, bm25_from_counts
+
+    rng = random.Random(5)
+    words = ["metformin", "insulin", "glucose", "gout", "urate", "asthma", "il-6", "brca1", "statin", "aspirin"]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 25))) for _ in range(300)]
+    whole = LexicalIndex()
+    whole.add(texts, range(300))
+    parts = [LexicalIndex(), LexicalIndex()]
+    parts[0].add(texts[::2], range(0, 300, 2))
+    parts[1].add(texts[1::2], range(1, 300, 2))
+    n = sum(p.totals()[0] for p in parts)
+    total = sum(p.totals()[1] for p in parts)
+    assert (n, total) == whole.totals()
+    for query in (["metformin", "glucos", "metformin"], ["il-6", "unknown"], ["urat"]):
+        distinct = list(dict.fromkeys(query))
+        times = [query.count(t) for t in distinct]
+        df = sum(p.document_frequencies(distinct) for p in parts)
+        np.testing.assert_array_equal(df, whole.document_frequencies(distinct))
+        for part, ids in zip(parts, (range(0, 300, 2), range(1, 300, 2))):
+            tf, lengths = part.term_counts(list(ids) + [999], distinct)
+            assert lengths[-1] == 0 and not tf[-1].any()  # an unknown id
+            got = bm25_from_counts(times, tf[:-1], lengths[:-1], df, n, total / n, whole.k1, whole.b)
+            np.testing.assert_array_equal(got, whole.scores(query)[list(ids)])

@@ -4,11 +4,14 @@
 // problem; the clean file must load.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -296,4 +299,40 @@ TEST(LoadChecks, MemoryMappedLoadsRunTheSameChecks) {
   EXPECT_THROW(Hnsw::load(path, true), std::invalid_argument);
   EXPECT_THROW(Hnsw::load(path, false), std::invalid_argument);
   ::unlink(path.c_str());
+}
+
+TEST(FileFormat, ChecksumFedInPiecesEqualsTheOneShotChecksum) {
+  std::mt19937 rng(5);
+  std::vector<char> data(1000);
+  for (char& c : data) c = char(rng());
+  for (size_t n : {size_t(0), size_t(1), size_t(31), size_t(32), size_t(33), size_t(1000)}) {
+    for (size_t piece : {size_t(1), size_t(7), size_t(32), size_t(45), size_t(1000)}) {
+      Checksum64 c;
+      for (size_t at = 0; at < n; at += piece) c.update(data.data() + at, std::min(piece, n - at));
+      EXPECT_EQ(c.value(), checksum64(data.data(), n)) << n << " bytes in pieces of " << piece;
+    }
+  }
+}
+
+TEST(FileFormat, StreamedSaveWritesTheSnapshotBytes) {
+  HnswParams p;
+  p.dim = 12;
+  p.M = 6;
+  p.max_elements = 300;
+  p.dtype = DType::Int8;
+  Hnsw h(p);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> g;
+  std::vector<float> x(300 * 12);
+  for (float& v : x) v = g(rng);
+  std::vector<uint64_t> ids(300);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = 1000 + i;
+  h.add(x.data(), 300, ids.data(), nullptr, 1, false, false);
+  const std::string path = ::testing::TempDir() + "streamed_" + std::to_string(::getpid()) + ".mdr";
+  h.save(path, /*snapshot=*/false);
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<char> streamed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(streamed, h.to_bytes());
+  EXPECT_EQ(Hnsw::load(path, true)->count(), 300u);
+  std::remove(path.c_str());
 }

@@ -31,7 +31,19 @@ def add_build(sub: Any) -> None:
     p.add_argument("--max-tokens", type=int, default=ChunkingConfig.max_tokens,
                    help="largest chunk, in word and punctuation tokens")
     p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it holds a collection")
+    p.add_argument("--threads", type=int, default=-1, help="threads of the HNSW build (-1: all cores)")
+    p.add_argument("--no-resume", dest="resume", action="store_false",
+                   help="start afresh instead of resuming an interrupted build of the same sources and settings")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    d = p.add_argument_group("distributed build on Ray (needs the 'distributed' extra)")
+    d.add_argument("--shards", type=int, default=None,
+                   help="build N shard collections on Ray (OUT_DIR/shard-00000 ... and OUT_DIR/shards.json); "
+                        "without it the build runs in this process and Ray is never imported")
+    d.add_argument("--ray", default=None, metavar="ADDRESS",
+                   help="Ray cluster to run on (e.g. auto or ray://head:10001; default: a local Ray)")
+    d.add_argument("--encoders", type=int, default=1, help="encoder actors (one ONNX session each)")
+    d.add_argument("--encoder-threads", type=int, default=1, help="ONNX Runtime threads per encoder actor")
+    d.add_argument("--encode-batch", type=int, default=256, help="chunks per encoder actor call")
     p.set_defaults(func=_build)
 
 
@@ -51,14 +63,35 @@ def _build(args: argparse.Namespace) -> int:
 
     report = ReadReport()
     t0 = time.perf_counter()
+    if args.shards is not None:
+        return _build_sharded(args, report, t0)
+    if args.ray is not None:
+        raise ValueError("--ray needs --shards N (the single-machine build does not use Ray)")
     col = Collection.build(args.source, args.out_dir, encoder=encoder_dir(args.encoder),
                            query_encoder=args.query_encoder,
                            chunking=ChunkingConfig(max_tokens=args.max_tokens), errors=args.errors,
                            dtype=args.dtype, M=args.M, ef_construction=args.ef_construction,
                            batch_size=args.batch_size, progress=not args.quiet, format=args.format,
-                           overwrite=args.overwrite, report=report)
+                           overwrite=args.overwrite, report=report, resume=args.resume, threads=args.threads)
     print(f"built {col.directory}: {col.n_documents} documents, {len(col)} chunks "
           f"in {time.perf_counter() - t0:.1f} s; {report.summary()}")
+    return 0
+
+
+def _build_sharded(args: argparse.Namespace, report: Any, t0: float) -> int:
+    from .._files import read_json
+    from ..corpus.chunking import ChunkingConfig
+    from ..distributed.build import build_sharded
+
+    out = build_sharded(args.source, args.out_dir, args.shards, encoder=encoder_dir(args.encoder),
+                        query_encoder=args.query_encoder, chunking=ChunkingConfig(max_tokens=args.max_tokens),
+                        errors=args.errors, dtype=args.dtype, M=args.M, ef_construction=args.ef_construction,
+                        format=args.format, overwrite=args.overwrite, address=args.ray, encoders=args.encoders,
+                        encoder_threads=args.encoder_threads, batch=args.encode_batch, batch_size=args.batch_size,
+                        threads=args.threads, report=report)
+    counts = read_json(out / "shards.json")["counts"]
+    print(f"built {out}: {len(counts['per_shard'])} shards, {counts['documents']} documents, {counts['chunks']} "
+          f"chunks in {time.perf_counter() - t0:.1f} s; {report.summary()}")
     return 0
 
 

@@ -107,18 +107,25 @@ class ChunkTable(Sequence[ChunkRow]):
 
     # ------------------------------------------------------------- changing
     def append(self, row: ChunkRow) -> None:
-        if row.row != len(self):
-            raise ValueError(f"row {row.row} appended as row {len(self)}")
+        self.extend([row])
+
+    def extend(self, rows: Sequence[ChunkRow]) -> None:
+        """Append ``rows`` (numbered on from ``len(self)``); the per-row arrays grow once per call, not per row."""
+        if [r.row for r in rows] != list(range(len(self), len(self) + len(rows))):
+            raise ValueError(f"rows {[r.row for r in rows][:3]}... appended as rows {len(self)}..")
         if self._doc_index is None:
             self._doc_index = {d: j for j, d in enumerate(self.documents)}
-        j = self._doc_index.get(row.document_id)
-        if j is None:
-            j = self._doc_index[row.document_id] = len(self.documents)
-            self.documents.append(row.document_id)
-        self._new.append(row)
-        self.labels = np.append(self.labels, row.label)
-        self.deleted = np.append(self.deleted, row.deleted)
-        self.document = np.append(self.document, np.int32(j))
+        docs = np.empty(len(rows), dtype=np.int32)
+        for i, row in enumerate(rows):
+            j = self._doc_index.get(row.document_id)
+            if j is None:
+                j = self._doc_index[row.document_id] = len(self.documents)
+                self.documents.append(row.document_id)
+            docs[i] = j
+        self._new.extend(rows)
+        self.labels = np.concatenate([self.labels, np.array([r.label for r in rows], dtype=np.int64)])
+        self.deleted = np.concatenate([self.deleted, np.array([r.deleted for r in rows], dtype=bool)])
+        self.document = np.concatenate([self.document, docs])
 
     def rows_of_documents(self, ids: Sequence[str]) -> np.ndarray:
         """Rows (deleted ones included) whose document is one of ``ids``."""

@@ -32,116 +32,27 @@ naming a file that was changed.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .._version import __version__
-from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record, overlap_weights
+from .builder import (
+    CollectionBuilder, chunk_rows, embed_chunks, geometry_mismatch, lexical_text, source_fingerprint,
+)
+from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record
 from .chunks import ROWS, ChunkRow, ChunkTable
 from .lexical import TOKENIZER_VERSION, LexicalIndex
 from .sources import ReadReport, Record, SourceLike, read_records
 from .._files import new_temp_dir, swap_in
 from .store import (
-    CHUNKS, DENSE, FORMAT, LEXICAL, MANIFEST, MODELS, SECTIONS, DamagedCollection, check_file, digests, file_digest,
+    CHUNKS, DENSE, FORMAT, LEXICAL, MANIFEST, SECTIONS, DamagedCollection, check_file, digests, file_digest,
     inside, is_collection, link_or_copy_tree, read_jsonl, recover_leftovers, write_jsonl,
 )
-
-
-def _lexical_text(title: str, text: str, overlap: str) -> str:
-    """What BM25 indexes for a chunk: its title, the overlap carried over and its own text."""
-    return " ".join(p for p in (title, overlap, text) if p)
-
-
-def _versions() -> Dict[str, str]:
-    from importlib import metadata
-
-    out = {"medretrieve": __version__}
-    for pkg in ("numpy", "bm25s", "onnxruntime"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
-
-
-def _encoder_info(directory: Union[str, os.PathLike], inside_dir: str) -> Dict[str, Any]:
-    """What the manifest records of an encoder that will be copied to ``inside_dir`` of the collection."""
-    from ..models.encoders import default_model_dir, read_manifest
-
-    d = default_model_dir() if str(directory) == "default" else Path(directory).expanduser().resolve()
-    m = read_manifest(d)
-    return {"dir": inside_dir, "source": str(d), "sha256": m.sha256, "kind": m.kind, "dim": m.dim,
-            "normalize": m.normalize}
-
-
-def _embed_chunks(encoder, chunks: Sequence[Chunk], cfg: ChunkingConfig, batch_size: int,
-                  progress: bool, normalize: bool = True) -> np.ndarray:
-    """Chunk vectors with the overlap down-weighted, normalised when ``normalize`` (module docstring)."""
-    core = encoder.encode([(c.title, c.core_text) for c in chunks], batch_size=batch_size, progress=progress)
-    core = np.asarray(core, dtype=np.float32)
-    with_ov = [i for i, c in enumerate(chunks) if c.overlap_text]
-    if with_ov:
-        ov = np.asarray(encoder.encode([(chunks[i].title, chunks[i].overlap_text) for i in with_ov],
-                                       batch_size=batch_size, progress=False), dtype=np.float32)
-        for j, i in enumerate(with_ov):
-            wc, wo = overlap_weights(chunks[i], cfg.overlap_weight)
-            core[i] = wc * core[i] + wo * ov[j]
-    if not normalize:
-        return core
-    norms = np.linalg.norm(core, axis=1, keepdims=True)
-    return core / np.maximum(norms, 1e-12)
-
-
-def encoder_pair(encoder: Union[str, os.PathLike], query_encoder: Optional[Union[str, os.PathLike]]
-                 ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
-    """Manifest entries of an article encoder and its query encoder (None: the encoder serves both, so it must
-    be symmetric); ValueError when the two differ in width or geometry."""
-    enc_info = _encoder_info(encoder, f"{MODELS}/encoder")
-    if query_encoder is None and enc_info["kind"] != "symmetric":
-        raise ValueError(f"{encoder} holds a {enc_info['kind']!r} model; without a query_encoder the "
-                         "encoder must be symmetric (serve queries and articles)")
-    q_info = _encoder_info(query_encoder, f"{MODELS}/query") if query_encoder is not None else None
-    if q_info is not None and q_info["dim"] != enc_info["dim"]:
-        raise ValueError(f"query encoder dim {q_info['dim']} != article encoder dim {enc_info['dim']}")
-    if q_info is not None and q_info["normalize"] != enc_info["normalize"]:
-        raise ValueError(_geometry_mismatch(query_encoder, q_info["normalize"], enc_info["normalize"]))
-    return enc_info, q_info
-
-
-def new_manifest(enc_info: Dict[str, Any], q_info: Optional[Dict[str, Any]], cfg: ChunkingConfig, dtype: str,
-                 M: int, ef_construction: int) -> Dict[str, Any]:
-    """The manifest of a new collection (encoders as :func:`_encoder_info` describes them)."""
-    return {
-        "format": FORMAT,
-        "encoder": enc_info,
-        "query_encoder": q_info,
-        "chunking": cfg.to_dict(),
-        "index": {"dtype": dtype, "M": int(M), "ef_construction": int(ef_construction), "space": "ip",
-                  "normalized": enc_info["normalize"]},
-        "versions": _versions(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-
-
-def _geometry_mismatch(query_dir: Any, query_normalizes: bool, articles_normalized: bool) -> str:
-    what = {True: "unit-length (cosine)", False: "raw inner-product"}
-    return (f"query encoder {query_dir} gives {what[query_normalizes]} vectors but the article vectors are "
-            f"{what[articles_normalized]} ones: a query/article pair must share one geometry (export both with "
-            "the same --normalize / --no-normalize)")
-
-
-def _new_index(dim: int, dtype: str, M: int, ef_construction: int, capacity: int):
-    from ..index import Index
-
-    index = Index(space="ip", dim=dim)
-    index.init_index(max_elements=max(capacity, 16), M=M, ef_construction=ef_construction, dtype=dtype)
-    return index
 
 
 VERIFY_BELOW = 64 << 20  # bytes: smaller collections have every file's sha256 checked at open
@@ -191,12 +102,23 @@ class Collection:
     def _refresh_arrays(self) -> None:
         self.alive = ~np.asarray(self.rows.deleted, dtype=bool)
         self.labels = np.asarray(self.rows.labels, dtype=np.int64)
+        self._n_live = int(self.alive.sum())
         self._n_documents = len(np.unique(self.rows.document[self.alive])) if len(self.rows) else 0
         self._doc_rows: Optional[Dict[str, List[int]]] = None
+        self._allowed: Dict[Tuple[int, ...], np.ndarray] = {}  # label set -> live rows carrying one of them
 
     def __len__(self) -> int:
         """Number of live chunks."""
-        return int(self.alive.sum())
+        return self._n_live
+
+    def allowed(self, labels: Sequence[int]) -> np.ndarray:
+        """Boolean mask of the live rows carrying one of ``labels`` (kept per label set until the next change:
+        a search routed to a section reads it without a pass over every row)."""
+        key = tuple(sorted({int(x) for x in labels}))
+        mask = self._allowed.get(key)
+        if mask is None:
+            mask = self._allowed[key] = self.alive & np.isin(self.labels, key)
+        return mask
 
     @property
     def n_documents(self) -> int:
@@ -253,7 +175,7 @@ class Collection:
                 raise ValueError(f"query encoder {self._query_encoder_dir} gives {enc.dim}-dim vectors but the "
                                  f"collection's index holds {self.dense.dim}-dim vectors")
             if enc.manifest.normalize != self.normalized:
-                raise ValueError(_geometry_mismatch(self._query_encoder_dir, enc.manifest.normalize,
+                raise ValueError(geometry_mismatch(self._query_encoder_dir, enc.manifest.normalize,
                                                     self.normalized))
             self._query_encoder = enc
         return self._query_encoder
@@ -306,8 +228,13 @@ class Collection:
         format: str = "auto",
         overwrite: bool = False,
         report: Optional[ReadReport] = None,
+        resume: bool = True,
+        threads: int = -1,
+        chunk_batch: int = 1024,
     ) -> "Collection":
-        """Read ``source``, chunk, embed and index it into ``out_dir`` (atomically).
+        """Read ``source``, chunk, embed and index it into ``out_dir`` out of core (:mod:`.builder`): chunks and
+        vectors are spilled to disk a batch of ``chunk_batch`` chunks at a time, so memory holds the final index
+        plus a bounded working set, whatever the corpus size.
 
         ``source``: a path (file or directory), a list of paths, or a list of
         record dicts / :class:`~medretrieve.corpus.sources.Record`. ``encoder``: an
@@ -316,35 +243,27 @@ class Collection:
         symmetric); ``"default"`` names the embedded model. Both are copied into
         the collection. ``overwrite``: replace an existing collection at
         ``out_dir`` (never a directory that is not a collection, unless empty).
+        ``resume``: a build of paths that was interrupted carries on from its last checkpoint when run again with
+        the same sources and settings (False: start afresh); a failed build of records in memory leaves nothing.
+        ``threads``: threads of the HNSW build (-1: all cores). Nothing is swapped in before the build is complete.
         Raises ValueError when nothing readable is in the source.
         """
-        out = Path(out_dir)
-        recover_leftovers(out)
-        if out.exists():
-            if not overwrite:
-                raise FileExistsError(f"{out} exists; pass overwrite=True (CLI: --overwrite) to replace it")
-            if not out.is_dir() or (any(out.iterdir()) and not is_collection(out)):
-                raise ValueError(f"{out} exists and is not a medretrieve collection; overwrite only replaces a "
-                                 "collection (or an empty directory), so nothing was deleted")
-        if isinstance(chunking, dict):
-            chunking = ChunkingConfig.from_dict(chunking)
-        cfg = chunking or ChunkingConfig()
-        if dtype not in ("int8", "float32"):
-            raise ValueError(f"dtype must be 'int8' or 'float32', got {dtype!r}")
-        enc_info, q_info = encoder_pair(encoder, query_encoder)
         report = report if report is not None else ReadReport()
-        records = list(read_records(source, format=format, errors=errors, report=report))
-        if not records:
-            raise ValueError(f"no readable records in the source ({report.summary()})")
-        manifest = new_manifest(enc_info, q_info, cfg, dtype, M, ef_construction)
-        manifest["read_report"] = {"records": report.records, "skipped": report.skipped[:100],
-                                   "n_skipped": report.n_skipped}
-        sources = {"encoder": enc_info["source"], **({"query_encoder": q_info["source"]} if q_info else {})}
-        col = cls(out, manifest, ChunkTable(), {}, None, LexicalIndex(), model_sources=sources)
-        col.dense = _new_index(enc_info["dim"], dtype, M, ef_construction, 0)
-        col._ingest(records, batch_size, progress)
-        col._commit()
-        return col
+        builder = CollectionBuilder(out_dir, encoder, query_encoder, chunking, dtype, M, ef_construction,
+                                    batch_size=batch_size, chunk_batch=chunk_batch, threads=threads,
+                                    overwrite=overwrite, resume=resume,
+                                    source_key=source_fingerprint(source, format, errors), progress=progress)
+        try:
+            records = read_records(source, format=format, errors=errors, report=report)
+            builder.add_records(itertools.islice(records, builder.records_done, None))
+            out = builder.finish(report)
+        except BaseException:
+            if builder.key is None:
+                builder.abandon()  # records in memory cannot be recognised again: nothing to resume
+            else:
+                builder.close()
+            raise
+        return cls.open(out)
 
     @classmethod
     def open(cls, directory: Union[str, os.PathLike], encoder: Optional[str] = None,
@@ -386,7 +305,7 @@ class Collection:
             # indexed by another tokenizer: re-tokenise the live rows in memory (written on the next save)
             fresh = LexicalIndex(lexical.stem, lexical.remove_stopwords, lexical.k1, lexical.b)
             live = [rows[int(i)] for i in np.flatnonzero(~np.asarray(rows.deleted))]
-            fresh.add([_lexical_text(r.title, r.text, r.overlap) for r in live], [r.row for r in live])
+            fresh.add([lexical_text(r.title, r.text, r.overlap) for r in live], [r.row for r in live])
             lexical = fresh
         col = cls(d, manifest, rows, None, dense, lexical, encoder, query_encoder)
         col._verify = full
@@ -452,11 +371,9 @@ class Collection:
             rec_chunks, rec_parts = chunk_record(rec, self.chunking)
             chunks.extend(rec_chunks)
             parts.extend(rec_parts)
-        vecs = _embed_chunks(self.article_encoder(), chunks, self.chunking, batch_size, progress, self.normalized)
-        start = len(self.rows)
-        rows = [ChunkRow(start + j, c.chunk_id, c.document_id, c.title, c.section, c.core_text, c.overlap_text,
-                         c.position, c.parent_id, c.label, c.metadata) for j, c in enumerate(chunks)]
-        self.add_rows(rows, vecs, parts)
+        vecs = embed_chunks(self.article_encoder(), chunks, self.chunking, batch_size, progress,
+                            self.normalized)
+        self.add_rows(chunk_rows(chunks, len(self.rows)), vecs, parts)
 
     def add_rows(self, rows: Sequence[ChunkRow], vectors: np.ndarray, sections: Sequence[SectionPart] = ()) -> None:
         """Add chunks whose vectors were computed elsewhere (an out-of-core or distributed build, a benchmark's
@@ -480,9 +397,8 @@ class Collection:
         if self.dense.get_max_elements() < need:
             self.dense.resize_index(max(need, int(self.dense.get_max_elements() * 1.5)))
         self.dense.add(vectors, ids, np.array([r.label for r in rows], dtype=np.int64))
-        for r in rows:
-            self.rows.append(r)
-        self.lexical.add([_lexical_text(r.title, r.text, r.overlap) for r in rows], ids.tolist())
+        self.rows.extend(rows)
+        self.lexical.add([lexical_text(r.title, r.text, r.overlap) for r in rows], ids.tolist())
         self._refresh_arrays()
 
     def save(self, directory: Optional[Union[str, os.PathLike]] = None) -> None:

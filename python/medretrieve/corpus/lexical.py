@@ -112,6 +112,56 @@ def tokenize(text: str, stem: bool = True, remove_stopwords: bool = True) -> Lis
     return [t for _, toks in word_tokens(text, stem, remove_stopwords) for t in toks]
 
 
+def _is_identity(ids: np.ndarray) -> bool:
+    """Whether ``ids`` are 0, 1, 2, ... (one pass, at fit or load)."""
+    return bool(len(ids) == 0 or (ids[0] == 0 and ids[-1] == len(ids) - 1 and np.all(np.diff(ids) == 1)))
+
+
+def bm25_idf(df: np.ndarray, n: int) -> np.ndarray:
+    """BM25 idf of terms with document frequencies ``df`` among ``n`` rows, ``log(1 + (n - df + 0.5) / (df + 0.5))``,
+    float32 as bm25s stores it (0 for a term no row holds)."""
+    df = np.asarray(df, dtype=np.int64)
+    idf = np.zeros(df.shape, dtype=np.float32)
+    seen = df > 0
+    idf[seen] = np.log(1.0 + (n - df[seen] + 0.5) / (df[seen] + 0.5))
+    return idf
+
+
+def bm25_weights(idf: np.ndarray, tf: np.ndarray, lengths: np.ndarray, avg_len: float, k1: float, b: float
+                 ) -> np.ndarray:
+    """The BM25 weight of terms (float32 ``idf``) occurring ``tf`` times in rows of ``lengths`` tokens:
+    ``idf * tf / (k1 * (1 - b + b * length / avg_len) + tf)`` in float64, rounded to float32 (bm25s's arithmetic)."""
+    tf = np.asarray(tf, dtype=np.float64)
+    norm = k1 * ((1 - b) + b * np.asarray(lengths) / avg_len) + tf
+    return (np.asarray(idf).astype(np.float64) * (tf / norm)).astype(np.float32)
+
+
+def bm25_from_counts(times: Sequence[int], tf: np.ndarray, lengths: np.ndarray, df: np.ndarray, n: int,
+                     avg_len: float, k1: float, b: float) -> np.ndarray:
+    """BM25 scores of rows from their term counts, bit for bit what a matrix fitted over ``n`` rows of average
+    length ``avg_len`` answers (:meth:`BM25Matrix.scores`): ``tf`` [rows, terms] counts of the query's distinct
+    terms (in the order the query first names them), ``times`` how often the query names each, ``df`` their
+    document frequencies, ``lengths`` the rows' token counts. What a sharded search computes from each shard's
+    counts with the statistics of all shards, so scores from different shards compare."""
+    tf = np.asarray(tf).reshape(len(lengths), len(times))
+    idf = bm25_idf(df, n)
+    out = np.zeros(len(lengths), dtype=np.float32)
+    for j, t in enumerate(times):
+        hit = tf[:, j] > 0
+        if hit.any():
+            out[hit] += t * bm25_weights(idf[j], tf[hit, j], np.asarray(lengths)[hit], avg_len, k1, b)
+    return out
+
+
+def _row_term_counts(flat: np.ndarray, offsets: np.ndarray, a: int, z: int, width: int
+                     ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct (row, token id, count) of rows ``a..z-1`` of a flat token-id array, sorted by row then token."""
+    seg = np.asarray(flat[offsets[a]:offsets[z]], dtype=np.int64)
+    rows = np.repeat(np.arange(a, z, dtype=np.int64), np.diff(offsets[a:z + 1]))
+    keys, counts = np.unique((rows - a) * width + seg, return_counts=True)
+    return keys // width + a, keys % width, counts
+
+
 class BM25Matrix:
     """Precomputed BM25 weights, term-major (CSC): the rows holding term ``c`` are
     ``indices[indptr[c]:indptr[c + 1]]`` with weights ``data[...]``; ``vocab`` maps a token to its column."""
@@ -123,14 +173,62 @@ class BM25Matrix:
 
     @classmethod
     def fit(cls, token_lists: List[List[str]], k1: float, b: float) -> "BM25Matrix":
-        import bm25s  # fitting only: answering reads the arrays
+        """The matrix of ``token_lists`` (one list of tokens per row); see :meth:`fit_ids`."""
+        store = TokenStore()
+        store.extend(token_lists)
+        return cls.fit_ids(store.flat, store.offsets, store.vocab, k1, b)
 
-        bm25 = bm25s.BM25(k1=k1, b=b)
-        bm25.index(token_lists, show_progress=False)
-        m = bm25.scores
-        columns = len(m["indptr"]) - 1  # bm25s may list a "" token that has no column
-        vocab = {t: int(c) for t, c in bm25.vocab_dict.items() if c < columns}
-        return cls(m["data"], m["indices"], m["indptr"], vocab, int(m["num_docs"]))
+    @classmethod
+    def fit_ids(cls, flat: np.ndarray, offsets: np.ndarray, vocab: Sequence[str], k1: float, b: float,
+                directory: Optional[Path] = None, block_rows: int = 65_536) -> "BM25Matrix":
+        """The matrix of rows given as token ids (row ``i``: ``flat[offsets[i]:offsets[i + 1]]``, ids into
+        ``vocab``; column ``c`` is token ``vocab[c]``), computed with numpy ``block_rows`` rows at a time.
+
+        bm25s's formula and arithmetic (method "lucene": ``idf = log(1 + (N - df + 0.5) / (df + 0.5))`` stored as
+        float32, ``weight = idf * tf / (k1 * (1 - b + b * len / avg_len) + tf)`` in float64, stored as float32), so
+        the scores are bm25s's; but no Python list of token strings is ever built (bm25s's fit holds every token of
+        the corpus as a Python object: gigabytes at a million chunks) and the arrays can be written straight into
+        ``directory`` (memory-mapped ``.npy`` files, what :meth:`save` writes). Memory beyond the result: the
+        per-row lengths (8 bytes a row), the document frequencies (8 bytes a token) and one block of rows.
+        """
+        n = len(offsets) - 1
+        width = len(vocab)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        lengths = np.diff(offsets)
+        df = np.zeros(width, dtype=np.int64)
+        for a in range(0, n, block_rows):
+            _, toks, _ = _row_term_counts(flat, offsets, a, min(a + block_rows, n), width)
+            df += np.bincount(toks, minlength=width)
+        indptr = np.zeros(width + 1, dtype=np.int64)
+        np.cumsum(df, out=indptr[1:])
+        nnz = int(indptr[-1])
+        data: np.ndarray
+        indices: np.ndarray
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            data = np.lib.format.open_memmap(directory / "data.npy", mode="w+", dtype=np.float32, shape=(nnz,))
+            indices = np.lib.format.open_memmap(directory / "indices.npy", mode="w+", dtype=np.int32, shape=(nnz,))
+            np.save(directory / "indptr.npy", indptr)
+        else:
+            data, indices = np.empty(nnz, dtype=np.float32), np.empty(nnz, dtype=np.int32)
+        idf = bm25_idf(df, n)
+        avg_len = float(lengths.mean()) if n else 0.0
+        fill = indptr[:-1].copy()
+        for a in range(0, n, block_rows):
+            rows, toks, tf = _row_term_counts(flat, offsets, a, min(a + block_rows, n), width)
+            order = np.lexsort((rows, toks))  # by token, then row: each column's rows in ascending order
+            rows, toks, tf = rows[order], toks[order], tf[order]
+            weights = bm25_weights(idf[toks], tf, lengths[rows], avg_len, k1, b)
+            starts = np.flatnonzero(np.r_[True, toks[1:] != toks[:-1]])
+            rank = np.arange(len(toks)) - np.repeat(starts, np.diff(np.r_[starts, len(toks)]))
+            where = fill[toks] + rank
+            data[where] = weights
+            indices[where] = rows
+            fill += np.bincount(toks, minlength=width)
+        for array in (data, indices):
+            if isinstance(array, np.memmap):
+                array.flush()
+        return cls(data, indices, indptr, {t: c for c, t in enumerate(vocab)}, n)
 
     def scores(self, tokens: Sequence[str]) -> np.ndarray:
         """The BM25 score of every row for ``tokens`` (a token given twice counts twice), float32."""
@@ -142,6 +240,11 @@ class BM25Matrix:
                 out[self.indices[a:z]] += times * np.asarray(self.data[a:z], dtype=np.float32)
         return out
 
+    def frequency(self, token: str) -> int:
+        """How many rows hold ``token`` (its column's length)."""
+        c = self.vocab.get(token)
+        return 0 if c is None else int(self.indptr[c + 1] - self.indptr[c])
+
     def postings(self, token: str) -> np.ndarray:
         """The rows holding ``token``."""
         c = self.vocab.get(token)
@@ -150,7 +253,10 @@ class BM25Matrix:
     def save(self, d: Path) -> None:
         d.mkdir(parents=True, exist_ok=True)
         for name in self.FILES:
-            np.save(d / f"{name}.npy", np.asarray(getattr(self, name)))
+            array, target = getattr(self, name), d / f"{name}.npy"
+            if isinstance(array, np.memmap) and array.filename and Path(array.filename) == target.resolve():
+                continue  # fitted straight into this file (fit_ids with directory=d)
+            np.save(target, np.asarray(array))
         (d / "vocab.json").write_text(json.dumps({"num_docs": self.num_docs, "vocab": self.vocab},
                                                  ensure_ascii=False), encoding="utf-8")
 
@@ -231,6 +337,8 @@ class LexicalIndex:
         self._matrix: Optional[BM25Matrix] = None  # fitted over every row, in row order
         self._order = np.zeros(0, dtype=np.int64)
         self._stale = False  # rows were deleted since the fit: the next save re-fits without them
+        self._token_ids: Optional[dict] = None  # token -> id in the store's vocabulary, built on first use
+        self._identity = True  # row i holds id i (a collection's rows): masks over ids apply as they are
         self.tokenizer_version = TOKENIZER_VERSION  # of the stored token lists (older ones come from load)
 
     # ------------------------------------------------------------- building
@@ -262,10 +370,12 @@ class LexicalIndex:
         self._alive = np.ones(len(keep), dtype=bool)
 
     def _fit(self) -> None:
-        self._matrix = (BM25Matrix.fit(self._store.lists(range(len(self._store))), self.k1, self.b)
+        self._matrix = (BM25Matrix.fit_ids(self._store.flat, self._store.offsets, self._store.vocab, self.k1, self.b)
                         if len(self._store) else None)
         self._order = np.argsort(self._ids, kind="stable")  # for id -> row lookups
+        self._identity = _is_identity(self._ids)
         self._stale = False
+        self._token_ids = None  # the vocabulary may have grown
 
     def delete(self, ids: Iterable[int]) -> int:
         """Hide rows from search; returns how many were live."""
@@ -290,19 +400,55 @@ class LexicalIndex:
         if self._matrix is None:
             return np.zeros(len(self._ids), dtype=np.float32)
         s = self._matrix.scores(query_tokens + list(extra_tokens))
-        s[~self._alive] = 0.0
+        if self._stale:  # rows were deleted since the fit (the only way a row stops being live)
+            s[~self._alive] = 0.0
         return s
 
     def idf(self, tokens: Sequence[str]) -> np.ndarray:
         """BM25 idf, ``log(1 + (n - df + 0.5) / (df + 0.5))``, of each (already tokenised) token over the live rows
         (document frequencies read from the fitted matrix's postings); an unseen token gets the idf of df = 0."""
-        d = np.zeros(len(tokens))
-        if self._matrix is not None:
-            for i, t in enumerate(tokens):
-                postings = self._matrix.postings(t)
-                d[i] = len(postings) if not self._stale else int(self._alive[postings].sum())
+        d = self.document_frequencies(tokens).astype(np.float64)
         n = len(self)
         return np.log1p((n - d + 0.5) / (d + 0.5))
+
+    def document_frequencies(self, tokens: Sequence[str]) -> np.ndarray:
+        """How many live rows hold each (already tokenised) token, int64."""
+        d = np.zeros(len(tokens), dtype=np.int64)
+        if self._matrix is not None:
+            for i, t in enumerate(tokens):
+                d[i] = (self._matrix.frequency(t) if not self._stale
+                        else int(self._alive[self._matrix.postings(t)].sum()))
+        return d
+
+    def totals(self) -> Tuple[int, int]:
+        """(live rows, their tokens in all): the statistics BM25 needs beside the document frequencies."""
+        lengths = np.diff(np.asarray(self._store.offsets))
+        return len(self), int(lengths[np.asarray(self._alive, dtype=bool)].sum()) if len(lengths) else 0
+
+    def term_counts(self, ids: Union[Sequence[int], np.ndarray], tokens: Sequence[str]
+                    ) -> Tuple[np.ndarray, np.ndarray]:
+        """How often each of ``tokens`` occurs in the rows with external ``ids`` (int32 [len(ids), len(tokens)])
+        and the rows' token counts (int64), read from the stored token ids (0 / 0 for unknown ids): with
+        :func:`bm25_from_counts` and statistics from elsewhere, the BM25 score of these rows in a larger corpus."""
+        wanted = np.asarray(ids, dtype=np.int64).reshape(-1)
+        tf = np.zeros((len(wanted), len(tokens)), dtype=np.int32)
+        lengths = np.zeros(len(wanted), dtype=np.int64)
+        if not len(self._ids) or not len(wanted):
+            return tf, lengths
+        if self._token_ids is None:
+            self._token_ids = {t: i for i, t in enumerate(self._store.vocab)}
+        columns = np.array([self._token_ids.get(t, -1) for t in tokens], dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self._ids, wanted, sorter=self._order), len(self._ids) - 1)
+        rows = self._order[pos]
+        offsets, flat = self._store.offsets, self._store.flat
+        for i, (row, ok) in enumerate(zip(rows.tolist(), (self._ids[rows] == wanted).tolist())):
+            if not ok:
+                continue
+            held = np.asarray(flat[offsets[row]:offsets[row + 1]])
+            lengths[i] = len(held)
+            if len(columns):
+                tf[i] = (held[:, None] == columns[None, :]).sum(axis=0)
+        return tf, lengths
 
     def scores_for(self, query: Union[str, Sequence[str], np.ndarray], ids: Sequence[int]) -> np.ndarray:
         """BM25 scores for the rows with external ``ids`` (0 for unknown or deleted ids); ``query`` is the query
@@ -347,15 +493,20 @@ class LexicalIndex:
         if not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
         s = np.asarray(scores, dtype=np.float32)
-        if s.shape != (len(self._ids),):
-            raise ValueError(f"scores must hold one value per row ({len(self._ids)}), got shape {s.shape}")
+        n = len(self._ids)
+        if s.shape != (n,):
+            raise ValueError(f"scores must hold one value per row ({n}), got shape {s.shape}")
+        positive = s > 0
         if allowed is not None:
             allowed = np.asarray(allowed, dtype=bool)
-            ok = np.zeros(len(self._ids), dtype=bool)
-            inside = self._ids < len(allowed)
-            ok[inside] = allowed[self._ids[inside]]
-            s = np.where(ok, s, 0.0).astype(np.float32)
-        pos = np.flatnonzero(s > 0)
+            if self._identity and len(allowed) >= n:  # row i is id i: the mask applies as it is
+                positive &= allowed[:n]
+            else:
+                ok = np.zeros(n, dtype=bool)
+                inside = self._ids < len(allowed)
+                ok[inside] = allowed[self._ids[inside]]
+                positive &= ok
+        pos = np.flatnonzero(positive)
         if len(pos) > k:
             pos = pos[np.argpartition(-s[pos], k - 1)[:k]]
         pos = pos[np.argsort(-s[pos], kind="stable")]
@@ -419,6 +570,7 @@ class LexicalIndex:
                 raise ValueError(f"{d / 'matrix'} scores {self._matrix.num_docs} rows, not {rows}; the lexical "
                                  "index is damaged")
         self._order = np.argsort(self._ids, kind="stable")
+        self._identity = _is_identity(self._ids)
 
     def _load_first_format(self, path: Path, payload: dict) -> "LexicalIndex":
         ids = np.asarray(payload["ids"], dtype=np.int64)

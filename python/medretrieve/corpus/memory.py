@@ -23,7 +23,8 @@ from typing import Callable, List, Optional, Sequence, Union
 
 from .chunking import ChunkingConfig, chunk_record
 from .chunks import ChunkRow, ChunkTable
-from .collection import Collection, _new_index, encoder_pair, new_manifest
+from .builder import encoder_pair, new_index, new_manifest
+from .collection import Collection
 from .lexical import LexicalIndex
 from .sources import Record
 
@@ -52,7 +53,7 @@ class MemoryCollection(Collection):
         manifest.pop("counts", None)
         lex = other.lexical
         col = cls(Path(f"<memory like {other.directory}>"), manifest, ChunkTable(), {},
-                  _new_index(other.dim, "float32", _M, _EF_CONSTRUCTION, capacity),
+                  new_index(other.dim, "float32", _M, _EF_CONSTRUCTION, capacity),
                   LexicalIndex(lex.stem, lex.remove_stopwords, lex.k1, lex.b),
                   other._encoder_dir, other._query_encoder_dir, model_sources={})
         col._article_encoder = other.article_encoder()  # loaded once by ``other``, shared by every pool
@@ -67,7 +68,7 @@ class MemoryCollection(Collection):
         :meth:`Collection.build`), e.g. for searching PubMed without a local corpus."""
         enc_info, q_info = encoder_pair(encoder, query_encoder)
         manifest = new_manifest(enc_info, q_info, chunking or ChunkingConfig(), "float32", _M, _EF_CONSTRUCTION)
-        index = _new_index(enc_info["dim"], "float32", _M, _EF_CONSTRUCTION, 1024)
+        index = new_index(enc_info["dim"], "float32", _M, _EF_CONSTRUCTION, 1024)
         return cls(Path("<memory>"), manifest, ChunkTable(), {}, index, LexicalIndex(), enc_info["source"],
                    q_info["source"] if q_info else None, model_sources={})
 

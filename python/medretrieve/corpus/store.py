@@ -65,8 +65,8 @@ def write_jsonl(path: Path, records: Iterable[Dict[str, Any]]) -> Digest:
     return {"bytes": size, "sha256": h.hexdigest(), "lines": lines}
 
 
-def read_jsonl(path: Path, expected: Optional[Digest]) -> List[Dict[str, Any]]:
-    """The objects of a JSONL file, checked against its manifest digest when there is one."""
+def read_jsonl(path: Path, expected: Optional[Digest]) -> List[Any]:
+    """The JSON values of a JSONL file (one a line), checked against its manifest digest when there is one."""
     if not path.is_file():
         raise DamagedCollection(f"{path} is missing")
     data = path.read_bytes()
@@ -76,7 +76,8 @@ def read_jsonl(path: Path, expected: Optional[Digest]) -> List[Dict[str, Any]]:
                                     f"{expected.get('bytes')}; sha256 differs): the file was changed after the "
                                     "collection was written; rebuild the collection or restore the file")
     out = []
-    for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
+    # lines end at "\n" alone: str.splitlines() would also cut at U+2028 and other separators a text may hold
+    for n, line in enumerate(data.decode("utf-8").split("\n")[:-1] if data else [], 1):
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError as exc:

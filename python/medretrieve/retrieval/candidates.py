@@ -45,7 +45,7 @@ OTHER_SECTION = "other"
 # query type -> ef multiplier (broad questions need more recall)
 IMPORTANCE: Dict[str, float] = {"list": 1.5, "summary": 1.25, "factoid": 1.0, "yesno": 1.0}
 # share of the budget the first stages leave for reranking and what follows
-_RESERVE = 0.35
+RESERVE = 0.35
 
 
 def section_labels(sections: Sequence[str]) -> List[int]:
@@ -191,7 +191,7 @@ class CandidateGenerator:
         cats = ROUTES.get(query.intent, ()) if route else ()
         labels = [CATEGORY_IDS[c] for c in cats]
         col = self.collection
-        if labels and not np.isin(col.labels[col.alive], labels).any():
+        if labels and not col.allowed(labels).any():
             labels = []
         return cats, labels
 
@@ -299,7 +299,7 @@ class CandidateGenerator:
     def _encode(self, query: Query, texts: Sequence[QueryText], dl: Deadline, log: StageLog) -> None:
         """Encode the question's text, and the variants while the budget allows; the vectors go on ``query``."""
         n_enc = 1
-        reserve = dl.share_ms(_RESERVE)
+        reserve = dl.share_ms(RESERVE)
         while n_enc < len(texts) and dl.remaining_ms() - reserve > (n_enc + 1) * self.costs.encode_ms.value:
             n_enc += 1
         with dl.stage("encode"):
@@ -336,7 +336,7 @@ class CandidateGenerator:
                     kinds.append("dense")
         question_bm25 = None
         with dl.stage("bm25"):
-            allowed = alive if labels is None else alive & np.isin(col.labels, labels)
+            allowed = alive if labels is None else col.allowed(labels)
             for j, t in enumerate(texts):
                 all_scores = col.lexical.scores(t.tokens, extra_tokens=boost if j == 0 else ())
                 if j == 0:
@@ -354,7 +354,7 @@ class CandidateGenerator:
         of the question's own lists, searched again. Returns (vector, ids, note); (None, None, note)
         when skipped."""
         s = self.settings
-        if dl.remaining_ms() - dl.share_ms(_RESERVE) < 2.0 * self.costs.feedback_ms.value:
+        if dl.remaining_ms() - dl.share_ms(RESERVE) < 2.0 * self.costs.feedback_ms.value:
             return None, None, f"budget: {dl.remaining_ms():.0f} ms left"
         col = self.collection
         with dl.stage("feedback"):

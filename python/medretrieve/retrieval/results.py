@@ -61,6 +61,15 @@ class SearchResult:
     rerank_depth: int = 0
     expansions: Dict[str, List[str]] = field(default_factory=dict)
     recovery: Dict[str, Any] = field(default_factory=dict)
+    # a sharded search (medretrieve.distributed): "answered" (shard names whose candidates are in the result),
+    # "missed" (shard -> the deadline passed before it answered), "failed" (shard -> its error); {} for one
+    # collection
+    shards: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def partial(self) -> bool:
+        """A sharded search left shards out (they missed the deadline or failed): the hits come from the others."""
+        return bool(self.shards.get("missed") or self.shards.get("failed"))
 
     def stage(self, name: str) -> Optional[StageInfo]:
         """The stage called ``name`` (None when the search did not reach it)."""

@@ -86,6 +86,8 @@ class Retriever:
     - ``warmup`` (default True): :meth:`warmup` at construction.
     """
 
+    generator_class = CandidateGenerator  # the first stages (a sharded retriever runs them on its shards)
+
     def __init__(self, collection, cross_encoder=None, training=None, *,
                  ranker: RankerLike = "default",
                  llm_terms: Optional[TermSource] = None, settings: Optional[Settings] = None,
@@ -135,7 +137,7 @@ class Retriever:
     def _stages(self, collection: Any, ranker: Optional[LinearRanker], cross_encoder: Any, ranker_note: str
                 ) -> _Stages:
         tokens = ChunkTokens(collection)
-        candidates = CandidateGenerator(collection, self.settings, self.costs, self.training, self.llm_terms)
+        candidates = self.generator_class(collection, self.settings, self.costs, self.training, self.llm_terms)
         return _Stages(collection, tokens, candidates,
                        Reranker(collection, self.settings, self.costs, tokens, ranker, cross_encoder,
                                 ranker_note=ranker_note),
@@ -162,13 +164,18 @@ class Retriever:
             col.encode_queries(["warm up"])
             col.encode_queries(["warm up", "warm up two"])
             if self.cross_encoder is not None:
-                r = col.rows[int(np.flatnonzero(col.alive)[0])]
-                self.cross_encoder.score("warm up", [(r.title, r.text)] * 8)  # cold: session start-up
+                pair = self._warm_pair()
+                self.cross_encoder.score("warm up", [pair] * 8)  # cold: session start-up
                 t0 = time.perf_counter()
-                self.cross_encoder.score("warm up", [(r.title, r.text)] * 8)
+                self.cross_encoder.score("warm up", [pair] * 8)
                 self.costs.ce_pair_ms.value = (time.perf_counter() - t0) * 1000.0 / 8
         gc.collect()
         gc.freeze()
+
+    def _warm_pair(self) -> tuple:
+        """A (title, text) of the collection for timing the cross-encoder at warm-up."""
+        r = self.collection.rows[int(np.flatnonzero(self.collection.alive)[0])]
+        return r.title, r.text
 
     # ------------------------------------------------------------- search
     def search(self, question: str, k: int = 10, deadline_ms: Optional[float] = 300, *,
@@ -204,7 +211,7 @@ class Retriever:
         switches = Switches(expand, route, dense, lexical, feedback)
         ranked = rerank and self.ranker is not None
         st = self._local if self.online is None else self._online_stages(query, k, dl, log, switches, ranked, only)
-        cands = st.candidates.gather(query, k, dl, log, switches, ranked=ranked, only=only)
+        cands = self._gather(st, query, k, dl, log, switches, ranked, only)
         ranking = st.reranker.rerank(query, cands, dl, log, enabled=rerank)
         mmr = self._diversify(st.collection, query, ranking, k, dl, log,
                               self.settings.mmr if diversify is None else diversify)
@@ -227,6 +234,11 @@ class Retriever:
                             rerank_depth=ranking.depth, expansions=cands.expansions, recovery=rec.report)
 
     # ------------------------------------------------------------- stages not in their own module
+    def _gather(self, st: _Stages, query: Query, k: int, dl: Deadline, log: StageLog, switches: Switches,
+                ranked: bool, only: Optional[List[int]]) -> Candidates:
+        """The first stages (expand .. fuse): the fused candidates (a sharded retriever also fetches their chunks)."""
+        return st.candidates.gather(query, k, dl, log, switches, ranked=ranked, only=only)
+
     def _online_stages(self, query: Query, k: int, dl: Deadline, log: StageLog, switches: Switches,
                        ranked: bool, only: Optional[List[int]]) -> _Stages:
         """The local collection's fused candidates, then the pool with the PubMed records (:mod:`.online`)."""

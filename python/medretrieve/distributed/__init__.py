@@ -1,0 +1,39 @@
+"""Past one machine, on Ray: a corpus built into shards by Ray Data, searched by one Ray actor per shard.
+
+- :func:`~.build.build_sharded` (CLI: ``medretrieve build SOURCES OUT --shards N [--ray ADDRESS]``): Ray Data
+  reads and chunks the corpus, ONNX encoders in an actor pool embed it, and one writer per shard builds an
+  ordinary collection (``OUT/shard-00000`` ...) out of core; ``OUT/shards.json`` names them. Shard ``i`` equals
+  ``Collection.build`` of the documents ``shard_of(id, N) == i`` (same chunk ids, rows and vectors).
+- :class:`~.search.ShardedRetriever`: a :class:`~medretrieve.retrieval.retriever.Retriever` over many shards
+  (one Ray actor each, collections memory-mapped); a question is fanned out under its deadline, candidates are
+  scored comparably and fused, reranked and diversified once; a missing shard gives a partial result.
+- :class:`~.serve.ShardedSearch`: a Ray Serve deployment around a ShardedRetriever.
+
+The single-machine path (``Collection`` + ``Retriever``) stays the default and never imports Ray; this package
+imports Ray only when one of these is used (the ``distributed`` extra installs it).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .build import build_sharded
+    from .search import ShardedRetriever
+    from .serve import ShardedSearch
+    from .shards import shard_dirs, shard_of
+
+_LAZY = {"ShardedRetriever": "search", "build_sharded": "build", "ShardedSearch": "serve", "shard_of": "shards",
+         "shard_dirs": "shards"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'medretrieve.distributed' has no attribute {name!r}")
+
+
+__all__ = ["ShardedRetriever", "build_sharded", "ShardedSearch", "shard_of", "shard_dirs"]

