@@ -84,6 +84,10 @@ def scratch(tmp_path_factory):
         shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m medretrieve "$@"\n')
         shim.chmod(0o755)
         env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    from importlib import metadata
+
+    if not any(ep.value == "medretrieve.testing.plugin" for ep in metadata.entry_points(group="pytest11")):
+        env["PYTEST_PLUGINS"] = "medretrieve.testing.plugin"  # what the installed package's entry point registers
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # `python` is this interpreter
     from conftest import SHARED_DATA
 

@@ -52,7 +52,8 @@ def add_serve(sub: Any) -> None:
     p.add_argument("--graceful-timeout", type=float, default=30.0,
                    help="at shutdown, the longest wait for requests in flight (s)")
     p.add_argument("--access-log", action="store_true", help="log every request (costs throughput)")
-    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
+                   help="server log level")
     p.set_defaults(func=_serve)
 
 

@@ -324,6 +324,11 @@ class ShardedCollection:
     def document_rows(self, document_id: str) -> List[int]:
         return list(self.pool.documents.get(document_id, []))
 
+    def parent(self, parent_id: str) -> None:
+        """The section of a chunk: kept on its shard and not fetched (a round trip per hit for every search), so
+        the hits of a sharded search carry no ``span``."""
+        return None
+
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         enc = self._query_encoder
         if len(texts) == 1:
