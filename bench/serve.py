@@ -30,8 +30,8 @@ clients' and server's event loops waiting for a CPU).
   process through httpx's ASGI transport (no sockets): ``/healthz`` (the client's share plus a trivial endpoint)
   and ``/v1/search`` with the search replaced by a canned result of a real one (validation, admission, thread-pool
   hand-off, metrics, serialisation).
-- memory: RSS, PSS and private memory (USS) of each worker after warm-up, for 1 and 2 workers, with and without
-  the memory-mapped dense index (``--no-mmap``).
+- memory: RSS, PSS and private memory (USS) of each worker after warm-up, for 1 and 2 workers (a collection is
+  always opened memory-mapped: chunk arrays, BM25 matrix and dense index).
 """
 from __future__ import annotations
 
@@ -61,15 +61,7 @@ CPUS = len(os.sched_getaffinity(0))
 
 def collection_dir(args: argparse.Namespace) -> Path:
     """The BioASQ + filler collection of ``args.chunks`` chunks on disk (built once)."""
-    out = Path(args.work) / f"bioasq-{args.chunks}"
-    if (out / "manifest.json").is_file():
-        return out
-    col = rb.build_bioasq_collection(args.encoder, Path(args.work))
-    rb.add_filler(col, args.chunks)
-    col.directory = out
-    col._commit()  # the filler lives in memory only: write it as a collection of its own (bench only)
-    print(f"wrote {out} ({len(col)} chunks)", file=sys.stderr)
-    return out
+    return rb.filled_collection(args.encoder, Path(args.work), args.chunks)
 
 
 def questions(n: int) -> List[str]:
@@ -353,10 +345,10 @@ def memory(args: argparse.Namespace) -> None:
     index_mib = (col / "dense.index").stat().st_size / 2**20
     print(f"\nMemory per worker: {args.chunks} chunks (dense.index {index_mib:.0f} MiB), after 100 searches; "
           "MiB from /proc/PID/smaps_rollup\n")
-    print("| workers | dense index | worker | RSS | PSS | private (USS) | shared |")
-    print("|---|---|---|---|---|---|---|")
-    for workers, extra in ((1, ()), (2, ()), (2, ("--no-mmap",))):
-        with server(col, workers, *extra) as srv:
+    print("| workers | worker | RSS | PSS | private (USS) | shared |")
+    print("|---|---|---|---|---|---|")
+    for workers in (1, 2):
+        with server(col, workers) as srv:
             asyncio.run(closed_loop(srv.url, 4, 0.1, qs))  # touch every worker
             with httpx.Client(base_url=srv.url, timeout=30.0) as http:
                 for q in qs:
@@ -366,7 +358,7 @@ def memory(args: argparse.Namespace) -> None:
             for i, pid in enumerate(worker_pids, 1):
                 m = _smaps(pid)
                 uss = m["Private_Clean"] + m["Private_Dirty"]
-                print(f"| {workers} | {'copy' if extra else 'mmap'} | {i} | {m['Rss'] / 1024:.0f} | "
+                print(f"| {workers} | {i} | {m['Rss'] / 1024:.0f} | "
                       f"{m['Pss'] / 1024:.0f} | {uss / 1024:.0f} | {(m['Rss'] - uss) / 1024:.0f} |")
             sys.stdout.flush()
 

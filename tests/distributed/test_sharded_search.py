@@ -51,8 +51,8 @@ def test_sharded_search_returns_the_hits_of_one_collection_of_the_shards(ray_clu
         for q in QUESTIONS[:4]:
             _same_hits(single.search(q, k=10, deadline_ms=None), sharded.search(q, k=10, deadline_ms=None))
         # switches and a per-document cap go through as for one collection
-        for options in ({"lexical": False}, {"dense": False}, {"feedback": False, "expand": False},
-                        {"per_document": 1}):
+        for options in ({"lexical": False}, {"dense": False}, {"feedback": True, "diversify": True},
+                        {"expand": False}, {"per_document": 1}, {"sections": ["treatment", "other"]}):
             _same_hits(single.search(QUESTIONS[1], k=5, deadline_ms=None, **options),
                        sharded.search(QUESTIONS[1], k=5, deadline_ms=None, **options))
     finally:
@@ -64,11 +64,10 @@ def test_a_killed_shard_gives_a_partial_result_and_ray_restarts_it(ray_cluster, 
     in_shard0 = {r["id"] for r in parts[0]}
     sharded = ShardedRetriever(dirs)
     try:
-        ray_cluster.kill(sharded.shard_set.actors[1], no_restart=False)  # its process dies; Ray starts another
+        # dead for good, so every call of the search fails alike (with a restart racing the search, a shard may
+        # answer the first stage and fail a later call: its rows fetched by then rightly stay in the result)
+        ray_cluster.kill(sharded.shard_set.actors[1], no_restart=True)
         res = sharded.search(QUESTIONS[0], k=10, deadline_ms=None)
-        if not res.partial:  # the restart was quicker than this search: kill it for good to see the partial path
-            ray_cluster.kill(sharded.shard_set.actors[1], no_restart=True)
-            res = sharded.search(QUESTIONS[0], k=10, deadline_ms=None)
         assert res.partial and list(res.shards["failed"]) == ["shard1"] and res.shards["answered"] == ["shard0"]
         assert res.hits and {h.document_id for h in res.hits} <= in_shard0
         assert "shard1" in res.stage("shards").reason or "1 failed" in res.stage("shards").reason

@@ -193,6 +193,17 @@ class _AllAlive:
         return self._owner.stats.chunks > 0
 
 
+class _LabelMask:
+    """``allowed(labels)`` of the stand-in: the rows carrying one of ``labels``, which the shards filter by."""
+
+    def __init__(self, owner: "ShardedCollection", labels: Sequence[int]) -> None:
+        self._owner = owner
+        self.labels = sorted({int(x) for x in labels})
+
+    def any(self) -> bool:
+        return self._owner.stats.chunks > 0 and bool(set(self.labels) & self._owner.stats.labels)
+
+
 class _Lexical:
     def __init__(self, owner: "ShardedCollection") -> None:
         self._owner = owner
@@ -232,8 +243,10 @@ class _Lexical:
         return pool.bm25(tokens, tf, lengths)
 
     def search(self, tokens: Sequence[str], k: int = 10, allowed: Any = None) -> Tuple[np.ndarray, np.ndarray]:
-        """BM25 over every shard (recovery's relaxed and expanded queries); its rows fetched into the pool."""
-        ids, scores = self._owner.lexical_lists([list(tokens)], k, None)[0]
+        """BM25 over every shard (recovery's relaxed and expanded queries), within ``allowed``'s labels when it
+        is a :meth:`ShardedCollection.allowed` mask; its rows fetched into the pool."""
+        labels = allowed.labels if isinstance(allowed, _LabelMask) else None
+        ids, scores = self._owner.lexical_lists([list(tokens)], k, labels)[0]
         pool = self._owner.pool
         pool.ensure(ids)
         known = pool.known(ids)  # a shard that missed the fetch drops out with its rows
@@ -323,6 +336,15 @@ class ShardedCollection:
 
     def document_rows(self, document_id: str) -> List[int]:
         return list(self.pool.documents.get(document_id, []))
+
+    @property
+    def normalized(self) -> bool:
+        """Whether the shards' vectors are unit length (their manifests agree: ShardedRetriever checks)."""
+        return bool(self.manifest["index"]["normalized"])
+
+    def allowed(self, labels: Sequence[int]) -> _LabelMask:
+        """The rows carrying one of ``labels`` (the shards apply the filter)."""
+        return _LabelMask(self, labels)
 
     def parent(self, parent_id: str) -> None:
         """The section of a chunk: kept on its shard and not fetched (a round trip per hit for every search), so

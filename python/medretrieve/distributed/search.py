@@ -149,7 +149,8 @@ class ShardedRetriever(Retriever):
                                  bm25_tokens=sum(s["bm25_tokens"] for s in stats), k1=stats[0]["k1"],
                                  b=stats[0]["b"], labels=frozenset(x for s in stats for x in s["labels"]),
                                  dim=stats[0]["dim"])
-            models = {"encoder": stats[0]["encoder"], "query_encoder": stats[0]["query_encoder"]}
+            models = {"encoder": stats[0]["encoder"], "query_encoder": stats[0]["query_encoder"],
+                      "index": {"normalized": stats[0]["normalized"]}}
             super().__init__(ShardedCollection(self.shard_set, summed, encoder, models, str(qdir)), cross_encoder,
                              training, ranker=ranker, llm_terms=llm_terms, settings=settings, warmup=False, **tuning)
             if warmup:
@@ -168,7 +169,8 @@ class ShardedRetriever(Retriever):
         for d, s in zip(self.shard_set.directories, stats):
             same = (s["encoder"]["sha256"] == first["encoder"]["sha256"]
                     and (s["query_encoder"] or {}).get("sha256") == (first["query_encoder"] or {}).get("sha256")
-                    and s["dim"] == first["dim"] and (s["k1"], s["b"]) == (first["k1"], first["b"]))
+                    and (s["dim"], s["normalized"]) == (first["dim"], first["normalized"])
+                    and (s["k1"], s["b"]) == (first["k1"], first["b"]))
             if not same:
                 raise ValueError(f"shard {d} was built with another encoder or BM25 setting than "
                                  f"{self.shard_set.directories[0]}: their scores would not compare")

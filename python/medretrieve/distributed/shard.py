@@ -60,7 +60,7 @@ class ShardSearcher:
                 "bm25_rows": rows, "bm25_tokens": tokens, "k1": col.lexical.k1, "b": col.lexical.b,
                 "labels": sorted(int(x) for x in np.unique(col.labels[col.alive])),
                 "encoder": col.manifest["encoder"], "query_encoder": col.manifest.get("query_encoder"),
-                "dim": col.dim}
+                "dim": col.dim, "normalized": col.normalized}
 
     def ping(self) -> bool:
         return True

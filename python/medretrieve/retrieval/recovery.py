@@ -120,7 +120,7 @@ class Recovery:
         texts = [t for name, t in extra.items() if name != "abbreviations" and t.text not in used_texts]
         # relaxed lexical query: the question's content terms alone, so partial matches surface
         texts.append(QueryText("relaxed", " ".join(query.terms), list(query.terms)))
-        allowed = col.alive if only is None else col.alive & np.isin(col.labels, only)
+        allowed = col.alive if only is None else col.allowed(only)
         lists = [col.lexical.search(t.tokens, k=s.candidates, allowed=allowed)[0] for t in texts]
         if allowed.any() and dl.remaining_ms() > 2 * self.costs.encode_ms.value + 10:
             qv = col.encode_queries([texts[0].text])
