@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -13,10 +14,13 @@ ROOT = TESTS_DIR.parent
 # Helpers shared by several test files (e.g. the fake OpenAI-compatible server).
 sys.path.insert(0, str(TESTS_DIR))
 
-# default_model_dir() assembles the embedded model into a cache folder: keep
-# the test session's copy out of the user's ~/.cache.
-os.environ.setdefault("MEDRETRIEVE_CACHE_DIR", tempfile.mkdtemp(prefix="medretrieve-test-cache-"))
-
+# default_model_dir() assembles the embedded model into a cache folder: keep the test session's copy out of the
+# user's ~/.cache, in a folder of the session's own, removed when the session ends (a folder the caller named is
+# left alone).
+SESSION_CACHE = None
+if "MEDRETRIEVE_CACHE_DIR" not in os.environ:
+    SESSION_CACHE = tempfile.mkdtemp(prefix="medretrieve-test-cache-")
+    os.environ["MEDRETRIEVE_CACHE_DIR"] = SESSION_CACHE
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -25,6 +29,11 @@ def pytest_configure(config: pytest.Config) -> None:
     from medretrieve.testing.plugin import ensure_registered
 
     ensure_registered(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if SESSION_CACHE is not None:
+        shutil.rmtree(SESSION_CACHE, ignore_errors=True)
 
 
 SHARED_DATA = Path(os.environ.get("MEDRETRIEVE_SHARED_DATA", ROOT.parent / "shared" / "data"))

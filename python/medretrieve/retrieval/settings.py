@@ -5,23 +5,23 @@ results (NaN rerank weights gave NaN scores before these checks).
 
 Which stages run by default, and why. The pipeline was tuned on BioASQ 7b; a stage stays on by default only if it
 does not lose document MAP@10 on another year: the BioASQ 12b closed corpus, searched with a learned ranker
-fitted on 7b only (``python bench/retrieval.py quality --train 7B --test 12B``; tables in bench/RESULTS.md,
-"Cross-year quality"). Each switch is kept (``Retriever(..., name=value)`` or ``search(..., switch=...)``):
+fitted on 7b only (``python bench/retrieval.py quality --train 7B --test 12B``; the reverse direction too; tables
+in bench/RESULTS.md, "Cross-year quality"). Each switch is kept (``Retriever(..., name=value)`` or
+``search(..., switch=...)``). Shares below: document MAP@10 on 12b (ranker fitted on 7b) / on 7b (fitted on 12b).
 
-- on: the learned ranker (the shipped default, ``retrieval.default_ranker``; +0.017 over the fused order on
-  12b), dense + BM25 fusion, section routing (a no-op without section labels), recovery (touches only weak
-  questions' lower half; 0.000) and near-duplicate removal (0.000);
-- ``expansions``: the static abbreviation and relation tables are **off** (on 12b, expanding with them cost
-  0.003, abbreviations alone 0.003; the held-out corpus of issue 17 saw the same). An abbreviation in the question
-  still matches its long form in the rerank features (``Query.alternatives``); training memory and LLM synonyms run
-  whenever a training set / a term source is given. Turn the tables on with
-  ``expansions=("abbreviations", "relations", "training", "llm")``.
+- on: the learned ranker (the shipped default, ``retrieval.default_ranker``; +0.022 / +0.007 over the fused
+  order), dense + BM25 fusion, section routing (a no-op without section labels: 0.000 / 0.000), recovery (touches
+  only weak questions' lower half; 0.000 / 0.000) and near-duplicate removal (+0.006 / -0.003: kept, since a
+  prompt gains nothing from the same sentence twice and the 12b criterion holds);
+- ``expansions``: the static abbreviation and relation tables are **off** (-0.002 / +0.002; on the held-out
+  corpus of issue 17 they cost 0.004). An abbreviation in the question still matches its long form in the rerank
+  features (``Query.alternatives``); training memory and LLM synonyms run whenever a training set / a term source
+  is given. Turn the tables on with ``expansions=("abbreviations", "relations", "training", "llm")``.
 - ``feedback`` (pseudo-relevance feedback): None, the default, runs it only **without** a learned ranker. Without
-  one it helps in both years (hybrid RRF +0.007 on 12b, +0.014 on 7b); with one it cost 0.006 on 12b (and helped
-  0.005 on 7b with a ranker fitted on 12b): a mixed result, so the rule puts it off where it loses.
-- ``mmr``: MMR diversification is **off** (it cost 0.001 on 12b, as on 7b and on the held-out corpus; no run
-  showed a gain in document MAP). Turn it on (``mmr=True`` or ``search(diversify=True)``) when a prompt needs
-  evidence from different angles more than the best-ranked evidence.
+  one it helps in both years; with one it is mixed (-0.003 / +0.003), so the rule puts it off where it loses.
+- ``mmr``: MMR diversification is **off** (-0.001 / -0.001; no run showed a gain in document MAP). Turn it on
+  (``mmr=True`` or ``search(diversify=True)``) when a prompt needs evidence from different angles more than the
+  best-ranked evidence.
 """
 from __future__ import annotations
 
