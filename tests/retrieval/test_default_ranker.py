@@ -11,14 +11,7 @@ from medretrieve.retrieval.default_ranker import (DEFAULT_RANKER_FILE, RankerBun
                                                   encoder_fingerprints, resolve)
 from medretrieve.retrieval.ranker import FEATURES, MATCHED_FEATURES, PORTABLE_FEATURES, LinearRanker
 
-TRAINING = [
-    ("What is the first-line drug for type 2 diabetes?", ["demo-002"]),
-    ("Which drug lowers blood glucose in type 2 diabetes?", ["demo-002"]),
-    ("How is atrial fibrillation treated?", ["demo-006"]),
-    ("What prevents stroke in atrial fibrillation?", ["demo-006"]),
-    ("What causes asthma attacks?", ["demo-007"]),
-    ("Which inhalers treat asthma?", ["demo-007"]),
-]
+from demo_training import TRAINING  # tests/ is on sys.path (tests/conftest.py)
 
 
 def _demo_docs(n: int = 24):

@@ -10,6 +10,8 @@ import pytest
 from medretrieve.retrieval.ranker import FEATURES, LinearRanker
 from medretrieve.training.ranker import fit_ranker
 
+from demo_training import TRAINING  # tests/ is on sys.path (tests/conftest.py)
+
 
 def _penalised_gradient(r: LinearRanker, X: np.ndarray, y: np.ndarray, l2: float) -> np.ndarray:
     """Gradient of the fitted objective in the standardised space (float64 reference)."""
@@ -103,15 +105,6 @@ def test_bad_input_raises_clear_errors():
 
 
 # ----------------------------------------------------------------- with a Retriever
-
-TRAINING = [
-    ("What is the first-line drug for type 2 diabetes?", ["demo-002"]),
-    ("Which drug lowers blood glucose in type 2 diabetes?", ["demo-002"]),
-    ("How is atrial fibrillation treated?", ["demo-006"]),
-    ("What prevents stroke in atrial fibrillation?", ["demo-006"]),
-    ("What causes asthma attacks?", ["demo-007"]),
-    ("Which inhalers treat asthma?", ["demo-007"]),
-]
 
 
 @pytest.fixture(scope="module")
