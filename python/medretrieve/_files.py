@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Tuple, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -29,6 +29,18 @@ def read_json(path: PathLike) -> Any:
             return json.load(fh)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def read_format_json(path: PathLike, fmt: str, what: str, missing: str = "") -> Dict[str, Any]:
+    """The JSON object in ``path`` whose ``format`` is ``fmt``: FileNotFoundError when there is no file (``missing``
+    appended to the message), ValueError naming ``what`` it should have been otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no {what} at {path}{missing}")
+    d = read_json(path)
+    if not isinstance(d, dict) or d.get("format") != fmt:
+        raise ValueError(f"{path} is not a medretrieve {what} (expected format {fmt!r})")
+    return d
 
 
 def write_text_atomic(path: PathLike, text: str) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
 from .._assets import ASSETS
-from .._files import read_json, write_json_atomic
+from .._files import read_format_json, read_json, write_json_atomic
 from .ranker import MATCHED_FEATURES, PORTABLE_FEATURES, LinearRanker
 
 FORMAT = "medretrieve-default-ranker-1"
@@ -64,11 +64,7 @@ class RankerBundle:
     @classmethod
     def load(cls, path: Union[str, "os.PathLike[str]"]) -> "RankerBundle":
         path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"no default ranker at {path}; the medretrieve installation is incomplete")
-        d = read_json(path)
-        if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise ValueError(f"{path} is not a medretrieve default ranker (expected format {FORMAT!r})")
+        d = read_format_json(path, FORMAT, "default ranker", "; the medretrieve installation is incomplete")
         try:
             return cls(_ranker(d["matched"], path), _ranker(d["portable"], path), d["encoder"], d.get("training", {}))
         except KeyError as exc:

@@ -47,12 +47,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, Sequence, Tuple, Union
 
 import numpy as np
 
-from .._files import read_json, write_json_atomic
+from .._files import read_format_json, write_json_atomic
 
 __all__ = ["FEATURES", "PORTABLE_FEATURES", "MATCHED_FEATURES", "ENCODER_SCALED", "DEFAULT_L2",
            "LinearRanker"]
@@ -193,12 +192,7 @@ class LinearRanker:
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike]) -> "LinearRanker":
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"no ranker at {path}")
-        d = read_json(path)
-        if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise ValueError(f"{path} is not a medretrieve ranker (expected format {FORMAT!r})")
+        d = read_format_json(path, FORMAT, "ranker")
         try:
             return cls(d["features"], d["weights"], d["bias"], d["mean"], d["scale"], d.get("info", {}))
         except KeyError as exc:
