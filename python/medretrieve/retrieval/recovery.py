@@ -14,7 +14,7 @@
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -65,7 +65,7 @@ class Recovery:
 
     def select(self, rows: Sequence[int], k: int, per_document: Optional[int]) -> List[int]:
         out: List[int] = []
-        seen: List[Set[str]] = []
+        seen: List[AbstractSet[str]] = []
         per_doc: Dict[str, int] = {}
         for r in rows:
             doc = self.collection.rows[r].document_id
