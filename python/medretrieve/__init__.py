@@ -18,11 +18,11 @@ if _os.environ.get("MEDRETRIEVE_CORE_DIR"):
     __path__.insert(0, _os.environ["MEDRETRIEVE_CORE_DIR"])
 
 from . import _core  # noqa: E402
-from ._version import __version__  # noqa: E402
 from .fusion import cuda_available, fuse_scores, lambda_for, mmr, mmr_batch, rrf  # noqa: E402
 from .index import FlatIndex, Index  # noqa: E402
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs (explicit re-exports)
+    from ._version import __version__ as __version__
     from .corpus.collection import Collection as Collection
     from .corpus.memory import MemoryCollection as MemoryCollection
     from .corpus.pubmed import PubMedSource as PubMedSource
@@ -68,6 +68,7 @@ _check_simd_env()
 
 # public name -> module that defines it, imported on first use
 _LAZY = {
+    "__version__": "_version",  # importlib.metadata is slow to import
     "Collection": "corpus.collection",
     "MemoryCollection": "corpus.memory",
     "PubMedSource": "corpus.pubmed",
@@ -99,7 +100,7 @@ def __dir__() -> list:
 
 
 __all__ = [
-    "simd_level", "cpu_simd_level", "__version__",
+    "simd_level", "cpu_simd_level",
     "Index", "FlatIndex",
     "mmr", "mmr_batch", "rrf", "fuse_scores", "lambda_for", "cuda_available",
     *_LAZY,

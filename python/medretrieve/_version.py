@@ -1,16 +1,21 @@
 """The package version, read from the installed distribution's metadata (pyproject.toml is the one source).
 
 A source checkout used without installing (``PYTHONPATH=python``) has no metadata; it reports the version
-written in ``pyproject.toml`` next to it, or ``0+unknown``.
+written in ``pyproject.toml`` next to it, or ``0+unknown``. ``__version__`` is computed on first access:
+importing ``importlib.metadata`` costs ~60 ms, which a one-shot CLI search should not pay.
 """
 from __future__ import annotations
 
 import re
-from importlib import metadata
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 
-def _version() -> str:
+@lru_cache(maxsize=1)
+def package_version() -> str:
+    from importlib import metadata
+
     try:
         return metadata.version("medretrieve")
     except metadata.PackageNotFoundError:
@@ -22,4 +27,7 @@ def _version() -> str:
         return "0+unknown"
 
 
-__version__ = _version()
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        return package_version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,6 +20,15 @@ def test_gene_and_drug_tokens_stay_whole():
         tokenize(None)
 
 
+def test_stopwords_are_the_list_stored_indexes_were_tokenised_with():
+    """The Lucene list is written out (importing bm25s loads scipy); it must stay bm25s's STOPWORDS_EN, or
+    every stored token list would silently disagree with new questions' tokens."""
+    bm25s_stopwords = pytest.importorskip("bm25s.stopwords")
+    from medretrieve.corpus.lexical import _EXTRA_STOPWORDS, stopwords
+
+    assert stopwords() == frozenset(bm25s_stopwords.STOPWORDS_EN) | frozenset(_EXTRA_STOPWORDS)
+
+
 CORPUS = [
     "Metformin is the first-line drug for type 2 diabetes.",
     "IL-6 is a cytokine raised in severe COVID-19.",

@@ -35,7 +35,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .._files import write_json_atomic
-from .._version import __version__
+from .._version import package_version
 from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record, overlap_weights
 from .chunks import ROWS, ChunkRow
 from .lexical import TOKENIZER_VERSION, BM25Matrix, LexicalIndex, tokenize
@@ -87,7 +87,7 @@ def chunk_rows(chunks: Sequence[Chunk], start: int) -> List[ChunkRow]:
 def versions() -> Dict[str, str]:
     from importlib import metadata
 
-    out = {"medretrieve": __version__}
+    out = {"medretrieve": package_version()}
     for pkg in ("numpy", "bm25s", "onnxruntime"):
         try:
             out[pkg] = metadata.version(pkg)
@@ -212,7 +212,7 @@ class CollectionBuilder:
         self._models = {"encoder": enc["source"], **({"query_encoder": q_info["source"]} if q_info else {})}
         settings = {k: self.manifest[k] for k in ("encoder", "query_encoder", "chunking", "index")}
         self.key = None if source_key is None else {"source": source_key, "settings": settings,
-                                                    "tokenizer": TOKENIZER_VERSION, "version": __version__,
+                                                    "tokenizer": TOKENIZER_VERSION, "version": package_version(),
                                                     "chunk_batch": chunk_batch, "batch_size": batch_size}
         self.work = out.parent / f".{out.name}.build"
         self._state: Dict[str, Any] = {}

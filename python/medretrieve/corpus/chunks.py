@@ -105,6 +105,15 @@ class ChunkTable(Sequence[ChunkRow]):
     def document_id(self, i: int) -> str:
         return self.documents[int(self.document[i])]
 
+    def document_code(self, document_id: str) -> Optional[int]:
+        """The index of ``document_id`` in :attr:`documents` (the code :attr:`document` holds), None if unknown."""
+        return self._document_index().get(document_id)
+
+    def _document_index(self) -> Dict[str, int]:
+        if self._doc_index is None:
+            self._doc_index = {d: j for j, d in enumerate(self.documents)}
+        return self._doc_index
+
     # ------------------------------------------------------------- changing
     def append(self, row: ChunkRow) -> None:
         self.extend([row])
@@ -113,13 +122,12 @@ class ChunkTable(Sequence[ChunkRow]):
         """Append ``rows`` (numbered on from ``len(self)``); the per-row arrays grow once per call, not per row."""
         if [r.row for r in rows] != list(range(len(self), len(self) + len(rows))):
             raise ValueError(f"rows {[r.row for r in rows][:3]}... appended as rows {len(self)}..")
-        if self._doc_index is None:
-            self._doc_index = {d: j for j, d in enumerate(self.documents)}
+        index = self._document_index()
         docs = np.empty(len(rows), dtype=np.int32)
         for i, row in enumerate(rows):
-            j = self._doc_index.get(row.document_id)
+            j = index.get(row.document_id)
             if j is None:
-                j = self._doc_index[row.document_id] = len(self.documents)
+                j = index[row.document_id] = len(self.documents)
                 self.documents.append(row.document_id)
             docs[i] = j
         self._new.extend(rows)
@@ -129,7 +137,7 @@ class ChunkTable(Sequence[ChunkRow]):
 
     def rows_of_documents(self, ids: Sequence[str]) -> np.ndarray:
         """Rows (deleted ones included) whose document is one of ``ids``."""
-        index = self._doc_index or {d: j for j, d in enumerate(self.documents)}
+        index = self._document_index()
         wanted = [index[d] for d in ids if d in index]
         return np.flatnonzero(np.isin(self.document, wanted)) if wanted else np.zeros(0, dtype=np.int64)
 

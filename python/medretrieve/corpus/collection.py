@@ -104,7 +104,7 @@ class Collection:
         self.labels = np.asarray(self.rows.labels, dtype=np.int64)
         self._n_live = int(self.alive.sum())
         self._n_documents = len(np.unique(self.rows.document[self.alive])) if len(self.rows) else 0
-        self._doc_rows: Optional[Dict[str, List[int]]] = None
+        self._doc_rows: Optional[Tuple[np.ndarray, np.ndarray]] = None  # live rows by document code, bounds
         self._allowed: Dict[Tuple[int, ...], np.ndarray] = {}  # label set -> live rows carrying one of them
 
     def __len__(self) -> int:
@@ -194,15 +194,17 @@ class Collection:
 
     def document_rows(self, document_id: str) -> List[int]:
         """Rows of the live chunks of one document, in document order (empty when unknown)."""
-        if self._doc_rows is None:
+        if self._doc_rows is None:  # live rows grouped by document code: two arrays, no per-document objects
             live = np.flatnonzero(self.alive)
-            docs = np.asarray(self.rows.document)[live]
-            order = np.argsort(docs, kind="stable")
-            bounds = np.flatnonzero(np.diff(docs[order])) + 1
-            names = self.rows.documents
-            self._doc_rows = {names[int(docs[g[0]])]: live[g].tolist()
-                              for g in np.split(order, bounds) if len(g)}
-        return self._doc_rows.get(document_id, [])
+            codes = np.asarray(self.rows.document)[live]
+            order = np.argsort(codes, kind="stable")
+            bounds = np.searchsorted(codes[order], np.arange(len(self.rows.documents) + 1))
+            self._doc_rows = (live[order], bounds)
+        code = self.rows.document_code(document_id)
+        if code is None:
+            return []
+        rows, bounds = self._doc_rows
+        return rows[bounds[code]:bounds[code + 1]].tolist()
 
     def vectors(self, rows: Sequence[int]) -> np.ndarray:
         """Stored (dequantised) vectors of ``rows``, float32 [n, dim]."""

@@ -49,6 +49,13 @@ TOKENIZER_VERSION = 2
 
 _TOKEN_RE = re.compile(r"[^\W_]+(?:(?:[-/]|(?<=\d)\.(?=\d))[^\W_]+)*")
 
+# Lucene's English stop set (the list bm25s ships as STOPWORDS_EN), written out here because importing it from
+# bm25s runs bm25s's package import, which loads scipy: a third of a one-shot CLI search's start-up
+_LUCENE_STOPWORDS = (
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not", "of",
+    "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was", "will", "with",
+)
+
 _EXTRA_STOPWORDS = {
     "what", "which", "who", "whom", "whose", "when", "where", "why", "how", "does", "do", "did", "is", "are",
     "was", "were", "can", "could", "should", "would", "may", "might", "list", "describe", "name", "there",
@@ -58,10 +65,8 @@ _EXTRA_STOPWORDS = {
 
 @lru_cache(maxsize=1)
 def stopwords() -> frozenset:
-    """English stopwords (bm25s's list plus question words)."""
-    from bm25s.stopwords import STOPWORDS_EN
-
-    return frozenset(STOPWORDS_EN) | frozenset(_EXTRA_STOPWORDS)
+    """English stopwords (Lucene's list plus question words)."""
+    return frozenset(_LUCENE_STOPWORDS) | frozenset(_EXTRA_STOPWORDS)
 
 
 @lru_cache(maxsize=1)
