@@ -112,6 +112,18 @@ def test_symmetric_model_mean_pooling_normalised(exported):
     np.testing.assert_allclose(a.encode(ARTICLES), ref_a, atol=1e-4)
 
 
+def test_only_batch_encoders_keep_a_memory_arena(exported):
+    """Query-time sessions run without ORT's arena (it would keep each process's largest activations);
+    the article encoder keeps it for large batches. Same vectors either way."""
+    q = QueryEncoder.from_dir(exported["symmetric"])
+    a = ArticleEncoder.from_dir(exported["symmetric"])
+    c = CrossEncoder.from_dir(exported["cross"])
+    assert not q._session.get_session_options().enable_cpu_mem_arena
+    assert not c._session.get_session_options().enable_cpu_mem_arena
+    assert a._session.get_session_options().enable_cpu_mem_arena
+    np.testing.assert_allclose(q.encode(QUERIES), a.encode(QUERIES), atol=1e-6)
+
+
 def test_cross_encoder_scores_match_torch(exported):
     from encoder_fixtures import torch_reference
 

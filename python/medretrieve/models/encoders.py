@@ -242,13 +242,16 @@ def resolve_providers(providers: Optional[Sequence[Any]] = None) -> List[Any]:
 
 
 def make_session(model_path: Union[str, Path], providers: Optional[Sequence[Any]] = None,
-                 threads: Optional[int] = None):
+                 threads: Optional[int] = None, arena: bool = True):
     """An ``onnxruntime.InferenceSession`` tuned for encoder inference.
 
     All graph optimisations on (fusions, constant folding), sequential
     execution with one inter-op thread (encoder graphs are a chain, so
     parallelism belongs inside each operator), ``threads`` intra-op threads
-    (None: ORT's default, one per physical core).
+    (None: ORT's default, one per physical core). ``arena``: ORT's CPU memory
+    arena, which keeps the largest activations a session ever saw (~180 MB
+    for MiniLM after a batch of 256-token inputs) and speeds up large batches
+    by ~15%; single queries run as fast without it.
     """
     import onnxruntime as ort
 
@@ -260,6 +263,7 @@ def make_session(model_path: Union[str, Path], providers: Optional[Sequence[Any]
     opts.inter_op_num_threads = 1
     if threads is not None:
         opts.intra_op_num_threads = threads
+    opts.enable_cpu_mem_arena = arena
     opts.log_severity_level = 3  # errors only: ORT's per-provider fallback notes are noise here
     try:
         return ort.InferenceSession(str(model_path), sess_options=opts, providers=resolve_providers(providers))
@@ -347,6 +351,7 @@ class _OnnxEncoder:
     """Shared machinery: session, tokenizer, reusable single-row buffers, length-bucketed batches."""
 
     _accepted_kinds: Tuple[str, ...] = ()
+    _memory_arena = False  # query-time encoders run small inputs: no arena holding every process's peak
 
     def __init__(self, directory: Path, manifest: EncoderManifest, session, tokenizer,
                  max_length: int) -> None:
@@ -390,7 +395,7 @@ class _OnnxEncoder:
             limit = max_length
         tokenizer.no_padding()
         tokenizer.enable_truncation(limit)
-        session = make_session(model_path, providers, threads)
+        session = make_session(model_path, providers, threads, arena=cls._memory_arena)
         names = [i.name for i in session.get_inputs()]
         if names != list(manifest.input_names):
             raise ValueError(f"{model_path} takes inputs {names} but the manifest says {manifest.input_names}")
@@ -533,6 +538,7 @@ class ArticleEncoder(_OnnxEncoder):
     """
 
     _accepted_kinds = ("article", "symmetric")
+    _memory_arena = True  # builds encode large batches, where the arena saves ~15%
 
     def _inputs(self, articles: Union[Article, Sequence[Article]]) -> List[Any]:
         articles = _article_list(articles)
