@@ -2,7 +2,7 @@
 
     python bench/scale.py data  --n 1000000               # seeded 768-d embedding-like vectors, in batches, to disk
     python bench/scale.py build --n 1000000 --M 16 --efc 200 [--lib faiss]   # one build, its own process
-    python bench/scale.py serve --n 1000000 --M 16 --efc 200 [--lib faiss]   # a fresh process opens and serves it
+    python bench/scale.py serve --n 1000000 --M 16 --efc 200 [--lib faiss] [--entry-beam 32]   # a fresh process serves it
     python bench/scale.py run   --n 1000000 --M 16 --efc 200 [--lib faiss]   # build then serve (two processes)
     python bench/scale.py report                          # markdown tables of every result so far
 
@@ -22,7 +22,8 @@ JSON so a build stopped early still gives its rate), peak RSS of the build and, 
 
 serve: a fresh process opens the file (medretrieve: ``Index.load(mmap=True)``; faiss: ``read_index`` with
 ``IO_FLAG_MMAP`` when faiss can map that index type, else a plain read), times the open and the first query
-(cold pages), then per ef: recall@10, single-query p50 / p99 (1 thread, one query per call, after 50 warm-up
+(cold pages), reads the file through once (as the page cache of a service that has been up a while holds it; at
+5M the file is 4.7 GB and cold page faults would otherwise land in the first ef's percentiles), then per ef: recall@10, single-query p50 / p99 (1 thread, one query per call, after 50 warm-up
 queries) without and with the 10% label filter, and the process's RSS (anonymous and file-backed) while serving.
 """
 from __future__ import annotations
@@ -46,7 +47,7 @@ from medretrieve.distributed.shard import process_memory  # noqa: E402
 
 K = 10
 FILTER_LABEL = 3  # of 10 uniform labels: 10% of the vectors
-EFS = (40, 64, 100, 200, 400)
+EFS = (40, 64, 100, 200, 400, 800, 1600)
 
 
 # ----------------------------------------------------------------- process memory
@@ -216,12 +217,13 @@ def _faiss_build(spill: VectorSpill, a, progress):
 class Searcher:
     """One query at a time against a medretrieve or faiss index, optionally restricted to one label."""
 
-    def __init__(self, lib: str, path: Path, labels: np.ndarray) -> None:
+    def __init__(self, lib: str, path: Path, labels: np.ndarray, entry_beam: int = 1) -> None:
         self.lib = lib
         if lib == "medretrieve":
             from medretrieve.index import Index
 
             self.index = Index.load(path, mmap=True)
+            self.index.entry_beam = entry_beam
             self.mapped = True
         else:
             import faiss
@@ -253,12 +255,15 @@ def serve(a) -> None:
     path = index_path(d.work, a.lib, a.n, a.M, a.efc)
     before = status_kb()
     t0 = time.perf_counter()
-    s = Searcher(a.lib, path, labels)
+    if a.entry_beam > 1 and a.lib != "medretrieve":
+        sys.exit("--entry-beam is a medretrieve search setting")
+    s = Searcher(a.lib, path, labels, a.entry_beam)
     open_s = time.perf_counter() - t0
     after_open = status_kb()
     t0 = time.perf_counter()
     s.one(queries[0], EFS[0], False)
     first_ms = (time.perf_counter() - t0) * 1e3
+    page_in_s = read_through(path)  # a service up for a while has its index in the page cache
     for i in range(50):
         s.one(queries[i], EFS[-1], False)
     rows = []
@@ -278,20 +283,30 @@ def serve(a) -> None:
                          "p50_ms": float(np.percentile(times, 50) * 1e3),
                          "p99_ms": float(np.percentile(times, 99) * 1e3), "queries": nq})
             r = rows[-1]
-            print(f"  {a.lib} n={a.n} M={a.M} filtered={filtered} ef={ef}: recall {r['recall']:.4f} "
+            print(f"  {a.lib} n={a.n} M={a.M} beam={a.entry_beam} filtered={filtered} ef={ef}: recall {r['recall']:.4f} "
                   f"p50 {r['p50_ms']:.3f} p99 {r['p99_ms']:.3f} ms", file=sys.stderr, flush=True)
     serving = status_kb()
-    payload = {"lib": a.lib, "n": a.n, "M": a.M, "efc": a.efc, "open_s": open_s, "first_query_ms": first_ms,
-               "mapped": s.mapped, "rss_before_kb": before, "rss_after_open_kb": after_open,
+    payload = {"lib": a.lib, "n": a.n, "M": a.M, "efc": a.efc, "entry_beam": a.entry_beam, "open_s": open_s,
+               "first_query_ms": first_ms, "page_in_s": page_in_s, "mapped": s.mapped, "rss_before_kb": before, "rss_after_open_kb": after_open,
                "rss_serving_kb": serving, "rows": rows, "load_avg": os.getloadavg()}
-    write_result(result_path(d.work, a.lib, a.n, a.M, a.efc, "serve"), payload)
+    what = "serve" if a.entry_beam == 1 else f"serve-beam{a.entry_beam}"
+    write_result(result_path(d.work, a.lib, a.n, a.M, a.efc, what), payload)
     print(json.dumps({k: v for k, v in payload.items() if k != "rows"}))
+
+
+def read_through(path: Path, block: int = 16 << 20) -> float:
+    """Read a file once from start to end (into the page cache); seconds taken."""
+    t0 = time.perf_counter()
+    with open(path, "rb", buffering=0) as fh:
+        while fh.read(block):
+            pass
+    return time.perf_counter() - t0
 
 
 def run(a) -> None:
     common = ["--n", str(a.n), "--nq", str(a.nq), "--M", str(a.M), "--efc", str(a.efc), "--lib", a.lib,
               "--work", a.work, "--threads", str(a.threads), "--batch", str(a.batch),
-              "--filter-queries", str(a.filter_queries)]
+              "--filter-queries", str(a.filter_queries), "--entry-beam", str(a.entry_beam)]
     for what in ("build", "serve"):
         subprocess.run([sys.executable, __file__, what, *common], check=True)
 
@@ -303,6 +318,7 @@ def report(a) -> None:
     results = Path(a.work) / "results"
     builds = {p.name[:-len("-build.json")]: json.loads(p.read_text()) for p in sorted(results.glob("*-build.json"))}
     serves = {p.name[:-len("-serve.json")]: json.loads(p.read_text()) for p in sorted(results.glob("*-serve.json"))}
+    beams = [json.loads(p.read_text()) for p in sorted(results.glob("*-serve-beam*.json"))]
     partial = {p.name[:-len("-progress.json")]: json.loads(p.read_text())
                for p in sorted(results.glob("*-progress.json"))}
     print("| index | n | M / efc | build s (2 threads) | vectors/s | peak RSS build / save (GiB) | file GiB | "
@@ -328,12 +344,13 @@ def report(a) -> None:
         for key, p in unfinished.items():
             done, sec = p["steps"][-1]
             print(f"| {key} | {done:,} | {sec:.0f} | {done / sec:.0f} | {p['n'] / (done / sec):.0f} |")
-    print("\n| index | n | M | filter | ef | recall@10 | p50 ms | p99 ms |")
-    print("|---|---|---|---|---|---|---|---|")
-    for key, s in serves.items():
+    print("\n| index | n | M / efc | entry beam | filter | ef | recall@10 | p50 ms | p99 ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for s in [*serves.values(), *beams]:
         for r in s["rows"]:
-            print(f"| {s['lib']} int8 | {s['n']:,} | {s['M']} | {'10%' if r['filtered'] else 'none'} | {r['ef']} | "
-                  f"{r['recall']:.4f} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} |")
+            print(f"| {s['lib']} int8 | {s['n']:,} | {s['M']} / {s['efc']} | {s.get('entry_beam', 1)} | "
+                  f"{'10%' if r['filtered'] else 'none'} | {r['ef']} | {r['recall']:.4f} | {r['p50_ms']:.3f} | "
+                  f"{r['p99_ms']:.3f} |")
 
 
 def main() -> None:
@@ -347,6 +364,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batch", type=int, default=50_000)
     p.add_argument("--filter-queries", type=int, default=500)
+    p.add_argument("--entry-beam", type=int, default=1, help="serve: medretrieve's layer-1 entry beam (1: classic)")
     p.add_argument("--work", default="/tmp/medretrieve_scale")
     a = p.parse_args()
     if a.what == "data":

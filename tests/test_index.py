@@ -78,6 +78,36 @@ def test_per_query_ef_array_and_ef_below_k() -> None:
     assert idx.ef == 1  # a rejected value leaves the setting as it was
 
 
+def test_entry_beam_seeds_layer0_from_several_elements() -> None:
+    """A beam on layer 1 never costs recall here and gains it at a small ef (many clusters, few links); the
+    same rows with the default beam of 1 are the classic single-descent search; filters and deletions hold."""
+    n = 6000
+    x = embedding_like(n, DIM, seed=11, clusters=40)
+    idx = medretrieve.Index("l2", DIM)
+    idx.init_index(n, M=4, ef_construction=40, dtype="int8", random_seed=3)
+    idx.add(x, labels=np.arange(n) % 10, num_threads=1)
+    assert idx.stats().max_level >= 1 and idx.entry_beam == 1
+    q = embedding_like(200, DIM, seed=12, clusters=40)
+    truth = exact_topk(x, q, 10, "l2")
+    classic = idx.search(q, 10, ef=10)[0]
+    single = {ef: recall(idx.search(q, 10, ef=ef)[0], truth) for ef in (10, 20, 40)}
+    idx.entry_beam = 16
+    beamed = {ef: recall(idx.search(q, 10, ef=ef)[0], truth) for ef in (10, 20, 40)}
+    assert all(beamed[ef] >= single[ef] - 0.005 for ef in single) and beamed[10] > single[10], (single, beamed)
+    idx.set_entry_beam(1)
+    np.testing.assert_array_equal(idx.search(q, 10, ef=10)[0], classic)
+    idx.set_entry_beam(16)
+    ids, _ = idx.search(q, 10, ef=20, labels=[3])
+    assert (ids % 10 == 3).all()
+    idx.mark_deleted(int(ids[0, 0]))
+    assert int(ids[0, 0]) not in idx.search(q[:1], 10, ef=20)[0][0]
+    idx.set_entry_beam(1)
+    for bad, err in ((0, ValueError), (5000, ValueError), (2.0, TypeError), (True, TypeError)):
+        with pytest.raises(err, match="entry_beam"):
+            idx.set_entry_beam(bad)
+    assert idx.entry_beam == 1
+
+
 def test_label_filter_keeps_only_allowed_and_stays_accurate() -> None:
     n = 3000
     x = embedding_like(n, DIM, seed=5)

@@ -205,6 +205,8 @@ void bind_index(py::module_& m) {
       .def("resize", &mi::Hnsw::resize, py::call_guard<py::gil_scoped_release>())
       .def("set_ef", &mi::Hnsw::set_ef)
       .def_property_readonly("ef", &mi::Hnsw::ef)
+      .def("set_entry_beam", &mi::Hnsw::set_entry_beam)
+      .def_property_readonly("entry_beam", &mi::Hnsw::entry_beam)
       .def("set_filter_exact_factor", &mi::Hnsw::set_filter_exact_factor)
       .def_property_readonly("count", &mi::Hnsw::count)
       .def_property_readonly("deleted_count", &mi::Hnsw::deleted_count)

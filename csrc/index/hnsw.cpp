@@ -165,18 +165,55 @@ Hnsw::MaxHeap Hnsw::search_layer_build(const QueryCtx& ctx, uint32_t ep, int lev
   return top;
 }
 
-Hnsw::MaxHeap Hnsw::search_layer0(const QueryCtx& ctx, uint32_t ep, size_t ef, const ElementFilter* filter) const {
+// The `ef` elements closest to the query on an upper `level` (no locks: searches hold the shared lock).
+std::vector<uint32_t> Hnsw::beam_upper(const QueryCtx& ctx, uint32_t ep, int level, size_t ef) const {
+  auto vis = visited_.borrow();
+  MaxHeap top, cand;
+  const float d0 = store_.distance(ctx, ep);
+  top.emplace(d0, ep);
+  cand.emplace(-d0, ep);
+  vis->test_and_set(ep);
+  float lower = d0;
+  while (!cand.empty()) {
+    const Candidate c = cand.top();
+    if (-c.first > lower && top.size() >= ef) break;
+    cand.pop();
+    Links l = links(c.second, level);
+    for (uint32_t i = 0; i < l.n; ++i) {
+      const uint32_t nb = l.ids[i];
+      if (vis->test_and_set(nb)) continue;
+      const float d = store_.distance(ctx, nb);
+      if (top.size() < ef || d < lower) {
+        cand.emplace(-d, nb);
+        top.emplace(d, nb);
+        if (top.size() > ef) top.pop();
+        lower = top.top().first;
+      }
+    }
+  }
+  std::vector<uint32_t> out;
+  out.reserve(top.size());
+  for (; !top.empty(); top.pop()) out.push_back(top.top().second);
+  return out;
+}
+
+Hnsw::MaxHeap Hnsw::search_layer0(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
+                                   const ElementFilter* filter) const {
   auto vis = visited_.borrow();
   const bool screening = filter != nullptr || store_.deleted_count() > 0;
   MaxHeap top, cand;
   float lower = std::numeric_limits<float>::max();
-  const float d0 = store_.distance(ctx, ep);
-  if (!screening || (filter ? filter->allowed(ep) : !store_.is_deleted(ep))) {
-    top.emplace(d0, ep);
-    lower = d0;
+  for (size_t e = 0; e < n_eps; ++e) {
+    const uint32_t ep = eps[e];
+    if (vis->test_and_set(ep)) continue;
+    const float d0 = store_.distance(ctx, ep);
+    if (!screening || (filter ? filter->allowed(ep) : !store_.is_deleted(ep))) {
+      top.emplace(d0, ep);
+      if (top.size() > ef) top.pop();
+      lower = top.top().first;
+    }
+    cand.emplace(-d0, ep);
   }
-  cand.emplace(-d0, ep);
-  vis->test_and_set(ep);
   std::vector<uint32_t> fresh(M0_);
   while (!cand.empty()) {
     const Candidate c = cand.top();
@@ -620,8 +657,17 @@ std::vector<Candidate> Hnsw::search_prepared(const QueryCtx& ctx, size_t k, size
     }
   }
   const int max_level = std::min<int>(int(int32_t(state >> 32)), level_of(ep));
-  const uint32_t start = greedy_descent(ctx, ep, max_level, 0, false);
-  MaxHeap top = search_layer0(ctx, start, ef, filter.restricts() ? &filter : nullptr);
+  // Layer 0 starts from the entry_beam best elements of a beam search on layer 1 (one greedy descent
+  // otherwise): on large clustered sets a single descent often ends in the wrong region, which only a
+  // much larger ef escapes (bench/scale.py at 5M).
+  const size_t beam = entry_beam_.load(std::memory_order_relaxed);
+  std::vector<uint32_t> starts;
+  if (beam > 1 && max_level >= 1) {
+    starts = beam_upper(ctx, greedy_descent(ctx, ep, max_level, 1, false), 1, beam);
+  } else {
+    starts.push_back(greedy_descent(ctx, ep, max_level, 0, false));
+  }
+  MaxHeap top = search_layer0(ctx, starts.data(), starts.size(), ef, filter.restricts() ? &filter : nullptr);
   std::vector<Candidate> found(top.size());
   for (size_t i = found.size(); i-- > 0;) {
     found[i] = top.top();

@@ -95,6 +95,10 @@ class Hnsw {
   void unmark_deleted(uint64_t ext);
   void resize(size_t max_elements);
   void set_ef(size_t ef) { ef_.store(ef ? ef : 1); }
+  // Layer-0 entry points taken from a beam search of this width on layer 1 (1: one greedy descent, as
+  // hnswlib). Wider beams cost a few distance evaluations per query and raise recall per ef on large sets.
+  void set_entry_beam(size_t beam) { entry_beam_.store(beam ? beam : 1); }
+  size_t entry_beam() const { return entry_beam_.load(); }
   // Exact search over the allowed subset when its size <= factor * (estimated
   // graph cost = ef / selectivity * kGraphCostPerNode * M distance evaluations); 0 forces graph search.
   void set_filter_exact_factor(double f) { filter_exact_factor_ = f; }
@@ -171,7 +175,10 @@ class Hnsw {
   // distance loops then prefetch exactly the vectors they will read, ahead.
   size_t take_unvisited(const uint32_t* ids, size_t n, VisitedList& vis, uint32_t* fresh) const;
   MaxHeap search_layer_build(const QueryCtx& ctx, uint32_t ep, int level, uint32_t exclude) const;
-  MaxHeap search_layer0(const QueryCtx& ctx, uint32_t ep, size_t ef, const ElementFilter* filter) const;
+  // Layer-0 search from the entry points eps[0..n_eps).
+  MaxHeap search_layer0(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
+                        const ElementFilter* filter) const;
+  std::vector<uint32_t> beam_upper(const QueryCtx& ctx, uint32_t ep, int level, size_t ef) const;
   // Pushes (distance to base, id) for ids other than base, keeping the `keep` closest.
   void push_distances(uint32_t base, const uint32_t* ids, size_t n, size_t keep, MaxHeap& out) const;
   void select_neighbors(MaxHeap& top, size_t m) const;
@@ -197,6 +204,7 @@ class Hnsw {
   size_t M0_;
   double mult_;
   std::atomic<size_t> ef_{10};
+  std::atomic<size_t> entry_beam_{1};
   double filter_exact_factor_ = 1.0;
   VectorStore store_;
   LabelTable labels_;

@@ -344,6 +344,14 @@ class Index:
         self.set_ef(value)
 
     @property
+    def entry_beam(self) -> int:
+        return self._c().entry_beam
+
+    @entry_beam.setter
+    def entry_beam(self, value: int) -> None:
+        self.set_entry_beam(value)
+
+    @property
     def max_elements(self) -> int:
         return 0 if self._core is None else self._core.capacity
 
@@ -371,6 +379,17 @@ class Index:
         if ef < 0:
             raise IndexInputError(f"ef must be >= 0, got {ef}")
         self._c().set_ef(max(1, int(ef)))
+
+    def set_entry_beam(self, beam: int) -> None:
+        """Width of the beam search on layer 1 whose best ``beam`` elements seed the layer-0 search (default 1:
+        one greedy descent, as hnswlib). On large clustered sets a single descent often ends in the wrong region
+        and only a much larger ef recovers; a beam of 8-128 raises recall at a given ef for a few hundred extra
+        distance evaluations per query (``bench/scale.py --entry-beam``, RESULTS.md). Not saved with the index."""
+        if isinstance(beam, bool) or not isinstance(beam, (int, np.integer)):
+            raise TypeError(f"entry_beam must be an integer, got {type(beam).__name__}")
+        if not 1 <= beam <= 4096:
+            raise IndexInputError(f"entry_beam must be in [1, 4096], got {beam}")
+        self._c().set_entry_beam(int(beam))
 
     def _threads(self, num_threads: Any) -> int:
         n = _check_threads(num_threads)
