@@ -57,15 +57,16 @@ class Lib:
 
 
 class Medretrieve(Lib):
-    def __init__(self, dtype: str, keep_float: bool, M: int, efc: int) -> None:
+    def __init__(self, dtype: str, keep_float: bool, M: int, efc: int, entry_beam: int = 1) -> None:
         self.name = f"medretrieve {dtype}" + (" +rescore" if keep_float else "")
-        self.dtype, self.keep_float, self.M, self.efc = dtype, keep_float, M, efc
+        self.dtype, self.keep_float, self.M, self.efc, self.entry_beam = dtype, keep_float, M, efc, entry_beam
         self.ef = 10
 
     def build(self, x, threads, labels=None):
         self.idx = medretrieve.Index("ip", x.shape[1])
         self.idx.init_index(len(x), M=self.M, ef_construction=self.efc, dtype=self.dtype, keep_float=self.keep_float)
         self.idx.add(x, labels=labels, num_threads=threads)
+        self.idx.entry_beam = self.entry_beam
         self.core = self.idx._core
 
     def set_ef(self, ef):
@@ -361,11 +362,13 @@ def run_shapes(a: argparse.Namespace, efs: list[int]) -> None:
     wanted = SHAPE_LIBS if a.libs == "all" else [w.strip() for w in a.libs.split(",")]
     for name in names:
         x, q, gt, desc = datagen.load_shape(name, a.n, a.nq)
-        libs = [Medretrieve("int8", False, a.M, a.efc), Medretrieve("int8", True, a.M, a.efc),
-                Faiss(True, a.M, a.efc), Faiss(False, a.M, a.efc), Hnswlib(a.M, a.efc)]
+        libs = [Medretrieve("int8", False, a.M, a.efc, a.entry_beam),
+                Medretrieve("int8", True, a.M, a.efc, a.entry_beam), Faiss(True, a.M, a.efc), Faiss(False, a.M, a.efc),
+                Hnswlib(a.M, a.efc)]
         libs = [lib for lib in libs if lib.name in wanted]
         print(f"\n### {desc}\n\nM={a.M} ef_construction={a.efc}, builds with {a.threads} threads; single-query QPS "
-              f"(1 thread), libraries interleaved ({a.rounds} passes); simd={medretrieve.simd_level()}\n", flush=True)
+              f"(1 thread), libraries interleaved ({a.rounds} passes); simd={medretrieve.simd_level()}; medretrieve "
+              f"entry beam {a.entry_beam}\n", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
             res = interleaved(libs, x, q, gt, efs, a.threads, a.rounds, tmp)
         res["deep"] = deep_recall(libs, q, gt, [int(e) for e in a.deep_efs.split(",") if e], a.threads)
@@ -387,6 +390,7 @@ def main() -> None:
     ap.add_argument("--real", action="store_true", help="MiniLM embeddings of BioASQ snippets instead")
     ap.add_argument("--shape", help="comma list of named data shapes (bench/datagen.py SHAPES, minilm-bioasq) or "
                     "'all': one interleaved run per shape with the issue-19 summary (implies --interleaved)")
+    ap.add_argument("--entry-beam", type=int, default=1, help="with --shape: medretrieve's Index.entry_beam")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing passes over the queries per ef")
     ap.add_argument("--deep-efs", default="256,512,1024,2048",
                     help="with --shape: larger efs at which the medretrieve indexes' recall is measured (untimed)")
