@@ -249,9 +249,9 @@ def make_session(model_path: Union[str, Path], providers: Optional[Sequence[Any]
     execution with one inter-op thread (encoder graphs are a chain, so
     parallelism belongs inside each operator), ``threads`` intra-op threads
     (None: ORT's default, one per physical core). ``arena``: ORT's CPU memory
-    arena, which keeps the largest activations a session ever saw (~180 MB
-    for MiniLM after a batch of 256-token inputs) and speeds up large batches
-    by ~15%; single queries run as fast without it.
+    arena, which speeds up large batches but keeps the largest activations
+    the session ever saw for the life of the process; single queries run as
+    fast without it (bench/RESULTS.md, "Memory per worker").
     """
     import onnxruntime as ort
 
@@ -538,7 +538,7 @@ class ArticleEncoder(_OnnxEncoder):
     """
 
     _accepted_kinds = ("article", "symmetric")
-    _memory_arena = True  # builds encode large batches, where the arena saves ~15%
+    _memory_arena = True  # builds encode large batches, where the arena saves time
 
     def _inputs(self, articles: Union[Article, Sequence[Article]]) -> List[Any]:
         articles = _article_list(articles)

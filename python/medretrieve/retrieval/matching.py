@@ -55,8 +55,9 @@ class ChunkTokens:
     The cache is shared by every search of one retriever (reads race harmlessly: a miss only computes a set
     twice) and holds the ``max_rows`` chunks read last (oldest evicted one at a time). A chunk's set is the key
     view of a ``str -> None`` dict rather than a ``set``: CPython never tracks such a dict in its cycle collector,
-    so a full collection does not walk the cache (with ``set`` values, a full collection over 200k cached chunks
-    took 0.3-0.45 s at 1M chunks, and clearing them at once 0.2 s: the rare searches that missed their deadline).
+    so a full collection does not walk the cache. (With ``set`` values, a full collection over a large cache and
+    clearing it all at once were each long enough to make a search miss its deadline: bench/RESULTS.md, "End to
+    end at 1M chunks".)
     """
 
     def __init__(self, collection, max_rows: int = 50_000) -> None:
