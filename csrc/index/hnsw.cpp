@@ -661,13 +661,15 @@ std::vector<Candidate> Hnsw::search_prepared(const QueryCtx& ctx, size_t k, size
   // otherwise): on large clustered sets a single descent often ends in the wrong region, which only a
   // much larger ef escapes (bench/scale.py at 5M).
   const size_t beam = entry_beam_.load(std::memory_order_relaxed);
-  std::vector<uint32_t> starts;
+  const ElementFilter* screen = filter.restricts() ? &filter : nullptr;
+  MaxHeap top;
   if (beam > 1 && max_level >= 1) {
-    starts = beam_upper(ctx, greedy_descent(ctx, ep, max_level, 1, false), 1, beam);
-  } else {
-    starts.push_back(greedy_descent(ctx, ep, max_level, 0, false));
+    const std::vector<uint32_t> starts = beam_upper(ctx, greedy_descent(ctx, ep, max_level, 1, false), 1, beam);
+    top = search_layer0(ctx, starts.data(), starts.size(), ef, screen);
+  } else {  // the classic path allocates no entry list
+    const uint32_t start = greedy_descent(ctx, ep, max_level, 0, false);
+    top = search_layer0(ctx, &start, 1, ef, screen);
   }
-  MaxHeap top = search_layer0(ctx, starts.data(), starts.size(), ef, filter.restricts() ? &filter : nullptr);
   std::vector<Candidate> found(top.size());
   for (size_t i = found.size(); i-- > 0;) {
     found[i] = top.top();
