@@ -16,9 +16,10 @@ response, from ``Server-Timing``: what the server controls; the rest is sockets,
 clients' and server's event loops waiting for a CPU).
 
 - overhead: the same questions searched in-process (``Retriever.search``, encoders on one thread as the server
-  opens them) and over HTTP (one worker, one keep-alive connection), interleaved so the box's load hits both
-  alike. "Added by HTTP" is, per request, the client's round trip minus the search's own time as the server
-  reports it (``Server-Timing: work``).
+  opens them) and over HTTP (one worker, one keep-alive connection per client) with two clients, httpx (what
+  ``medretrieve.client`` uses) and the standard library's ``http.client`` (the leanest: it shows the client's
+  share), interleaved so the box's load hits every path alike. "Added by HTTP" is, per request, the client's
+  round trip minus the search's own time as the server reports it (``Server-Timing: work``).
 - throughput: closed-loop clients (asyncio + aiohttp, each sends its next request when the last one answered;
   after a 429 it waits the Retry-After) for ``--seconds`` per cell; each worker gets ``--max-inflight`` =
   CPUs / workers. The load generator shares the machine's CPUs with the server.
@@ -37,6 +38,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
+import json
 import os
 import random
 import sys
@@ -89,6 +92,42 @@ def _server_timing(response: httpx.Response) -> Dict[str, float]:
 
 # ----------------------------------------------------------------- overhead
 
+class StdlibClient:
+    """The leanest HTTP/1.1 keep-alive client at hand (``http.client``): what a round trip costs when the client
+    adds almost nothing, to tell the client's share of the overhead (httpx: ~0.5 ms CPU a request) from the
+    server's."""
+
+    def __init__(self, url: str) -> None:
+        host, port = url.split("//", 1)[1].rsplit(":", 1)
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=10.0)
+
+    def post(self, path: str, payload: dict) -> Tuple[int, Dict[str, float]]:
+        self.conn.request("POST", path, body=json.dumps(payload), headers={"Content-Type": "application/json"})
+        response = self.conn.getresponse()
+        response.read()
+        return response.status, _parse_server_timing(response.getheader("server-timing") or "")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class OverheadRow:
+    """One client's round trips and how they split (ms per request)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.round_trip: List[float] = []
+        self.added: List[float] = []  # round trip - the server's search time
+        self.server_own: List[float] = []  # arrival to serialised response, minus queue and search
+        self.outside: List[float] = []  # round trip - arrival to response: client, sockets, uvicorn, scheduling
+
+    def add(self, round_trip_ms: float, timing: Dict[str, float]) -> None:
+        self.round_trip.append(round_trip_ms)
+        self.added.append(round_trip_ms - timing["work"])
+        self.server_own.append(timing["total"] - timing["work"] - timing["queue"])
+        self.outside.append(round_trip_ms - timing["total"])
+
+
 def overhead(args: argparse.Namespace) -> None:
     from medretrieve.corpus.collection import Collection
     from medretrieve.retrieval.retriever import Retriever
@@ -96,36 +135,50 @@ def overhead(args: argparse.Namespace) -> None:
     col = collection_dir(args)
     qs = questions(args.queries)
     ret = Retriever(Collection.open(col, encoder_threads=1))  # as the server opens it
-    lib, http_ms, added, server_own, outside = [], [], [], [], []
-    with server(col, 1) as srv, httpx.Client(base_url=srv.url, timeout=10.0) as http:
-        for q in qs[:20]:  # warm both
+    lib: List[float] = []
+    rows = {"httpx": OverheadRow("httpx.Client (medretrieve.client's transport)"),
+            "stdlib": OverheadRow("http.client (stdlib)")}
+    with server(col, 1) as srv, httpx.Client(base_url=srv.url, timeout=10.0) as hx:
+        lean = StdlibClient(srv.url)
+
+        def via_httpx(body: dict) -> Tuple[int, Dict[str, float]]:
+            r = hx.post("/v1/search", json=body)
+            return r.status_code, _server_timing(r)
+
+        clients = {"httpx": via_httpx, "stdlib": lambda body: lean.post("/v1/search", body)}
+        for q in qs[:20]:  # warm every path
             ret.search(q, k=10, deadline_ms=300)
-            http.post("/v1/search", json={"question": q, "k": 10})
-        for q in qs:
+            for send in clients.values():
+                send({"question": q, "k": 10})
+        for i, q in enumerate(qs):
             t0 = time.perf_counter()
             ret.search(q, k=10, deadline_ms=300)
             lib.append((time.perf_counter() - t0) * 1000)
-            t0 = time.perf_counter()
-            r = http.post("/v1/search", json={"question": q, "k": 10})
-            http_ms.append((time.perf_counter() - t0) * 1000)
-            assert r.status_code == 200, r.text
-            timing = _server_timing(r)
-            added.append(http_ms[-1] - timing["work"])
-            server_own.append(timing["total"] - timing["work"] - timing["queue"])
-            outside.append(http_ms[-1] - timing["total"])
-    print(f"\nHTTP overhead: {args.chunks} chunks, {len(qs)} questions interleaved, deadline 300 ms, k=10, "
-          f"1 worker, one keep-alive connection\n")
-    print("| path | p50 ms | p90 ms | p99 ms | mean ms |")
-    print("|---|---|---|---|---|")
-    for name, values in (("in-process Retriever.search", lib), ("POST /v1/search (round trip)", http_ms),
-                         ("added by HTTP (round trip - the server's search time, per request)", added),
-                         ("of which in the server (arrival to serialised response, minus queue and search)",
-                          server_own),
-                         ("of which outside it (client, sockets, uvicorn, scheduling)", outside)):
-        print(f"| {name} | {pct(values, 50):.2f} | {pct(values, 90):.2f} | {pct(values, 99):.2f} | "
+            for name in (("httpx", "stdlib") if i % 2 else ("stdlib", "httpx")):  # alternate who goes first
+                t0 = time.perf_counter()
+                status, timing = clients[name]({"question": q, "k": 10})
+                assert status == 200, status
+                rows[name].add((time.perf_counter() - t0) * 1000, timing)
+        lean.close()
+    print(f"\nHTTP overhead: {args.chunks} chunks, {len(qs)} questions interleaved (in-process, then both clients "
+          "in alternating order), deadline 300 ms, k=10, 1 worker, one keep-alive connection per client\n")
+    print("| client | path | p50 ms | p90 ms | p99 ms | mean ms |")
+    print("|---|---|---|---|---|---|")
+
+    def line(client: str, name: str, values: Sequence[float]) -> None:
+        print(f"| {client} | {name} | {pct(values, 50):.2f} | {pct(values, 90):.2f} | {pct(values, 99):.2f} | "
               f"{np.mean(values):.2f} |")
-    print(f"\nround-trip percentile minus in-process percentile: p50 {pct(http_ms, 50) - pct(lib, 50):+.2f} ms, "
-          f"p99 {pct(http_ms, 99) - pct(lib, 99):+.2f} ms")
+
+    line("-", "in-process Retriever.search", lib)
+    for row in rows.values():
+        line(row.name, "POST /v1/search (round trip)", row.round_trip)
+        line(row.name, "added by HTTP (round trip - the server's search time, per request)", row.added)
+        line(row.name, "of which in the server (arrival to serialised response, minus queue and search)",
+             row.server_own)
+        line(row.name, "of which outside it (client, sockets, uvicorn, scheduling)", row.outside)
+    for row in rows.values():
+        print(f"\n{row.name}: round-trip percentile minus in-process percentile: "
+              f"p50 {pct(row.round_trip, 50) - pct(lib, 50):+.2f} ms, p99 {pct(row.round_trip, 99) - pct(lib, 99):+.2f} ms")
 
 
 # ----------------------------------------------------------------- load generation

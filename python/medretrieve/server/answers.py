@@ -8,7 +8,6 @@ slot is taken before the response starts, so overload and queue deadlines still 
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any, AsyncIterator, Callable, Optional, Sequence
 
 from starlette.responses import StreamingResponse
@@ -18,6 +17,7 @@ from ..retrieval.budget import Deadline
 from ..retrieval.results import SearchResult
 from .admission import remaining_or_none
 from .engine import Engine, Snapshot
+from .http import json_bytes
 from .metrics import ServerMetrics
 from .schemas import AnswerRequest
 
@@ -73,7 +73,7 @@ def note_answer(metrics: ServerMetrics, ans: Answer) -> None:
 
 
 def _event(kind: str, data: Any) -> bytes:
-    return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode("utf-8")
+    return b"event: " + kind.encode("utf-8") + b"\ndata: " + json_bytes(data) + b"\n\n"
 
 
 async def stream_answer(engine: Engine, metrics: ServerMetrics, body: AnswerRequest,
