@@ -68,6 +68,29 @@ def test_quantizer_round_trip_preserves_dot_scale() -> None:
     assert abs(float(xr @ yr) - float(x @ y)) / abs(float(x @ y)) < 0.01
 
 
+@pytest.mark.parametrize("centred", [False, True])
+@pytest.mark.parametrize("n", [s for s in SIZES if s])
+def test_quantizer_matches_a_float64_reference(n: int, centred: bool) -> None:
+    # The vectorised loops and the scalar tail against numpy: scale = max|x - c| / 127, code = rint of the
+    # residual over the scale (ties to even), clamped to +-127. Half the rows put values exactly on ties.
+    rng = np.random.default_rng(7000 + n)
+    centre = (rng.standard_normal(n) * 0.2).astype(np.float32) if centred else None
+    for row in range(6):
+        x = rng.standard_normal(n).astype(np.float32)
+        if row % 2:
+            x = (np.clip(np.round(x * 40), -126, 125) + 0.5).astype(np.float32)  # ties: amax 127 makes the
+            x[rng.integers(n)] = 127.0  # scaling factor exactly 1
+            centre_row = None
+        else:
+            centre_row = centre
+        code, scale = _core._quantize_i8(x, centre_row)
+        r = x.astype(np.float32) - (centre_row if centre_row is not None else np.float32(0))
+        amax = np.max(np.abs(r))
+        assert scale == pytest.approx(float(amax) / 127.0, rel=1e-6)
+        want = np.clip(np.rint(r * (np.float32(127.0) / amax)), -127, 127).astype(np.int8)
+        np.testing.assert_array_equal(code, want)
+
+
 @pytest.mark.parametrize("level", LEVELS)
 def test_env_switch_caps_the_level(level: str) -> None:
     env = dict(os.environ, MEDRETRIEVE_SIMD=level)

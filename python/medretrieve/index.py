@@ -158,6 +158,8 @@ def _as_id(value: Any) -> int:
 
 def _int_arg(value: Any, what: str) -> int:
     """An integer argument as a Python int: ints and NumPy integers, never bools or floats (no silent rounding)."""
+    if type(value) is int:  # the common case first: every search checks k and num_threads
+        return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{what} must be an integer, got {type(value).__name__}")
     return int(value)
