@@ -251,8 +251,14 @@ void Hnsw::push_distances(uint32_t base, const uint32_t* ids, size_t n, size_t k
 
 // hnswlib's getNeighborsByHeuristic2: keep a candidate only if it is closer to
 // the base element than to every neighbour already kept (spreads the links).
-void Hnsw::select_neighbors(MaxHeap& top, size_t m) const {
+// Inner products of vectors of different norms are compared as directions
+// (each divided by the norm of the element it is taken with; norm_range.h).
+void Hnsw::select_neighbors(MaxHeap& top, size_t m, uint32_t base) const {
   if (top.size() < m) return;
+  const bool angular = norms_.varied();
+  auto norm_of = [this](uint32_t e) { return std::max(store_.ip_norm(e), 1e-30f); };  // zero vectors too
+  const float base_norm = angular ? norm_of(base) : 1.f;
+  std::vector<float> kept_norm;  // angular only
   MaxHeap closest;  // (-distance, id)
   while (!top.empty()) {
     closest.emplace(-top.top().first, top.top().second);
@@ -266,19 +272,19 @@ void Hnsw::select_neighbors(MaxHeap& top, size_t m) const {
     closest.pop();
     if (!closest.empty()) store_.prefetch(closest.top().second);
     bool good = true;
-    for (const Candidate& k : kept) {
-      if (store_.distance_between(k.second, id) < d) {
-        good = false;
-        break;
-      }
+    for (size_t j = 0; j < kept.size() && good; ++j) {
+      const float to_kept = store_.distance_between(kept[j].second, id);
+      good = angular ? to_kept / kept_norm[j] >= d / base_norm : to_kept >= d;
     }
-    if (good) kept.emplace_back(d, id);
+    if (!good) continue;
+    kept.emplace_back(d, id);
+    if (angular) kept_norm.push_back(norm_of(id));
   }
   for (const Candidate& k : kept) top.emplace(k);
 }
 
 std::vector<uint32_t> Hnsw::set_own_links(uint32_t id, MaxHeap& top, int level) {
-  select_neighbors(top, max_links(level));
+  select_neighbors(top, max_links(level), id);
   std::vector<uint32_t> selected;
   selected.reserve(top.size());
   while (!top.empty()) {  // farthest first: the last one is the closest
@@ -303,7 +309,7 @@ bool Hnsw::add_backlink(uint32_t id, uint32_t other, int level, bool is_update) 
     MaxHeap cands;
     cands.emplace(store_.distance_between(id, other), id);
     push_distances(other, l.ids, l.n, SIZE_MAX, cands);
-    select_neighbors(cands, max_links(level));
+    select_neighbors(cands, max_links(level), other);
     buf.clear();
     kept = false;
     for (; !cands.empty(); cands.pop()) {
@@ -384,7 +390,7 @@ void Hnsw::repair_neighbours(uint32_t id) {
     for (uint32_t nb : one_hop) {
       MaxHeap cands;
       push_distances(nb, pool.data(), pool.size(), keep, cands);
-      select_neighbors(cands, max_links(lc));
+      select_neighbors(cands, max_links(lc), nb);
       buf.clear();
       while (!cands.empty()) {
         buf.push_back(cands.top().second);
@@ -476,6 +482,11 @@ void Hnsw::add(const float* data, size_t n, const uint64_t* ids, const std::vect
       deleted_slots_.pop_back();
       --n_new;
     }
+  }
+  if (store_.space() == Space::IP) {  // before any of these rows is linked
+    if (!norms_.known() && store_.count() > 0)  // loaded from a file
+      norms_.note_stored(store_.count(), [this](size_t i) { return store_.ip_norm(uint32_t(i)); });
+    norms_.note_rows(data, n, dim);
   }
   // Train the int8 centre on the first batch (before any element is encoded).
   if (!store_.trained()) {

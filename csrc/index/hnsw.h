@@ -33,6 +33,7 @@
 #include "common/shared_mutex.h"
 #include "index/filter.h"
 #include "index/labels.h"
+#include "index/norm_range.h"
 #include "index/vector_store.h"
 #include "index/visited.h"
 
@@ -181,7 +182,8 @@ class Hnsw {
   std::vector<uint32_t> beam_upper(const QueryCtx& ctx, uint32_t ep, int level, size_t ef) const;
   // Pushes (distance to base, id) for ids other than base, keeping the `keep` closest.
   void push_distances(uint32_t base, const uint32_t* ids, size_t n, size_t keep, MaxHeap& out) const;
-  void select_neighbors(MaxHeap& top, size_t m) const;
+  // Keeps at most m of top (distances to `base`), diversified (see norm_range.h).
+  void select_neighbors(MaxHeap& top, size_t m, uint32_t base) const;
   std::vector<uint32_t> set_own_links(uint32_t id, MaxHeap& top, int level);
   void add_backlinks(uint32_t id, const std::vector<uint32_t>& selected, int level, bool is_update);
   void link_element(uint32_t id, const QueryCtx& ctx, uint32_t ep, int level, int max_level, bool is_update);
@@ -207,6 +209,7 @@ class Hnsw {
   std::atomic<size_t> entry_beam_{1};
   double filter_exact_factor_ = 1.0;
   VectorStore store_;
+  NormRange norms_;  // inner product only: decides select_neighbors' rule
   LabelTable labels_;
   mutable VisitedPool visited_;
 

@@ -249,6 +249,8 @@ float VectorStore::exact_distance(const QueryCtx& ctx, uint32_t id) const {
   return space_ == Space::L2 ? kt_->l2sq_f32(ctx.vec.data(), x, dim_) : -kt_->dot_f32(ctx.vec.data(), x, dim_);
 }
 
+float VectorStore::ip_norm(uint32_t id) const { return std::sqrt(std::max(0.f, -distance_between(id, id))); }
+
 float VectorStore::distance_between(uint32_t a, uint32_t b) const {
   if (dtype_ == DType::Int8) {
     const float d = float(kt_->dot_i8(code_i8(a), code_i8(b), dim_)) * scale(a) * scale(b);

@@ -153,6 +153,8 @@ class VectorStore {
   // Exact float32 distance from the kept originals (falls back to distance()).
   float exact_distance(const QueryCtx& ctx, uint32_t id) const;
   float distance_between(uint32_t a, uint32_t b) const;
+  // |x| of a stored element, inner-product space (from its int8 code: ~1% rounding).
+  float ip_norm(uint32_t id) const;
   // Dequantized (or copied) vector of `id`.
   void decode(uint32_t id, float* out) const;
 
