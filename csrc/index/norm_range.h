@@ -61,7 +61,6 @@ class NormRange {
     hi = std::max(hi, norm);
   }
 
-
   void widen(float lo, float hi) {
     std::lock_guard<std::mutex> g(mu_);
     lo_ = std::min(lo_, lo);
