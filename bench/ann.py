@@ -28,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import datagen  # noqa: E402
+from datagen import recall_at as recall  # noqa: E402
 
 import medretrieve  # noqa: E402
 
@@ -37,11 +38,6 @@ K = 10
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def recall(found: np.ndarray, truth: np.ndarray) -> float:
-    found = np.asarray(found).astype(np.int64)
-    return float(np.mean([len(set(found[i, :K].tolist()) & set(truth[i, :K].tolist())) / K for i in range(len(truth))]))
 
 
 class Lib:

@@ -108,6 +108,12 @@ def exact_knn(base: np.ndarray, queries: np.ndarray, k: int, space: str = "ip", 
     return out
 
 
+def recall_at(found: np.ndarray, truth: np.ndarray, k: int = 10) -> float:
+    """Recall@k: the mean share of each query's true top ``k`` (rows of ``truth``) among its first ``k`` results."""
+    found = np.asarray(found)
+    return float(np.mean([len(set(f[:k].tolist()) & set(t[:k].tolist())) / k for f, t in zip(found, truth)]))
+
+
 def load(spec: DataSpec, k: int = 100, cache: Path = DEFAULT_CACHE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(base, queries, ground-truth ids [nq, k]) for ``spec``, cached on disk."""
     cache.mkdir(parents=True, exist_ok=True)

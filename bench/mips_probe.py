@@ -18,14 +18,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import datagen  # noqa: E402
+from datagen import recall_at as recall  # noqa: E402
 
 import medretrieve  # noqa: E402
 
 K = 10
-
-
-def recall(found: np.ndarray, truth: np.ndarray) -> float:
-    return float(np.mean([len(set(r[:K].tolist()) & set(t[:K].tolist())) / K for r, t in zip(found, truth)]))
 
 
 def main() -> None:

@@ -24,12 +24,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import datagen  # noqa: E402
+from datagen import recall_at as recall  # noqa: E402
 
 import medretrieve  # noqa: E402
-
-
-def recall(found: np.ndarray, truth: np.ndarray, k: int = 10) -> float:
-    return float(np.mean([len(set(found[i, :k]) & set(truth[i, :k])) / k for i in range(len(truth))]))
 
 
 def q_per_vector(x: np.ndarray, centre: np.ndarray | None) -> np.ndarray:
