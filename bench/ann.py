@@ -298,19 +298,22 @@ def shape_summary(res: dict, target: float = 0.95) -> list[str]:
                 out.append(f"Recall per ef, {ours} minus {FAISS_FLAT}: " + ", ".join(f"{d:+.4f}" for d in diffs)
                            + f" (min {min(diffs):+.4f}).")
     for name, by_ef in res.get("deep", {}).items():
-        out.append(f"{name} recall at larger ef (no timing): " + ", ".join(f"ef {ef} {r:.4f}" for ef, r in by_ef) + ".")
+        out.append(f"{name} recall at larger ef (no timing; ties with the 10th counted): "
+                   + ", ".join(f"ef {ef} {r:.4f} ({tied:.4f})" for ef, r, tied in by_ef) + ".")
     return out
 
 
-def deep_recall(libs: list[Lib], q, gt, efs, threads) -> dict:
-    """Recall of the medretrieve indexes at efs beyond the timed sweep (how far keep_float re-scoring goes)."""
+def deep_recall(libs: list[Lib], x, q, gt, efs, threads) -> dict:
+    """Recall of the medretrieve indexes at efs beyond the timed sweep (how far keep_float re-scoring goes), by id and
+    with exact ties counted (``datagen.recall_with_ties``: duplicate rows make the true top 10 an arbitrary pick)."""
     out = {}
     for lib in libs:
         if isinstance(lib, Medretrieve) and efs:
             out[lib.name] = []
             for ef in efs:
                 lib.set_ef(ef)
-                out[lib.name].append((ef, recall(lib.batch(q, threads), gt)))
+                found = lib.batch(q, threads)
+                out[lib.name].append((ef, recall(found, gt), datagen.recall_with_ties(found, x, q)))
     return out
 
 
@@ -367,7 +370,7 @@ def run_shapes(a: argparse.Namespace, efs: list[int]) -> None:
               f"entry beam {a.entry_beam}\n", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
             res = interleaved(libs, x, q, gt, efs, a.threads, a.rounds, tmp)
-        res["deep"] = deep_recall(libs, q, gt, [int(e) for e in a.deep_efs.split(",") if e], a.threads)
+        res["deep"] = deep_recall(libs, x, q, gt, [int(e) for e in a.deep_efs.split(",") if e], a.threads)
         for line in interleaved_table(res) + shape_summary(res):
             print(line, flush=True)
         del libs
