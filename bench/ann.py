@@ -301,19 +301,14 @@ def shape_summary(res: dict, target: float = 0.95) -> list[str]:
         qps = f"{at[name][0]:.0f} ({at[name][1]})" if at[name] else "-"
         out.append(f"| {name} | {res['build_s'][name]:.1f} | {bpv:.0f} | {qps} | {top[0]:.4f} ({-top[1]}) |"
                    if bpv is not None else f"| {name} | {res['build_s'][name]:.1f} | - | {qps} | {top[0]:.4f} ({-top[1]}) |")
-    ratios = []
-    for ours in (OURS, OURS_RESCORE):
-        for peer in (FAISS_SQ, FAISS_FLAT, HNSWLIB):
-            if at.get(ours) and at.get(peer):
-                ratios.append(f"{ours} / {peer} = {at[ours][0] / at[peer][0]:.2f}x")
-    if ratios:
-        out += ["", f"QPS ratios at recall >= {target}: " + "; ".join(ratios) + "."]
     interp = {name: interpolated_at(res, name, target) for name in names}
-    ratios = [f"{ours} / {peer} = {interp[ours] / interp[peer]:.2f}x" for ours in (OURS, OURS_RESCORE)
-              for peer in (FAISS_SQ, FAISS_FLAT, HNSWLIB) if interp.get(ours) and interp.get(peer)]
-    if ratios:
-        out.append(f"QPS ratios at recall = {target}, interpolated between the ef steps around it: "
-                   + "; ".join(ratios) + ".")
+    out.append("")
+    for label, qps_of in ((f">= {target}", {name: at[name][0] for name in names if at[name]}),
+                          (f"= {target}, interpolated between the ef steps around it", interp)):
+        ratios = [f"{ours} / {peer} = {qps_of[ours] / qps_of[peer]:.2f}x" for ours in (OURS, OURS_RESCORE)
+                  for peer in (FAISS_SQ, FAISS_FLAT, HNSWLIB) if qps_of.get(ours) and qps_of.get(peer)]
+        if ratios:
+            out.append(f"QPS ratios at recall {label}: " + "; ".join(ratios) + ".")
     if FAISS_FLAT in names:
         for ours in (OURS, OURS_RESCORE):
             if ours in names:
