@@ -69,6 +69,18 @@ def test_unnormalised_inner_products_diversify_links_by_direction() -> None:
     assert recall(idx.search(q, 10, ef=64)[0], truth) >= 0.975
 
 
+def test_prune_alpha_is_a_saved_build_parameter(tmp_path) -> None:
+    default, _ = build("ip", "int8", n=500)
+    assert default.stats().prune_alpha == pytest.approx(1.05)
+    plain, x = build("ip", "int8", n=500, prune_alpha=1)
+    assert plain.stats().prune_alpha == 1.0
+    plain.save(tmp_path / "a.mdr")
+    assert medretrieve.Index.load(tmp_path / "a.mdr").stats().prune_alpha == 1.0
+    for bad in (0.9, 2.5, float("nan"), "1.1", True):
+        with pytest.raises(IndexInputError, match="prune_alpha"):
+            medretrieve.Index("ip", DIM).init_index(10, prune_alpha=bad)
+
+
 def test_per_query_ef_array_and_ef_below_k() -> None:
     idx, x = build("l2", "int8")
     q = embedding_like(4, DIM, seed=4)

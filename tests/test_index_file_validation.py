@@ -99,3 +99,18 @@ def test_entry_point_must_hold_the_top_level(tmp_path) -> None:
     for mmap in (False, True):
         with pytest.raises(ValueError, match="entry point|max level"):
             medretrieve.Index.load(tmp_path / "bad.mdr", mmap=mmap)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 3.0, float("nan")])
+def test_prune_alpha_out_of_range_is_refused(tmp_path, alpha: float) -> None:
+    idx = medretrieve.Index("l2", DIM)
+    idx.init_index(100, M=4)
+    idx.add(np.random.default_rng(3).standard_normal((50, DIM)).astype(np.float32))
+    idx.save(tmp_path / "good.mdr")
+    f = IndexFile.read(tmp_path / "good.mdr")
+    assert f.header["prune_alpha"] == pytest.approx(1.05)
+    f.set_header(prune_alpha=alpha)
+    f.write(tmp_path / "bad.mdr")
+    for mmap in (False, True):
+        with pytest.raises(ValueError, match="prune_alpha"):
+            medretrieve.Index.load(tmp_path / "bad.mdr", mmap=mmap)

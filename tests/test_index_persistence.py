@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -111,6 +112,28 @@ def test_damaged_files_raise_clear_errors(tmp_path) -> None:
                 assert expect[name] in str(err.value), (name, str(err.value))
     with pytest.raises(RuntimeError, match="cannot open"):
         medretrieve.Index.load(tmp_path / "missing.mdr")
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "index_v1"
+
+
+@pytest.mark.parametrize("mmap", [False, True])
+def test_version_1_files_still_load(tmp_path, mmap: bool) -> None:
+    """A file of format version 1 (before prune_alpha; written by the build of 2026-12-01: 300 unit rows, ids
+    1000.., int8 inner product, M=8) loads as built, with hnswlib's rule (alpha 1), and keeps it when extended."""
+    rows = np.load(FIXTURES / "rows.npy")
+    assert (FIXTURES / "hnsw_int8_ip.mdr").read_bytes()[8] == 1  # the format version this test is about
+    idx = medretrieve.Index.load(FIXTURES / "hnsw_int8_ip.mdr", mmap=mmap)
+    assert (len(idx), idx.dtype, idx.M, idx.stats().prune_alpha) == (300, "int8", 8, 1.0)
+    ids, _ = idx.search(rows, 1)
+    assert np.mean(ids[:, 0] == np.arange(1000, 1300)) >= 0.99
+    if mmap:
+        return
+    idx.add(-rows[:20], ids=np.arange(2000, 2020))
+    idx.save(tmp_path / "v2.mdr")
+    again = medretrieve.Index.load(tmp_path / "v2.mdr")
+    assert (tmp_path / "v2.mdr").read_bytes()[8] == 2
+    assert (len(again), again.stats().prune_alpha) == (320, 1.0)
 
 
 def test_pickle_round_trip() -> None:

@@ -120,6 +120,7 @@ py::dict hnsw_stats(const mi::Hnsw& h) {
   d["max_level"] = h.max_level();
   d["keep_float"] = p.keep_float;
   d["allow_replace_deleted"] = p.allow_replace_deleted;
+  d["prune_alpha"] = p.prune_alpha;
   d["centre_trained"] = h.store().trained();
   d["read_only"] = h.read_only();
   d["bytes_per_slab"] = h.store().stride();
@@ -139,7 +140,8 @@ py::dict hnsw_stats(const mi::Hnsw& h) {
 void bind_index(py::module_& m) {
   py::class_<mi::Hnsw>(m, "HnswIndex", "Native int8/float32 HNSW index (use medretrieve.Index).")
       .def(py::init([](const std::string& space, const std::string& dtype, size_t dim, size_t max_elements, size_t M,
-                       size_t ef_construction, uint64_t seed, bool keep_float, bool allow_replace_deleted) {
+                       size_t ef_construction, uint64_t seed, bool keep_float, bool allow_replace_deleted,
+                       float prune_alpha) {
              mi::HnswParams p;
              p.space = medretrieve::parse_metric(space, "space");
              p.dtype = mi::parse_dtype(dtype);
@@ -150,10 +152,12 @@ void bind_index(py::module_& m) {
              p.seed = seed;
              p.keep_float = keep_float;
              p.allow_replace_deleted = allow_replace_deleted;
+             p.prune_alpha = prune_alpha;
              return std::make_unique<mi::Hnsw>(p);
            }),
            py::arg("space"), py::arg("dtype"), py::arg("dim"), py::arg("max_elements"), py::arg("M"),
-           py::arg("ef_construction"), py::arg("seed"), py::arg("keep_float"), py::arg("allow_replace_deleted"))
+           py::arg("ef_construction"), py::arg("seed"), py::arg("keep_float"), py::arg("allow_replace_deleted"),
+           py::arg("prune_alpha") = mi::HnswParams::kDefaultPruneAlpha)
       .def("add",
            [](mi::Hnsw& self, CArray<float> data, std::optional<CArray<uint64_t>> ids,
               std::optional<CArray<int64_t>> label_offsets, std::optional<CArray<uint32_t>> label_values,

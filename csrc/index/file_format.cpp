@@ -351,14 +351,17 @@ ParsedFile parse_file(const char* data, size_t size, const std::string& what) {
                                 std::to_string(prefix[0]) + " > " + std::to_string(kFormatVersion) + ")");
   if (prefix[0] == 0) throw std::invalid_argument(what + " has an invalid format version 0");
   if (prefix[1] > 1) throw std::invalid_argument(what + " has an unknown index kind");
-  if (prefix[2] != sizeof(FileHeader)) throw std::invalid_argument(what + " has an unexpected header size");
+  const size_t header_bytes = prefix[0] == 1 ? kHeaderBytesV1 : sizeof(FileHeader);
+  if (prefix[2] != header_bytes) throw std::invalid_argument(what + " has an unexpected header size");
   if (prefix[3] > 64) throw std::invalid_argument(what + " has an implausible section count");
-  const size_t table = kPrefixBytes + sizeof(FileHeader);
+  const size_t table = kPrefixBytes + header_bytes;
   const size_t body = table + prefix[3] * kSectionEntryBytes;
   if (size < body + 8) throw std::invalid_argument(what + " is truncated (header or section table)");
   ParsedFile out;
   out.kind = FileKind(prefix[1]);
-  std::memcpy(&out.header, data + kPrefixBytes, sizeof(FileHeader));
+  out.header = FileHeader{};
+  out.header.prune_alpha = 1.f;  // what a version 1 file was built with
+  std::memcpy(&out.header, data + kPrefixBytes, header_bytes);
   size_t end = body;
   for (uint32_t i = 0; i < prefix[3]; ++i) {
     const char* e = data + table + i * kSectionEntryBytes;

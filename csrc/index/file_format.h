@@ -21,7 +21,8 @@
 namespace medretrieve::index {
 
 constexpr char kMagic[8] = {'M', 'D', 'R', 'I', 'D', 'X', 0, 0};
-constexpr uint32_t kFormatVersion = 1;
+// 2: FileHeader gained prune_alpha (version 1 files were built with hnswlib's rule, alpha 1).
+constexpr uint32_t kFormatVersion = 2;
 enum class FileKind : uint32_t { Hnsw = 0, Flat = 1 };
 enum class SectionId : uint32_t { Centre = 1, Slabs = 2, Levels = 3, Upper = 4, ExtIds = 5, Labels = 6, Floats = 7 };
 
@@ -33,7 +34,13 @@ struct FileHeader {
   int32_t max_level;
   uint64_t max_elements, count, seed;
   double filter_exact_factor;
+  // Version 2 onwards (a version 1 header ends above; parse_file fills these in).
+  float prune_alpha;
+  uint32_t reserved;
 };
+// The header size of each format version.
+constexpr size_t kHeaderBytesV1 = offsetof(FileHeader, prune_alpha);
+static_assert(kHeaderBytesV1 == 88 && sizeof(FileHeader) == 96, "FileHeader layout is part of the file format");
 
 uint64_t checksum64(const char* data, size_t n);
 

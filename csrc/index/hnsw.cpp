@@ -27,6 +27,8 @@ Hnsw::Hnsw(const HnswParams& params)
       level_rng_(params.seed) {
   if (params.M < 2 || params.M > 2048) throw std::invalid_argument("M must be in [2, 2048]");
   if (params.ef_construction == 0) throw std::invalid_argument("ef_construction must be positive");
+  if (!(params.prune_alpha >= HnswParams::kMinPruneAlpha && params.prune_alpha <= HnswParams::kMaxPruneAlpha))
+    throw std::invalid_argument("prune_alpha must be in [1, 2]");
   resize(params.max_elements);
 }
 
@@ -249,15 +251,26 @@ void Hnsw::push_distances(uint32_t base, const uint32_t* ids, size_t n, size_t k
   }
 }
 
-// hnswlib's getNeighborsByHeuristic2: keep a candidate only if it is closer to
-// the base element than to every neighbour already kept (spreads the links).
-// Inner products of vectors of different norms are compared as directions
-// (each divided by the norm of the element it is taken with; norm_range.h).
+// hnswlib's getNeighborsByHeuristic2, relaxed by prune_alpha as Vamana's
+// RobustPrune: a candidate is dropped when a neighbour already kept is closer
+// to it than the base element is by a factor alpha (1: hnswlib's rule). The
+// factor applies to squared Euclidean distances: between the points for L2,
+// between the directions (1 - cosine) for inner products, each inner product
+// divided by the norms of both elements (norm_range.h), or by the common
+// squared norm when the norms do not differ.
 void Hnsw::select_neighbors(MaxHeap& top, size_t m, uint32_t base) const {
   if (top.size() < m) return;
-  const bool angular = norms_.varied();
+  const float alpha = p_.prune_alpha;
+  const bool ip = store_.space() == Space::IP;
+  const bool angular = ip && norms_.varied();
   auto norm_of = [this](uint32_t e) { return std::max(store_.ip_norm(e), 1e-30f); };  // zero vectors too
   const float base_norm = angular ? norm_of(base) : 1.f;
+  const float common_norm2 = ip && !angular ? norms_.common_norm2() : 1.f;
+  // distance -> the squared-distance scale alpha applies to (an inner product's -ip -> 1 - cosine)
+  auto spread = [&](float dist, float norm_a, float norm_b) {
+    if (!ip) return dist;
+    return 1.f + dist / (angular ? norm_a * norm_b : common_norm2);
+  };
   std::vector<float> kept_norm;  // angular only
   MaxHeap closest;  // (-distance, id)
   while (!top.empty()) {
@@ -271,14 +284,16 @@ void Hnsw::select_neighbors(MaxHeap& top, size_t m, uint32_t base) const {
     const uint32_t id = closest.top().second;
     closest.pop();
     if (!closest.empty()) store_.prefetch(closest.top().second);
+    const float id_norm = angular ? norm_of(id) : 1.f;
+    const float to_base = spread(d, base_norm, id_norm);
     bool good = true;
     for (size_t j = 0; j < kept.size() && good; ++j) {
       const float to_kept = store_.distance_between(kept[j].second, id);
-      good = angular ? to_kept / kept_norm[j] >= d / base_norm : to_kept >= d;
+      good = alpha * spread(to_kept, angular ? kept_norm[j] : 1.f, id_norm) >= to_base;
     }
     if (!good) continue;
     kept.emplace_back(d, id);
-    if (angular) kept_norm.push_back(norm_of(id));
+    if (angular) kept_norm.push_back(id_norm);
   }
   for (const Candidate& k : kept) top.emplace(k);
 }

@@ -49,6 +49,14 @@ struct HnswParams {
   uint64_t seed = 100;
   bool keep_float = false;
   bool allow_replace_deleted = false;
+  // Link diversification (Hnsw::select_neighbors): a candidate link is
+  // dropped when a link already kept is closer to it, by this factor on
+  // squared distances, than the element itself. 1 is hnswlib's rule; above 1
+  // (Vamana's alpha) more of the farther links survive, so a search reaches
+  // more recall per ef at some build cost (bench/RESULTS.md, "prune_alpha").
+  static constexpr float kDefaultPruneAlpha = 1.05f;
+  static constexpr float kMinPruneAlpha = 1.f, kMaxPruneAlpha = 2.f;
+  float prune_alpha = kDefaultPruneAlpha;
 };
 
 class MappedFile;

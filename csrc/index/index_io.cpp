@@ -200,6 +200,7 @@ class HnswSerializer {
     h.entry_point = x.entry_point();
     h.max_level = x.max_level();
     h.filter_exact_factor = x.filter_exact_factor_;
+    h.prune_alpha = x.p_.prune_alpha;
     const size_t n = x.count();
     out.ext.resize(n);
     for (size_t i = 0; i < n; ++i) out.ext[i] = x.store_.ext_id(uint32_t(i));
@@ -227,6 +228,9 @@ class HnswSerializer {
     p.seed = h.seed;
     p.keep_float = h.keep_float;
     p.allow_replace_deleted = h.allow_replace_deleted;
+    if (!(h.prune_alpha >= HnswParams::kMinPruneAlpha && h.prune_alpha <= HnswParams::kMaxPruneAlpha))
+      throw std::invalid_argument(what + " is corrupt (prune_alpha)");
+    p.prune_alpha = h.prune_alpha;
     const bool in_place = map != nullptr;
     p.max_elements = 0;  // capacity comes once the sections confirm the count
     auto idx = std::make_unique<Hnsw>(p);

@@ -30,6 +30,12 @@ class NormRange {
 
   bool varied() const { return varied_.load(std::memory_order_relaxed); }
   bool known() const { return known_.load(std::memory_order_acquire); }
+  // The squared norm every vector has when the norms are not varied (within
+  // kSpread of it), 1 before any row is seen.
+  float common_norm2() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return hi_ > 0.f && hi_ >= lo_ ? lo_ * hi_ : 1.f;
+  }
 
   // Widens the range by rows [n x dim] (float inputs of an add).
   void note_rows(const float* rows, size_t n, size_t dim) {
@@ -70,7 +76,7 @@ class NormRange {
     known_.store(true, std::memory_order_release);
   }
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   float lo_ = std::numeric_limits<float>::infinity();
   float hi_ = 0.f;
   std::atomic<bool> varied_{false};

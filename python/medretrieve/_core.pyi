@@ -125,6 +125,7 @@ class HnswIndex:
         seed: int,
         keep_float: bool,
         allow_replace_deleted: bool,
+        prune_alpha: float = ...,
     ) -> None: ...
     def add(
         self,

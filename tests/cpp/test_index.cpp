@@ -162,6 +162,40 @@ TEST(Hnsw, OwnLevelZeroListTakesUpToTwiceM) {
   EXPECT_GT(h.neighbours(n - 1, 0).size(), p.M);
 }
 
+// prune_alpha relaxes the diversity rule: above 1 more candidates survive it,
+// so level-0 lists hold more links (on every space, the inner product ones
+// compared by direction), recall stays, and the value is checked and saved.
+TEST(Hnsw, PruneAlphaKeepsMoreLinks) {
+  const size_t n = 1500, nq = 30, dim = 24, k = 10;
+  const auto x = random_rows(n, dim, 11), q = random_rows(nq, dim, 12);
+  for (Space s : {Space::L2, Space::IP}) {
+    const auto truth = brute(x, n, q, nq, dim, k, s);
+    double mean_links[2];
+    for (int relaxed = 0; relaxed < 2; ++relaxed) {
+      HnswParams p = params(s, DType::Int8, dim, n);
+      p.prune_alpha = relaxed ? 1.2f : 1.f;
+      Hnsw h(p);
+      h.add(x.data(), n, nullptr, nullptr, 1, false, false);
+      size_t links = 0;
+      for (uint32_t id = 0; id < n; ++id) links += h.neighbours(id, 0).size();
+      mean_links[relaxed] = double(links) / double(n);
+      std::vector<int64_t> ids(nq * k);
+      std::vector<float> sc(nq * k);
+      const size_t ef = 100;
+      h.search(q.data(), nq, k, &ef, 1, nullptr, nullptr, 1, ids.data(), sc.data());
+      EXPECT_GE(recall(ids, truth, k), 0.9) << medretrieve::metric_name(s) << " alpha " << p.prune_alpha;
+      const std::vector<char> bytes = h.to_bytes();
+      EXPECT_EQ(Hnsw::from_bytes(bytes.data(), bytes.size())->params().prune_alpha, p.prune_alpha);
+    }
+    EXPECT_GT(mean_links[1], mean_links[0] * 1.1) << medretrieve::metric_name(s);
+  }
+  for (float bad : {0.5f, 0.99f, 2.5f, std::nanf("")}) {
+    HnswParams p = params(Space::L2, DType::Int8, dim, n);
+    p.prune_alpha = bad;
+    EXPECT_THROW(Hnsw h(p), std::invalid_argument) << bad;
+  }
+}
+
 // Updates move vectors; the old neighbourhoods are repaired, so recall after
 // many parallel updates (2 threads, as under the sanitizers in CI) stays high.
 TEST(Hnsw, ParallelUpdatesKeepRecall) {
