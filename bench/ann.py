@@ -53,14 +53,26 @@ class Lib:
 
 
 class Medretrieve(Lib):
-    def __init__(self, dtype: str, keep_float: bool, M: int, efc: int, entry_beam: int = 1) -> None:
+    def __init__(self, dtype: str, keep_float: bool, M: int, efc: int, entry_beam: int = 1,
+                 prune_alpha: float | None = None) -> None:
+        """prune_alpha None: the library's default (a named alpha goes into the name, for side-by-side runs)."""
         self.name = f"medretrieve {dtype}" + (" +rescore" if keep_float else "")
+        if prune_alpha is not None:
+            self.name += f" alpha {prune_alpha:g}"
         self.dtype, self.keep_float, self.M, self.efc, self.entry_beam = dtype, keep_float, M, efc, entry_beam
+        self.prune_alpha = prune_alpha
         self.ef = 10
+
+    @staticmethod
+    def default_alpha() -> float:
+        probe = medretrieve.Index("ip", 2)
+        probe.init_index(1)
+        return round(probe.stats().prune_alpha, 4)
 
     def build(self, x, threads, labels=None):
         self.idx = medretrieve.Index("ip", x.shape[1])
-        self.idx.init_index(len(x), M=self.M, ef_construction=self.efc, dtype=self.dtype, keep_float=self.keep_float)
+        self.idx.init_index(len(x), M=self.M, ef_construction=self.efc, dtype=self.dtype, keep_float=self.keep_float,
+                            prune_alpha=self.prune_alpha)
         self.idx.add(x, labels=labels, num_threads=threads)
         self.idx.entry_beam = self.entry_beam
         self.core = self.idx._core
@@ -383,9 +395,11 @@ def run_shapes(a: argparse.Namespace, efs: list[int]) -> None:
                 Medretrieve("int8", True, a.M, a.efc, a.entry_beam), Faiss(True, a.M, a.efc), Faiss(False, a.M, a.efc),
                 Hnswlib(a.M, a.efc)]
         libs = [lib for lib in libs if lib.name in wanted]
+        libs[1:1] = [Medretrieve("int8", False, a.M, a.efc, a.entry_beam, float(alpha))
+                     for alpha in a.compare_alpha.split(",") if alpha]
         print(f"\n### {desc}\n\nM={a.M} ef_construction={a.efc}, builds with {a.threads} threads; single-query QPS "
               f"(1 thread), libraries interleaved ({a.rounds} passes); simd={medretrieve.simd_level()}; medretrieve "
-              f"entry beam {a.entry_beam}\n", flush=True)
+              f"entry beam {a.entry_beam}, prune_alpha {Medretrieve.default_alpha()}\n", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
             res = interleaved(libs, x, q, gt, efs, a.threads, a.rounds, tmp)
         res["deep"] = deep_recall(libs, x, q, gt, [int(e) for e in a.deep_efs.split(",") if e], a.threads)
@@ -408,6 +422,8 @@ def main() -> None:
     ap.add_argument("--shape", help="comma list of named data shapes (bench/datagen.py SHAPES, minilm-bioasq) or "
                     "'all': one interleaved run per shape with the issue-19 summary (implies --interleaved)")
     ap.add_argument("--entry-beam", type=int, default=1, help="with --shape: medretrieve's Index.entry_beam")
+    ap.add_argument("--compare-alpha", default="",
+                    help="with --shape: also medretrieve int8 built with these prune_alpha values (comma list)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing passes over the queries per ef")
     ap.add_argument("--deep-efs", default="256,512,1024,2048",
                     help="with --shape: larger efs at which the medretrieve indexes' recall is measured (untimed)")

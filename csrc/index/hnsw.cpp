@@ -251,17 +251,21 @@ void Hnsw::push_distances(uint32_t base, const uint32_t* ids, size_t n, size_t k
   }
 }
 
-// hnswlib's getNeighborsByHeuristic2, relaxed by prune_alpha as Vamana's
-// RobustPrune: a candidate is dropped when a neighbour already kept is closer
-// to it than the base element is by a factor alpha (1: hnswlib's rule). The
-// factor applies to squared Euclidean distances: between the points for L2,
-// between the directions (1 - cosine) for inner products, each inner product
-// divided by the norms of both elements (norm_range.h), or by the common
-// squared norm when the norms do not differ.
+// hnswlib's getNeighborsByHeuristic2 (keep a candidate only if it is closer
+// to the base element than to every neighbour already kept), then, while the
+// list has room, the candidates it dropped that pass the rule relaxed by
+// prune_alpha (Vamana's RobustPrune: dropped only when a kept neighbour is
+// closer to them by that factor), closest first. The relaxed links are only
+// added to hnswlib's, never put in their place: applied in one pass, the
+// relaxed rule fills lists with near links and crowds out the far ones that
+// make the graph navigable on high intrinsic dimension (bench/RESULTS.md).
+// The factor applies to squared Euclidean distances: between the points for
+// L2, between the directions (1 - cosine) for inner products and cosine, each
+// inner product divided by the norms of both elements when they vary
+// (norm_range.h), or by the common squared norm when they do not.
 void Hnsw::select_neighbors(MaxHeap& top, size_t m, uint32_t base) const {
   if (top.size() < m) return;
-  const float alpha = p_.prune_alpha;
-  const bool ip = store_.space() == Space::IP;
+  const bool ip = store_.space() != Space::L2;  // cosine too (unit vectors: its norm range stays empty)
   const bool angular = ip && norms_.varied();
   auto norm_of = [this](uint32_t e) { return std::max(store_.ip_norm(e), 1e-30f); };  // zero vectors too
   const float base_norm = angular ? norm_of(base) : 1.f;
@@ -271,31 +275,44 @@ void Hnsw::select_neighbors(MaxHeap& top, size_t m, uint32_t base) const {
     if (!ip) return dist;
     return 1.f + dist / (angular ? norm_a * norm_b : common_norm2);
   };
-  std::vector<float> kept_norm;  // angular only
+  struct Pick {
+    Candidate c;
+    float norm, to_base;
+    float to_blocker;  // spread to the first kept element that dropped it
+  };
+  std::vector<Pick> kept, dropped;
+  kept.reserve(m);
+  // Spread from p to the closest kept element from `from` on that is nearer to p than alpha * (p to base).
+  auto blocker = [&](const Pick& p, float alpha, size_t from) -> float {
+    for (size_t j = from; j < kept.size(); ++j) {
+      const float to_kept = spread(store_.distance_between(kept[j].c.second, p.c.second), kept[j].norm, p.norm);
+      if (alpha * to_kept < p.to_base) return to_kept;
+    }
+    return std::numeric_limits<float>::infinity();
+  };
   MaxHeap closest;  // (-distance, id)
   while (!top.empty()) {
     closest.emplace(-top.top().first, top.top().second);
     top.pop();
   }
-  std::vector<Candidate> kept;
-  kept.reserve(m);
   while (!closest.empty() && kept.size() < m) {
-    const float d = -closest.top().first;
-    const uint32_t id = closest.top().second;
+    Pick p;
+    p.c = {-closest.top().first, closest.top().second};
     closest.pop();
     if (!closest.empty()) store_.prefetch(closest.top().second);
-    const float id_norm = angular ? norm_of(id) : 1.f;
-    const float to_base = spread(d, base_norm, id_norm);
-    bool good = true;
-    for (size_t j = 0; j < kept.size() && good; ++j) {
-      const float to_kept = store_.distance_between(kept[j].second, id);
-      good = alpha * spread(to_kept, angular ? kept_norm[j] : 1.f, id_norm) >= to_base;
-    }
-    if (!good) continue;
-    kept.emplace_back(d, id);
-    if (angular) kept_norm.push_back(id_norm);
+    p.norm = angular ? norm_of(p.c.second) : 1.f;
+    p.to_base = spread(p.c.first, base_norm, p.norm);
+    p.to_blocker = blocker(p, 1.f, 0);
+    (p.to_blocker == std::numeric_limits<float>::infinity() ? kept : dropped).push_back(p);
   }
-  for (const Candidate& k : kept) top.emplace(k);
+  const float alpha = p_.prune_alpha;
+  for (size_t i = 0; i < dropped.size() && kept.size() < m && alpha > 1.f; ++i) {
+    const Pick& p = dropped[i];
+    if (alpha * p.to_blocker < p.to_base) continue;  // its first blocker still blocks it
+    // Every element kept so far, hnswlib's and the relaxed ones, against the relaxed rule.
+    if (blocker(p, alpha, 0) == std::numeric_limits<float>::infinity()) kept.push_back(p);
+  }
+  for (const Pick& k : kept) top.emplace(k.c);
 }
 
 std::vector<uint32_t> Hnsw::set_own_links(uint32_t id, MaxHeap& top, int level) {

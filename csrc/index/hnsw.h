@@ -49,11 +49,12 @@ struct HnswParams {
   uint64_t seed = 100;
   bool keep_float = false;
   bool allow_replace_deleted = false;
-  // Link diversification (Hnsw::select_neighbors): a candidate link is
-  // dropped when a link already kept is closer to it, by this factor on
-  // squared distances, than the element itself. 1 is hnswlib's rule; above 1
-  // (Vamana's alpha) more of the farther links survive, so a search reaches
-  // more recall per ef at some build cost (bench/RESULTS.md, "prune_alpha").
+  // Link diversification (Hnsw::select_neighbors): hnswlib's rule keeps a
+  // candidate link only if no kept link is closer to it than the element is;
+  // a list with room left then also takes the dropped candidates that pass
+  // the rule relaxed by this factor on squared distances (Vamana's alpha).
+  // 1 is hnswlib's graph; 1.05 buys recall per ef on every data shape
+  // measured, for a longer build (bench/RESULTS.md, "prune_alpha").
   static constexpr float kDefaultPruneAlpha = 1.05f;
   static constexpr float kMinPruneAlpha = 1.f, kMaxPruneAlpha = 2.f;
   float prune_alpha = kDefaultPruneAlpha;

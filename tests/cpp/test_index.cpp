@@ -163,12 +163,12 @@ TEST(Hnsw, OwnLevelZeroListTakesUpToTwiceM) {
 }
 
 // prune_alpha relaxes the diversity rule: above 1 more candidates survive it,
-// so level-0 lists hold more links (on every space, the inner product ones
+// so level-0 lists hold more links (on every space, inner products and cosine
 // compared by direction), recall stays, and the value is checked and saved.
 TEST(Hnsw, PruneAlphaKeepsMoreLinks) {
   const size_t n = 1500, nq = 30, dim = 24, k = 10;
   const auto x = random_rows(n, dim, 11), q = random_rows(nq, dim, 12);
-  for (Space s : {Space::L2, Space::IP}) {
+  for (Space s : {Space::L2, Space::IP, Space::Cosine}) {
     const auto truth = brute(x, n, q, nq, dim, k, s);
     double mean_links[2];
     for (int relaxed = 0; relaxed < 2; ++relaxed) {
