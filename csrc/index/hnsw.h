@@ -53,7 +53,7 @@ struct HnswParams {
   // candidate link only if no kept link is closer to it than the element is;
   // a list with room left then also takes the dropped candidates that pass
   // the rule relaxed by this factor on squared distances (Vamana's alpha).
-  // 1 is hnswlib's graph; 1.05 buys recall per ef on every data shape
+  // 1 is hnswlib's rule alone; 1.05 buys recall per ef on every data shape
   // measured, for a longer build (bench/RESULTS.md, "prune_alpha").
   static constexpr float kDefaultPruneAlpha = 1.05f;
   static constexpr float kMinPruneAlpha = 1.f, kMaxPruneAlpha = 2.f;
@@ -70,6 +70,8 @@ class Hnsw {
   static constexpr double kGraphCostPerNode = 0.75;
   // Vectors whose reads are in flight ahead of the one being scored.
   static constexpr size_t kPrefetchAhead = 2;
+  // prune_alpha's relaxed links leave 1/kRelaxedSlack of a list free (select_neighbors).
+  static constexpr size_t kRelaxedSlack = 4;
 
   explicit Hnsw(const HnswParams& params);
   ~Hnsw();

@@ -301,10 +301,10 @@ class Index:
     ) -> None:
         """Allocates room for ``max_elements`` vectors (grow later with ``resize_index``).
 
-        ``prune_alpha`` (1 to 2; None: the library's default, 1.05) relaxes the rule that spreads each element's links:
-        a candidate link is dropped when a link already kept is closer to it than the element is, by this factor on
-        squared distances. 1 is hnswlib's rule; a little above it keeps more of the farther links, which buys recall
-        per ``ef`` for some build time. Saved with the index.
+        ``prune_alpha`` (1 to 2; None: the library's default, 1.05) spreads each element's links: hnswlib's rule keeps
+        a candidate only if no kept link is closer to it than the element is, and a list with room left also takes the
+        dropped candidates that pass the rule relaxed by this factor (on squared distances, as Vamana's alpha). 1 keeps
+        to hnswlib's rule; the default buys recall per ``ef`` for a longer build. Saved with the index.
         """
         for name, v in (("max_elements", max_elements), ("M", M), ("ef_construction", ef_construction)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
