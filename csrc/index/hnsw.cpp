@@ -262,7 +262,7 @@ void Hnsw::push_distances(uint32_t base, const uint32_t* ids, size_t n, size_t k
 // Relaxed links fill a list to 1 - 1/kRelaxedSlack of its capacity only: the
 // rest takes later back links by appending, where a full list re-runs this
 // selection for every back link (filled to the brim, builds took 25-120%
-// longer; with the slack, as long as alpha 1's, for most of the recall gain).
+// longer than alpha 1's; with the slack 2-22%, for most of the recall gain).
 // The factor applies to squared Euclidean distances: between the points for
 // L2, between the directions (1 - cosine) for inner products and cosine, each
 // inner product divided by the norms of both elements when they vary
@@ -286,9 +286,10 @@ void Hnsw::select_neighbors(MaxHeap& top, size_t m, uint32_t base) const {
   };
   std::vector<Pick> kept, dropped;
   kept.reserve(m);
-  // Spread from p to the closest kept element from `from` on that is nearer to p than alpha * (p to base).
-  auto blocker = [&](const Pick& p, float alpha, size_t from) -> float {
-    for (size_t j = from; j < kept.size(); ++j) {
+  // Spread to p from the first kept element that is closer to p than p's spread to the base / alpha: the rule
+  // drops p because of it. Infinity when there is none: p passes.
+  auto blocker = [&](const Pick& p, float alpha) -> float {
+    for (size_t j = 0; j < kept.size(); ++j) {
       const float to_kept = spread(store_.distance_between(kept[j].c.second, p.c.second), kept[j].norm, p.norm);
       if (alpha * to_kept < p.to_base) return to_kept;
     }
@@ -306,7 +307,7 @@ void Hnsw::select_neighbors(MaxHeap& top, size_t m, uint32_t base) const {
     if (!closest.empty()) store_.prefetch(closest.top().second);
     p.norm = angular ? norm_of(p.c.second) : 1.f;
     p.to_base = spread(p.c.first, base_norm, p.norm);
-    p.to_blocker = blocker(p, 1.f, 0);
+    p.to_blocker = blocker(p, 1.f);
     (p.to_blocker == std::numeric_limits<float>::infinity() ? kept : dropped).push_back(p);
   }
   const float alpha = p_.prune_alpha;
@@ -315,7 +316,7 @@ void Hnsw::select_neighbors(MaxHeap& top, size_t m, uint32_t base) const {
     const Pick& p = dropped[i];
     if (alpha * p.to_blocker < p.to_base) continue;  // its first blocker still blocks it
     // Every element kept so far, hnswlib's and the relaxed ones, against the relaxed rule.
-    if (blocker(p, alpha, 0) == std::numeric_limits<float>::infinity()) kept.push_back(p);
+    if (blocker(p, alpha) == std::numeric_limits<float>::infinity()) kept.push_back(p);
   }
   for (const Pick& k : kept) top.emplace(k.c);
 }
