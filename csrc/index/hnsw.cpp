@@ -359,8 +359,14 @@ bool Hnsw::add_backlink(uint32_t id, uint32_t other, int level, bool is_update) 
   return kept;
 }
 
+// When every full list re-selects its links without `id`, nothing links to it
+// at that level and a search cannot return it until the next connectivity
+// pass (which a small add may not trigger): it then takes the place of the
+// farthest link of its nearest neighbour (`selected` is farthest first).
 void Hnsw::add_backlinks(uint32_t id, const std::vector<uint32_t>& selected, int level, bool is_update) {
-  for (uint32_t other : selected) add_backlink(id, other, level, is_update);
+  bool linked = false;
+  for (uint32_t other : selected) linked |= add_backlink(id, other, level, is_update);
+  if (!linked && level == 0 && !selected.empty()) replace_farthest_link(selected.back(), id);
 }
 
 // Links `id` at levels min(level, max_level)..0 starting from `ep`. Its own
