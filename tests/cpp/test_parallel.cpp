@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/parallel.h"
@@ -31,11 +33,16 @@ TEST(Parallel, EveryIndexOnceForAnyThreadCount) {
 }
 
 TEST(Parallel, FirstErrorIsRethrownAfterTheLoopStops) {
+  // Every other item takes 100 us, so finishing all of them would take seconds
+  // even on 4 threads, while the thrower needs microseconds to unwind: a busy
+  // CI machine once descheduled the thrower long enough for trivial items to
+  // run out, so the margin is made wide rather than left to the scheduler.
   std::atomic<size_t> ran{0};
   EXPECT_THROW(parallel_for(0, 100000, 4,
                             [&](size_t i, size_t) {
                               ran.fetch_add(1);
                               if (i == 10) throw std::out_of_range("item 10");
+                              std::this_thread::sleep_for(std::chrono::microseconds(100));
                             }),
                std::out_of_range);
   EXPECT_LT(ran.load(), 100000u);  // the other workers stopped taking items
