@@ -77,7 +77,11 @@ class ShardSet:
 
     def call(self, method: str, args: Mapping[int, Tuple[Any, ...]], timeout_s: Optional[float]) -> Outcome:
         """``method(*args[i])`` on shard ``i`` for every ``i`` in ``args`` at once; waits at most ``timeout_s``
-        (None: until every shard answered or failed)."""
+        (None: until every shard answered or failed). With no time left (``timeout_s <= 0``) nothing is sent and
+        every shard counts as missed: whether a shard could answer in the instant of one poll is up to the
+        scheduler, and an expired request must not cost the shards work."""
+        if timeout_s is not None and timeout_s <= 0:
+            return Outcome(missed=sorted(args))
         ray = require_ray()
         refs = {getattr(self.actors[i], method).remote(*a): i for i, a in args.items()}
         out = Outcome()
