@@ -11,10 +11,10 @@ from typing import Dict, Tuple
 import numpy as np
 
 PREFIX = 8 + 4 * 4  # magic, version, kind, header bytes, section count
-HEADER = struct.Struct("<4I4I4IIi3QdfI")  # FileHeader (format version 2)
+HEADER = struct.Struct("<4I4I4IIi3QdfI")  # FileHeader (format versions 2-3)
 HEADER_FIELDS = (
     "space dtype dim M ef_construction ef keep_float centre_trained allow_replace_deleted link_slots stride "
-    "code_offset entry_point max_level max_elements count seed filter_exact_factor prune_alpha reserved"
+    "code_offset entry_point max_level max_elements count seed filter_exact_factor prune_alpha link_bits"
 ).split()
 ENTRY = struct.Struct("<IIQQ")
 SECTIONS = {"centre": 1, "slabs": 2, "levels": 3, "upper": 4, "ext_ids": 5, "labels": 6, "floats": 7}

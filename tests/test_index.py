@@ -287,9 +287,22 @@ def test_stats_and_memory() -> None:
     idx, x = build("ip", "int8", n=1000)
     s = idx.stats()
     assert s.count == 1000 and s.dtype == "int8" and s.dim == DIM and not s.read_only
-    assert s.bytes_per_slab % 16 == 0 and s.bytes_per_slab == 128 + DIM  # header+links+meta, then int8 codes
+    # header 4 + 24 level-0 links of 16 bits, the label signature at 56, scale and norm term; the int8 code at 80
+    assert s.link_bits == 16 and s.bytes_per_slab % 16 == 0 and s.bytes_per_slab == 80 + DIM
     assert idx.memory_bytes() >= 1000 * s.bytes_per_slab
     assert "int8" in repr(idx)
+
+
+def test_link_ids_widen_with_the_capacity_and_the_graph_stays() -> None:
+    idx, x = build("l2", "int8", n=1000)
+    q = x[:50] + 0.01
+    before = idx.search(q, 5)
+    assert idx.stats().link_bits == 16
+    slab = idx.stats().bytes_per_slab
+    idx.resize_index(200_000)  # 18-bit ids: every slab rewritten in the wider layout
+    assert idx.stats().link_bits == 18 and idx.stats().bytes_per_slab >= slab
+    for a, b in zip(idx.search(q, 5), before):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int8"])

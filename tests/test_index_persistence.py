@@ -129,11 +129,14 @@ def test_version_1_files_still_load(tmp_path, mmap: bool) -> None:
     assert np.mean(ids[:, 0] == np.arange(1000, 1300)) >= 0.99
     if mmap:
         return
+    assert idx.stats().link_bits == 32  # its u32 level-0 ids, kept as they are
     idx.add(-rows[:20], ids=np.arange(2000, 2020))
-    idx.save(tmp_path / "v2.mdr")
-    again = medretrieve.Index.load(tmp_path / "v2.mdr")
-    assert (tmp_path / "v2.mdr").read_bytes()[8] == 2
-    assert (len(again), again.stats().prune_alpha) == (320, 1.0)
+    idx.save(tmp_path / "v3.mdr")
+    again = medretrieve.Index.load(tmp_path / "v3.mdr")
+    assert (tmp_path / "v3.mdr").read_bytes()[8] == 3
+    assert (len(again), again.stats().prune_alpha, again.stats().link_bits) == (320, 1.0, 32)
+    ids, _ = again.search(rows, 1)
+    assert np.mean(ids[:, 0] == np.arange(1000, 1300)) >= 0.99
 
 
 def test_pickle_round_trip() -> None:

@@ -124,6 +124,7 @@ py::dict hnsw_stats(const mi::Hnsw& h) {
   d["centre_trained"] = h.store().trained();
   d["read_only"] = h.read_only();
   d["bytes_per_slab"] = h.store().stride();
+  d["link_bits"] = h.store().link_bits();
   size_t memory;
   {
     py::gil_scoped_release nogil;

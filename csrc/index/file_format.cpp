@@ -362,6 +362,7 @@ ParsedFile parse_file(const char* data, size_t size, const std::string& what) {
   out.header = FileHeader{};
   out.header.prune_alpha = 1.f;  // what a version 1 file was built with
   std::memcpy(&out.header, data + kPrefixBytes, header_bytes);
+  if (prefix[0] < 3) out.header.link_bits = 32;  // u32 level-0 ids
   size_t end = body;
   for (uint32_t i = 0; i < prefix[3]; ++i) {
     const char* e = data + table + i * kSectionEntryBytes;

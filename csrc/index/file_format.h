@@ -22,7 +22,8 @@ namespace medretrieve::index {
 
 constexpr char kMagic[8] = {'M', 'D', 'R', 'I', 'D', 'X', 0, 0};
 // 2: FileHeader gained prune_alpha (version 1 files were built with hnswlib's rule, alpha 1).
-constexpr uint32_t kFormatVersion = 2;
+// 3: level-0 link ids are packed link_bits wide (vector_store.h); versions 1-2 hold u32 ids (link_bits 32).
+constexpr uint32_t kFormatVersion = 3;
 enum class FileKind : uint32_t { Hnsw = 0, Flat = 1 };
 enum class SectionId : uint32_t { Centre = 1, Slabs = 2, Levels = 3, Upper = 4, ExtIds = 5, Labels = 6, Floats = 7 };
 
@@ -36,7 +37,7 @@ struct FileHeader {
   double filter_exact_factor;
   // Version 2 onwards (a version 1 header ends above; parse_file fills these in).
   float prune_alpha;
-  uint32_t reserved;
+  uint32_t link_bits;  // version 3 onwards (reserved, 0, in version 2)
 };
 // The header size of each format version.
 constexpr size_t kHeaderBytesV1 = offsetof(FileHeader, prune_alpha);

@@ -55,16 +55,24 @@ void Hnsw::resize(size_t max_elements) {
   visited_.resize(max_elements);
 }
 
-Hnsw::Links Hnsw::links(uint32_t id, int level) const {
-  if (level == 0) return {store_.links0(id), store_.link_count0(id)};
+Hnsw::Links Hnsw::upper_links(uint32_t id, int level) const {
   const uint32_t* block = upper_[id] + size_t(level - 1) * (p_.M + 1);
   return {block + 1, __atomic_load_n(block, __ATOMIC_ACQUIRE)};
 }
 
+void Hnsw::read_links(uint32_t id, int level, std::vector<uint32_t>& out) const {
+  if (level == 0) {
+    out.resize(M0_);
+    out.resize(store_.read_links0(id, out.data()));
+  } else {
+    const Links l = upper_links(id, level);
+    out.assign(l.ids, l.ids + l.n);
+  }
+}
+
 void Hnsw::set_links(uint32_t id, int level, const uint32_t* ids, uint32_t n) {
   if (level == 0) {
-    std::memcpy(store_.links0(id), ids, n * sizeof(uint32_t));
-    store_.set_link_count0(id, n);
+    store_.write_links0(id, ids, n);
   } else {
     uint32_t* block = upper_[id] + size_t(level - 1) * (p_.M + 1);
     std::memcpy(block + 1, ids, n * sizeof(uint32_t));
@@ -98,12 +106,12 @@ uint32_t Hnsw::greedy_descent(const QueryCtx& ctx, uint32_t ep, int from_level, 
       uint32_t n;
       if (locked) {
         std::lock_guard<std::mutex> g(link_lock(cur));
-        Links l = links(cur, level);
+        Links l = upper_links(cur, level);
         buf.assign(l.ids, l.ids + l.n);
         ids = buf.data();
         n = l.n;
       } else {
-        Links l = links(cur, level);
+        Links l = upper_links(cur, level);
         ids = l.ids;
         n = l.n;
       }
@@ -129,6 +137,20 @@ size_t Hnsw::take_unvisited(const uint32_t* ids, size_t n, VisitedList& vis, uin
   return m;
 }
 
+// take_unvisited over `id`'s level-0 list, decoded on the way. No lock: an id
+// torn by a concurrent rewrite of the list may exceed the capacity, and is skipped.
+size_t Hnsw::take_unvisited0(uint32_t id, VisitedList& vis, uint32_t* fresh) const {
+  const uint32_t n = store_.link_count0(id);
+  const size_t limit = store_.capacity();
+  size_t m = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t nb = store_.link0(id, i);
+    if (nb < limit && !vis.test_and_set(nb)) fresh[m++] = nb;
+  }
+  for (size_t i = 0; i < std::min(m, kPrefetchAhead); ++i) store_.prefetch(fresh[i]);
+  return m;
+}
+
 Hnsw::MaxHeap Hnsw::search_layer_build(const QueryCtx& ctx, uint32_t ep, int level, uint32_t exclude) const {
   auto vis = visited_.borrow();
   MaxHeap top, cand;  // cand holds (-distance, id)
@@ -148,8 +170,7 @@ Hnsw::MaxHeap Hnsw::search_layer_build(const QueryCtx& ctx, uint32_t ep, int lev
     cand.pop();
     {
       std::lock_guard<std::mutex> g(link_lock(c.second));
-      Links l = links(c.second, level);
-      buf.assign(l.ids, l.ids + l.n);
+      read_links(c.second, level, buf);
     }
     const size_t m = take_unvisited(buf.data(), buf.size(), *vis, fresh.data());
     for (size_t i = 0; i < m; ++i) {
@@ -180,7 +201,7 @@ std::vector<uint32_t> Hnsw::beam_upper(const QueryCtx& ctx, uint32_t ep, int lev
     const Candidate c = cand.top();
     if (-c.first > lower && top.size() >= ef) break;
     cand.pop();
-    Links l = links(c.second, level);
+    Links l = upper_links(c.second, level);
     for (uint32_t i = 0; i < l.n; ++i) {
       const uint32_t nb = l.ids[i];
       if (vis->test_and_set(nb)) continue;
@@ -221,8 +242,7 @@ Hnsw::MaxHeap Hnsw::search_layer0(const QueryCtx& ctx, const uint32_t* eps, size
     const Candidate c = cand.top();
     if (-c.first > lower && (top.size() >= ef || !screening)) break;
     cand.pop();
-    Links l = links(c.second, 0);
-    const size_t m = take_unvisited(l.ids, l.n, *vis, fresh.data());
+    const size_t m = take_unvisited0(c.second, *vis, fresh.data());
     for (size_t i = 0; i < m; ++i) {
       if (i + kPrefetchAhead < m) store_.prefetch(fresh[i + kPrefetchAhead]);
       const uint32_t nb = fresh[i];
@@ -337,16 +357,16 @@ std::vector<uint32_t> Hnsw::set_own_links(uint32_t id, MaxHeap& top, int level) 
 bool Hnsw::add_backlink(uint32_t id, uint32_t other, int level, bool is_update) {
   if (other == id || level > level_of(other)) return false;  // cannot happen; never corrupt the graph
   std::lock_guard<std::mutex> g(link_lock(other));
-  Links l = links(other, level);
-  if (is_update && std::find(l.ids, l.ids + l.n, id) != l.ids + l.n) return true;
-  std::vector<uint32_t> buf(l.ids, l.ids + l.n);
+  std::vector<uint32_t> buf;
+  read_links(other, level, buf);
+  if (is_update && std::find(buf.begin(), buf.end(), id) != buf.end()) return true;
   bool kept = true;
-  if (l.n < max_links(level)) {
+  if (buf.size() < max_links(level)) {
     buf.push_back(id);
   } else {
     MaxHeap cands;
     cands.emplace(store_.distance_between(id, other), id);
-    push_distances(other, l.ids, l.n, SIZE_MAX, cands);
+    push_distances(other, buf.data(), buf.size(), SIZE_MAX, cands);
     select_neighbors(cands, max_links(level), other);
     buf.clear();
     kept = false;
@@ -407,8 +427,9 @@ void Hnsw::insert(uint32_t id, const float* x, int level) {
 
 std::vector<uint32_t> Hnsw::links_copy(uint32_t id, int level) const {
   std::lock_guard<std::mutex> g(link_lock(id));
-  Links l = links(id, level);
-  return std::vector<uint32_t>(l.ids, l.ids + l.n);
+  std::vector<uint32_t> out;
+  read_links(id, level, out);
+  return out;
 }
 
 // After `id` moved, its old neighbours still point at it and their lists were
@@ -631,14 +652,14 @@ void Hnsw::connect_unreachable(size_t n) {
 }
 
 void Hnsw::mark_reachable(uint32_t from, VisitedList& seen) const {
-  std::vector<uint32_t> stack{from};
+  std::vector<uint32_t> stack{from}, nbs;
   seen.test_and_set(from);
   while (!stack.empty()) {
     const uint32_t id = stack.back();
     stack.pop_back();
-    Links l = links(id, 0);
-    for (uint32_t i = 0; i < l.n; ++i)
-      if (!seen.test_and_set(l.ids[i])) stack.push_back(l.ids[i]);
+    read_links(id, 0, nbs);
+    for (uint32_t nb : nbs)
+      if (!seen.test_and_set(nb)) stack.push_back(nb);
   }
 }
 
@@ -665,9 +686,9 @@ void Hnsw::link_from_nearest(uint32_t id) {
 
 void Hnsw::replace_farthest_link(uint32_t other, uint32_t id) {
   std::lock_guard<std::mutex> g(link_lock(other));
-  Links l = links(other, 0);
-  if (l.n == 0) return;
-  std::vector<uint32_t> buf(l.ids, l.ids + l.n);
+  std::vector<uint32_t> buf;
+  read_links(other, 0, buf);
+  if (buf.empty()) return;
   MaxHeap by_distance;
   push_distances(other, buf.data(), buf.size(), SIZE_MAX, by_distance);
   std::replace(buf.begin(), buf.end(), by_distance.top().second, id);

@@ -169,7 +169,10 @@ class Hnsw {
   };
   using MaxHeap = std::priority_queue<Candidate>;
 
-  Links links(uint32_t id, int level) const;
+  // Links of an upper level (u32 blocks, read in place).
+  Links upper_links(uint32_t id, int level) const;
+  // Links of any level into out (level 0 decoded from the slab).
+  void read_links(uint32_t id, int level, std::vector<uint32_t>& out) const;
   void set_links(uint32_t id, int level, const uint32_t* ids, uint32_t n);
   std::mutex& link_lock(uint32_t id) const { return link_locks_[id & (kLinkLocks - 1)]; }
   int level_of(uint32_t id) const { return levels_[id]; }
@@ -186,6 +189,7 @@ class Hnsw {
   // `fresh` (returns how many) and prefetches the first kPrefetchAhead: the
   // distance loops then prefetch exactly the vectors they will read, ahead.
   size_t take_unvisited(const uint32_t* ids, size_t n, VisitedList& vis, uint32_t* fresh) const;
+  size_t take_unvisited0(uint32_t id, VisitedList& vis, uint32_t* fresh) const;
   MaxHeap search_layer_build(const QueryCtx& ctx, uint32_t ep, int level, uint32_t exclude) const;
   // Layer-0 search from the entry points eps[0..n_eps).
   MaxHeap search_layer0(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,

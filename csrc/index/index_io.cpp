@@ -82,6 +82,7 @@ FileHeader store_header(const VectorStore& s) {
   h.keep_float = s.keep_float();
   h.centre_trained = s.trained();
   h.link_slots = uint32_t(s.link_slots());
+  h.link_bits = s.link_bits();
   h.stride = uint32_t(s.stride());
   h.code_offset = uint32_t(s.code_offset());
   h.count = s.count();
@@ -126,6 +127,11 @@ const char* need(const ParsedFile& f, SectionId id, size_t expected, const std::
 void fill_store(VectorStore& s, const ParsedFile& f, const std::string& what, bool in_place,
                 const std::function<void(size_t)>& make_room) {
   const FileHeader& h = f.header;
+  // ids as wide as the saved capacity needs (so make_room keeps the layout)
+  if (h.link_bits < VectorStore::kMinLinkBits || h.link_bits > 32 ||
+      (s.link_slots() && h.link_bits < VectorStore::link_bits_for(size_t(std::max(h.max_elements, h.count)))))
+    throw std::invalid_argument(what + " is corrupt (link id width)");
+  s.use_link_bits(h.link_bits);
   if (h.stride != s.stride() || h.code_offset != s.code_offset() || h.link_slots != s.link_slots())
     throw std::invalid_argument(what + " is corrupt (slab layout does not match its parameters)");
   const size_t n = h.count;
@@ -134,6 +140,7 @@ void fill_store(VectorStore& s, const ParsedFile& f, const std::string& what, bo
   const char* ext = need(f, SectionId::ExtIds, n * sizeof(uint64_t), what, "id");
   const char* floats = s.keep_float() ? need(f, SectionId::Floats, n * h.dim * sizeof(float), what, "float") : nullptr;
   if (!in_place) make_room(n);
+  if (s.stride() != h.stride) throw std::logic_error(what + ": the slab layout changed while making room");
   std::memcpy(s.centre_mut().data(), centre, h.dim * sizeof(float));
   s.set_trained(h.centre_trained != 0 || s.dtype() == DType::Float32);
   std::vector<uint64_t> ids(n);
@@ -267,9 +274,14 @@ class HnswSerializer {
       }
       up += bytes;
     }
-    check_graph(n, h.M, idx->levels_, [&g](uint32_t id, int level) {
-      const Hnsw::Links l = g.links(id, level);
-      return std::make_pair(l.ids, l.n);
+    std::vector<uint32_t> ids;
+    check_graph(n, h.M, idx->levels_, [&g, &ids](uint32_t id, int level) {
+      if (level > 0) {  // read in place: check_graph checks the count before it reads an id
+        const Hnsw::Links l = g.upper_links(id, level);
+        return std::make_pair(l.ids, l.n);
+      }
+      g.read_links(id, 0, ids);  // fill_store checked every level-0 count (check_store)
+      return std::make_pair(static_cast<const uint32_t*>(ids.data()), uint32_t(ids.size()));
     }, h.entry_point, h.max_level, what);
     idx->ep_state_.store(n ? pack(h.entry_point, h.max_level) : pack(Hnsw::kNone, -1));
     load_labels(f, idx->store_, idx->labels_, what);

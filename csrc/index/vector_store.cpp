@@ -111,13 +111,31 @@ VectorStore::VectorStore(Space space, DType dtype, size_t dim, size_t link_slots
   if (dtype == DType::Int8 && dim > kernels::kMaxInt8Dim)
     throw std::invalid_argument("int8 storage supports at most 131072 dimensions");
   if (link_slots > kCountMask) throw std::invalid_argument("too many links per element");
-  off_sig_ = align_up(4 + 4 * link_slots, 8);
+  set_layout(kMinLinkBits);
+  if (dtype == DType::Float32) trained_ = true;  // nothing to train
+}
+
+void VectorStore::set_layout(uint32_t bits) {
+  link_bits_ = bits;
+  link_mask_ = bits == 32 ? ~0u : (1u << bits) - 1;
+  off_sig_ = align_up(4 + (link_slots_ * bits + 7) / 8, 8);
   off_scale_ = off_sig_ + 8;
   off_aux_ = off_scale_ + 4;
   off_code_ = align_up(off_aux_ + 4, 16);
-  stride_ = align_up(off_code_ + dim * (dtype == DType::Int8 ? 1 : 4), 16);
+  stride_ = align_up(off_code_ + dim_ * (dtype_ == DType::Int8 ? 1 : 4), 16);
   prefetch_end_ = std::min(stride_, off_code_ + kPrefetchCodeBytes);
-  if (dtype == DType::Float32) trained_ = true;  // nothing to train
+}
+
+uint32_t VectorStore::link_bits_for(size_t capacity) {
+  uint32_t bits = kMinLinkBits;
+  while (bits < 32 && (uint64_t(1) << bits) < capacity) ++bits;
+  return bits;
+}
+
+void VectorStore::use_link_bits(uint32_t bits) {
+  if (count() || data_) throw std::logic_error("use_link_bits on a store that holds slabs");
+  if (bits < kMinLinkBits || bits > 32) throw std::invalid_argument("link id width must be 16-32 bits");
+  set_layout(bits);
 }
 
 VectorStore::~VectorStore() { free_buffers(); }
@@ -136,8 +154,35 @@ void VectorStore::reserve(size_t capacity) {
   const size_t n = count();
   if (capacity < n) capacity = n;
   if (capacity == capacity_) return;
-  char* data = alloc_zeroed(capacity * stride_);
-  if (data_ && n) std::memcpy(data, data_, n * stride_);
+  const uint32_t bits = std::max(link_bits_, link_bits_for(capacity));
+  char* data;
+  if (bits == link_bits_ || link_slots_ == 0) {
+    data = alloc_zeroed(capacity * stride_);
+    if (data_ && n) std::memcpy(data, data_, n * stride_);
+  } else {  // wider ids: every slab moves to the new layout
+    const size_t old_stride = stride_, old_sig = off_sig_, old_code = off_code_;
+    const uint32_t old_bits = link_bits_, old_mask = link_mask_;
+    std::vector<uint32_t> ids(link_slots_);
+    set_layout(bits);
+    try {
+      data = alloc_zeroed(capacity * stride_);
+    } catch (...) {
+      set_layout(old_bits);  // nothing moved: the store stays as it was
+      throw;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const char* from = data_ + i * old_stride;
+      char* to = data + i * stride_;
+      uint32_t head;
+      std::memcpy(&head, from, 4);
+      const uint32_t links = head & kCountMask;
+      for (uint32_t j = 0; j < links; ++j) ids[j] = unpack_id(from + 4, j, old_bits, old_mask);
+      std::memcpy(to, &head, 4);
+      pack_links(to + 4, ids.data(), links);
+      std::memcpy(to + off_sig_, from + old_sig, 16);  // signature, scale, aux
+      std::memcpy(to + off_code_, from + old_code, stride_ - off_code_);  // the code (wider ids never shrink it)
+    }
+  }
   float* floats = nullptr;
   if (keep_float_) {
     floats = reinterpret_cast<float*>(alloc_zeroed(capacity * dim_ * sizeof(float)));
@@ -148,6 +193,24 @@ void VectorStore::reserve(size_t capacity) {
   floats_ = floats;
   capacity_ = capacity;
   ext_.resize(capacity);
+}
+
+void VectorStore::pack_links(char* list, const uint32_t* ids, uint32_t n) const {
+  const size_t bytes = (link_slots_ * link_bits_ + 7) / 8;
+  size_t out = 0;
+  uint64_t acc = 0;  // bits not yet written, lowest first
+  uint32_t held = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    acc |= uint64_t(ids[i] & link_mask_) << held;
+    for (held += link_bits_; held >= 8; held -= 8, acc >>= 8) list[out++] = char(acc & 0xFF);
+  }
+  if (held) list[out++] = char(acc & 0xFF);
+  std::memset(list + out, 0, bytes - out);
+}
+
+void VectorStore::write_links0(uint32_t id, const uint32_t* ids, uint32_t n) {
+  pack_links(slab(id) + 4, ids, n);
+  set_link_count0(id, n);
 }
 
 void VectorStore::set_link_count0(uint32_t id, uint32_t n) {

@@ -3,10 +3,14 @@
 // One contiguous slab per element (hnswlib style, usearch-like explicit layout):
 //
 //   [u32 header: link count (bits 0-15) | deleted (bit 16) | labels exact (bit 17)]
-//   [link_slots x u32 level-0 neighbour ids]        (0 slots for the flat index)
+//   [link_slots level-0 neighbour ids, link_bits each, packed]  (0 slots for the flat index)
 //   [u64 label signature] [f32 scale] [f32 aux] [code: dim int8 or dim float32]
 //
 // with the element stride rounded to 16 bytes and the code 16-byte aligned.
+// Level-0 ids take the bits the capacity needs (at least kMinLinkBits; 32 is
+// a plain u32 array, the layout of format versions 1-2): at 100k elements 17
+// bits, so a 32-link list is 68 bytes instead of 128, a tenth of a 384-d int8
+// slab. Upper-level links (rare) stay u32 (hnsw.h).
 // External ids (u64) live in a separate array plus a hash map ext -> internal.
 //
 // int8 scheme (kernels/quantizer.h): x = c + s * code, c a trained centre, s per
@@ -24,6 +28,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -68,6 +73,15 @@ struct QueryCtx {
   float factor = 0.f;         // ip: -s_q;      l2: -2 s_q
 };
 
+// The i-th `bits`-wide field of a packed id list (the mask keeps `bits` bits).
+// Reads 8 bytes from the field's first byte: callers leave that much room.
+inline uint32_t unpack_id(const char* list, size_t i, uint32_t bits, uint32_t mask) {
+  const size_t bit = i * bits;
+  uint64_t word;
+  std::memcpy(&word, list + (bit >> 3), sizeof word);
+  return uint32_t(word >> (bit & 7)) & mask;
+}
+
 class VectorStore {
  public:
   static constexpr uint32_t kCountMask = 0xFFFFu;
@@ -89,6 +103,7 @@ class VectorStore {
   DType dtype() const { return dtype_; }
   size_t dim() const { return dim_; }
   size_t link_slots() const { return link_slots_; }
+  uint32_t link_bits() const { return link_bits_; }
   size_t stride() const { return stride_; }
   size_t code_offset() const { return off_code_; }
   bool keep_float() const { return keep_float_; }
@@ -96,18 +111,37 @@ class VectorStore {
   size_t capacity() const { return capacity_; }
   size_t count() const { return count_.load(std::memory_order_acquire); }
   size_t deleted_count() const { return deleted_.load(std::memory_order_relaxed); }
-  // Grows (or shrinks down to count()) the slab array. Exclusive lock held by the caller.
+  // Grows (or shrinks down to count()) the slab array; when the new capacity
+  // needs wider link ids every slab is rewritten in the wider layout (ids
+  // never narrow). Exclusive lock held by the caller.
   void reserve(size_t capacity);
+  // Sets the layout a file was saved with (before its slabs are copied or
+  // mapped in): only on an empty store.
+  void use_link_bits(uint32_t bits);
+  static constexpr uint32_t kMinLinkBits = 16;
+  // The id width a capacity needs (at least kMinLinkBits).
+  static uint32_t link_bits_for(size_t capacity);
 
   // --- slab access ---
   char* slab(uint32_t id) const { return data_ + size_t(id) * stride_; }
-  uint32_t* links0(uint32_t id) const { return reinterpret_cast<uint32_t*>(slab(id) + 4); }
   uint32_t header(uint32_t id) const {
     return __atomic_load_n(reinterpret_cast<uint32_t*>(slab(id)), __ATOMIC_ACQUIRE);
   }
   uint32_t link_count0(uint32_t id) const { return header(id) & kCountMask; }
-  // Publishes a new level-0 link count (after the ids were written).
-  void set_link_count0(uint32_t id, uint32_t n);
+  // The i-th level-0 link of `id` (i < link_slots()). A search that reads a
+  // list while a writer rewrites it may get a torn id, below 2^link_bits but
+  // not necessarily below the capacity: lock-free readers check the bound.
+  uint32_t link0(uint32_t id, size_t i) const {
+    return unpack_id(slab(id) + 4, i, link_bits_, link_mask_);  // the 16 bytes of sig, scale and aux follow
+  }
+  // Decodes the level-0 links of `id` into out (link_slots() room); returns how many.
+  uint32_t read_links0(uint32_t id, uint32_t* out) const {
+    const uint32_t n = link_count0(id);
+    for (uint32_t i = 0; i < n; ++i) out[i] = link0(id, i);
+    return n;
+  }
+  // Packs ids[0..n) (each below the capacity) into `id`'s list, then publishes the count.
+  void write_links0(uint32_t id, const uint32_t* ids, uint32_t n);
   bool is_deleted(uint32_t id) const { return header(id) & kDeletedBit; }
   // Returns the previous state.
   bool set_deleted(uint32_t id, bool deleted);
@@ -183,9 +217,15 @@ class VectorStore {
   void free_buffers();
   Space space_;
   DType dtype_;
+  // Offsets and stride of the layout with `bits`-wide level-0 ids.
+  void set_layout(uint32_t bits);
+  // Packs ids[0..n) into the list at `list` (link_slots() fields of link_bits_), zeroing the unused ones.
+  void pack_links(char* list, const uint32_t* ids, uint32_t n) const;
+  void set_link_count0(uint32_t id, uint32_t n);
   size_t dim_, link_slots_;
   bool keep_float_;
   static constexpr size_t kPrefetchCodeBytes = 1024;
+  uint32_t link_bits_ = 32, link_mask_ = ~0u;
   size_t off_sig_, off_scale_, off_aux_, off_code_, stride_, prefetch_end_;
   const kernels::KernelTable* kt_;
 

@@ -65,7 +65,12 @@ class IndexInputError(ValueError, RuntimeError):
 
 @dataclass(frozen=True)
 class IndexStats:
-    """A snapshot of an index's state (``Index.stats()``); ``memory_bytes`` counts native bytes held."""
+    """A snapshot of an index's state (``Index.stats()``); ``memory_bytes`` counts native bytes held.
+
+    ``bytes_per_slab``: bytes of one element's slab (level-0 links, label signature, int8 scale and norm term,
+    code); ``link_bits``: the width of each level-0 link id in it, the bits ``max_elements`` needs (at least 16;
+    32 in files of format versions 1-2), widened when the index grows past a power of two.
+    """
 
     space: str
     dtype: str
@@ -82,6 +87,7 @@ class IndexStats:
     read_only: bool
     memory_bytes: int
     bytes_per_slab: int
+    link_bits: int
     simd_level: str
 
 
@@ -512,7 +518,8 @@ class Index:
             space=s["space"], dtype=s["dtype"], dim=s["dim"], M=s["M"], ef_construction=s["ef_construction"],
             ef=s["ef"], count=s["count"], deleted=s["deleted"], max_elements=s["max_elements"],
             max_level=s["max_level"], keep_float=s["keep_float"], prune_alpha=s["prune_alpha"], read_only=s["read_only"],
-            memory_bytes=s["memory_bytes"], bytes_per_slab=s["bytes_per_slab"], simd_level=s["simd_level"],
+            memory_bytes=s["memory_bytes"], bytes_per_slab=s["bytes_per_slab"], link_bits=s["link_bits"],
+            simd_level=s["simd_level"],
         )
 
     def save(self, path: Union[str, os.PathLike], snapshot: bool = True) -> None:

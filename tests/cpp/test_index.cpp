@@ -12,12 +12,14 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unistd.h>
 #include <vector>
 
 #include "index/file_format.h"
 #include "index/flat.h"
 #include "index/hnsw.h"
+#include "index/vector_store.h"
 
 using namespace medretrieve::index;
 
@@ -303,6 +305,81 @@ TEST(Hnsw, SaveLoadRoundTripAndMmap) {
     if (mmap) {
       EXPECT_THROW(g->add(x.data(), 1, nullptr, nullptr, 1, false, false), std::runtime_error);
     }
+  }
+  std::remove(path.c_str());
+}
+
+// Level-0 ids are packed as wide as the capacity needs (vector_store.h):
+// ids up to the top of the width round-trip, and widening them (a resize past
+// a power of two) moves every slab without changing a link, flag or code.
+TEST(VectorStore, PackedLinkListsSurviveWideningTheIds) {
+  const size_t dim = 16, slots = 32, n = 40;
+  VectorStore s(Space::IP, DType::Int8, dim, slots, false);
+  s.reserve(70000);
+  ASSERT_EQ(s.link_bits(), 17u);
+  std::vector<uint64_t> ext(n);
+  for (size_t i = 0; i < n; ++i) ext[i] = 1000 + i;
+  s.allocate(ext.data(), n);
+  const auto x = random_rows(n, dim, 9);
+  s.train(x.data(), n);
+  std::mt19937 rng(3);
+  std::vector<std::vector<uint32_t>> lists(n);
+  for (size_t i = 0; i < n; ++i) {
+    s.encode(uint32_t(i), x.data() + i * dim);
+    lists[i].resize(i % (slots + 1));  // 0..32 links
+    for (uint32_t& id : lists[i]) id = rng() % 70000;
+    if (!lists[i].empty()) lists[i][0] = 69999;  // the top of the capacity
+    s.write_links0(uint32_t(i), lists[i].data(), uint32_t(lists[i].size()));
+    s.set_signature(uint32_t(i), uint64_t(i) * 0x9E3779B97F4A7C15ull, i % 2 == 0);
+  }
+  s.set_deleted(7, true);
+  auto snapshot = [&] {
+    std::vector<std::vector<uint32_t>> links(n);
+    std::vector<std::vector<float>> vecs(n, std::vector<float>(dim));
+    std::vector<uint32_t> headers(n);
+    std::vector<uint64_t> sigs(n);
+    for (size_t i = 0; i < n; ++i) {
+      links[i].resize(slots);
+      links[i].resize(s.read_links0(uint32_t(i), links[i].data()));
+      s.decode(uint32_t(i), vecs[i].data());
+      headers[i] = s.header(uint32_t(i));
+      sigs[i] = s.signature(uint32_t(i));
+    }
+    return std::make_tuple(links, vecs, headers, sigs);
+  };
+  const auto before = snapshot();
+  EXPECT_EQ(std::get<0>(before), lists);
+  s.reserve(300000);  // 19 bits: the signature moves from byte 72 to 80
+  EXPECT_EQ(s.link_bits(), 19u);
+  EXPECT_EQ(snapshot(), before);
+  EXPECT_TRUE(s.is_deleted(7));
+  s.reserve(n);  // shrinking keeps the width (ids never narrow)
+  EXPECT_EQ(s.link_bits(), 19u);
+  EXPECT_EQ(snapshot(), before);
+}
+
+TEST(Hnsw, ResizingPastAnIdWidthKeepsTheGraphAndItsFile) {
+  const size_t n = 400, dim = 12, k = 6, nq = 12;
+  const auto x = random_rows(n + 100, dim, 11), q = random_rows(nq, dim, 12);
+  Hnsw h(params(Space::L2, DType::Int8, dim, n));
+  h.add(x.data(), n, nullptr, nullptr, 2, false, false);
+  auto search = [&](const Hnsw& g) {
+    std::vector<int64_t> ids(nq * k);
+    std::vector<float> sc(nq * k);
+    g.search(q.data(), nq, k, nullptr, 0, nullptr, nullptr, 1, ids.data(), sc.data());
+    return std::make_pair(ids, sc);
+  };
+  const auto before = search(h);
+  h.resize(70000);  // 16 -> 17-bit ids: every slab rewritten
+  EXPECT_EQ(search(h), before);
+  h.add(x.data() + n * dim, 100, nullptr, nullptr, 2, false, false);
+  const auto grown = search(h);
+  const std::string path = temp_path("wide.idx");
+  h.save(path);
+  for (bool mmap : {false, true}) {
+    auto g = Hnsw::load(path, mmap);
+    EXPECT_EQ(g->count(), n + 100);
+    EXPECT_EQ(search(*g), grown);
   }
   std::remove(path.c_str());
 }

@@ -180,7 +180,8 @@ TEST(LoadChecks, GraphDamageIsNamed) {
 TEST(LoadChecks, SlabIdAndLabelDamageIsNamed) {
   Bytes good = hnsw_file(DType::Int8, true);
   const size_t stride = good.header().stride, code = good.header().code_offset;
-  const size_t sig = (4 + 4 * 2 * kM + 7) / 8 * 8;  // the u64 label signature follows the level-0 link slots, 8-aligned
+  // the u64 label signature follows the packed level-0 link slots, 8-aligned
+  const size_t sig = (4 + (2 * kM * good.header().link_bits + 7) / 8 + 7) / 8 * 8;
   auto slab = [&](Bytes& f, size_t i) { return f.section(SectionId::Slabs) + i * stride; };
   {
     Bytes f = good;
@@ -278,7 +279,15 @@ TEST(LoadChecks, AHeaderCountAloneNeverSizesAnAllocation) {
   // before the sections were checked against that count.
   Bytes h = hnsw_file(DType::Int8, false);
   h.header().count = h.header().max_elements = uint64_t(1) << 31;
-  expect_refused(h, "section has the wrong size");
+  expect_refused(h, "link id width");  // 16-bit ids cannot address that many
+  {  // ids wide enough, layout to match: the sections must still hold the count
+    VectorStore wide(Space::IP, DType::Int8, kDim, 2 * kM, false);
+    wide.use_link_bits(32);
+    h.header().link_bits = 32;
+    h.header().stride = uint32_t(wide.stride());
+    h.header().code_offset = uint32_t(wide.code_offset());
+    expect_refused(h, "section has the wrong size");
+  }
   FlatIndex idx(Space::IP, DType::Float32, kDim);
   const auto x = rows(4, kDim, 3);
   idx.add(x.data(), 4, nullptr, nullptr, 1);
