@@ -180,7 +180,7 @@ void VectorStore::reserve(size_t capacity) {
       std::memcpy(to, &head, 4);
       pack_links(to + 4, ids.data(), links);
       std::memcpy(to + off_sig_, from + old_sig, 16);  // signature, scale, aux
-      std::memcpy(to + off_code_, from + old_code, stride_ - off_code_);  // the code (wider ids never shrink it)
+      std::memcpy(to + off_code_, from + old_code, stride_ - off_code_);  // the code, padded alike in both layouts
     }
   }
   float* floats = nullptr;

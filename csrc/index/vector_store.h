@@ -9,8 +9,8 @@
 // with the element stride rounded to 16 bytes and the code 16-byte aligned.
 // Level-0 ids take the bits the capacity needs (at least kMinLinkBits; 32 is
 // a plain u32 array, the layout of format versions 1-2): at 100k elements 17
-// bits, so a 32-link list is 68 bytes instead of 128, a tenth of a 384-d int8
-// slab. Upper-level links (rare) stay u32 (hnsw.h).
+// bits, so a 32-link list takes 68 bytes instead of 128 and a 384-d int8 slab
+// 480 instead of 544. Upper-level links (rare) stay u32 (hnsw.h).
 // External ids (u64) live in a separate array plus a hash map ext -> internal.
 //
 // int8 scheme (kernels/quantizer.h): x = c + s * code, c a trained centre, s per
