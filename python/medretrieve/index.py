@@ -599,6 +599,8 @@ class Index:
         self._c().unmark_deleted(_as_id(label))
 
     def resize_index(self, new_size: int) -> None:
+        """hnswlib ``resize_index``: capacity to ``new_size`` elements (not below the count). Past a power of two
+        every slab is rewritten with wider level-0 link ids (``IndexStats.link_bits``), a pass over the index."""
         self._c().resize(int(new_size))
 
     def save_index(self, path: Union[str, os.PathLike]) -> None:
