@@ -1,4 +1,5 @@
 #include "index/hnsw.h"
+#include "index/search_pool.h"
 
 #include <algorithm>
 #include <cmath>
@@ -259,6 +260,28 @@ Hnsw::MaxHeap Hnsw::search_layer0(const QueryCtx& ctx, const uint32_t* eps, size
     }
   }
   return top;
+}
+
+std::vector<Candidate> Hnsw::search_layer0_pool(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps,
+                                                size_t ef) const {
+  auto vis = visited_.borrow();
+  SearchPool pool(ef);
+  for (size_t e = 0; e < n_eps; ++e)
+    if (!vis->test_and_set(eps[e])) pool.insert(store_.distance(ctx, eps[e]), eps[e]);
+  std::vector<uint32_t> fresh(M0_);
+  while (pool.has_unexpanded()) {
+    const uint32_t id = pool.expand_next();
+    uint32_t next;
+    if (pool.peek_next(next)) store_.prefetch_links0(next);  // most often the one expanded next
+    const size_t m = take_unvisited0(id, *vis, fresh.data());
+    for (size_t i = 0; i < m; ++i) {
+      if (i + kPrefetchAhead < m) store_.prefetch(fresh[i + kPrefetchAhead]);
+      pool.insert(store_.distance(ctx, fresh[i]), fresh[i]);
+    }
+  }
+  std::vector<Candidate> found(pool.size());
+  for (size_t i = 0; i < found.size(); ++i) found[i] = {pool.distance(i), pool.id(i)};
+  return found;
 }
 
 void Hnsw::push_distances(uint32_t base, const uint32_t* ids, size_t n, size_t keep, MaxHeap& out) const {
@@ -738,18 +761,21 @@ std::vector<Candidate> Hnsw::search_prepared(const QueryCtx& ctx, size_t k, size
   // much larger ef escapes (bench/scale.py at 5M).
   const size_t beam = entry_beam_.load(std::memory_order_relaxed);
   const ElementFilter* screen = filter.restricts() ? &filter : nullptr;
-  MaxHeap top;
-  if (beam > 1 && max_level >= 1) {
-    const std::vector<uint32_t> starts = beam_upper(ctx, greedy_descent(ctx, ep, max_level, 1, false), 1, beam);
-    top = search_layer0(ctx, starts.data(), starts.size(), ef, screen);
-  } else {  // the classic path allocates no entry list
-    const uint32_t start = greedy_descent(ctx, ep, max_level, 0, false);
-    top = search_layer0(ctx, &start, 1, ef, screen);
-  }
-  std::vector<Candidate> found(top.size());
-  for (size_t i = found.size(); i-- > 0;) {
-    found[i] = top.top();
-    top.pop();
+  std::vector<uint32_t> starts;
+  uint32_t start = kNone;
+  if (beam > 1 && max_level >= 1)
+    starts = beam_upper(ctx, greedy_descent(ctx, ep, max_level, 1, false), 1, beam);
+  else  // the classic path allocates no entry list
+    start = greedy_descent(ctx, ep, max_level, 0, false);
+  const uint32_t* eps = starts.empty() ? &start : starts.data();
+  const size_t n_eps = starts.empty() ? 1 : starts.size();
+  std::vector<Candidate> found;
+  if (screen || store_.deleted_count() > 0) {
+    MaxHeap top = search_layer0(ctx, eps, n_eps, ef, screen);
+    found.resize(top.size());
+    for (size_t i = found.size(); i-- > 0; top.pop()) found[i] = top.top();
+  } else {
+    found = search_layer0_pool(ctx, eps, n_eps, ef);
   }
   if (store_.keep_float()) {  // recall recovery: exact float32 re-score of the ef candidates
     for (Candidate& c : found) c.first = store_.exact_distance(ctx, c.second);

@@ -191,9 +191,12 @@ class Hnsw {
   size_t take_unvisited(const uint32_t* ids, size_t n, VisitedList& vis, uint32_t* fresh) const;
   size_t take_unvisited0(uint32_t id, VisitedList& vis, uint32_t* fresh) const;
   MaxHeap search_layer_build(const QueryCtx& ctx, uint32_t ep, int level, uint32_t exclude) const;
-  // Layer-0 search from the entry points eps[0..n_eps).
+  // Layer-0 search from the entry points eps[0..n_eps) that keeps only the elements the filter allows and that
+  // are not deleted (hnswlib's two heaps: candidates screened out still guide the search).
   MaxHeap search_layer0(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
                         const ElementFilter* filter) const;
+  // Unfiltered layer-0 search from eps[0..n_eps) over one sorted pool (search_pool.h); the ef closest, closest first.
+  std::vector<Candidate> search_layer0_pool(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef) const;
   std::vector<uint32_t> beam_upper(const QueryCtx& ctx, uint32_t ep, int level, size_t ef) const;
   // Pushes (distance to base, id) for ids other than base, keeping the `keep` closest.
   void push_distances(uint32_t base, const uint32_t* ids, size_t n, size_t keep, MaxHeap& out) const;

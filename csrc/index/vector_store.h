@@ -162,6 +162,13 @@ class VectorStore {
     const char* p = slab(id);
     for (size_t off = off_scale_ & ~size_t(63); off < prefetch_end_; off += 64) __builtin_prefetch(p + off);
   }
+  // Starts the read of id's header and level-0 link list (the lines before
+  // those prefetch() covers).
+  void prefetch_links0(uint32_t id) const {
+    const char* p = slab(id);
+    __builtin_prefetch(p);
+    __builtin_prefetch(p + off_sig_ - 1);
+  }
 
   // --- quantization ---
   bool trained() const { return trained_; }

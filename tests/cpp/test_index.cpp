@@ -262,6 +262,29 @@ TEST(Hnsw, LabelsRestrictResultsExactlyAndDeletedNeverReturned) {
   EXPECT_EQ(ids[0], 7);
 }
 
+// Unfiltered searches run over one sorted pool (search_pool.h), filtered ones
+// over hnswlib's two heaps; with a filter that allows everything both must
+// expand the same elements and return the same rows, scores included.
+TEST(Hnsw, PoolSearchMatchesTheHeapSearchWhenEverythingIsAllowed) {
+  const size_t n = 1500, dim = 24, nq = 40;
+  for (Space space : {Space::L2, Space::IP}) {
+    for (DType dtype : {DType::Int8, DType::Float32}) {
+      const auto x = random_rows(n, dim, 11);
+      const auto q = random_rows(nq, dim, 12);
+      Hnsw h(params(space, dtype, dim, n));
+      h.add(x.data(), n, nullptr, nullptr, 1, false, false);
+      const IdPredicate all = [](uint32_t) { return true; };
+      for (size_t ef : {10u, 37u, 150u}) {
+        for (size_t i = 0; i < nq; ++i) {
+          const auto pool = h.search_internal(q.data() + i * dim, 10, ef, nullptr, nullptr);
+          const auto heaps = h.search_internal(q.data() + i * dim, 10, ef, nullptr, &all);
+          ASSERT_EQ(pool, heaps) << "space " << int(space) << " dtype " << int(dtype) << " ef " << ef << " q " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(Hnsw, CapacityDuplicatesAndPadding) {
   const size_t dim = 8;
   const auto x = random_rows(20, dim, 4);

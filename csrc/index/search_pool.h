@@ -1,0 +1,67 @@
+// The result list of an unfiltered layer-0 search: the ef closest elements
+// found so far, sorted by distance, each flagged once expanded (DiskANN's
+// neighbour pool). It replaces hnswlib's two heaps: a candidate the
+// candidate heap holds beyond these ef is farther than the ef-th result, and
+// the search stops at the first such candidate, so it is never expanded.
+// An insertion is a binary search and a move of at most ef 12-byte items.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace medretrieve::index {
+
+class SearchPool {
+ public:
+  explicit SearchPool(size_t capacity) : capacity_(capacity) { items_.reserve(capacity + 1); }
+
+  // Inserts (distance, id) when it is among the `capacity` closest so far;
+  // returns whether it was.
+  bool insert(float distance, uint32_t id) {
+    const Item item{distance, id, false};
+    if (items_.size() == capacity_) {
+      if (!closer(item, items_.back())) return false;
+      items_.pop_back();
+    }
+    const auto at = std::upper_bound(items_.begin(), items_.end(), item, closer);
+    const size_t pos = size_t(at - items_.begin());
+    items_.insert(at, item);
+    if (pos < cursor_) cursor_ = pos;
+    return true;
+  }
+  bool has_unexpanded() const { return cursor_ < items_.size(); }
+  // The closest element not yet expanded (has_unexpanded() must hold); marks it expanded.
+  uint32_t expand_next() {
+    Item& item = items_[cursor_];
+    item.expanded = true;
+    while (cursor_ < items_.size() && items_[cursor_].expanded) ++cursor_;
+    return item.id;
+  }
+  // The element expand_next() would return now, or none.
+  bool peek_next(uint32_t& id) const {
+    if (cursor_ >= items_.size()) return false;
+    id = items_[cursor_].id;
+    return true;
+  }
+  size_t size() const { return items_.size(); }
+  float distance(size_t i) const { return items_[i].distance; }
+  uint32_t id(size_t i) const { return items_[i].id; }
+
+ private:
+  struct Item {
+    float distance;
+    uint32_t id;
+    bool expanded;
+  };
+  // Ties (exact duplicates) go to the lower id, as std::pair orders Candidates elsewhere.
+  static bool closer(const Item& a, const Item& b) {
+    return a.distance < b.distance || (a.distance == b.distance && a.id < b.id);
+  }
+  size_t capacity_;
+  size_t cursor_ = 0;
+  std::vector<Item> items_;
+};
+
+}  // namespace medretrieve::index
