@@ -10,6 +10,9 @@
 // highest level down. On top, elements that no level-0 path from the entry
 // point reaches are linked in after large batches (hnsw.cpp, Connectivity).
 //
+// Searches without a filter or deletions keep their ef best elements in one
+// sorted pool (search_pool.h); filtered ones keep hnswlib's two heaps.
+//
 // Concurrency: add and search take `mu_` shared; resize, load and save take it
 // exclusively (a writer-fair lock, common/shared_mutex.h, so searches cannot
 // starve them). Writers change an element's links under a striped link mutex
