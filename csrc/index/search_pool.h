@@ -15,7 +15,7 @@ namespace medretrieve::index {
 
 class SearchPool {
  public:
-  explicit SearchPool(size_t capacity) : capacity_(capacity) { items_.reserve(capacity + 1); }
+  explicit SearchPool(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) { items_.reserve(capacity_); }
 
   // Inserts (distance, id) when it is among the `capacity` closest so far;
   // returns whether it was.

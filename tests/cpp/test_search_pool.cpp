@@ -14,22 +14,29 @@
 #include "index/search_pool.h"
 
 using medretrieve::index::SearchPool;
+using Pair = std::pair<float, uint32_t>;
+
+namespace {
+// The `capacity` smallest (distance, id) pairs, in order.
+std::vector<Pair> closest(std::vector<Pair> seen, size_t capacity) {
+  std::sort(seen.begin(), seen.end());
+  seen.resize(std::min(seen.size(), capacity));
+  return seen;
+}
+}  // namespace
 
 TEST(SearchPool, KeepsTheClosestInOrderAndExpandsClosestFirst) {
   std::mt19937 rng(7);
   for (size_t capacity : {1u, 2u, 5u, 17u, 64u}) {
     SearchPool pool(capacity);
-    std::vector<std::pair<float, uint32_t>> seen;  // every insertion
+    std::vector<Pair> seen;  // every insertion
     std::set<uint32_t> expanded;
     std::uniform_int_distribution<int> value(0, 40), action(0, 3);
     for (uint32_t id = 0; id < 600; ++id) {
       if (action(rng) == 0 && pool.has_unexpanded()) {
         // Reference: the smallest kept pair not expanded yet.
-        std::vector<std::pair<float, uint32_t>> kept = seen;
-        std::sort(kept.begin(), kept.end());
-        kept.resize(std::min(kept.size(), capacity));
         uint32_t expect = UINT32_MAX;
-        for (const auto& c : kept)
+        for (const auto& c : closest(seen, capacity))
           if (!expanded.count(c.second)) {
             expect = c.second;
             break;
@@ -42,14 +49,11 @@ TEST(SearchPool, KeepsTheClosestInOrderAndExpandsClosestFirst) {
         expanded.insert(got);
       }
       const float d = float(value(rng)) * 0.25f - 3.f;
-      std::vector<std::pair<float, uint32_t>> before = seen;
-      std::sort(before.begin(), before.end());
-      const bool among = before.size() < capacity || std::make_pair(d, id) < before[capacity - 1];
+      const auto before = closest(seen, capacity);
+      const bool among = before.size() < capacity || std::make_pair(d, id) < before.back();
       EXPECT_EQ(pool.insert(d, id), among);
       seen.emplace_back(d, id);
-      std::vector<std::pair<float, uint32_t>> kept = seen;
-      std::sort(kept.begin(), kept.end());
-      kept.resize(std::min(kept.size(), capacity));
+      const auto kept = closest(seen, capacity);
       ASSERT_EQ(pool.size(), kept.size());
       for (size_t i = 0; i < kept.size(); ++i) {
         ASSERT_EQ(pool.distance(i), kept[i].first);
