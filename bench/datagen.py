@@ -94,7 +94,9 @@ def sample(spec: DataSpec, n: int, stream: int, chunk: int = 50_000) -> np.ndarr
 
 
 def exact_knn(base: np.ndarray, queries: np.ndarray, k: int, space: str = "ip", chunk: int = 256) -> np.ndarray:
-    """Exact top-k ids (int64 [nq, k]) by float32 matrix products, queries in chunks."""
+    """Exact top-k ids (int64 [nq, k]) by float32 matrix products, queries in chunks. Equal scores (exact duplicate
+    rows) go to the lower id, as the indexes break ties, so a by-id recall does not depend on which of two equal
+    rows a partial sort happened to keep."""
     out = np.empty((len(queries), k), dtype=np.int64)
     base_sq = np.einsum("ij,ij->i", base, base) if space == "l2" else None
     for s in range(0, len(queries), chunk):
@@ -102,9 +104,10 @@ def exact_knn(base: np.ndarray, queries: np.ndarray, k: int, space: str = "ip", 
         sim = q @ base.T
         if space == "l2":
             sim = 2 * sim - base_sq[None, :]
-        part = np.argpartition(-sim, k, axis=1)[:, :k]
-        order = np.argsort(-np.take_along_axis(sim, part, 1), axis=1, kind="stable")
-        out[s:s + len(q)] = np.take_along_axis(part, order, 1)
+        kth = np.partition(sim, -k, axis=1)[:, -k]
+        for row, (scores, bound) in enumerate(zip(sim, kth)):
+            ids = np.flatnonzero(scores >= bound)  # ascending, so a stable sort keeps the lower id first
+            out[s + row] = ids[np.argsort(-scores[ids], kind="stable")[:k]]
     return out
 
 
@@ -217,7 +220,7 @@ def load_shape(name: str, n: int, nq: int, k: int = 100, cache: Path = DEFAULT_C
         raise ValueError(f"unknown shape {name!r}; known: {', '.join([*SHAPES, *REAL_SHAPES])}")
     base, queries = minilm_bioasq(cache)
     base, queries = base[:n], queries[:nq]
-    path = cache / f"minilm_bioasq_gt_{len(base)}_{len(queries)}_k{k}.npy"
+    path = cache / f"minilm_bioasq_gt_{len(base)}_{len(queries)}_k{k}_lowid.npy"  # ties to the lower id
     if path.exists():
         gt = np.load(path)
     else:
