@@ -335,7 +335,7 @@ def shape_summary(res: dict, target: float = 0.95) -> list[str]:
 
 def deep_recall(libs: list[Lib], x, q, gt, efs, threads) -> dict:
     """Recall of the medretrieve indexes at efs beyond the timed sweep (how far keep_float re-scoring goes), by id and
-    with exact ties counted (``datagen.recall_with_ties``: duplicate rows make the true top 10 an arbitrary pick)."""
+    with exact ties counted (``datagen.recall_with_ties``: with duplicate rows the true top 10 is one pick among equals)."""
     out = {}
     for lib in libs:
         if isinstance(lib, Medretrieve) and efs:

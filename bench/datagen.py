@@ -120,8 +120,8 @@ def recall_at(found: np.ndarray, truth: np.ndarray, k: int = 10) -> float:
 def recall_with_ties(found: np.ndarray, base: np.ndarray, queries: np.ndarray, k: int = 10,
                      chunk: int = 256) -> float:
     """Recall@k counting a result as found when its exact inner product reaches the k-th best one's (float32, 1e-6
-    relative): with exact duplicate rows the true top k is one arbitrary pick among equals, which caps
-    :func:`recall_at` below 1 however good the search is."""
+    relative): with exact duplicate rows the true top k is one pick among equals (:func:`exact_knn` takes the lower
+    ids), and an index that keeps another equal row is as right."""
     hits = 0
     for s in range(0, len(queries), chunk):
         sim = queries[s:s + chunk] @ base.T

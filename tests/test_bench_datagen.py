@@ -37,7 +37,7 @@ def test_exact_knn_matches_a_float64_reference_and_breaks_ties_to_the_lower_id(s
     base, queries = _with_duplicates(seed=k)
     got = datagen.exact_knn(base, queries, k, space=space, chunk=16)  # several chunks, a ragged last one
     np.testing.assert_array_equal(got, _reference(base, queries, k, space))
-    assert got[0].tolist()[:min(k, 5)] == [7, 40, 130, 301, 499][:k]
+    assert got[0, :min(k, 5)].tolist() == [7, 40, 130, 301, 499][:k]  # the five equal rows, lower ids first
 
 
 def test_recall_by_id_misses_an_equal_duplicate_that_recall_with_ties_counts() -> None:
