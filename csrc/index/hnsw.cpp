@@ -265,7 +265,9 @@ Hnsw::MaxHeap Hnsw::search_layer0(const QueryCtx& ctx, const uint32_t* eps, size
 std::vector<Candidate> Hnsw::search_layer0_pool(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps,
                                                 size_t ef) const {
   auto vis = visited_.borrow();
-  SearchPool pool(ef);
+  // The pool never holds more than the stored elements; an ef past them (user input or a file's
+  // default) must not reserve memory for it.
+  SearchPool pool(std::min(ef, store_.count()));
   for (size_t e = 0; e < n_eps; ++e)
     if (!vis->test_and_set(eps[e])) pool.insert(store_.distance(ctx, eps[e]), eps[e]);
   std::vector<uint32_t> fresh(M0_);

@@ -61,3 +61,26 @@ TEST(Limits, IdsAboveInt64AreRefused) {
   h.add(x.data(), 2, top, nullptr, 1, false, false);
   EXPECT_TRUE(h.contains(kMaxExtId));
 }
+
+// An ef far past the stored elements (a user's or a loaded file's default) costs
+// no more memory than ef = count: the search pool is sized by the elements
+// (the fuzzer's out-of-memory input had ef near 2**32).
+TEST(Limits, EfPastTheElementsAllocatesOnlyForTheElements) {
+  const size_t dim = 4, n = 10;
+  std::vector<float> x(n * dim), q(dim, 1.f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float((i * 7) % 11) - 5.f;
+  HnswParams p;
+  p.space = Space::L2;
+  p.dim = dim;
+  p.max_elements = n;
+  Hnsw h(p);
+  h.add(x.data(), n, nullptr, nullptr, 1, false, false);
+  std::vector<int64_t> ids(n), exact_ids(n);
+  std::vector<float> scores(n), exact_scores(n);
+  h.set_ef(size_t(1) << 60);
+  h.search(q.data(), 1, n, nullptr, 0, nullptr, nullptr, 1, ids.data(), scores.data());
+  const size_t ef = n;
+  h.search(q.data(), 1, n, &ef, 1, nullptr, nullptr, 1, exact_ids.data(), exact_scores.data());
+  EXPECT_EQ(ids, exact_ids);
+  EXPECT_EQ(scores, exact_scores);
+}
