@@ -53,7 +53,7 @@ class Lib:
 
 
 class Medretrieve(Lib):
-    def __init__(self, dtype: str, keep_float: bool, M: int, efc: int, entry_beam: int = 1,
+    def __init__(self, dtype: str, keep_float: bool, M: int, efc: int, entry_beam: int = 0,
                  prune_alpha: float | None = None) -> None:
         """prune_alpha None: the library's default (a named alpha goes into the name, for side-by-side runs)."""
         self.name = f"medretrieve {dtype}" + (" +rescore" if keep_float else "")
@@ -88,6 +88,10 @@ class Medretrieve(Lib):
 
     def save(self, path):
         self.idx.save(path)
+
+
+def beam_name(entry_beam: int) -> str:
+    return "auto (ef // 8)" if entry_beam == 0 else str(entry_beam)
 
 
 class Hnswlib(Lib):
@@ -399,7 +403,7 @@ def run_shapes(a: argparse.Namespace, efs: list[int]) -> None:
                      for alpha in a.compare_alpha.split(",") if alpha]
         print(f"\n### {desc}\n\nM={a.M} ef_construction={a.efc}, builds with {a.threads} threads; single-query QPS "
               f"(1 thread), libraries interleaved ({a.rounds} passes); simd={medretrieve.simd_level()}; medretrieve "
-              f"entry beam {a.entry_beam}, prune_alpha {Medretrieve.default_alpha()}\n", flush=True)
+              f"entry beam {beam_name(a.entry_beam)}, prune_alpha {Medretrieve.default_alpha()}\n", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
             res = interleaved(libs, x, q, gt, efs, a.threads, a.rounds, tmp)
         res["deep"] = deep_recall(libs, x, q, gt, [int(e) for e in a.deep_efs.split(",") if e], a.threads)
@@ -421,7 +425,8 @@ def main() -> None:
     ap.add_argument("--real", action="store_true", help="MiniLM embeddings of BioASQ snippets instead")
     ap.add_argument("--shape", help="comma list of named data shapes (bench/datagen.py SHAPES, minilm-bioasq) or "
                     "'all': one interleaved run per shape with the issue-19 summary (implies --interleaved)")
-    ap.add_argument("--entry-beam", type=int, default=1, help="with --shape: medretrieve's Index.entry_beam")
+    ap.add_argument("--entry-beam", type=int, default=0,
+                    help="with --shape: medretrieve's Index.entry_beam (0, the default: ef // 8; 1: one descent)")
     ap.add_argument("--compare-alpha", default="",
                     help="with --shape: also medretrieve int8 built with these prune_alpha values (comma list)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing passes over the queries per ef")

@@ -217,7 +217,7 @@ def _faiss_build(spill: VectorSpill, a, progress):
 class Searcher:
     """One query at a time against a medretrieve or faiss index, optionally restricted to one label."""
 
-    def __init__(self, lib: str, path: Path, labels: np.ndarray, entry_beam: int = 1) -> None:
+    def __init__(self, lib: str, path: Path, labels: np.ndarray, entry_beam: int = 0) -> None:
         self.lib = lib
         if lib == "medretrieve":
             from medretrieve.index import Index
@@ -255,7 +255,7 @@ def serve(a) -> None:
     path = index_path(d.work, a.lib, a.n, a.M, a.efc)
     before = status_kb()
     t0 = time.perf_counter()
-    if a.entry_beam > 1 and a.lib != "medretrieve":
+    if a.entry_beam != 0 and a.lib != "medretrieve":
         sys.exit("--entry-beam is a medretrieve search setting")
     s = Searcher(a.lib, path, labels, a.entry_beam)
     open_s = time.perf_counter() - t0
@@ -289,7 +289,7 @@ def serve(a) -> None:
     payload = {"lib": a.lib, "n": a.n, "M": a.M, "efc": a.efc, "entry_beam": a.entry_beam, "open_s": open_s,
                "first_query_ms": first_ms, "page_in_s": page_in_s, "mapped": s.mapped, "rss_before_kb": before, "rss_after_open_kb": after_open,
                "rss_serving_kb": serving, "rows": rows, "load_avg": os.getloadavg()}
-    what = "serve" if a.entry_beam == 1 else f"serve-beam{a.entry_beam}"
+    what = "serve" if a.entry_beam == 0 else f"serve-beam{a.entry_beam}"
     write_result(result_path(d.work, a.lib, a.n, a.M, a.efc, what), payload)
     print(json.dumps({k: v for k, v in payload.items() if k != "rows"}))
 
@@ -348,7 +348,7 @@ def report(a) -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for s in [*serves.values(), *beams]:
         for r in s["rows"]:
-            print(f"| {s['lib']} int8 | {s['n']:,} | {s['M']} / {s['efc']} | {s.get('entry_beam', 1)} | "
+            print(f"| {s['lib']} int8 | {s['n']:,} | {s['M']} / {s['efc']} | {s.get('entry_beam', 1) or 'ef // 8'} | "
                   f"{'10%' if r['filtered'] else 'none'} | {r['ef']} | {r['recall']:.4f} | {r['p50_ms']:.3f} | "
                   f"{r['p99_ms']:.3f} |")
 
@@ -364,7 +364,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batch", type=int, default=50_000)
     p.add_argument("--filter-queries", type=int, default=500)
-    p.add_argument("--entry-beam", type=int, default=1, help="serve: medretrieve's layer-1 entry beam (1: classic)")
+    p.add_argument("--entry-beam", type=int, default=0,
+                   help="serve: medretrieve's layer-1 entry beam (0, the default: ef // 8; 1: one greedy descent)")
     p.add_argument("--work", default="/tmp/medretrieve_scale")
     a = p.parse_args()
     if a.what == "data":

@@ -104,33 +104,41 @@ def test_per_query_ef_array_and_ef_below_k() -> None:
 
 
 def test_entry_beam_seeds_layer0_from_several_elements() -> None:
-    """A beam on layer 1 never costs recall here and gains it at a small ef (many clusters, few links); the
-    same rows with the default beam of 1 are the classic single-descent search; filters and deletions hold."""
+    """A beam on layer 1 never costs recall here and gains it at a small ef (many clusters, few links); a beam
+    of 1 is the classic single-descent search; the default (0) is ef // 8 per query; filters and deletions
+    hold."""
     n = 6000
     x = embedding_like(n, DIM, seed=11, clusters=40)
     idx = medretrieve.Index("l2", DIM)
     idx.init_index(n, M=4, ef_construction=40, dtype="int8", random_seed=3)
     idx.add(x, labels=np.arange(n) % 10, num_threads=1)
-    assert idx.stats().max_level >= 1 and idx.entry_beam == 1
+    assert idx.stats().max_level >= 1 and idx.entry_beam == 0
     q = embedding_like(200, DIM, seed=12, clusters=40)
     truth = exact_topk(x, q, 10, "l2")
-    classic = idx.search(q, 10, ef=10)[0]
-    single = {ef: recall(idx.search(q, 10, ef=ef)[0], truth) for ef in (10, 20, 40)}
+    auto = {ef: idx.search(q, 10, ef=ef)[0] for ef in (10, 16, 20, 40)}
+    idx.entry_beam = 1
+    classic = {ef: idx.search(q, 10, ef=ef)[0] for ef in (10, 16, 20, 40)}
+    single = {ef: recall(classic[ef], truth) for ef in (10, 20, 40)}
     idx.entry_beam = 16
     beamed = {ef: recall(idx.search(q, 10, ef=ef)[0], truth) for ef in (10, 20, 40)}
     assert all(beamed[ef] >= single[ef] - 0.005 for ef in single) and beamed[10] > single[10], (single, beamed)
-    idx.set_entry_beam(1)
-    np.testing.assert_array_equal(idx.search(q, 10, ef=10)[0], classic)
+    for ef, beam in ((10, 1), (16, 2), (20, 2), (40, 5)):  # auto: the same rows as the explicit beam ef // 8
+        idx.set_entry_beam(beam)
+        np.testing.assert_array_equal(idx.search(q, 10, ef=ef)[0], auto[ef])
+    np.testing.assert_array_equal(auto[10], classic[10])
+    assert not np.array_equal(auto[16], classic[16])  # a beam of 2 seeds some queries elsewhere
     idx.set_entry_beam(16)
     ids, _ = idx.search(q, 10, ef=20, labels=[3])
     assert (ids % 10 == 3).all()
     idx.mark_deleted(int(ids[0, 0]))
     assert int(ids[0, 0]) not in idx.search(q[:1], 10, ef=20)[0][0]
     idx.set_entry_beam(1)
-    for bad, err in ((0, ValueError), (5000, ValueError), (2.0, TypeError), (True, TypeError)):
+    for bad, err in ((-1, ValueError), (5000, ValueError), (2.0, TypeError), (True, TypeError)):
         with pytest.raises(err, match="entry_beam"):
             idx.set_entry_beam(bad)
     assert idx.entry_beam == 1
+    idx.set_entry_beam(0)
+    assert idx.entry_beam == 0
 
 
 def test_label_filter_keeps_only_allowed_and_stays_accurate() -> None:

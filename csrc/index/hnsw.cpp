@@ -198,14 +198,16 @@ std::vector<uint32_t> Hnsw::beam_upper(const QueryCtx& ctx, uint32_t ep, int lev
   cand.emplace(-d0, ep);
   vis->test_and_set(ep);
   float lower = d0;
+  std::vector<uint32_t> fresh(p_.M);
   while (!cand.empty()) {
     const Candidate c = cand.top();
     if (-c.first > lower && top.size() >= ef) break;
     cand.pop();
-    Links l = upper_links(c.second, level);
-    for (uint32_t i = 0; i < l.n; ++i) {
-      const uint32_t nb = l.ids[i];
-      if (vis->test_and_set(nb)) continue;
+    const Links l = upper_links(c.second, level);
+    const size_t m = take_unvisited(l.ids, l.n, *vis, fresh.data());  // upper elements lie far apart: prefetch
+    for (size_t i = 0; i < m; ++i) {
+      if (i + kPrefetchAhead < m) store_.prefetch(fresh[i + kPrefetchAhead]);
+      const uint32_t nb = fresh[i];
       const float d = store_.distance(ctx, nb);
       if (top.size() < ef || d < lower) {
         cand.emplace(-d, nb);
@@ -761,7 +763,7 @@ std::vector<Candidate> Hnsw::search_prepared(const QueryCtx& ctx, size_t k, size
   // Layer 0 starts from the entry_beam best elements of a beam search on layer 1 (one greedy descent
   // otherwise): on large clustered sets a single descent often ends in the wrong region, which only a
   // much larger ef escapes (bench/scale.py at 5M).
-  const size_t beam = entry_beam_.load(std::memory_order_relaxed);
+  const size_t beam = entry_beam_for(ef);
   const ElementFilter* screen = filter.restricts() ? &filter : nullptr;
   std::vector<uint32_t> starts;
   uint32_t start = kNone;

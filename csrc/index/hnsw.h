@@ -20,6 +20,7 @@
 // with acquire semantics, so searches may run while items are being added.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -111,9 +112,19 @@ class Hnsw {
   void resize(size_t max_elements);
   void set_ef(size_t ef) { ef_.store(ef ? ef : 1); }
   // Layer-0 entry points taken from a beam search of this width on layer 1 (1: one greedy descent, as
-  // hnswlib). Wider beams cost a few distance evaluations per query and raise recall per ef on large sets.
-  void set_entry_beam(size_t beam) { entry_beam_.store(beam ? beam : 1); }
+  // hnswlib; kAutoEntryBeam: ef / kAutoBeamPerEf, the default). The beam's distance evaluations grow
+  // with b as the layer-0 search's grow with ef, so at ef / 8 it costs a near-constant share of a query
+  // (under a tenth) at any ef, and it frees the queries whose single descent ends in the wrong cluster,
+  // which otherwise only a much larger ef recovers.
+  static constexpr size_t kAutoEntryBeam = 0;
+  static constexpr size_t kAutoBeamPerEf = 8;
+  void set_entry_beam(size_t beam) { entry_beam_.store(beam); }
   size_t entry_beam() const { return entry_beam_.load(); }
+  // The beam a search with this ef uses.
+  size_t entry_beam_for(size_t ef) const {
+    const size_t beam = entry_beam_.load(std::memory_order_relaxed);
+    return beam != kAutoEntryBeam ? beam : std::max<size_t>(1, ef / kAutoBeamPerEf);
+  }
   // Exact search over the allowed subset when its size <= factor * (estimated
   // graph cost = ef / selectivity * kGraphCostPerNode * M distance evaluations); 0 forces graph search.
   void set_filter_exact_factor(double f) { filter_exact_factor_ = f; }
@@ -227,7 +238,7 @@ class Hnsw {
   size_t M0_;
   double mult_;
   std::atomic<size_t> ef_{10};
-  std::atomic<size_t> entry_beam_{1};
+  std::atomic<size_t> entry_beam_{kAutoEntryBeam};
   double filter_exact_factor_ = 1.0;
   VectorStore store_;
   NormRange norms_;  // inner product only: decides select_neighbors' rule

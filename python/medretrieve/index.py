@@ -403,14 +403,16 @@ class Index:
         self._c().set_ef(max(1, int(ef)))
 
     def set_entry_beam(self, beam: int) -> None:
-        """Width of the beam search on layer 1 whose best ``beam`` elements seed the layer-0 search (default 1:
-        one greedy descent, as hnswlib). On large clustered sets a single descent often ends in the wrong region
-        and only a much larger ef recovers; a beam of 8-128 raises recall at a given ef for a few hundred extra
-        distance evaluations per query (``bench/scale.py --entry-beam``, RESULTS.md). Not saved with the index."""
+        """Width of the beam search on layer 1 whose best ``beam`` elements seed the layer-0 search. 0 (the
+        default) uses ``max(1, ef // 8)`` per query; 1 is one greedy descent, as hnswlib.
+        A single descent sometimes ends in the wrong cluster, and only a much larger ef recovers; a beam of
+        ef // 8 grows with the layer-0 search, so it costs a near-constant share of a query (under a tenth of
+        its time) at any ef (``bench/ann.py``, ``bench/scale.py --entry-beam``, RESULTS.md). Not saved with
+        the index."""
         if isinstance(beam, bool) or not isinstance(beam, (int, np.integer)):
             raise TypeError(f"entry_beam must be an integer, got {type(beam).__name__}")
-        if not 1 <= beam <= 4096:
-            raise IndexInputError(f"entry_beam must be in [1, 4096], got {beam}")
+        if not 0 <= beam <= 4096:
+            raise IndexInputError(f"entry_beam must be in [0, 4096] (0: ef // 8), got {beam}")
         self._c().set_entry_beam(int(beam))
 
     def _threads(self, num_threads: Any) -> int:

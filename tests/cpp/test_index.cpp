@@ -285,6 +285,31 @@ TEST(Hnsw, PoolSearchMatchesTheHeapSearchWhenEverythingIsAllowed) {
   }
 }
 
+// The default entry beam is ef / 8 per query: the same results as that width set explicitly.
+TEST(Hnsw, AutoEntryBeamIsEfOverEight) {
+  const size_t n = 3000, dim = 16, nq = 30;
+  const auto x = random_rows(n, dim, 21);
+  const auto q = random_rows(nq, dim, 22);
+  Hnsw h(params(Space::L2, DType::Int8, dim, n));
+  h.add(x.data(), n, nullptr, nullptr, 1, false, false);
+  EXPECT_EQ(h.entry_beam(), Hnsw::kAutoEntryBeam);
+  EXPECT_EQ(h.entry_beam_for(7), 1u);
+  EXPECT_EQ(h.entry_beam_for(16), 2u);
+  EXPECT_EQ(h.entry_beam_for(128), 16u);
+  for (size_t ef : {12u, 64u, 200u}) {
+    std::vector<std::vector<Candidate>> autos;
+    h.set_entry_beam(Hnsw::kAutoEntryBeam);
+    for (size_t i = 0; i < nq; ++i) autos.push_back(h.search_internal(q.data() + i * dim, 10, ef, nullptr, nullptr));
+    h.set_entry_beam(std::max<size_t>(1, ef / 8));
+    for (size_t i = 0; i < nq; ++i)
+      ASSERT_EQ(h.search_internal(q.data() + i * dim, 10, ef, nullptr, nullptr), autos[i]) << "ef " << ef;
+  }
+  h.set_entry_beam(1);
+  EXPECT_EQ(h.entry_beam_for(128), 1u);
+  h.set_entry_beam(32);
+  EXPECT_EQ(h.entry_beam_for(8), 32u);
+}
+
 TEST(Hnsw, CapacityDuplicatesAndPadding) {
   const size_t dim = 8;
   const auto x = random_rows(20, dim, 4);
