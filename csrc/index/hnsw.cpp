@@ -760,9 +760,9 @@ std::vector<Candidate> Hnsw::search_prepared(const QueryCtx& ctx, size_t k, size
     }
   }
   const int max_level = std::min<int>(int(int32_t(state >> 32)), level_of(ep));
-  // Layer 0 starts from the entry_beam best elements of a beam search on layer 1 (one greedy descent
-  // otherwise): on large clustered sets a single descent often ends in the wrong region, which only a
-  // much larger ef escapes (bench/scale.py at 5M).
+  // Layer 0 starts from the best elements of a beam search on layer 1, ef / 8 of them unless set
+  // (entry_beam_for; a width of 1 is one greedy descent): a single descent sometimes ends in the wrong
+  // cluster, which only a much larger ef escapes.
   const size_t beam = entry_beam_for(ef);
   const ElementFilter* screen = filter.restricts() ? &filter : nullptr;
   std::vector<uint32_t> starts;
