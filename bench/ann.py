@@ -10,6 +10,8 @@ label-filtered recall / QPS when 10%, 5% and 2.5% of the elements are allowed.
     nice python bench/ann.py --real                                   # MiniLM embeddings of the BioASQ snippets
     nice python bench/ann.py --n 200000 --interleaved --libs "hnswlib float32,medretrieve int8,..."  # fair QPS
     nice python bench/ann.py --shape all --n 100000 --efs 16,32,64,128,256,512   # issue 19: every data shape
+    nice python bench/ann.py --shape all --n 100000 --libs "medretrieve float32,faiss HNSWFlat"  # the graphs alone
+    nice python bench/ann.py --shape all --n 100000 --libs none --int8-ceiling   # exact search over the int8 codes
 """
 from __future__ import annotations
 
@@ -277,7 +279,7 @@ def interleaved_table(res: dict) -> list[str]:
     return out
 
 
-OURS, OURS_RESCORE = "medretrieve int8", "medretrieve int8 +rescore"
+OURS, OURS_RESCORE, OURS_FLOAT = "medretrieve int8", "medretrieve int8 +rescore", "medretrieve float32"
 FAISS_SQ, FAISS_FLAT, HNSWLIB = "faiss HNSWSQ8", "faiss HNSWFlat", "hnswlib float32"
 
 
@@ -326,7 +328,7 @@ def shape_summary(res: dict, target: float = 0.95) -> list[str]:
         if ratios:
             out.append(f"QPS ratios at recall {label}: " + "; ".join(ratios) + ".")
     if FAISS_FLAT in names:
-        for ours in (OURS, OURS_RESCORE):
+        for ours in (OURS, OURS_RESCORE, OURS_FLOAT):
             if ours in names:
                 diffs = [per[ours][0] - per[FAISS_FLAT][0] for _, per in res["rows"]]
                 out.append(f"Recall per ef, {ours} minus {FAISS_FLAT}: " + ", ".join(f"{d:+.4f}" for d in diffs)
@@ -349,6 +351,15 @@ def deep_recall(libs: list[Lib], x, q, gt, efs, threads) -> dict:
                 found = lib.batch(q, threads)
                 out[lib.name].append((ef, recall(found, gt), datagen.recall_with_ties(found, x, q)))
     return out
+
+
+def int8_ceiling(x: np.ndarray, q: np.ndarray, gt: np.ndarray, threads: int) -> float:
+    """Recall@10 of exact search over the int8 codes (FlatIndex, the same quantizer and centre as Index's int8
+    storage): the most any int8 graph searched without kept floats can reach, however large its ef."""
+    flat = medretrieve.FlatIndex("ip", x.shape[1], dtype="int8")
+    flat.train(x[:100_000])  # Index trains its centre on the first 100,000 rows of its first add, as here
+    flat.add(x)
+    return recall(flat.search(q, K, num_threads=threads)[0], gt)
 
 
 def filtered(x, q, efs, M, efc, threads, dtypes=("int8", "float32")) -> list[str]:
@@ -383,6 +394,7 @@ def filtered(x, q, efs, M, efc, threads, dtypes=("int8", "float32")) -> list[str
     return out
 
 
+# --libs all; OURS_FLOAT (the float32 graph: no quantizer on either side against HNSWFlat) only when named
 SHAPE_LIBS = (OURS, OURS_RESCORE, FAISS_SQ, FAISS_FLAT, HNSWLIB)
 
 
@@ -395,20 +407,24 @@ def run_shapes(a: argparse.Namespace, efs: list[int]) -> None:
     wanted = SHAPE_LIBS if a.libs == "all" else [w.strip() for w in a.libs.split(",")]
     for name in names:
         x, q, gt, desc = datagen.load_shape(name, a.n, a.nq)
-        libs = [Medretrieve("int8", False, a.M, a.efc, a.entry_beam),
-                Medretrieve("int8", True, a.M, a.efc, a.entry_beam), Faiss(True, a.M, a.efc), Faiss(False, a.M, a.efc),
-                Hnswlib(a.M, a.efc)]
+        libs = [Medretrieve("int8", False, a.M, a.efc, a.entry_beam), Medretrieve("int8", True, a.M, a.efc, a.entry_beam),
+                Medretrieve("float32", False, a.M, a.efc, a.entry_beam), Faiss(True, a.M, a.efc),
+                Faiss(False, a.M, a.efc), Hnswlib(a.M, a.efc)]
         libs = [lib for lib in libs if lib.name in wanted]
         libs[1:1] = [Medretrieve("int8", False, a.M, a.efc, a.entry_beam, float(alpha))
                      for alpha in a.compare_alpha.split(",") if alpha]
         print(f"\n### {desc}\n\nM={a.M} ef_construction={a.efc}, builds with {a.threads} threads; single-query QPS "
               f"(1 thread), libraries interleaved ({a.rounds} passes); simd={medretrieve.simd_level()}; medretrieve "
               f"entry beam {beam_name(a.entry_beam)}, prune_alpha {Medretrieve.default_alpha()}\n", flush=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            res = interleaved(libs, x, q, gt, efs, a.threads, a.rounds, tmp)
-        res["deep"] = deep_recall(libs, x, q, gt, [int(e) for e in a.deep_efs.split(",") if e], a.threads)
-        for line in interleaved_table(res) + shape_summary(res):
-            print(line, flush=True)
+        if libs:  # --libs none: only the int8 ceiling
+            with tempfile.TemporaryDirectory() as tmp:
+                res = interleaved(libs, x, q, gt, efs, a.threads, a.rounds, tmp)
+            res["deep"] = deep_recall(libs, x, q, gt, [int(e) for e in a.deep_efs.split(",") if e], a.threads)
+            for line in interleaved_table(res) + shape_summary(res):
+                print(line, flush=True)
+        if a.int8_ceiling:
+            print(f"Exact search over the int8 codes (FlatIndex int8, no graph): recall@10 "
+                  f"{int8_ceiling(x, q, gt, a.threads):.4f}, the ceiling of int8 without kept floats.", flush=True)
         del libs
         gc.collect()
 
@@ -421,7 +437,7 @@ def main() -> None:
     ap.add_argument("--efc", type=int, default=100)
     ap.add_argument("--efs", default="10,16,24,32,48,64,96,128")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--libs", default="all", help="comma list of name prefixes, or all")
+    ap.add_argument("--libs", default="all", help="comma list of name prefixes, all, or (with --shape) none")
     ap.add_argument("--real", action="store_true", help="MiniLM embeddings of BioASQ snippets instead")
     ap.add_argument("--shape", help="comma list of named data shapes (bench/datagen.py SHAPES, minilm-bioasq) or "
                     "'all': one interleaved run per shape with the issue-19 summary (implies --interleaved)")
@@ -432,6 +448,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing passes over the queries per ef")
     ap.add_argument("--deep-efs", default="256,512,1024,2048",
                     help="with --shape: larger efs at which the medretrieve indexes' recall is measured (untimed)")
+    ap.add_argument("--int8-ceiling", action="store_true",
+                    help="with --shape: also the recall of exact search over the int8 codes (the quantizer's ceiling)")
     ap.add_argument("--no-filter", action="store_true")
     ap.add_argument("--filter-only", action="store_true", help="only the label-filtered table")
     ap.add_argument("--filter-dtypes", default="int8,float32", help="medretrieve dtypes for the filtered table")
