@@ -407,9 +407,9 @@ def run_shapes(a: argparse.Namespace, efs: list[int]) -> None:
     wanted = SHAPE_LIBS if a.libs == "all" else [w.strip() for w in a.libs.split(",")]
     for name in names:
         x, q, gt, desc = datagen.load_shape(name, a.n, a.nq)
-        libs = [Medretrieve("int8", False, a.M, a.efc, a.entry_beam), Medretrieve("int8", True, a.M, a.efc, a.entry_beam),
-                Medretrieve("float32", False, a.M, a.efc, a.entry_beam), Faiss(True, a.M, a.efc),
-                Faiss(False, a.M, a.efc), Hnswlib(a.M, a.efc)]
+        libs = [Medretrieve(dtype, keep, a.M, a.efc, a.entry_beam)
+                for dtype, keep in (("int8", False), ("int8", True), ("float32", False))]
+        libs += [Faiss(True, a.M, a.efc), Faiss(False, a.M, a.efc), Hnswlib(a.M, a.efc)]
         libs = [lib for lib in libs if lib.name in wanted]
         libs[1:1] = [Medretrieve("int8", False, a.M, a.efc, a.entry_beam, float(alpha))
                      for alpha in a.compare_alpha.split(",") if alpha]
