@@ -45,7 +45,7 @@ def examples(year: str) -> tuple[list[str], list[list[int]], list[set[int]], lis
             if ids:
                 questions.append(q["body"])
                 positives.append(sorted(set(ids)))
-                docs_of_q.append({d for d in (q.get("documents") or [])})
+                docs_of_q.append(set(q.get("documents") or []))
     relevant = [{i for i, d in enumerate(doc_of) if d in docs} for docs in docs_of_q]
     return questions, positives, relevant, texts
 
@@ -105,7 +105,7 @@ def main() -> None:
             opt.zero_grad()
             loss.backward()
             opt.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
         print(f"epoch {epoch + 1}: loss {np.mean(losses):.3f} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
 
     out = Path(a.out)
