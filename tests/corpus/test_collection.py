@@ -171,3 +171,23 @@ def test_collection_indexed_by_an_older_tokenizer_is_retokenized_on_open(tmp_pat
     assert reopened.lexical.tokenizer_version == TOKENIZER_VERSION
     assert reopened.lexical.search("CCR4", k=3)[0].tolist() == expected
     assert [reopened.lexical.tokens_of(r.row) for r in col.rows] == [col.lexical.tokens_of(r.row) for r in col.rows]
+
+
+def test_reencode_writes_a_new_collection_and_leaves_the_old_one(tmp_path, encoder_dir):
+    col = Collection.build(DOCS, tmp_path / "col", encoder=encoder_dir, progress=False)
+    col.delete("d2")
+    old = Collection.open(tmp_path / "col")
+    new = old.reencode(tmp_path / "again", encoder_dir)
+    live = [r for r in old.rows if not r.deleted]
+    assert [r.chunk_id for r in new.rows] == [r.chunk_id for r in live] and len(new) == len(old) == 3
+    assert [r.text for r in new.rows] == [r.text for r in live]
+    assert new.parent(new.rows[0].parent_id).text == old.parent(live[0].parent_id).text
+    # the same model gives the same vectors (up to int8 rounding), under the new row numbers
+    assert np.allclose(new.vectors(list(range(3))), old.vectors([r.row for r in live]), atol=0.02)
+    assert new.lexical.search("allopurinol", k=1)[0].tolist() == [2]
+    assert new.manifest["index"] == old.manifest["index"]
+    with pytest.raises(ValueError, match="own directory"):
+        old.reencode(tmp_path / "col", encoder_dir, overwrite=True)
+    with pytest.raises(FileExistsError):
+        old.reencode(tmp_path / "again", encoder_dir)
+    assert len(Collection.open(tmp_path / "col")) == 3 and len(Collection.open(tmp_path / "again")) == 3

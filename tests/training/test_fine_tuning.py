@@ -207,3 +207,70 @@ def test_fit_cross_encoder_refuses_unusable_input(setup):
     with pytest.raises(FileExistsError):
         fit_cross_encoder(ret, TRAIN, base, taken)
     assert (taken / "keep.txt").read_text() == "mine"
+
+
+# ----------------------------------------------------------------- both towers (fit_encoder)
+def test_fit_encoder_moves_questions_and_chunks_together(setup):
+    from medretrieve.training.encoder import fit_encoder
+
+    tmp, base, col = setup
+    stored = col.vectors(np.flatnonzero(col.alive))
+    before = _doc_ranks(col)
+    res = fit_encoder(col, TRAIN, base, tmp / "e1", epochs=40, lr=1e-3, batch_size=4, hard_negatives=3, seed=0)
+    assert (res.questions, res.skipped, res.with_hard_negatives) == (len(TRAIN), 0, len(TRAIN))
+    assert res.agreement > 0.999 and res.losses[-1] < 0.5 * res.losses[0]
+    m = read_manifest(res.out_dir)
+    assert (m.kind, m.pooling, m.normalize) == ("symmetric", "mean", True)
+    assert json.loads((Path(res.out_dir) / INFO_NAME).read_text())["hard_negatives"] == 3
+    new = col.reencode(tmp / "col-e1", res.out_dir)
+    after = _doc_ranks(new)
+    assert sum(before) > len(TRAIN) and after == [1] * len(TRAIN), (before, after)
+    assert [r.chunk_id for r in new.rows] == [r.chunk_id for r in col.rows]
+    assert not np.allclose(new.vectors(np.flatnonzero(new.alive)), stored, atol=0.05)  # both sides moved
+    assert np.array_equal(Collection.open(col.directory).vectors(np.flatnonzero(col.alive)), stored)
+
+
+def test_fit_encoder_refuses_what_it_cannot_train(setup):
+    from medretrieve.training.encoder import fit_encoder
+
+    tmp, base, col = setup
+    with pytest.raises(ValueError, match="hard_negatives"):
+        fit_encoder(col, TRAIN, base, tmp / "e2", hard_negatives=-1)
+    with pytest.raises(ValueError, match="hard_negatives"):
+        fit_encoder(col, TRAIN, base, tmp / "e2", hard_negatives=True)
+    other = make_tiny_bert_dir(tmp, "symmetric", sentence_transformers="mean", seed=11, name="other-e")
+    with pytest.raises(ValueError, match="does not reproduce the collection's encoder"):
+        fit_encoder(col, TRAIN, other, tmp / "e2", epochs=1)
+    with pytest.raises(ValueError, match="none of the 1 training questions"):
+        fit_encoder(col, [("what about gout", {"nowhere"})], base, tmp / "e2", epochs=1)
+    qenc = export_onnx(base, tmp / "e-query", "query")
+    with pytest.raises(ValueError, match="separate query encoder"):
+        fit_encoder(Collection.open(col.directory, query_encoder=str(qenc)), TRAIN, base, tmp / "e2", epochs=1)
+    assert not (tmp / "e2").exists()
+
+
+def test_fit_encoder_without_hard_negatives_trains_on_the_batch(setup):
+    from medretrieve.training.encoder import fit_encoder
+
+    tmp, base, col = setup
+    res = fit_encoder(col, TRAIN, base, tmp / "e3", epochs=2, lr=1e-3, batch_size=3, hard_negatives=0)
+    assert res.with_hard_negatives == 0 and len(res.losses) == 2 and all(np.isfinite(res.losses))
+
+
+def test_cli_fit_encoder_reencodes_and_the_result_searches(setup, tmp_path, capsys):
+    from medretrieve.cli import main
+
+    tmp, base, col = setup
+    golden = tmp_path / "golden.json"
+    golden.write_text(json.dumps({"questions": [
+        {"body": q, "type": "summary", "documents": [f"http://www.ncbi.nlm.nih.gov/pubmed/{d}" for d in docs]}
+        for q, docs in TRAIN]}))
+    out, new = tmp_path / "enc", tmp_path / "col2"
+    assert main(["fit-encoder", str(col.directory), str(golden), "--base", str(base), "-o", str(out),
+                 "--epochs", "2", "--lr", "1e-3", "--hard-negatives", "2", "--reencode", str(new)]) == 0
+    printed = capsys.readouterr().out
+    assert "encoder fitted on 6 questions" in printed and f"re-encoded {len(col)} chunks" in printed
+    assert main(["search", str(new), "what is the first line drug for adults", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["hits"]
+    assert main(["fit-encoder", str(col.directory), str(golden), "--base", str(base), "-o", str(out)]) == 2
+    assert "not empty" in capsys.readouterr().err

@@ -21,6 +21,7 @@ _COMMANDS = {
     "fetch-pubmed": "pubmed:add_fetch_pubmed",
     "fit-ranker": "train:add_fit_ranker",
     "fit-query-encoder": "train:add_fit_query_encoder",
+    "fit-encoder": "train:add_fit_encoder",
     "fit-cross-encoder": "train:add_fit_cross_encoder",
     "answer": "answer:add_answer",
     "eval": "evaluate:add_eval",

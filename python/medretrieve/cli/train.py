@@ -1,4 +1,4 @@
-"""``medretrieve fit-ranker | fit-query-encoder | fit-cross-encoder``: learn from training questions."""
+"""``medretrieve fit-ranker | fit-query-encoder | fit-encoder | fit-cross-encoder``: learn from training questions."""
 from __future__ import annotations
 
 import argparse
@@ -92,6 +92,41 @@ def _fit_query_encoder(args: argparse.Namespace) -> int:
     print(f"query encoder adapted on {res.questions} questions ({res.skipped} skipped) in {res.seconds:.0f} s; "
           f"loss per epoch {', '.join(f'{x:.3f}' for x in res.losses)} -> {res.out_dir}")
     print(f"search with it: medretrieve search {args.collection} QUESTION --query-encoder {res.out_dir}")
+    return 0
+
+
+def add_fit_encoder(sub: Any) -> None:
+    p = _fit_parser(sub, "fit-encoder", "fine-tune both towers of a collection's symmetric encoder on training "
+                    "questions, then (--reencode) write the collection re-encoded with it (needs the 'export' "
+                    "extra: torch)", "Hugging Face weights of the collection's encoder (local directory)",
+                    "directory for the ONNX encoder", epochs=3, lr=2e-5)
+    p.add_argument("--batch-size", type=int, default=32, help="questions per step")
+    p.add_argument("--hard-negatives", type=int, default=10,
+                   help="each question's hard negative is drawn from this many top-ranked irrelevant chunks "
+                        "(0: the batch's other chunks only)")
+    p.add_argument("--reencode", metavar="DIR", default=None,
+                   help="also write the collection re-encoded with the new encoder to DIR (a new collection; "
+                        "the original is not changed)")
+    p.set_defaults(func=_fit_encoder)
+
+
+def _fit_encoder(args: argparse.Namespace) -> int:
+    from ..corpus.collection import Collection
+    from ..training.encoder import fit_encoder
+
+    col = Collection.open(args.collection)
+    res = fit_encoder(col, args.training, args.base, args.output, epochs=args.epochs, lr=args.lr,
+                      batch_size=args.batch_size, hard_negatives=args.hard_negatives, quantize=args.quantize,
+                      overwrite=args.overwrite, progress=True)
+    print(f"encoder fitted on {res.questions} questions ({res.skipped} skipped) in {res.seconds:.0f} s; "
+          f"loss per epoch {', '.join(f'{x:.3f}' for x in res.losses)} -> {res.out_dir}")
+    if args.reencode:
+        new = col.reencode(args.reencode, res.out_dir, overwrite=args.overwrite, progress=True)
+        print(f"re-encoded {len(new)} chunks -> {args.reencode}")
+        print(f"search it: medretrieve search {args.reencode} QUESTION")
+    else:
+        print("its vectors differ from the collection's: search a collection built with it (medretrieve build "
+              f"SOURCE -o NEW --encoder {res.out_dir}, or --reencode NEW on this command)")
     return 0
 
 

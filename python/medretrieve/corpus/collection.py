@@ -267,6 +267,39 @@ class Collection:
             raise
         return cls.open(out)
 
+    def reencode(self, out_dir: Union[str, os.PathLike], encoder: Union[str, os.PathLike],
+                 query_encoder: Optional[Union[str, os.PathLike]] = None, batch_size: int = 64,
+                 threads: int = -1, overwrite: bool = False, progress: bool = False) -> "Collection":
+        """A copy of this collection in ``out_dir`` with every live chunk encoded again by ``encoder`` (e.g. one
+        ``medretrieve.training.encoder.fit_encoder`` wrote; ``query_encoder`` as for :meth:`build`): the same
+        chunks, sections, labels, chunking and index settings, a freshly built dense and lexical index; deleted
+        chunks are left out. Needs no source files. This collection is not changed; ``out_dir`` must be another
+        directory (ValueError otherwise), replaced only when it holds a collection and ``overwrite`` is set."""
+        if Path(out_dir).resolve() == self.directory.resolve():
+            raise ValueError(f"{out_dir} is this collection's own directory; re-encode into another one")
+        index = self.manifest["index"]
+        builder = CollectionBuilder(out_dir, encoder, query_encoder, self.chunking, index["dtype"], index["M"],
+                                    index["ef_construction"], batch_size=batch_size, threads=threads,
+                                    overwrite=overwrite, resume=False, progress=progress)
+        try:
+            written: set = set()
+            live = np.flatnonzero(self.alive)
+            for start in range(0, len(live), builder.chunk_batch):
+                old = [self.rows[int(r)] for r in live[start:start + builder.chunk_batch]]
+                chunks = [Chunk(r.chunk_id, r.document_id, r.title, r.section, r.text, r.overlap, r.position,
+                                r.parent_id, r.label, r.metadata) for r in old]
+                parts = [self.sections[p] for p in dict.fromkeys(r.parent_id for r in old)
+                         if p not in written and p in self.sections]
+                written.update(p.section_id for p in parts)
+                vectors = embed_chunks(builder.encoder(), chunks, self.chunking, batch_size,
+                                       normalize=builder.normalize)
+                builder.add_rows(chunk_rows(chunks, builder.rows), vectors, parts)
+            out = builder.finish()
+        except BaseException:
+            builder.abandon()
+            raise
+        return type(self).open(out)
+
     @classmethod
     def open(cls, directory: Union[str, os.PathLike], encoder: Optional[str] = None,
              query_encoder: Optional[str] = None, verify: Union[bool, str] = "auto",

@@ -1,2 +1,3 @@
 """Training from questions with known relevant documents: the learned ranker (``ranker``), the query encoder
-(``query_encoder``) and a cross-encoder (``cross_encoder``). Torch is needed for the encoders, at fit time only."""
+(``query_encoder``), both towers of a symmetric encoder (``encoder``) and a cross-encoder (``cross_encoder``).
+Torch is needed for the encoders, at fit time only."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, List, Tuple
 
 INFO_NAME = "adaptation.json"  # what a fit did, written beside the exported model
+MIN_AGREEMENT = 0.95  # mean cosine a base model must reach against the collection's own encoder
 
 
 def check_args(epochs: Any, lr: Any, batch_size: Any, temperature: Any) -> None:
@@ -78,6 +79,70 @@ def export_trained(model: Any, tokenizer: Any, out: Path, kind: str, **export_ar
         shutil.rmtree(work, ignore_errors=True)
 
 
+def pooled_embedder(model: Any, tokenizer: Any, manifest: Any) -> Callable[[List[str]], Any]:
+    """``texts -> vectors`` (a torch tensor, with gradients) computed as the exported encoder will: the
+    manifest's pooling ([CLS] or masked mean), normalisation and maximum length."""
+    import torch
+
+    def embed(texts: List[str]) -> Any:
+        enc = tokenizer(texts, truncation=True, max_length=manifest.max_length, padding=True, return_tensors="pt")
+        hidden = model(**enc).last_hidden_state
+        if manifest.pooling == "cls":
+            vec = hidden[:, 0]
+        else:
+            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            vec = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return torch.nn.functional.normalize(vec, dim=-1) if manifest.normalize else vec
+
+    return embed
+
+
+def base_agreement(embed: Callable[[List[str]], Any], model: Any, encoder: Any, probe: List[str], base_dir: Path,
+                   what: str) -> float:
+    """Mean cosine between ``base_dir``'s vectors (``embed``) and ``encoder``'s (the collection's ONNX model) on
+    ``probe``. ValueError when the widths differ or it is under MIN_AGREEMENT: fine-tuning an unrelated model
+    against the collection's vectors would start from noise."""
+    import numpy as np
+    import torch
+
+    model.eval()
+    with torch.no_grad():
+        mine = embed(probe).numpy().astype(np.float64)
+    ref = np.asarray(encoder.encode(probe), dtype=np.float64)
+    if mine.shape != ref.shape:
+        raise ValueError(f"{base_dir} gives {mine.shape[1]}-dim vectors, {what} {ref.shape[1]}-dim")
+    cos = (mine * ref).sum(1) / np.maximum(np.linalg.norm(mine, axis=1) * np.linalg.norm(ref, axis=1), 1e-12)
+    agreement = float(cos.mean())
+    if agreement < MIN_AGREEMENT:
+        raise ValueError(f"{base_dir} does not reproduce {what} (mean cosine {agreement:.3f} < {MIN_AGREEMENT}); "
+                         "pass the model the collection was built with")
+    return agreement
+
+
+def question_positives(collection: Any, examples: Any) -> Tuple[List[Any], Any, List[str], List[Any]]:
+    """The training questions of ``examples`` (as ``retrieval.expansion.training_pairs`` reads them) that have a
+    live chunk of a relevant document in ``collection``: (every pair, the live rows, those questions, per question
+    the positions in the live rows of its relevant chunks). ValueError when the collection is empty or no
+    question has a relevant chunk."""
+    import numpy as np
+
+    from ..retrieval.expansion import training_pairs
+
+    pairs = training_pairs(examples)
+    live = np.flatnonzero(collection.alive)
+    if len(live) == 0:
+        raise ValueError("the collection has no live chunks to adapt to")
+    position = {int(r): i for i, r in enumerate(live)}
+    questions: List[str] = []
+    positives: List[Any] = []
+    for question, docs in pairs:
+        rows = [position[r] for d in sorted(docs) for r in collection.document_rows(d)]
+        if question.strip() and rows:
+            questions.append(question)
+            positives.append(np.asarray(rows, dtype=np.int64))
+    if not questions:
+        raise ValueError(f"none of the {len(pairs)} training questions has a relevant document in the collection")
+    return pairs, live, questions, positives
 
 
 def write_info(out: Path, result: Any) -> None:

@@ -40,10 +40,8 @@ from typing import List, Optional, Union
 import numpy as np
 
 from ..models.export import check_output_dir, load_torch_model
-from ..retrieval.expansion import training_pairs
-from ._loop import check_args, export_trained, require_model_dir, train, write_info
-
-MIN_AGREEMENT = 0.95
+from ._loop import (base_agreement, check_args, export_trained, pooled_embedder, question_positives,
+                    require_model_dir, train, write_info)
 
 
 @dataclass
@@ -91,20 +89,7 @@ def fit_query_encoder(collection, examples, base: Union[str, os.PathLike], out_d
     out = check_output_dir(out_dir, overwrite)  # before training, not after
     base_dir = require_model_dir(base)
 
-    pairs = training_pairs(examples)
-    live = np.flatnonzero(collection.alive)
-    if len(live) == 0:
-        raise ValueError("the collection has no live chunks to adapt to")
-    position = {int(r): i for i, r in enumerate(live)}
-    questions: List[str] = []
-    positives: List[np.ndarray] = []
-    for question, docs in pairs:
-        rows = [position[r] for d in sorted(docs) for r in collection.document_rows(d)]
-        if question.strip() and rows:
-            questions.append(question)
-            positives.append(np.asarray(rows, dtype=np.int64))
-    if not questions:
-        raise ValueError(f"none of the {len(pairs)} training questions has a relevant document in the collection")
+    pairs, live, questions, positives = question_positives(collection, examples)
 
     import torch
     from transformers import AutoTokenizer
@@ -116,29 +101,8 @@ def fit_query_encoder(collection, examples, base: Union[str, os.PathLike], out_d
     tokenizer = AutoTokenizer.from_pretrained(str(base_dir), local_files_only=True)
     model = load_torch_model(base_dir, "query", local=True)
 
-    def embed(texts: List[str]) -> "torch.Tensor":
-        enc = tokenizer(texts, truncation=True, max_length=m.max_length, padding=True, return_tensors="pt")
-        hidden = model(**enc).last_hidden_state
-        if m.pooling == "cls":
-            vec = hidden[:, 0]
-        else:
-            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            vec = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(vec, dim=-1) if m.normalize else vec
-
-    probe = questions[:32]
-    model.eval()
-    with torch.no_grad():
-        mine = embed(probe).numpy().astype(np.float64)
-    ref = np.asarray(current.encode(probe), dtype=np.float64)
-    if mine.shape != ref.shape:
-        raise ValueError(f"{base_dir} gives {mine.shape[1]}-dim vectors, the collection's query encoder "
-                         f"{ref.shape[1]}-dim")
-    cos = (mine * ref).sum(1) / np.maximum(np.linalg.norm(mine, axis=1) * np.linalg.norm(ref, axis=1), 1e-12)
-    agreement = float(cos.mean())
-    if agreement < MIN_AGREEMENT:
-        raise ValueError(f"{base_dir} does not reproduce the collection's query encoder (mean cosine "
-                         f"{agreement:.3f} < {MIN_AGREEMENT}); pass the model the collection was built with")
+    embed = pooled_embedder(model, tokenizer, m)
+    agreement = base_agreement(embed, model, current, questions[:32], base_dir, "the collection's query encoder")
 
     targets = torch.from_numpy(np.ascontiguousarray(collection.vectors(live), dtype=np.float32))
 
