@@ -221,6 +221,7 @@ def test_fit_encoder_moves_questions_and_chunks_together(setup):
     assert res.agreement > 0.999 and res.losses[-1] < 0.5 * res.losses[0]
     m = read_manifest(res.out_dir)
     assert (m.kind, m.pooling, m.normalize) == ("symmetric", "mean", True)
+    assert m.source == f"{base} fine-tuned by medretrieve fit-encoder"  # not the deleted temporary folder
     assert json.loads((Path(res.out_dir) / INFO_NAME).read_text())["hard_negatives"] == 3
     new = col.reencode(tmp / "col-e1", res.out_dir)
     after = _doc_ranks(new)

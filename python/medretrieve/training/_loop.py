@@ -64,8 +64,13 @@ def train(model: Any, items: List[Any], loss_of: Callable[[List[Any]], Any], *, 
     return losses, time.perf_counter() - t0
 
 
-def export_trained(model: Any, tokenizer: Any, out: Path, kind: str, **export_args: Any) -> None:
-    """Save the fine-tuned model next to ``out`` and export it there as ONNX (``models.export.export_onnx``)."""
+def export_trained(model: Any, tokenizer: Any, out: Path, kind: str, source: str, **export_args: Any) -> None:
+    """Save the fine-tuned model next to ``out`` and export it there as ONNX (``models.export.export_onnx``);
+    the manifest's ``source`` says what it was fitted from (``source``), not the temporary folder it was saved
+    to."""
+    import dataclasses
+
+    from ..models.encoders import read_manifest, write_manifest
     from ..models.export import export_onnx
 
     model.eval()
@@ -75,6 +80,7 @@ def export_trained(model: Any, tokenizer: Any, out: Path, kind: str, **export_ar
         model.save_pretrained(work)
         tokenizer.save_pretrained(work)
         export_onnx(work, out, kind, **export_args)
+        write_manifest(out, dataclasses.replace(read_manifest(out), source=source))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

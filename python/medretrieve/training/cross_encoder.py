@@ -98,7 +98,8 @@ def fit_cross_encoder(retriever, examples, base: Union[str, os.PathLike], out_di
 
     losses, seconds = train(model, groups, loss_of, epochs=epochs, batch_size=1, lr=lr, rng=rng,
                              desc="fit cross-encoder", progress=progress)
-    export_trained(model, tokenizer, out, "cross", quantize=quantize, max_length=max_length, overwrite=overwrite)
+    export_trained(model, tokenizer, out, "cross", f"{base_dir} fine-tuned by medretrieve fit-cross-encoder",
+                   quantize=quantize, max_length=max_length, overwrite=overwrite)
     result = CrossEncoderFit(str(out), str(base_dir), used, len(pairs) - used, len(groups), epochs, float(lr),
                              group_size, losses, seconds)
     write_info(out, result)

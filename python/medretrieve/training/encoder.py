@@ -150,7 +150,8 @@ def fit_encoder(collection, examples, base: Union[str, os.PathLike], out_dir: Un
 
     losses, seconds = train(model, list(range(len(questions))), loss_of, epochs=epochs, batch_size=batch_size,
                             lr=lr, rng=rng, desc="fit encoder", progress=progress)
-    export_trained(model, tokenizer, out, "symmetric", pooling=m.pooling, normalize=m.normalize, quantize=quantize,
+    export_trained(model, tokenizer, out, "symmetric", f"{base_dir} fine-tuned by medretrieve fit-encoder",
+                   pooling=m.pooling, normalize=m.normalize, quantize=quantize,
                    max_length=m.max_length, overwrite=overwrite)
     result = EncoderFit(str(out), str(base_dir), len(questions), len(pairs) - len(questions),
                         int(sum(len(p) for p in positives)), int(sum(len(p) > 0 for p in pools)), hard_negatives,

@@ -115,8 +115,9 @@ def fit_query_encoder(collection, examples, base: Union[str, os.PathLike], out_d
 
     losses, seconds = train(model, list(range(len(questions))), loss_of, epochs=epochs, batch_size=batch_size,
                              lr=lr, rng=rng, desc="adapt query encoder", progress=progress)
-    export_trained(model, tokenizer, out, "query", pooling=m.pooling, normalize=m.normalize, quantize=quantize,
-                    max_length=m.max_length, overwrite=overwrite)
+    export_trained(model, tokenizer, out, "query", f"{base_dir} fine-tuned by medretrieve fit-query-encoder",
+                   pooling=m.pooling, normalize=m.normalize, quantize=quantize,
+                   max_length=m.max_length, overwrite=overwrite)
     result = Adaptation(str(out), str(base_dir), len(questions), len(pairs) - len(questions),
                         int(sum(len(p) for p in positives)), int(len(live)), epochs, float(lr), batch_size,
                         float(temperature), agreement, losses, seconds)
