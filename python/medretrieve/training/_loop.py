@@ -1,4 +1,6 @@
-"""The fine-tuning loop the training modules share: argument checks, AdamW with warm-up and decay, ONNX export.
+"""What the encoder fits share: argument checks, the training questions' relevant chunks, the check that a base
+model reproduces the collection's encoder, pooling as the exported encoder pools, AdamW with warm-up and decay, and
+the ONNX export.
 
 Torch and transformers are needed only here, at fit time (``pip install "medretrieve[export]"``); what a fit
 produces is an ordinary ONNX model that runs with onnxruntime like every other encoder.
