@@ -94,9 +94,13 @@ def sample(spec: DataSpec, n: int, stream: int, chunk: int = 50_000) -> np.ndarr
 
 
 def exact_knn(base: np.ndarray, queries: np.ndarray, k: int, space: str = "ip", chunk: int = 256) -> np.ndarray:
-    """Exact top-k ids (int64 [nq, k]) by float32 matrix products, queries in chunks. Equal scores (exact duplicate
-    rows) go to the lower id, as the indexes break ties, so a by-id recall does not depend on which of two equal
-    rows a partial sort happened to keep."""
+    """Exact top-k ids (int64 [nq, k]), queries in chunks. Equal scores (exact duplicate rows) go to the lower id,
+    as the indexes break ties, so a by-id recall does not depend on which of two equal rows a partial sort happened
+    to keep.
+
+    Float32 matrix products find the candidates; they are then scored again in float64 by one elementwise product
+    and row sum each, because a BLAS product may give two equal rows different last bits depending on where they
+    fall in its blocks, and the order among equals would then follow the memory layout."""
     out = np.empty((len(queries), k), dtype=np.int64)
     base_sq = np.einsum("ij,ij->i", base, base) if space == "l2" else None
     for s in range(0, len(queries), chunk):
@@ -106,8 +110,11 @@ def exact_knn(base: np.ndarray, queries: np.ndarray, k: int, space: str = "ip", 
             sim = 2 * sim - base_sq[None, :]
         kth = np.partition(sim, -k, axis=1)[:, -k]
         for row, (scores, bound) in enumerate(zip(sim, kth)):
-            ids = np.flatnonzero(scores >= bound)  # ascending, so a stable sort keeps the lower id first
-            out[s + row] = ids[np.argsort(-scores[ids], kind="stable")[:k]]
+            ids = np.flatnonzero(scores >= bound - 1e-4 * max(abs(float(bound)), 1.0))  # ascending ids
+            near = base[ids].astype(np.float64)
+            q64 = q[row].astype(np.float64)
+            exact = (near * q64).sum(1) if space == "ip" else -((near - q64) ** 2).sum(1)
+            out[s + row] = ids[np.argsort(-exact, kind="stable")[:k]]  # stable: the lower id first among equals
     return out
 
 
