@@ -275,3 +275,7 @@ def test_cli_fit_encoder_reencodes_and_the_result_searches(setup, tmp_path, caps
     assert json.loads(capsys.readouterr().out)["hits"]
     assert main(["fit-encoder", str(col.directory), str(golden), "--base", str(base), "-o", str(out)]) == 2
     assert "not empty" in capsys.readouterr().err
+    # an occupied --reencode target is refused before any training
+    assert main(["fit-encoder", str(col.directory), str(golden), "--base", str(base), "-o", str(tmp_path / "e"),
+                 "--reencode", str(new)]) == 2
+    assert "exists" in capsys.readouterr().err and not (tmp_path / "e").exists()

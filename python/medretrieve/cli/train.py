@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from ..retrieval.ranker import DEFAULT_L2
@@ -115,6 +116,8 @@ def _fit_encoder(args: argparse.Namespace) -> int:
     from ..training.encoder import fit_encoder
 
     col = Collection.open(args.collection)
+    if args.reencode and Path(args.reencode).exists() and not args.overwrite:  # refused before training, not after
+        raise FileExistsError(f"{args.reencode} exists; pass --overwrite to replace it (a collection only)")
     res = fit_encoder(col, args.training, args.base, args.output, epochs=args.epochs, lr=args.lr,
                       batch_size=args.batch_size, hard_negatives=args.hard_negatives, quantize=args.quantize,
                       overwrite=args.overwrite, progress=True)
