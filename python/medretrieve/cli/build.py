@@ -19,7 +19,8 @@ def add_build(sub: Any) -> None:
                                              "MEDLINE XML; .gz allowed)")
     p.add_argument("out_dir", help="collection directory to create")
     p.add_argument("--encoder", required=True, help="article or symmetric encoder directory (medretrieve "
-                                                    "export-onnx), or 'default' for the embedded model")
+                                                    "export-onnx), or an embedded model: 'default' (all-MiniLM-L6-v2 "
+                                                    "fine-tuned on BioASQ) or 'minilm' (the stock one)")
     p.add_argument("--query-encoder", default=None, help="query encoder directory (default: --encoder)")
     p.add_argument("--format", default="auto", choices=FORMATS, help="corpus format (auto: from the file)")
     p.add_argument("--errors", default="skip", choices=("skip", "raise"),
@@ -48,12 +49,11 @@ def add_build(sub: Any) -> None:
 
 
 def encoder_dir(value: str) -> Any:
-    """An ``--encoder`` value: a model directory, or ``default`` for the embedded model."""
-    if value == "default":
-        from ..models.encoders import default_model_dir
+    """An ``--encoder`` value: a model directory, or the name of an embedded model (``default``: all-MiniLM-L6-v2
+    fine-tuned on BioASQ, shipped with medretrieve; ``minilm``: the stock all-MiniLM-L6-v2)."""
+    from ..models.encoders import EMBEDDED_MODELS, embedded_model_dir
 
-        return default_model_dir()
-    return value
+    return embedded_model_dir(value) if value in EMBEDDED_MODELS else value
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -111,7 +111,9 @@ def add_export(sub: Any) -> None:
                         "mean for symmetric)")
     p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                    help="L2-normalise vectors (default: as the source's config / the kind's convention)")
-    p.add_argument("--quantize", choices=("int8", "fp16"), default=None, help="convert the graph (default: fp32)")
+    p.add_argument("--quantize", choices=("int8", "int8-weights", "fp16"), default=None,
+                   help="convert the graph (default: fp32): int8 (fastest on CPU), int8-weights (int8 storage, fp32 "
+                        "arithmetic: a vector does not depend on its batch), fp16 (GPU)")
     p.add_argument("--max-length", type=int, default=None,
                    help="token limit (default: 64 for query, 512 for article/cross/symmetric)")
     p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists")

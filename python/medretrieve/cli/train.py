@@ -66,7 +66,8 @@ def _fit_parser(sub: Any, name: str, help: str, base_help: str, output_help: str
     p.add_argument("-o", "--output", required=True, help=output_help)
     p.add_argument("--epochs", type=int, default=epochs, help="passes over the training data")
     p.add_argument("--lr", type=float, default=lr, help="peak learning rate (AdamW, linear warm-up and decay)")
-    p.add_argument("--quantize", choices=("int8",), default=None, help="export the model as int8 (default fp32)")
+    p.add_argument("--quantize", choices=("int8", "int8-weights"), default=None,
+                   help="export the model as int8 or int8-weights (see export-onnx; default fp32)")
     p.add_argument("--overwrite", action="store_true", help="replace the output directory if it exists")
     return p
 

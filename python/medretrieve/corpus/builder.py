@@ -98,9 +98,10 @@ def versions() -> Dict[str, str]:
 
 def encoder_info(directory: PathLike, inside_dir: str) -> Dict[str, Any]:
     """What the manifest records of an encoder that will be copied to ``inside_dir`` of the collection."""
-    from ..models.encoders import default_model_dir, read_manifest
+    from ..models.encoders import EMBEDDED_MODELS, embedded_model_dir, read_manifest
 
-    d = default_model_dir() if str(directory) == "default" else Path(directory).expanduser().resolve()
+    d = (embedded_model_dir(str(directory)) if str(directory) in EMBEDDED_MODELS
+         else Path(directory).expanduser().resolve())
     m = read_manifest(d)
     return {"dir": inside_dir, "source": str(d), "sha256": m.sha256, "kind": m.kind, "dim": m.dim,
             "normalize": m.normalize}
@@ -172,8 +173,8 @@ def source_fingerprint(source: Any, format: str, errors: str) -> Optional[Dict[s
 class CollectionBuilder:
     """Builds one collection directory out of core (module docstring).
 
-    ``encoder`` / ``query_encoder``: model directories as for ``Collection.build`` (``"default"``: the embedded
-    model). ``chunk_batch``: chunks encoded (and checkpointed) at a time; ``batch_size``: the encoder's own batch;
+    ``encoder`` / ``query_encoder``: model directories as for ``Collection.build`` (or an embedded model's
+    name, ``"default"`` / ``"minilm"``). ``chunk_batch``: chunks encoded (and checkpointed) at a time; ``batch_size``: the encoder's own batch;
     ``threads``: threads of the HNSW build (-1: all cores); ``index_batch``: vectors per index add.
     ``source_key``: what identifies the input (:func:`source_fingerprint`), None when it cannot be recognised;
     with ``resume`` and a matching key, an interrupted build of ``out_dir`` carries on from its checkpoint.

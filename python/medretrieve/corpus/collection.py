@@ -242,7 +242,7 @@ class Collection:
         record dicts / :class:`~medretrieve.corpus.sources.Record`. ``encoder``: an
         article or symmetric model directory (``medretrieve export-onnx``); ``query_encoder``:
         the query-side model (defaults to ``encoder``, which must then be
-        symmetric); ``"default"`` names the embedded model. Both are copied into
+        symmetric); ``"default"`` / ``"minilm"`` name the embedded models. Both are copied into
         the collection. ``overwrite``: replace an existing collection at
         ``out_dir`` (never a directory that is not a collection, unless empty).
         ``resume``: a build of paths that was interrupted carries on from its last checkpoint when run again with

