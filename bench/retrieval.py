@@ -510,8 +510,8 @@ def ship_encoder(args) -> None:
     out = ASSETS / "minilm-bioasq-int8"
     out.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        converted = convert_model_dir(src, Path(tmp) / "model", "int8-weights",
-                                      source=f"{base} fine-tuned by medretrieve fit-encoder on BioASQ {', '.join(files)}")
+        source = f"{base} fine-tuned by medretrieve fit-encoder on BioASQ {', '.join(files)}"
+        converted = convert_model_dir(src, Path(tmp) / "model", "int8-weights", source=source)
         for name in (MODEL_NAME, MANIFEST_NAME):
             shutil.copyfile(converted / name, out / name)
     record.update(base=base, out_dir=None, training_files=files,
@@ -1127,9 +1127,9 @@ def main() -> None:
     if args.what == "lexical-worker":
         print(json.dumps(lexical_worker(args.engine, args.scale)))
         return
-    # fit-encoder starts from the stock MiniLM's weights, so its collection must be encoded by the stock model
     if args.what == "ship-encoder" and not args.encoder:
         sys.exit("ship-encoder needs --encoder DIR (a fit-encoder --train 7B+12B --quantize none output)")
+    # fit-encoder starts from the stock MiniLM's weights, so its collection must be encoded by the stock model
     args.encoder = _encoder_dir(args.encoder or ("minilm" if args.what == "fit-encoder" else "default"))
     if not DATA.is_dir():
         sys.exit(f"no BioASQ data at {DATA}")

@@ -30,8 +30,8 @@ def add_search(sub: Any) -> None:
                    help="add the question's PubMed articles (E-utilities) to the candidates; give --deadline-ms "
                         "room for the PubMed calls (e.g. 'none')")
     p.add_argument("--encoder", default=None,
-                   help="encoder directory ('default' / 'minilm': an embedded model): with --pubmed and no collection, the one "
-                        "to encode PubMed's articles; with a collection, one replacing the collection's own (e.g. "
+                   help="encoder directory ('default' / 'minilm': an embedded model): with --pubmed and no "
+                        "collection, the one to encode PubMed's articles; with a collection, one replacing the collection's own (e.g. "
                         "for a collection built before collections held their models)")
     add_pubmed_options(p)
     p.set_defaults(func=_search)

@@ -22,7 +22,7 @@ import contextlib
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -254,6 +254,30 @@ def _quantize_int8(src: Path, dst: Path) -> None:
     quantize_embedding_tables(dst, dst)
 
 
+def _uses(graph: Any, counts: Callable[[Any, int], bool]) -> Dict[str, List[bool]]:
+    """For every tensor name, whether each of its uses (node, input position) is one ``counts`` accepts."""
+    uses: Dict[str, List[bool]] = {}
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            uses.setdefault(name, []).append(counts(node, i))
+    return uses
+
+
+def _store_int8(graph: Any, tensor: Any, axis: int, scale_suffix: str) -> int:
+    """Replace the fp32 initializer ``tensor`` by ``<name>_int8`` (symmetric, one scale per slice: max |x| over
+    ``axis`` / 127) and ``<name><scale_suffix>`` (the scales, dims kept); returns the bytes saved."""
+    from onnx import numpy_helper
+
+    weights = numpy_helper.to_array(tensor).astype(np.float32)
+    scale = np.abs(weights).max(axis=axis, keepdims=True) / 127.0
+    scale[scale == 0] = 1.0
+    quantized = np.clip(np.rint(weights / scale), -127, 127).astype(np.int8)
+    graph.initializer.remove(tensor)
+    graph.initializer.extend([numpy_helper.from_array(quantized, f"{tensor.name}_int8"),
+                              numpy_helper.from_array(scale.astype(np.float32), f"{tensor.name}{scale_suffix}")])
+    return int(weights.nbytes - quantized.nbytes - scale.nbytes)
+
+
 #: Tables smaller than this (bytes of fp32) stay as they are: position and token-type tables are a rounding error.
 EMBEDDING_TABLE_MIN_BYTES = 1 << 20
 
@@ -266,7 +290,7 @@ def quantize_embedding_tables(src: Union[str, Path], dst: Union[str, Path]) -> i
     ``Gather`` quantization shares one scale over the whole table.
     Returns the bytes saved (0: nothing to quantize; ``dst`` is then a copy)."""
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     model = onnx.load(str(src))
     graph = model.graph
@@ -275,22 +299,10 @@ def quantize_embedding_tables(src: Union[str, Path], dst: Union[str, Path]) -> i
         return node.op_type == "Gather" and all(a.i == 0 for a in node.attribute if a.name == "axis")
 
     # a table qualifies only when every use of it is a row lookup (a tied output projection keeps it fp32)
-    uses: Dict[str, List[bool]] = {}
-    for node in graph.node:
-        for i, name in enumerate(node.input):
-            uses.setdefault(name, []).append(i == 0 and is_lookup(node))
+    uses = _uses(graph, lambda node, i: i == 0 and is_lookup(node))
     tables = [t for t in graph.initializer if t.data_type == TensorProto.FLOAT and len(t.dims) == 2
               and 4 * int(np.prod(t.dims)) >= EMBEDDING_TABLE_MIN_BYTES and all(uses.get(t.name, [False]))]
-    saved = 0
-    for table in tables:
-        weights = numpy_helper.to_array(table).astype(np.float32)
-        scale = np.abs(weights).max(axis=1, keepdims=True) / 127.0
-        scale[scale == 0] = 1.0
-        quantized = np.clip(np.rint(weights / scale), -127, 127).astype(np.int8)
-        graph.initializer.remove(table)
-        graph.initializer.extend([numpy_helper.from_array(quantized, f"{table.name}_int8"),
-                                  numpy_helper.from_array(scale.astype(np.float32), f"{table.name}_row_scale")])
-        saved += weights.nbytes - quantized.nbytes - scale.nbytes
+    saved = sum(_store_int8(graph, t, axis=1, scale_suffix="_row_scale") for t in tables)
     names = {t.name for t in tables}
     nodes: List[Any] = []
     for node in graph.node:
@@ -317,29 +329,19 @@ def quantize_weights_int8(src: Union[str, Path], dst: Union[str, Path]) -> int:
     encoded in, where ``"int8"`` quantizes each batch's activations with one scale (faster on CPU, but a chunk's
     vector moves slightly with its neighbours). Returns the bytes saved."""
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     model = onnx.load(str(src))
     graph = model.graph
-    uses: Dict[str, List[bool]] = {}
-    for node in graph.node:
-        for i, name in enumerate(node.input):
-            uses.setdefault(name, []).append(node.op_type == "MatMul" and i == 1)
+    uses = _uses(graph, lambda node, i: node.op_type == "MatMul" and i == 1)
     matrices = [t for t in graph.initializer if t.data_type == TensorProto.FLOAT and len(t.dims) == 2
                 and all(uses.get(t.name, [False]))]
     saved, widen = 0, []
     for t in matrices:
-        weights = numpy_helper.to_array(t).astype(np.float32)
-        scale = np.abs(weights).max(axis=0, keepdims=True) / 127.0
-        scale[scale == 0] = 1.0
-        quantized = np.clip(np.rint(weights / scale), -127, 127).astype(np.int8)
-        graph.initializer.remove(t)
-        graph.initializer.extend([numpy_helper.from_array(quantized, f"{t.name}_int8"),
-                                  numpy_helper.from_array(scale.astype(np.float32), f"{t.name}_col_scale")])
+        saved += _store_int8(graph, t, axis=0, scale_suffix="_col_scale")
         # the widened matrix keeps the initializer's name, so its MatMuls read it unchanged
         widen += [helper.make_node("Cast", [f"{t.name}_int8"], [f"{t.name}_cast"], to=TensorProto.FLOAT),
                   helper.make_node("Mul", [f"{t.name}_cast", f"{t.name}_col_scale"], [t.name])]
-        saved += weights.nbytes - quantized.nbytes - scale.nbytes
     nodes = widen + list(graph.node)
     del graph.node[:]
     graph.node.extend(nodes)
