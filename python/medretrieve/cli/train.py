@@ -106,6 +106,9 @@ def add_fit_encoder(sub: Any) -> None:
     p.add_argument("--hard-negatives", type=int, default=10,
                    help="each question's hard negative is drawn from this many top-ranked irrelevant chunks "
                         "(0: the batch's other chunks only)")
+    p.add_argument("--weights-dir", metavar="DIR", default=None,
+                   help="also keep the fine-tuned Hugging Face weights in DIR (a --base for later fits, e.g. "
+                        "fit-cross-encoder)")
     p.add_argument("--reencode", metavar="DIR", default=None,
                    help="also write the collection re-encoded with the new encoder to DIR (a new collection; "
                         "the original is not changed)")
@@ -121,7 +124,7 @@ def _fit_encoder(args: argparse.Namespace) -> int:
         raise FileExistsError(f"{args.reencode} exists; pass --overwrite to replace it (a collection only)")
     res = fit_encoder(col, args.training, args.base, args.output, epochs=args.epochs, lr=args.lr,
                       batch_size=args.batch_size, hard_negatives=args.hard_negatives, quantize=args.quantize,
-                      overwrite=args.overwrite, progress=True)
+                      weights_dir=args.weights_dir, overwrite=args.overwrite, progress=True)
     print(f"encoder fitted on {res.questions} questions ({res.skipped} skipped) in {res.seconds:.0f} s; "
           f"loss per epoch {', '.join(f'{x:.3f}' for x in res.losses)} -> {res.out_dir}")
     if args.reencode:

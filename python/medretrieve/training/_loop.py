@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 INFO_NAME = "adaptation.json"  # what a fit did, written beside the exported model
 MIN_AGREEMENT = 0.95  # mean cosine a base model must reach against the collection's own encoder
@@ -66,10 +66,11 @@ def train(model: Any, items: List[Any], loss_of: Callable[[List[Any]], Any], *, 
     return losses, time.perf_counter() - t0
 
 
-def export_trained(model: Any, tokenizer: Any, out: Path, kind: str, source: str, **export_args: Any) -> None:
+def export_trained(model: Any, tokenizer: Any, out: Path, kind: str, source: str, weights_dir: Optional[Path] = None,
+                   **export_args: Any) -> None:
     """Save the fine-tuned model next to ``out`` and export it there as ONNX (``models.export.export_onnx``);
     the manifest's ``source`` says what it was fitted from (``source``), not the temporary folder it was saved
-    to."""
+    to. ``weights_dir``: also keep the saved Hugging Face weights and tokenizer there."""
     import dataclasses
 
     from ..models.encoders import read_manifest, write_manifest
@@ -83,6 +84,8 @@ def export_trained(model: Any, tokenizer: Any, out: Path, kind: str, source: str
         tokenizer.save_pretrained(work)
         export_onnx(work, out, kind, **export_args)
         write_manifest(out, dataclasses.replace(read_manifest(out), source=source))
+        if weights_dir is not None:
+            shutil.copytree(work, weights_dir, dirs_exist_ok=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -93,20 +93,23 @@ def hard_negative_pool(collection, questions: List[str], live: np.ndarray, posit
 def fit_encoder(collection, examples, base: Union[str, os.PathLike], out_dir: Union[str, os.PathLike], *,
                 epochs: int = 3, lr: float = 2e-5, batch_size: int = 32, hard_negatives: int = 10,
                 temperature: Optional[float] = None, quantize: Optional[str] = None, seed: int = 0,
-                overwrite: bool = False, progress: bool = False) -> EncoderFit:
+                weights_dir: Optional[Union[str, os.PathLike]] = None, overwrite: bool = False,
+                progress: bool = False) -> EncoderFit:
     """Fine-tune ``base`` (the collection's symmetric encoder) on training questions and export it to ``out_dir``.
 
     ``examples``: a :class:`~medretrieve.retrieval.expansion.TrainingMemory`, BioASQ golden files, or
     ``(question, relevant document ids)`` pairs; questions with no relevant document in the collection are
     skipped. ``hard_negatives``: how many of the current top-ranked irrelevant chunks each question draws its
     hard negative from (0: the batch's other chunks only). ``temperature``: None = 0.05 for unit-length vectors,
-    1 for raw inner products. ``quantize``: None (fp32), ``"int8"`` or ``"int8-weights"``. Pooling, normalisation
+    1 for raw inner products. ``quantize``: None (fp32), ``"int8"`` or ``"int8-weights"``. ``weights_dir``: also
+    keep the fine-tuned Hugging Face weights there (a ``base`` for further fits, e.g. ``fit_cross_encoder``;
+    must differ from ``out_dir``). Pooling, normalisation
     and the maximum length follow the collection's encoder. Returns an :class:`EncoderFit`; re-encode the collection with
     ``collection.reencode(new_dir, encoder=out_dir)`` to search with the result (its vectors change, so opening
     the old collection with it would mix two geometries). Raises ValueError for bad settings, a collection whose
     queries use a separate query encoder (use ``fit_query_encoder``), no usable question or a ``base`` that does
-    not reproduce the collection's vectors; FileExistsError when ``out_dir`` is not empty and ``overwrite`` is
-    False (checked before training).
+    not reproduce the collection's vectors; FileExistsError when ``out_dir`` or ``weights_dir`` is not empty and
+    ``overwrite`` is False (checked before training).
     """
     if temperature is None:  # cosines need sharpening; raw inner products (MedCPT) were trained without it
         temperature = 0.05 if collection.normalized else 1.0
@@ -118,6 +121,10 @@ def fit_encoder(collection, examples, base: Union[str, os.PathLike], out_dir: Un
                          f"({collection.query_encoder_dir}); fit_encoder fine-tunes one symmetric model for both "
                          "sides: use fit_query_encoder for a query/article pair")
     out = check_output_dir(out_dir, overwrite)  # before training, not after
+    weights = None if weights_dir is None else check_output_dir(weights_dir, overwrite)
+    if weights is not None and weights.resolve() == out.resolve():
+        raise ValueError(f"weights_dir must differ from out_dir ({out}): the ONNX export and the Hugging Face "
+                         "weights would overwrite each other's files")
     base_dir = require_model_dir(base)
     pairs, live, questions, positives = question_positives(collection, examples)
     pools = hard_negative_pool(collection, questions, live, positives, hard_negatives) if hard_negatives else \
@@ -151,7 +158,7 @@ def fit_encoder(collection, examples, base: Union[str, os.PathLike], out_dir: Un
     losses, seconds = train(model, list(range(len(questions))), loss_of, epochs=epochs, batch_size=batch_size,
                             lr=lr, rng=rng, desc="fit encoder", progress=progress)
     export_trained(model, tokenizer, out, "symmetric", f"{base_dir} fine-tuned by medretrieve fit-encoder",
-                   pooling=m.pooling, normalize=m.normalize, quantize=quantize,
+                   weights_dir=weights, pooling=m.pooling, normalize=m.normalize, quantize=quantize,
                    max_length=m.max_length, overwrite=overwrite)
     result = EncoderFit(str(out), str(base_dir), len(questions), len(pairs) - len(questions),
                         int(sum(len(p) for p in positives)), int(sum(len(p) > 0 for p in pools)), hard_negatives,
