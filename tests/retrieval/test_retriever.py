@@ -389,6 +389,29 @@ def test_recovery_never_trades_a_hit_for_one_covering_less_of_the_subject(tmp_pa
     assert new_top[:2] == top[:2]
 
 
+def test_recovery_passes_over_a_near_duplicate_of_a_kept_hit_for_the_next_best(tmp_path):
+    from medretrieve.retrieval.budget import Deadline
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.models.encoders import default_model_dir
+    from medretrieve.retrieval.query import Query
+
+    kept = "Zanubrutinib treat chronic lymphocytic leukemia in adults."
+    docs = [{"id": "kept", "title": "", "text": kept},
+            {"id": "dup", "title": "", "text": kept + " Results"},  # every question word, but a near-duplicate
+            {"id": "alt", "title": "", "text": "Zanubrutinib for chronic lymphocytic leukemia."}]
+    docs += [{"id": f"f{i}", "title": "", "text": t} for i, t in enumerate(
+        ["Metformin lowers glucose.", "Aspirin inhibits platelets.", "Asthma is treated with inhalers."])]
+    col = Collection.build(docs, tmp_path / "col", encoder=default_model_dir(), progress=False)
+    row = {r.document_id: r.row for r in col.rows}
+    query = Query.analyse("Does zanubrutinib treat chronic lymphocytic leukemia in adults?")
+    ret = Retriever(col)
+    assert ret.tokens.lexical_relevance(query, row["dup"]) > ret.tokens.lexical_relevance(query, row["alt"])
+    top = [row["kept"], row["f0"], row["f1"], row["f2"]]
+    new_top, info = ret.recovery.recover(query, top, 4, [], Deadline(None))
+    assert info["replaced"] >= 1 and row["alt"] in new_top[2:]
+    assert row["dup"] not in new_top and new_top[:2] == top[:2]
+
+
 def test_one_search_tokenises_the_question_once(collection, monkeypatch):
     """The question is analysed once (retrieval.query.Query); no stage tokenises it again, whichever stages run:
     expansions, training memory, a learned ranker's features, recovery (forced by an unreachable threshold)."""

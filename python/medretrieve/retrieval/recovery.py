@@ -145,7 +145,14 @@ class Recovery:
                            for r in np.asarray(cand, dtype=np.int64).tolist() if r not in in_top),
                           key=lambda x: -x[0])
         new_top = list(top)
-        few_articles = len({rows[r].document_id for r in top}) < min(s.min_articles, k)
+        doc_ids: Dict[int, str] = {}
+
+        def doc_of(row: int) -> str:  # a chunk row's fields are parsed on each access: read each document id once
+            if row not in doc_ids:
+                doc_ids[row] = rows[row].document_id
+            return doc_ids[row]
+
+        few_articles = len({doc_of(r) for r in top}) < min(s.min_articles, k)
         rel_now = {r: self.tokens.lexical_relevance(query, r) for r in new_top}
         # only the lower half of the list is open to replacement: the top hits are the retrievers' strongest
         # agreement and are never displaced; weakest first, then (too few articles) repeats of one article
@@ -156,40 +163,42 @@ class Recovery:
         if few_articles:
             first_of: Dict[str, int] = {}
             for i, r in enumerate(new_top):
-                first_of.setdefault(rows[r].document_id, i)
+                first_of.setdefault(doc_of(r), i)
             repeats = [i for i in reversed(range(half, len(new_top)))
-                       if first_of[rows[new_top[i]].document_id] != i and i not in low]
+                       if first_of[doc_of(new_top[i])] != i and i not in low]
         used_rows: Set[int] = set(new_top)
         added: List[int] = []
         doc_subject: Dict[str, float] = {}
 
         def subject_of(row: int) -> float:
-            d = rows[row].document_id
+            d = doc_of(row)
             if d not in doc_subject:
                 doc_subject[d] = subject_share(query.subject, self.tokens.of_document(d)) if query.subject else 0.0
             return doc_subject[d]
 
+        def relevant_enough(rel: float, old_rel: float, need_new_doc: bool) -> bool:
+            """A repeat may give way to a new article at least as relevant; a weak hit only to a better one that
+            itself passes the threshold."""
+            return rel >= old_rel if need_new_doc else (rel >= s.weak_threshold and rel > old_rel)
+
         for i in low + repeats:
             old = new_top[i]
             need_new_doc = i in repeats
-            docs_now = {rows[r].document_id for r in new_top}
+            docs_now = {doc_of(r) for r in new_top}
             old_subject = subject_of(old)
             for rel, r in cand_rel:
-                if r in used_rows or any(jaccard(self.tokens.of_row(r), self.tokens.of_row(o)) >= s.near_duplicate
-                                         for o in new_top):
+                if not relevant_enough(rel, rel_now[old], need_new_doc):
+                    break  # cand_rel is sorted by relevance: no later candidate is relevant enough either
+                # a replacement may not cover less of the question's subject (drug, gene) than the hit it
+                # replaces; the near-duplicate test, the costliest, comes last
+                if r in used_rows or subject_of(r) < old_subject or (need_new_doc and doc_of(r) in docs_now):
                     continue
-                # nor may a replacement cover less of the question's subject (drug, gene) than the hit it replaces
-                if subject_of(r) < old_subject:
+                if any(jaccard(self.tokens.of_row(r), self.tokens.of_row(o)) >= s.near_duplicate for o in new_top):
                     continue
-                if need_new_doc:
-                    ok = rows[r].document_id not in docs_now and rel >= rel_now[old]
-                else:  # a replacement must itself pass the threshold
-                    ok = rel >= s.weak_threshold and rel > rel_now[old]
-                if ok:
-                    new_top[i] = r
-                    used_rows.add(r)
-                    added.append(r)
-                    break
+                new_top[i] = r
+                used_rows.add(r)
+                added.append(r)
+                break
         for rel, r in cand_rel:  # fill up when the first pass returned fewer than k
             if len(new_top) >= k:
                 break
