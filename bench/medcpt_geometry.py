@@ -3,7 +3,7 @@
 A tiny random BERT pair is exported MedCPT-style (CLS pooling, no normalisation) and a collection of 400 generated
 documents is built with ``--encoder ARTICLE --query-encoder QUERY`` (float32 and int8 storage). For 50 generated
 questions the dense first-stage scores (``Hit.scores["dense"]``, top 10) are compared with the raw inner products
-of the two towers computed in float64 with torch (``tests/encoder_fixtures.torch_reference``):
+of the two towers computed in float64 with torch (``tests/support/encoder_fixtures.torch_reference``):
 
 - max |score - reference| / max |reference| over the hits;
 - top-10 agreement of the search with the exact float64 top 10.
@@ -11,7 +11,7 @@ of the two towers computed in float64 with torch (``tests/encoder_fixtures.torch
 (A random tiny BERT's [CLS] vectors all have the same norm, sqrt(hidden), its last LayerNorm being untrained, so
 this pair cannot show how normalising would reorder a trained MedCPT's results; it checks the scores themselves.)
 
-Usage: ``MEDRETRIEVE_CORE_DIR=build/dev PYTHONPATH=python:tests nice python bench/medcpt_geometry.py``
+Usage: ``MEDRETRIEVE_CORE_DIR=build/dev PYTHONPATH=python:tests/support nice python bench/medcpt_geometry.py``
 (needs torch + transformers: the ``export`` extra). Prints a markdown table for bench/RESULTS.md.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 from encoder_fixtures import _WORDS, export_tiny, torch_reference  # noqa: E402
 

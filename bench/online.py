@@ -13,7 +13,7 @@ fake server, whose esearch ranks them by the question's words. Measured, for the
 Per search, the median over the questions of the total and of the stages ``pubmed_search``, ``pubmed_fetch`` and
 ``pool`` (chunking + encoding the fetched records, int8 MiniLM on the CPU).
 
-Usage: ``MEDRETRIEVE_CORE_DIR=build/dev PYTHONPATH=python:tests nice python bench/online.py``
+Usage: ``MEDRETRIEVE_CORE_DIR=build/dev PYTHONPATH=python:tests/support nice python bench/online.py``
 Prints markdown tables for bench/RESULTS.md.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 from pubmed_server import FakeEutils  # noqa: E402
 

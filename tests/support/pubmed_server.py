@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 from urllib.parse import parse_qs, urlparse
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pubmed"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pubmed"
 Script = Callable[[str, Dict[str, str]], Optional[tuple]]
 
 

@@ -149,7 +149,7 @@ def test_gpu_check_script_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(core, "_cuda_mmr_batch", fake_mmr)
     monkeypatch.setattr(core, "_cuda_rrf", fake_rrf)
     monkeypatch.setattr(core, "_CudaTable", NumpyTable, raising=False)
-    script = Path(__file__).resolve().parents[1] / "bench" / "gpu_check.py"
+    script = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
     spec = importlib.util.spec_from_file_location("gpu_check_under_test", script)
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None

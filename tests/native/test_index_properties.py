@@ -1,4 +1,4 @@
-"""Runs the hypothesis properties of tests/index_properties.py in a child process: a native crash there fails this
+"""Runs the hypothesis properties of tests/support/index_properties.py in a child process: a native crash there fails this
 test with the child's output instead of killing the whole pytest session."""
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def test_index_api_properties() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-s", str(HERE / "index_properties.py")],
-        capture_output=True, text=True, timeout=900, cwd=HERE.parent,
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-s", str(TESTS / "support" / "index_properties.py")],
+        capture_output=True, text=True, timeout=900, cwd=TESTS.parent,
     )
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
     assert "property outcomes:" in proc.stdout
