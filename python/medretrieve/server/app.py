@@ -4,7 +4,8 @@
 Endpoints: ``POST /v1/search``, ``POST /v1/search:batch``, ``POST /v1/answer`` (when an LLM is configured;
 ``"stream": true`` answers as server-sent events), ``GET /healthz`` (the process is alive), ``GET /readyz``
 (the collection is loaded and warmed), ``GET /v1/collection``, ``GET /metrics`` (Prometheus),
-``POST /v1/admin/reload`` (off unless enabled), ``GET /openapi.json`` and ``GET /docs``.
+``POST /v1/admin/reload`` (off unless enabled), ``GET /openapi.json``; and pages (:mod:`.pages`, offline):
+``GET /`` (the search page) and ``GET /docs`` (the API's documentation).
 
 Deadlines: a request's ``deadline_ms`` (or the ``X-Deadline-Ms`` header; the smaller counts; the server's default
 when neither is given) runs from the moment the request arrived and covers the wait for a slot and the work; a
@@ -27,6 +28,7 @@ from .config import ServerConfig
 from .engine import Engine, Snapshot
 from .http import Observe, endpoint_of
 from .metrics import ServerMetrics
+from .pages import add_search_page, new_app
 from .routes import add_routes
 
 def _resolve(source: Union[ServerConfig, str, "os.PathLike[str]", Retriever], settings: Dict[str, Any]):
@@ -74,12 +76,13 @@ def create_app(source: Union[ServerConfig, str, "os.PathLike[str]", Retriever], 
             await engine.stop()
             metrics.process_exit()
 
-    app = FastAPI(title="medretrieve", version=__version__, lifespan=lifespan,
+    app = new_app(title="medretrieve", version=__version__, lifespan=lifespan,
                   description="Hybrid retrieval for grounded medical RAG, under a deadline.")
     app.state.engine = engine
     app.add_middleware(Observe, metrics=metrics)
     errors.install(app, metrics, endpoint_of)
     add_routes(app, engine, metrics)
+    add_search_page(app)
     return app
 
 
