@@ -14,18 +14,28 @@ hold (any word is enough, like an OR query) and answers in the shape of ``esearc
 may return ``(status, body, delay_s[, headers])`` to answer otherwise (``body``: dict = JSON, str / bytes as
 is), or None for the default. Every request is recorded in ``requests`` with its arrival time
 (``time.monotonic()``).
+
+Hostile upstreams: ``script`` may also return a :class:`Hostile` reply, written by hand on the socket, for the
+faults a client must survive: :func:`trickle` (headers and/or body one byte at a time), :func:`flood` (a huge body
+streamed from a generator, never held in memory, with or without a Content-Length), :func:`lie` (a Content-Length
+that the body does not keep), :func:`gzip_bomb` (a small gzip body that decodes huge) and :func:`nested_json`
+(a reply nested deeper than any parser's recursion). ``bytes_sent`` counts the body bytes the server wrote, so a
+test can tell how much a client read before it stopped.
 """
 from __future__ import annotations
 
 import copy
+import gzip
+import io
 import json
 import re
 import threading
 import time
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
 from urllib.parse import parse_qs, urlparse
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pubmed"
@@ -39,6 +49,67 @@ def fixture_text(name: str) -> str:
 def _articles() -> Dict[str, ET.Element]:
     root = ET.fromstring(fixture_text("efetch_articles.xml").split("\n", 2)[2])  # after the prolog lines
     return {a.find("MedlineCitation/PMID").text: a for a in root.findall("PubmedArticle")}
+
+
+@dataclass
+class Hostile:
+    """A reply written by hand: ``body`` (bytes, or a function giving an iterator of pieces), written
+    ``chunk`` bytes at a time with ``every_s`` seconds between writes; ``headers_every_s``: the status line and
+    headers also trickled one byte at a time; ``content_length``: declared length (None: the true length when
+    ``body`` is bytes, else no Content-Length and the body ends when the connection closes)."""
+
+    body: Union[bytes, Callable[[], Iterable[bytes]]] = b""
+    status: int = 200
+    headers: Dict[str, str] = field(default_factory=dict)
+    every_s: float = 0.0
+    chunk: int = 1 << 16
+    headers_every_s: float = 0.0
+    content_length: Optional[int] = None
+    content_type: str = "text/xml"
+
+    def pieces(self) -> Iterator[bytes]:
+        if isinstance(self.body, bytes):
+            for i in range(0, len(self.body), self.chunk):
+                yield self.body[i:i + self.chunk]
+        else:
+            yield from self.body()
+
+
+def trickle(body: Union[bytes, str], every_s: float = 1.0, headers_too: bool = False) -> Hostile:
+    """``body`` one byte every ``every_s`` seconds (and the headers too)."""
+    data = body.encode() if isinstance(body, str) else body
+    return Hostile(data, every_s=every_s, chunk=1, headers_every_s=every_s if headers_too else 0.0)
+
+
+def flood(n_bytes: int, declare: bool = True, piece: bytes = b"<a>x</a>" * 8192) -> Hostile:
+    """A body of ``n_bytes`` made on the fly (with its Content-Length when ``declare``, else close-delimited)."""
+    def gen() -> Iterator[bytes]:
+        left = n_bytes
+        while left > 0:
+            yield piece[:left]
+            left -= len(piece)
+    return Hostile(gen, content_length=n_bytes if declare else None)
+
+
+def lie(body: Union[bytes, str], declared: int) -> Hostile:
+    """``body`` under a Content-Length of ``declared`` bytes (then the connection closes)."""
+    data = body.encode() if isinstance(body, str) else body
+    return Hostile(data, content_length=declared)
+
+
+def gzip_bomb(n_bytes: int) -> Hostile:
+    """A gzip body that decodes to ``n_bytes`` zero bytes (about a thousandth of that on the wire)."""
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=9) as gz:
+        block = b"\0" * (1 << 20)
+        for _ in range(n_bytes >> 20):
+            gz.write(block)
+    return Hostile(buf.getvalue(), headers={"Content-Encoding": "gzip"})
+
+
+def nested_json(depth: int = 100_000) -> bytes:
+    """An esearch-shaped reply whose ``idlist`` is nested ``depth`` lists deep."""
+    return b'{"esearchresult": {"idlist": ' + b"[" * depth + b"]" * depth + b"}}"
 
 
 def esearch_body(ids: List[str]) -> dict:
@@ -64,6 +135,9 @@ class _Handler(BaseHTTPRequestHandler):
         reply = owner.script(endpoint, params) if owner.script else None
         if reply is None:
             reply = owner.default(endpoint, params)
+        if isinstance(reply, Hostile):
+            self._hostile(reply)
+            return
         status, body, delay = reply[0], reply[1], float(reply[2]) if len(reply) > 2 else 0.0
         headers = reply[3] if len(reply) > 3 else {}
         if delay > 0 and owner.stopping.wait(delay):
@@ -83,6 +157,36 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(payload)
         except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _write_slowly(self, data: bytes, chunk: int, every_s: float, body: bool) -> bool:
+        owner = self.server.owner
+        for i in range(0, len(data), chunk):
+            if every_s > 0 and owner.stopping.wait(every_s):
+                return False
+            self.wfile.write(data[i:i + chunk])
+            self.wfile.flush()
+            if body:
+                with owner.lock:
+                    owner.bytes_sent += len(data[i:i + chunk])
+        return True
+
+    def _hostile(self, r: Hostile) -> None:
+        self.close_connection = True
+        length = r.content_length if r.content_length is not None else (
+            len(r.body) if isinstance(r.body, bytes) else None)
+        head = [f"HTTP/1.1 {r.status} Hostile", f"Content-Type: {r.content_type}", "Connection: close"]
+        head += [f"{k}: {v}" for k, v in r.headers.items()]
+        if length is not None:
+            head.append(f"Content-Length: {length}")
+        try:
+            if not self._write_slowly(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"),
+                                      1 if r.headers_every_s else 1 << 16, r.headers_every_s, False):
+                return
+            for piece in r.pieces():
+                if not self._write_slowly(piece, r.chunk, r.every_s, True):
+                    return
+        except OSError:  # the client hung up (as it should, on a reply it refuses)
             pass
 
     def do_GET(self) -> None:  # noqa: N802
@@ -108,6 +212,7 @@ class FakeEutils:
     def __init__(self, script: Optional[Script] = None) -> None:
         self.script = script
         self.requests: List[dict] = []
+        self.bytes_sent = 0  # body bytes written by Hostile replies
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.articles = _articles()
