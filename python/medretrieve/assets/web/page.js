@@ -237,6 +237,7 @@
         if (event === "evidence") {
           evidence = data.hits || [];
         } else if (event === "delta") {
+          if (!written) performance.mark("medretrieve:first-words");
           written += data.text || "";
           renderAnswer(written, evidence, stems, new Set());
         } else if (event === "answer") {
@@ -267,6 +268,8 @@
     running = controller;
     const searchTimer = setTimeout(() => controller.abort(new Error("the search took too long")), SEARCH_TIMEOUT_MS);
     document.body.classList.add("busy");
+    performance.clearMarks();
+    performance.mark("medretrieve:asked");  // marks for DevTools and bench/page.py: asked, hits, first-words, answered
     say("Searching\u2026");
     try {
       const result = await (await postJson("v1/search", { question: text, k }, controller.signal)).json();
@@ -274,10 +277,12 @@
       const stems = queryStems(text, result.expansions);
       showHits(result.hits || [], stems);
       showSearchTimings(result);
+      performance.mark("medretrieve:hits");
       say(`${(result.hits || []).length} hits in ${Number(result.timings_ms.total).toFixed(0)} ms; answering\u2026`);
       const answerTimer = setTimeout(() => controller.abort(new Error("the answer took too long")), ANSWER_TIMEOUT_MS);
       try {
         const answer = await streamAnswer(text, k, stems, controller.signal);
+        performance.mark("medretrieve:answered");
         say(`${(result.hits || []).length} hits; answered in ${Number(answer.timings.total || 0).toFixed(0)} ms`);
       } catch (error) {
         if (controller.signal.aborted && running !== controller) return;  // a newer question replaced this one
