@@ -268,6 +268,7 @@
     running = controller;
     const searchTimer = setTimeout(() => controller.abort(new Error("the search took too long")), SEARCH_TIMEOUT_MS);
     document.body.classList.add("busy");
+    for (const section of [answerSection, hitsSection, timingsSection]) section.hidden = true;  // nothing stale
     performance.clearMarks();
     performance.mark("medretrieve:asked");  // marks for DevTools and bench/page.py: asked, hits, first-words, answered
     say("Searching\u2026");
