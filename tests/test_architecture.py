@@ -27,6 +27,7 @@ WINGS: Tuple[Tuple[str, ...], ...] = (
     ("client",),
     ("distributed",),
     ("server",),
+    ("integrations",),
     ("testing",),
     ("cli",),
 )

@@ -4,7 +4,8 @@ Native core (``medretrieve._core``): SIMD kernels chosen at run time, an int8 HN
 ``hnswlib.Index``), exact flat search and fused MMR / RRF operators. The Python layer is laid out in wings, each
 importing only the ones below it: ``models`` (encoders), ``corpus`` (readers, chunking, BM25, collections),
 ``retrieval`` (search under a deadline), ``training`` (rankers and encoders from questions), ``generation``
-(LLMs, grounded answers), ``evaluation`` (BioASQ, MedRGB) and ``cli``. This module re-exports the public names;
+(LLMs, grounded answers), ``evaluation`` (BioASQ, MedRGB), ``integrations`` (LangChain, LlamaIndex, Haystack,
+MCP) and ``cli``. This module re-exports the public names;
 the pipeline classes load on first use (they pull in onnxruntime).
 """
 from __future__ import annotations
@@ -28,6 +29,9 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from .corpus.pubmed import PubMedSource as PubMedSource
     from .generation.generate import Answer as Answer
     from .generation.generate import Answerer as Answerer
+    from .integrations.haystack import HaystackRetriever as HaystackRetriever
+    from .integrations.langchain import LangChainRetriever as LangChainRetriever
+    from .integrations.llamaindex import LlamaIndexRetriever as LlamaIndexRetriever
     from .retrieval.online import OnlineStage as OnlineStage
     from .retrieval.query import Query as Query
     from .retrieval.ranker import LinearRanker as LinearRanker
@@ -82,6 +86,10 @@ _LAZY = {
     "LinearRanker": "retrieval.ranker",
     "Answerer": "generation.generate",
     "Answer": "generation.generate",
+    # framework doors, each behind its extra (langchain, llamaindex, haystack)
+    "LangChainRetriever": "integrations.langchain",
+    "LlamaIndexRetriever": "integrations.llamaindex",
+    "HaystackRetriever": "integrations.haystack",
 }
 
 

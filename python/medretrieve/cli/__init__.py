@@ -27,6 +27,7 @@ _COMMANDS = {
     "eval": "evaluate:add_eval",
     "demo": "demo:add_demo",
     "serve": "serve:add_serve",
+    "mcp": "mcp_server:add_mcp",
 }
 
 

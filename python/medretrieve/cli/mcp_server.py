@@ -1,0 +1,66 @@
+"""``medretrieve mcp``: a collection (or a medretrieve server) as MCP tools for agents, over stdio or HTTP."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from typing import Any
+
+from .options import HelpFormatter, deadline
+
+
+def add_mcp(sub: Any) -> None:
+    p = sub.add_parser(
+        "mcp", help="serve a collection as MCP tools (search, answer) for agents, over stdio or streamable HTTP",
+        description="An MCP server (the official Python SDK; the 'mcp' extra) with two read-only tools: search "
+        "(question, k, sections: the best passages with their sources) and answer (question, k: an answer citing "
+        "them as [n], each citation checked; written by --llm, extractive without it). Over stdio by default "
+        "(an MCP client starts this command), over streamable HTTP at /mcp with --http.",
+        formatter_class=HelpFormatter)
+    p.add_argument("collection", metavar="COLLECTION",
+                   help="collection folder (medretrieve build), or the URL of a medretrieve serve process")
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on with --http")
+    p.add_argument("--port", type=int, default=8765, help="port with --http (0: any free port; the log names it)")
+    p.add_argument("--llm", default=None, metavar="BASE_URL",
+                   help="OpenAI-compatible API root that writes answers (default: extractive answers)")
+    p.add_argument("--model", default=None, help="model name the LLM server knows (with --llm)")
+    p.add_argument("--llm-timeout-s", type=float, default=60.0, help="per LLM request (s)")
+    p.add_argument("--k", type=_hit_count, default=10, help="hits a tool call returns when it names no k (1-100)")
+    p.add_argument("--deadline-ms", type=deadline, default=300.0, help="budget of one search (ms, or 'none')")
+    p.add_argument("--answer-deadline-ms", type=deadline, default=60_000.0,
+                   help="budget of one answer, retrieval and generation (ms, or 'none')")
+    p.set_defaults(func=_mcp)
+
+
+def _hit_count(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"must be in [1, 100], got {text!r}")
+    return value
+
+
+def _mcp(args: Any) -> int:
+    from ..integrations.mcp_server import Engine, build_server
+
+    if (args.llm is None) != (args.model is None):
+        raise ValueError("--llm and --model go together")
+    with contextlib.ExitStack() as stack:
+        backend = None
+        if args.llm is not None:
+            from ..generation.llm import OpenAIBackend
+
+            backend = stack.enter_context(OpenAIBackend(args.llm, args.model, timeout_s=args.llm_timeout_s))
+        with contextlib.redirect_stdout(sys.stderr):  # stdout carries the protocol: loading must not print there
+            engine = Engine(args.collection, backend, deadline_ms=args.deadline_ms,
+                            answer_deadline_ms=args.answer_deadline_ms)
+        stack.callback(engine.close)
+        server = build_server(engine, default_k=args.k)
+        if not args.http:
+            server.run("stdio")
+            return 0
+        import uvicorn
+
+        print("medretrieve mcp: streamable HTTP at path /mcp of the address uvicorn names below", file=sys.stderr)
+        uvicorn.run(server.streamable_http_app(host=args.host), host=args.host, port=args.port, log_level="info")
+    return 0

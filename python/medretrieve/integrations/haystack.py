@@ -1,0 +1,74 @@
+"""medretrieve as a Haystack component (the ``haystack`` extra: ``haystack-ai``, the 2.x components API).
+
+``HaystackRetriever(source, k=..., deadline_ms=..., sections=...)`` is a ``@component`` with ``run`` and
+``run_async`` (an ``AsyncPipeline`` awaits the latter): input ``query`` (and per run ``top_k``, ``sections``),
+output ``documents``, a list of Haystack ``Document`` objects (id: the chunk id; content: the chunk's text;
+score: the hit's relevance; meta: :func:`~.source.hit_metadata`: document id, title, section, BioASQ span,
+source link). ``source`` is a :class:`~medretrieve.retrieval.retriever.Retriever`, a
+:class:`~medretrieve.client.Client` / :class:`~medretrieve.client.AsyncClient`, a collection folder or a
+server URL (:mod:`.source`). Built from a folder or URL, the component serialises with its pipeline
+(``Pipeline.dumps`` / ``loads``); built from an object, it cannot (``to_dict`` says so).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Sequence
+
+from haystack import Document, component, default_from_dict, default_to_dict
+
+from ..retrieval.results import SearchResult
+from .source import SearchCall, Searcher, SourceLike, hit_metadata
+
+
+@component
+class HaystackRetriever:
+    """medretrieve's hybrid search as a Haystack retriever component (module docstring). ``k``: hits per run
+    (``top_k`` overrides it); ``deadline_ms``: the time budget of one search (ms; None: none); ``sections``:
+    section categories every hit must come from (a run's ``sections`` overrides them)."""
+
+    def __init__(self, source: SourceLike, k: int = 10, deadline_ms: Optional[float] = 300.0,
+                 sections: Optional[List[str]] = None) -> None:
+        self.source = source
+        self.searcher = Searcher(source)
+        self.call = SearchCall(k, deadline_ms, sections)
+
+    def _for_run(self, top_k: Optional[int], sections: Optional[Sequence[str]]) -> SearchCall:
+        overrides: Dict[str, Any] = {}
+        if top_k is not None:
+            overrides["k"] = top_k
+        if sections is not None:
+            overrides["sections"] = sections
+        return self.call.with_overrides(overrides)
+
+    @component.output_types(documents=List[Document])
+    def run(self, query: str, top_k: Optional[int] = None, sections: Optional[List[str]] = None
+            ) -> Dict[str, List[Document]]:
+        """The best chunks for ``query`` (``top_k`` / ``sections``: this run's own, else the component's)."""
+        return {"documents": _documents(self.searcher.search(query, self._for_run(top_k, sections)))}
+
+    @component.output_types(documents=List[Document])
+    async def run_async(self, query: str, top_k: Optional[int] = None, sections: Optional[List[str]] = None
+                        ) -> Dict[str, List[Document]]:
+        """:meth:`run`, awaited (natively over an AsyncClient, in a worker thread over other sources)."""
+        return {"documents": _documents(await self.searcher.asearch(query, self._for_run(top_k, sections)))}
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The component as pipeline YAML/JSON data; only a folder or URL source can be written down."""
+        if not isinstance(self.source, (str, os.PathLike)):
+            raise TypeError("a HaystackRetriever serialises only when built from a collection folder or a server "
+                            f"URL, not from a {type(self.source).__name__} object")
+        sections = None if self.call.sections is None else list(self.call.sections)
+        return default_to_dict(self, source=os.fspath(self.source), k=self.call.k,
+                               deadline_ms=self.call.deadline_ms, sections=sections)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "HaystackRetriever":
+        return default_from_dict(cls, data)
+
+    def close(self) -> None:
+        """Close the client opened from a server URL (nothing to do for other sources)."""
+        self.searcher.close()
+
+
+def _documents(result: SearchResult) -> List[Document]:
+    return [Document(id=h.chunk_id, content=h.text, meta=hit_metadata(h), score=float(h.score)) for h in result.hits]

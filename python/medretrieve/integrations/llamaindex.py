@@ -1,0 +1,67 @@
+"""medretrieve as a LlamaIndex retriever (the ``llamaindex`` extra: ``llama-index-core``).
+
+``LlamaIndexRetriever(source, k=..., deadline_ms=..., sections=...)`` is a ``llama_index.core`` ``BaseRetriever``:
+``retrieve`` / ``aretrieve`` return ``NodeWithScore`` objects, so it plugs into a ``RetrieverQueryEngine``, a
+``ContextChatEngine`` or a router like any other retriever. ``source`` is a
+:class:`~medretrieve.retrieval.retriever.Retriever`, a :class:`~medretrieve.client.Client` /
+:class:`~medretrieve.client.AsyncClient`, a collection folder or a server URL (:mod:`.source`).
+
+Each hit becomes a ``TextNode`` (id: the chunk id; text: the chunk's; its source relationship: the document id)
+with the hit's score and :func:`~.source.hit_metadata` as metadata. The LLM reads the title, section, document
+id, source link and the collection's own fields beside the text; ids, scores and offsets stay out of the
+prompt and out of any re-embedding, and so do fields without a value (``excluded_llm_metadata_keys`` / ``excluded_embed_metadata_keys``).
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.retrievers import BaseRetriever
+from llama_index.core.schema import NodeRelationship, NodeWithScore, QueryBundle, RelatedNodeInfo, TextNode
+
+from ..retrieval.results import SearchResult
+from .source import SPAN_KEYS, SearchCall, Searcher, SourceLike, hit_metadata
+
+# metadata the LLM and an embedder do not read (bookkeeping, not evidence)
+HIDDEN_KEYS = ["chunk_id", "parent_id", "score", "scores", *SPAN_KEYS]
+
+
+class LlamaIndexRetriever(BaseRetriever):
+    """medretrieve's hybrid search as a LlamaIndex retriever (module docstring). ``k``: hits per search;
+    ``deadline_ms``: the time budget of one search (ms; None: none); ``sections``: section categories every hit
+    must come from (None: all). They are attributes, so a caller may change them between queries."""
+
+    def __init__(self, source: SourceLike, *, k: int = 10, deadline_ms: Optional[float] = 300.0,
+                 sections: Optional[Sequence[str]] = None, callback_manager: Optional[CallbackManager] = None,
+                 verbose: bool = False) -> None:
+        self.searcher = Searcher(source)
+        self.k = k
+        self.deadline_ms = deadline_ms
+        self.sections = sections
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    def _call(self) -> SearchCall:
+        return SearchCall(self.k, self.deadline_ms, self.sections)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        return _nodes(self.searcher.search(query_bundle.query_str, self._call()))
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        return _nodes(await self.searcher.asearch(query_bundle.query_str, self._call()))
+
+    def close(self) -> None:
+        """Close the client opened from a server URL (nothing to do for other sources)."""
+        self.searcher.close()
+
+
+def _nodes(result: SearchResult) -> List[NodeWithScore]:
+    out = []
+    for h in result.hits:
+        meta = hit_metadata(h)
+        hidden = HIDDEN_KEYS + [key for key, value in meta.items() if value is None and key not in HIDDEN_KEYS]
+        node = TextNode(id_=h.chunk_id, text=h.text, metadata=meta,
+                        excluded_llm_metadata_keys=hidden, excluded_embed_metadata_keys=list(hidden),
+                        relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=h.document_id)})
+        out.append(NodeWithScore(node=node, score=float(h.score)))
+    return out
+

@@ -1,0 +1,129 @@
+"""What every integration searches, and what it reports of a hit.
+
+:class:`Searcher` is one door to a search, whatever stands behind it: a local
+:class:`~medretrieve.retrieval.retriever.Retriever` (or anything with its ``search``, such as a sharded
+retriever), a :class:`~medretrieve.client.Client` of a ``medretrieve serve`` process, or an
+:class:`~medretrieve.client.AsyncClient`. A collection folder or an ``http(s)://`` URL names one too.
+Sync sources serve the async calls in a worker thread (the search's own deadline bounds it); an AsyncClient
+serves only the async ones.
+
+:func:`hit_metadata` is the metadata every framework's document carries: the hit's document id, chunk id,
+title, section, score, its BioASQ span and its source link (:func:`source_url`).
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from dataclasses import dataclass, replace
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
+
+from ..retrieval.results import Hit, SearchResult
+
+PUBMED_ARTICLE_URL = "https://pubmed.ncbi.nlm.nih.gov/{}/"
+SPAN_KEYS = ("beginSection", "endSection", "offsetInBeginSection", "offsetInEndSection")
+
+SourceLike = Union[str, "os.PathLike[str]", Any]
+
+
+def source_url(document_id: str, metadata: Optional[Dict[str, Any]] = None) -> Optional[str]:
+    """A link to a hit's source: the document's own ``url`` metadata when it is an http(s) URL, the PubMed page
+    when the id is a PMID (all digits), else None."""
+    own = (metadata or {}).get("url")
+    if isinstance(own, str) and own.startswith(("http://", "https://")):
+        return own
+    if document_id.isdigit():
+        return PUBMED_ARTICLE_URL.format(document_id)
+    return None
+
+
+def hit_metadata(hit: Hit) -> Dict[str, Any]:
+    """A hit as flat document metadata: the collection's own fields of the document (``topic``, ``year``, ...),
+    then ``document_id``, ``chunk_id``, ``parent_id``, ``title``, ``section``, ``score`` (the final relevance),
+    ``scores`` (each stage's), ``source_url`` (None when unknown) and the BioASQ span's four fields
+    (``beginSection`` ... ``offsetInEndSection``, character offsets; None when the collection does not know
+    the chunk's section). Where a name is in both, the hit's own value wins."""
+    span = hit.span or {}
+    return {**hit.metadata,
+            "document_id": hit.document_id, "chunk_id": hit.chunk_id, "parent_id": hit.parent_id,
+            "title": hit.title, "section": hit.section, "score": float(hit.score), "scores": dict(hit.scores),
+            "source_url": source_url(hit.document_id, hit.metadata),
+            **{key: span.get(key) for key in SPAN_KEYS}}
+
+
+@dataclass(frozen=True)
+class SearchCall:
+    """The options of one search: ``k`` hits, ``deadline_ms`` (ms; None: no deadline), ``sections`` (section
+    categories, None: all)."""
+
+    k: int
+    deadline_ms: Optional[float]
+    sections: Optional[Sequence[str]]
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> "SearchCall":
+        """These options with a call's own (``k``, ``deadline_ms``, ``sections``); TypeError names others."""
+        unknown = sorted(set(overrides) - {"k", "deadline_ms", "sections"})
+        if unknown:
+            raise TypeError(f"unknown search options {unknown}; known: deadline_ms, k, sections")
+        return replace(self, **overrides)
+
+    def kwargs(self) -> Dict[str, Any]:
+        """Keyword arguments of ``search`` (sections as a list: a framework may hand over a tuple; a bare
+        string stays as it is, for the retriever's own check to refuse)."""
+        sections = self.sections
+        if sections is not None and not isinstance(sections, str):
+            sections = list(sections)
+        return {"k": self.k, "deadline_ms": self.deadline_ms, "sections": sections}
+
+
+def _open(source: SourceLike) -> Any:
+    """The search object a folder or URL names (others pass through)."""
+    if not isinstance(source, (str, os.PathLike)):
+        return source
+    text = os.fspath(source)
+    if text.startswith(("http://", "https://")):
+        from ..client.client import Client
+
+        return Client(text)
+    from ..corpus.collection import Collection
+    from ..retrieval.retriever import Retriever
+
+    return Retriever(Collection.open(text))
+
+
+class Searcher:
+    """One door to a search (module docstring). ``source``: a Retriever-like object, a Client, an AsyncClient,
+    a collection folder or a server URL."""
+
+    def __init__(self, source: SourceLike) -> None:
+        target = _open(source)
+        search = getattr(target, "search", None)
+        if not callable(search):
+            raise TypeError("source must be a medretrieve Retriever, Client or AsyncClient (an object with "
+                            f"search(question, k=..., deadline_ms=..., sections=...)), a collection folder or "
+                            f"an http(s):// server URL; got {type(target).__name__}")
+        self.target = target
+        self.owned = target is not source  # opened here from a folder or URL: closed by close()
+        self.is_async = inspect.iscoroutinefunction(search)
+
+    def search(self, question: str, call: SearchCall) -> SearchResult:
+        """The source's search with ``call``'s options."""
+        if self.is_async:
+            raise TypeError(f"{type(self.target).__name__} answers only the async calls; pass a sync Client "
+                            "(or a Retriever) for the sync ones")
+        result: SearchResult = self.target.search(question, **call.kwargs())
+        return result
+
+    async def asearch(self, question: str, call: SearchCall) -> SearchResult:
+        """The same search, awaited: natively for an AsyncClient, in a worker thread for a sync source."""
+        if self.is_async:
+            result: SearchResult = await self.target.search(question, **call.kwargs())
+            return result
+        return await asyncio.to_thread(self.search, question, call)
+
+    def close(self) -> None:
+        """Close the client this searcher opened from a URL (a source the caller passed is the caller's)."""
+        close = getattr(self.target, "close", None)
+        if self.owned and callable(close):
+            close()
+

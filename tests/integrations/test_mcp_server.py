@@ -1,0 +1,115 @@
+"""``medretrieve mcp`` through the official MCP Python SDK's own client: started as a real subprocess over stdio
+(tools/list, both tools, a refused argument), once over streamable HTTP, and in process over a real
+``medretrieve serve`` (answers written by that server's LLM)."""
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp import Client  # noqa: E402
+from mcp.client.stdio import StdioServerParameters  # noqa: E402
+
+from medretrieve.integrations.mcp_server import Engine, build_server  # noqa: E402
+
+QUESTION = "What is the first-line drug treatment for type 2 diabetes?"
+TIMEOUT_S = 120.0  # the longest one MCP session of a test may take, start-up included
+
+
+def _stdio(collection_dir, *args: str) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=["-m", "medretrieve", "mcp", str(collection_dir), *args],
+                                 env=dict(os.environ))  # the checkout's PYTHONPATH / core build and the test cache
+
+
+async def _session(target, work):
+    async with Client(target, read_timeout_seconds=60) as client:
+        return await asyncio.wait_for(work(client), TIMEOUT_S)
+
+
+async def _list_and_call(client):
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    found = await client.call_tool("search", {"question": QUESTION, "k": 3, "sections": ["treatment"]})
+    answered = await client.call_tool("answer", {"question": QUESTION, "k": 3})
+    refused = await client.call_tool("search", {"question": QUESTION, "sections": ["astrology"]})
+    return tools, found, answered, refused
+
+
+def test_stdio_server_lists_both_tools_and_answers_them(medretrieve_collection, medretrieve_retriever):
+    tools, found, answered, refused = asyncio.run(_session(_stdio(medretrieve_collection.directory),
+                                                           _list_and_call))
+    assert set(tools) == {"search", "answer"}
+    search_tool = tools["search"]
+    assert set(search_tool.input_schema["properties"]) == {"question", "k", "sections"}
+    assert search_tool.input_schema["required"] == ["question"]
+    assert {"hits", "weak", "cut"} <= set(search_tool.output_schema["properties"])
+    assert {"text", "citations", "sources"} <= set(tools["answer"].output_schema["properties"])
+    assert search_tool.annotations.read_only_hint
+
+    assert not found.is_error
+    expected = medretrieve_retriever.search(QUESTION, k=3, deadline_ms=None, sections=["treatment"]).hits
+    hits = found.structured_content["hits"]
+    assert [h["chunk_id"] for h in hits] == [h.chunk_id for h in expected]
+    assert [h["number"] for h in hits] == [1, 2, 3]
+    assert hits[0]["text"] == expected[0].text and hits[0]["document_id"] == "demo-002"
+    assert hits[0]["span"]["offsetInEndSection"] == expected[0].span["offsetInEndSection"]
+    assert hits[0]["score"] == pytest.approx(expected[0].score)
+
+    assert not answered.is_error
+    ans = answered.structured_content
+    assert not ans["abstained"] and ans["error"] is None and "Metformin" in ans["text"]
+    assert ans["citations"] and all(c["supported"] for c in ans["citations"])
+    numbers = {n for c in ans["citations"] for n in c["sources"]}
+    assert numbers <= {s["number"] for s in ans["sources"]}  # every [n] points at a source it returned
+    assert any(s["document_id"] == "demo-002" for s in ans["sources"] if s["number"] in numbers)
+    assert "extractive answer" in " ".join(ans["notes"])
+
+    assert refused.is_error and "unknown sections ['astrology']" in refused.content[0].text
+
+
+def test_streamable_http_transport(medretrieve_collection):
+    cmd = [sys.executable, "-m", "medretrieve", "mcp", str(medretrieve_collection.directory), "--http", "--port", "0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url, give_up, log = None, time.monotonic() + TIMEOUT_S, ""
+        while url is None:
+            line = proc.stderr.readline()
+            log += line
+            found = re.search(r"Uvicorn running on (http://[\d.]+:\d+)", line)
+            if found:
+                url = found.group(1) + "/mcp"
+            elif (not line and proc.poll() is not None) or time.monotonic() > give_up:
+                pytest.fail(f"medretrieve mcp --http did not start:\n{log}")
+
+        async def work(client):
+            tools = [t.name for t in (await client.list_tools()).tools]
+            return tools, await client.call_tool("search", {"question": QUESTION, "k": 2})
+
+        tools, found = asyncio.run(_session(url, work))
+        assert sorted(tools) == ["answer", "search"]
+        assert [h["number"] for h in found.structured_content["hits"]] == [1, 2]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_over_a_medretrieve_server_the_answer_comes_from_its_llm(server):
+    from medretrieve.client import Client as HttpClient
+
+    from conftest import CITED_ANSWER
+
+    with HttpClient(server.url) as http:
+        engine = Engine(http, deadline_ms=60000)
+        tools, found, answered, refused = asyncio.run(_session(build_server(engine), _list_and_call))
+    assert not found.is_error and found.structured_content["hits"][0]["document_id"] == "demo-002"
+    assert answered.structured_content["text"] == "".join(CITED_ANSWER)  # the fake LLM behind the server
+    assert answered.structured_content["citations"][0]["sources"] == [1]
+    assert refused.is_error and "sections" in refused.content[0].text
+    with pytest.raises(ValueError, match="answers with the LLM it was started with"):
+        Engine(server.url, backend=object())
