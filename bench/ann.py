@@ -7,7 +7,7 @@ label-filtered recall / QPS when 10%, 5% and 2.5% of the elements are allowed.
 
     nice python bench/ann.py --n 20000 --nq 1000 --efc 100
     nice python bench/ann.py --n 200000 --nq 1000 --efc 100          # the issue's size (slow on 2 cores)
-    nice python bench/ann.py --real                                   # MiniLM embeddings of the BioASQ snippets
+    nice python bench/ann.py --shape minilm-bioasq --n 100000        # real MiniLM vectors of the BioASQ snippets
     nice python bench/ann.py --n 200000 --interleaved --libs "hnswlib float32,medretrieve int8,..."  # fair QPS
     nice python bench/ann.py --shape all --n 100000 --efs 16,32,64,128,256,512   # issue 19: every data shape
     nice python bench/ann.py --shape all --n 100000 --libs "medretrieve float32,faiss HNSWFlat"  # the graphs alone
@@ -438,7 +438,6 @@ def main() -> None:
     ap.add_argument("--efs", default="10,16,24,32,48,64,96,128")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--libs", default="all", help="comma list of name prefixes, all, or (with --shape) none")
-    ap.add_argument("--real", action="store_true", help="MiniLM embeddings of BioASQ snippets instead")
     ap.add_argument("--shape", help="comma list of named data shapes (bench/datagen.py SHAPES, minilm-bioasq) or "
                     "'all': one interleaved run per shape with the issue-19 summary (implies --interleaved)")
     ap.add_argument("--entry-beam", type=int, default=0,
@@ -461,19 +460,8 @@ def main() -> None:
     if a.shape:
         run_shapes(a, efs)
         return
-    if a.real:
-        import quant_scheme
-
-        emb = quant_scheme.minilm_snippets(12_000)
-        emb = emb / np.linalg.norm(emb, axis=1, keepdims=True)
-        perm = np.random.default_rng(3).permutation(len(emb))
-        nq = min(a.nq, len(emb) // 10)
-        q, x = emb[perm[:nq]], emb[perm[nq:]]
-        gt = datagen.exact_knn(x, q, K)
-        data = f"MiniLM BioASQ snippets {len(x)}x{x.shape[1]}, {nq} queries"
-    else:
-        x, q, gt = datagen.load(datagen.DataSpec(a.n, a.nq))
-        data = f"embedding-like {a.n}x{x.shape[1]}, {a.nq} queries"
+    x, q, gt = datagen.load(datagen.DataSpec(a.n, a.nq))
+    data = f"embedding-like {a.n}x{x.shape[1]}, {a.nq} queries"
     libs: list[Lib] = [
         Medretrieve("float32", False, a.M, a.efc), Medretrieve("int8", False, a.M, a.efc),
         Medretrieve("int8", True, a.M, a.efc), Hnswlib(a.M, a.efc), Faiss(False, a.M, a.efc), Faiss(True, a.M, a.efc),

@@ -6,7 +6,7 @@ top-level entries, as a fresh clone would (so ``python/medretrieve/assets/...`` 
 what a block writes stays in the scratch folder). A block whose info string names a need (```` ```bash needs=llm-server ````) is skipped with
 that reason unless the need is met here: ``shared-data`` (the BioASQ files), ``export`` (torch), ``gpu`` (a CUDA
 device); ``setup`` (the set-up commands themselves, which CI runs), ``llm-server`` (a server the user starts),
-``network`` and ``medcpt-weights`` (downloads) are always skipped.
+``network`` and ``medcpt-weights`` (downloads) and ``release`` (rewrites the package's models) are always skipped.
 """
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ def _unmet(need: str) -> str:
     always = {"setup": "the set-up commands themselves (CI runs them)",
               "llm-server": "needs an LLM server the user starts",
               "network": "needs the network (NCBI's E-utilities); tests use a fake server on loopback",
-              "medcpt-weights": "needs MedCPT weights the user downloads"}
+              "medcpt-weights": "needs MedCPT weights the user downloads",
+              "release": "a release step: it rewrites the models shipped in the package (run by hand)"}
     if need in always:
         return always[need]
     if need == "shared-data":
@@ -114,7 +115,7 @@ def test_the_readme_has_examples_and_its_needs_are_known():
     found = blocks()
     assert sum(b.language == "python" for b in found) >= 3 and sum(b.language == "bash" for b in found) >= 3
     assert found[0].needs == ["setup"] and "pytest" in README.read_text() + (ROOT / ".ci" / "run").read_text()
-    known = {"setup", "llm-server", "network", "medcpt-weights", "shared-data", "export", "gpu"}
+    known = {"setup", "llm-server", "network", "medcpt-weights", "release", "shared-data", "export", "gpu"}
     everywhere = all_blocks()
     assert all(n in known for b in everywhere for n in b.needs), [(b.page.name, b.line, b.needs) for b in everywhere]
 

@@ -11,8 +11,8 @@ Storage (``dtype``):
   first add batch, up to 100k rows, or of ``train()``'s sample; a first batch under 256 rows without ``train()``
   leaves ``c = 0``) and one symmetric scale ``s`` per vector. Centring removes the offset embedding models share
   across vectors, so the 8 bits cover what differs between them; the per-vector scale keeps absolute inner-product
-  scale (MedCPT's raw scores of ~60-70 survive). ``bench/quant_scheme.py`` measured this against plain per-vector
-  and per-dimension min/max (faiss SQ8) schemes; see ``bench/RESULTS.md``. A slab is ~``dim + 160`` bytes against
+  scale (MedCPT's raw scores of ~60-70 survive). It was measured against plain per-vector and
+  per-dimension min/max (faiss SQ8) schemes (``bench/RESULTS.md``, "Index"). A slab is ~``dim + 160`` bytes against
   ``4 * dim + 140`` for hnswlib float32 (M=16).
 * ``keep_float=True`` (int8 only) also keeps the float32 rows (``4 * dim`` bytes more per vector) and re-scores the
   final ``ef`` candidates exactly before taking the top ``k`` (recall recovery).
