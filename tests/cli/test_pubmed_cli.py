@@ -73,3 +73,24 @@ def test_search_pubmed_alone_and_with_a_collection(tmp_path, capsys):
         out = capsys.readouterr().out
         assert "30000001" in out and "local" in out
     assert main(["search", "only a question"]) == 2
+
+
+def test_search_pubmed_options_reach_the_client_and_the_online_stage(tmp_path, capsys):
+    question = "Does aspirin inhibit platelet aggregation in diabetes?"  # no fixture article holds every word
+    with FakeEutils(boolean=True) as srv:
+        common = ["search", question, "--encoder", "default", "--json", "--pubmed", "--pubmed-url", srv.base_url,
+                  "--pubmed-cache", "none", "--deadline-ms", "none"]
+        assert main(common + ["--pubmed-queries", "1", "--no-pubmed-recovery"]) == 0
+        res = json.loads(capsys.readouterr().out)
+        stages = {s["name"]: s for s in res["stages"]}
+        assert srv.count("esearch.fcgi") == 1 and not res["hits"]
+        assert stages["pubmed_recovery"]["reason"] == "disabled"
+        assert main(common + ["--pubmed-queries", "1"]) == 0  # recovery on (the default): relaxed terms
+        res = json.loads(capsys.readouterr().out)
+        assert srv.count("esearch.fcgi") == 1 + 1 + 2 and res["hits"]
+        assert main(common + ["--pubmed-max-reply-mb", "0.001", "--pubmed-retries", "0"]) == 0
+        res = json.loads(capsys.readouterr().out)
+        fetch = [s for s in res["stages"] if s["name"] == "pubmed_fetch"][0]
+        assert "PubMedTooLarge" in fetch["reason"] and "max_reply_bytes=1048" in fetch["reason"]
+        assert main(common + ["--pubmed-timeout-s", "0"]) == 2
+        assert "timeout_s" in capsys.readouterr().err

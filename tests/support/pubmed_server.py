@@ -9,7 +9,11 @@
         assert srv.requests[0]["endpoint"] == "esearch.fcgi"
 
 By default ``esearch.fcgi`` ranks the fixture articles by how many of the term's words their title and abstract
-hold (any word is enough, like an OR query) and answers in the shape of ``esearch_aspirin.json``;
+hold (any word is enough, like an OR query) and answers in the shape of ``esearch_aspirin.json``; with
+``boolean=True`` it reads the term as PubMed does (words ANDed, ``OR`` groups, ``AND`` between parts, quoted
+phrases as their words). ``articles`` may be replaced (:func:`medline_articles` makes them from records), and
+``latency_s=(low, high)`` delays every default reply by a seeded random time in that range (a realistic NCBI:
+300-800 ms a call).
 ``efetch.fcgi`` (GET or POST) returns the fixture articles of the ``id`` list. ``script(endpoint, params)``
 may return ``(status, body, delay_s[, headers])`` to answer otherwise (``body``: dict = JSON, str / bytes as
 is), or None for the default. Every request is recorded in ``requests`` with its arrival time
@@ -28,6 +32,7 @@ import copy
 import gzip
 import io
 import json
+import random
 import re
 import threading
 import time
@@ -35,7 +40,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 from urllib.parse import parse_qs, urlparse
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pubmed"
@@ -110,6 +115,40 @@ def gzip_bomb(n_bytes: int) -> Hostile:
 def nested_json(depth: int = 100_000) -> bytes:
     """An esearch-shaped reply whose ``idlist`` is nested ``depth`` lists deep."""
     return b'{"esearchresult": {"idlist": ' + b"[" * depth + b"]" * depth + b"}}"
+
+
+def medline_articles(docs: Iterable[Any], first_pmid: int = 40_000_001) -> Dict[str, ET.Element]:
+    """PubmedArticle elements (structured abstracts) of records (``medretrieve.corpus.sources.Record``: title,
+    sections), numbered from ``first_pmid``."""
+    out = {}
+    for i, doc in enumerate(docs):
+        pmid = str(first_pmid + i)
+        art = ET.Element("PubmedArticle")
+        cit = ET.SubElement(art, "MedlineCitation")
+        ET.SubElement(cit, "PMID").text = pmid
+        article = ET.SubElement(cit, "Article")
+        ET.SubElement(article, "ArticleTitle").text = doc.title
+        abstract = ET.SubElement(article, "Abstract")
+        for sec in doc.sections:
+            ET.SubElement(abstract, "AbstractText", Label=(sec.title or "abstract").upper()).text = sec.text
+        out[pmid] = art
+    return out
+
+
+def _matches_boolean(term: str, text: str) -> int:
+    """How many of ``term``'s words ``text`` holds when it satisfies the term as PubMed reads it, else 0."""
+    def has(word: str) -> bool:
+        return re.search(rf"\b{re.escape(word)}", text) is not None
+
+    hits = 0
+    for part in re.split(r"\s+AND\s+", term):
+        groups = [re.findall(r"[a-z0-9]+", g.lower()) for g in re.split(r"\s+OR\s+", part.strip().strip("()"))]
+        found = [sum(has(w) for w in g) for g in groups if g]
+        ok = [n for n, g in zip(found, [g for g in groups if g]) if n == len(g)]  # a group: all its words
+        if not ok:
+            return 0
+        hits += max(ok)
+    return hits
 
 
 def esearch_body(ids: List[str]) -> dict:
@@ -209,8 +248,12 @@ class _Server(ThreadingHTTPServer):
 class FakeEutils:
     """The fake E-utilities root (module docstring); ``base_url`` ends with ``/eutils/``."""
 
-    def __init__(self, script: Optional[Script] = None) -> None:
+    def __init__(self, script: Optional[Script] = None, *, boolean: bool = False,
+                 latency_s: Tuple[float, float] = (0.0, 0.0), seed: int = 0) -> None:
         self.script = script
+        self.boolean = boolean
+        self.latency_s = latency_s
+        self._random = random.Random(seed)
         self.requests: List[dict] = []
         self.bytes_sent = 0  # body bytes written by Hostile replies
         self.lock = threading.Lock()
@@ -224,22 +267,26 @@ class FakeEutils:
         return f"http://127.0.0.1:{self._server.server_address[1]}/entrez/eutils/"
 
     def default(self, endpoint: str, params: Dict[str, str]) -> tuple:
+        with self.lock:
+            delay = self._random.uniform(*self.latency_s)
         if endpoint == "esearch.fcgi":
-            words = set(re.findall(r"[a-z0-9]+", params.get("term", "").lower())) - {"and", "or", "not"}
+            term = params.get("term", "")
+            words = set(re.findall(r"[a-z0-9]+", term.lower())) - {"and", "or", "not"}
             scored = []
             for pmid, art in self.articles.items():
                 text = " ".join(art.itertext()).lower()
-                hits = sum(1 for w in words if re.search(rf"\b{re.escape(w)}", text))
+                hits = (_matches_boolean(term, text) if self.boolean
+                        else sum(1 for w in words if re.search(rf"\b{re.escape(w)}", text)))
                 if hits:
                     scored.append((-hits, pmid))
             ids = [p for _, p in sorted(scored)][: int(params.get("retmax", 20))]
-            return 200, esearch_body(ids) if ids else json.loads(fixture_text("esearch_empty.json")), 0.0
+            return 200, esearch_body(ids) if ids else json.loads(fixture_text("esearch_empty.json")), delay
         if endpoint == "efetch.fcgi":
             root = ET.Element("PubmedArticleSet")
             for pmid in params.get("id", "").split(","):
                 if pmid in self.articles:
                     root.append(copy.deepcopy(self.articles[pmid]))
-            return 200, b'<?xml version="1.0" ?>\n' + ET.tostring(root), 0.0
+            return 200, b'<?xml version="1.0" ?>\n' + ET.tostring(root), delay
         return 404, {"error": f"no endpoint {endpoint}"}, 0.0
 
     def count(self, endpoint: Optional[str] = None) -> int:

@@ -63,12 +63,11 @@ def _search_fn(args: argparse.Namespace, options: Optional[dict] = None) -> Any:
         if args.collection is None:
             raise ValueError("give a COLLECTION (or --pubmed to retrieve from PubMed)")
         return E.open_search_fn(args.collection, args.deadline_ms, options, args.ranker)
-    from ..retrieval.online import OnlineStage
     from ..retrieval.retriever import Retriever
-    from .pubmed import pubmed_source
+    from .pubmed import online_stage
     from .search import open_collection
 
-    online = OnlineStage(pubmed_source(args), retmax=args.retmax)
+    online = online_stage(args)
     retriever = Retriever(open_collection(args.collection, args), ranker=args.ranker, online=online)
     return E.retriever_search_fn(retriever, args.deadline_ms, options)
 

@@ -1,5 +1,7 @@
 """``medretrieve fetch-pubmed QUERY|--pmids FILE OUT.jsonl``: a local corpus from PubMed (E-utilities), and the
-PubMed options shared by ``search --pubmed`` and ``eval retrieval --pubmed``."""
+PubMed options shared by every command that reads PubMed (``search --pubmed``, ``eval retrieval --pubmed``):
+:func:`add_pubmed_options` declares them, :func:`pubmed_source` and :func:`online_stage` build what they
+describe."""
 from __future__ import annotations
 
 import argparse
@@ -25,6 +27,15 @@ def add_pubmed_options(p: argparse.ArgumentParser) -> None:
                    help="cache folder for searches and records (default: MEDRETRIEVE_CACHE_DIR/pubmed; 'none': "
                         "no cache); a re-run is then free and works offline")
     p.add_argument("--retmax", type=int, default=100, help="PMIDs asked from esearch (BioASQ pipelines: 60-100)")
+    p.add_argument("--pubmed-timeout-s", type=float, default=30.0,
+                   help="longest single E-utilities request, connecting to the last byte (s)")
+    p.add_argument("--pubmed-retries", type=int, default=4, help="retries of a 429 / 5xx / dropped request")
+    p.add_argument("--pubmed-max-reply-mb", type=float, default=64.0,
+                   help="largest E-utilities reply read (MiB); a larger one is refused")
+    p.add_argument("--pubmed-queries", type=int, default=4,
+                   help="online search: esearch calls per question (its words, one per expansion kind, their OR)")
+    p.add_argument("--no-pubmed-recovery", dest="pubmed_recovery", action="store_false",
+                   help="online search: do not re-query PubMed with relaxed terms when a question is weak")
 
 
 def pubmed_source(args: argparse.Namespace) -> Any:
@@ -37,7 +48,17 @@ def pubmed_source(args: argparse.Namespace) -> Any:
         cache = cache_dir() / "pubmed"
     elif cache.strip().lower() == "none":
         cache = None
-    return PubMedSource(args.pubmed_url, api_key=args.ncbi_api_key, email=args.email, cache_dir=cache)
+    return PubMedSource(args.pubmed_url, api_key=args.ncbi_api_key, email=args.email, cache_dir=cache,
+                        timeout_s=args.pubmed_timeout_s, max_retries=args.pubmed_retries,
+                        max_reply_bytes=int(args.pubmed_max_reply_mb * (1 << 20)))
+
+
+def online_stage(args: argparse.Namespace) -> Any:
+    """The :class:`~medretrieve.retrieval.online.OnlineStage` (over :func:`pubmed_source`) the options describe."""
+    from ..retrieval.online import OnlineStage
+
+    return OnlineStage(pubmed_source(args), retmax=args.retmax, max_queries=args.pubmed_queries,
+                       recovery=args.pubmed_recovery)
 
 
 def read_pmids(path: str) -> List[str]:

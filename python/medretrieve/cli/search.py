@@ -53,16 +53,15 @@ def format_result(res: SearchResult, width: int = 160, stages: bool = True) -> s
 
 
 def _search(args: argparse.Namespace) -> int:
-    from ..retrieval.online import OnlineStage
     from ..retrieval.retriever import Retriever
-    from .pubmed import pubmed_source
+    from .pubmed import online_stage
 
     if len(args.target) > 2:
         raise ValueError("give COLLECTION QUESTION (quote a question of several words)")
-    online = pubmed_source(args) if args.pubmed else None
+    online = online_stage(args) if args.pubmed else None
     col = open_collection(args.target[0] if len(args.target) == 2 else None, args)
     ret = Retriever(col, cross_encoder=args.cross_encoder, training=args.training, ranker=args.ranker,
-                    online=OnlineStage(online, retmax=args.retmax) if online is not None else None)
+                    online=online)
     res = ret.search(args.target[-1], k=args.k, deadline_ms=args.deadline_ms)
     print(json.dumps(res.to_dict(), indent=2, default=str) if args.json else format_result(res))
     return 0

@@ -2,16 +2,27 @@
 
 The BioASQ pipeline this follows asks PubMed for 60-100 articles per question and reranks them with local
 models. For one question :meth:`OnlineStage.pool` builds the set the retriever then fuses, reranks, diversifies
-and recovers over, in four reported stages:
+and recovers over, in three reported stages:
 
-1. ``pubmed_search``: esearch with the question's content words (all of them, PubMed's AND); when that gives
-   fewer than ``retmax`` PMIDs and ``max_queries`` allows, the same words joined by OR (a relaxed variant), its
-   new PMIDs appended, up to ``retmax``.
-2. ``pubmed_fetch``: efetch of the PMIDs the local collection does not hold (cached records cost nothing).
+1. ``pubmed_search``: the question and its expansion variants go to esearch at once (:func:`pubmed_queries`,
+   up to ``max_queries`` calls, in parallel within NCBI's rate): the question's content words (PubMed ANDs
+   them), one query per expansion kind that found terms (abbreviations, relations, training memory, LLM
+   synonyms: the question's subject words AND any of the terms), and the content words joined by OR, which
+   fills up when the others give fewer than ``retmax`` PMIDs. PMIDs are taken in that order, each once, up to
+   ``retmax``. (All at once rather than the OR only when needed: one round trip instead of two, for one more
+   request.)
+2. ``pubmed_fetch``: efetch of the PMIDs the local collection does not hold, in parallel batches (cached records
+   cost nothing).
 3. ``pool``: an in-memory collection (:class:`~medretrieve.corpus.memory.MemoryCollection`) holding the local
    collection's fused candidates and every chunk of a PMID it already has (stored vectors, nothing encoded
-   again), plus the fetched records, chunked and encoded while the budget allows (planned with the running
-   cost per chunk); the records that did not fit are counted in the stage's reason.
+   again), plus the fetched records (:mod:`.online_pool`): chunk vectors from the cache when an earlier question
+   or run encoded the article with the same encoder, the rest encoded in batches while the budget allows; the
+   records that did not fit are counted in the stage's reason.
+
+Weak-question recovery (:meth:`OnlineStage.requery`, stage ``pubmed_recovery``, when the retriever finds the
+question weak): PubMed is asked again with relaxed terms (:func:`relaxed_queries`: the subject words alone, the
+content words joined by OR) that this search has not asked yet; their new articles are fetched and join the pool
+(cached vectors or encoded, as above) before the recovery stage searches it.
 
 The pool is a small collection of its own: BM25 statistics (idf, lengths) are the pool's, as in a rerank pool,
 and recovery searches the pool.
@@ -22,43 +33,113 @@ times out or fails is reported and the search goes on with what it has. Without 
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Protocol, Sequence
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Set, Tuple, Union
 
-from ..corpus.lexical import stopwords
+from ..corpus.lexical import stopwords, tokenize
 from ..corpus.memory import MemoryCollection
 from ..corpus.pubmed import PubMedError, PubMedTimeout
+from ..corpus.pubmed_cache import PubMedCache
 from ..corpus.sources import Record
-from .budget import Deadline, Ema
+from .budget import Deadline
+from .online_pool import FillReport, PoolFiller, VectorStore
 from .query import Query
 from .results import StageLog
 
+MAX_VARIANT_TERMS = 5  # expansion terms OR-ed into one PubMed query
+RECOVERY_RESERVE = 0.1  # share of the budget the recovery's PubMed calls leave for the recovery stage itself
+
 
 class OnlineSource(Protocol):
-    """What an online source offers (:class:`~medretrieve.corpus.pubmed.PubMedSource` does)."""
+    """What an online source offers (:class:`~medretrieve.corpus.pubmed.PubMedSource` does; its
+    ``search_many`` and ``cache`` are used when present)."""
 
     def search(self, term: str, retmax: int = 100, deadline_ms: Optional[float] = None) -> List[str]: ...
 
     def fetch(self, pmids: Sequence[str], deadline_ms: Optional[float] = None) -> List[Record]: ...
 
 
-def pubmed_queries(query: Query, max_queries: int = 2) -> List[str]:
-    """PubMed terms for a question: its content words (AND), then the same words joined by OR."""
+@dataclass(frozen=True)
+class PubMedQuery:
+    """One esearch term and why it is asked: ``question`` (the content words), an expansion kind, ``any`` (the
+    content words joined by OR) or ``subject`` (the subject words alone)."""
+
+    kind: str
+    term: str
+
+
+def _content_words(query: Query) -> List[str]:
     stop = stopwords()
-    words = list(dict.fromkeys(w for w in query.words if len(w) > 1 and w.lower() not in stop))
+    return list(dict.fromkeys(w for w in query.words if (len(w) > 1 or w in "0123456789") and w.lower() not in stop))
+
+
+def _subject_words(query: Query) -> List[str]:
+    subject = [toks for toks, _ in query.subject]
+    return [w for w in _content_words(query) if any(set(tokenize(w)) & toks for toks in subject)]
+
+
+def _phrase(term: str) -> str:
+    """A term as a PubMed phrase: quotes and PubMed's syntax characters dropped, quoted when several words."""
+    words = re.sub(r'["()\[\]*]', " ", term).split()
+    return "" if not words else words[0] if len(words) == 1 else '"' + " ".join(words) + '"'
+
+
+def pubmed_queries(query: Query, expansions: Optional[Dict[str, List[str]]] = None, max_queries: int = 4
+                   ) -> List[PubMedQuery]:
+    """The esearch terms of a question, best first (module docstring): ``question``, one per expansion kind,
+    then ``any`` (with more than one word); the first ``max_queries`` of them."""
+    words = _content_words(query)
     if not words:
         return []
-    out = [" ".join(words)]
+    subject = _subject_words(query)
+    anchor = " ".join(subject) if subject else "(" + " OR ".join(words) + ")"
+    variants = []
+    for kind, terms in (expansions or {}).items():
+        phrases = list(dict.fromkeys(p for p in (_phrase(t) for t in terms) if p))[:MAX_VARIANT_TERMS]
+        if phrases:
+            variants.append(PubMedQuery(kind, f"{anchor} AND ({' OR '.join(phrases)})"))
+    last = [PubMedQuery("any", " OR ".join(words))] if len(words) > 1 else []
+    return ([PubMedQuery("question", " ".join(words))] + variants + last)[:max_queries]
+
+
+def relaxed_queries(query: Query) -> List[PubMedQuery]:
+    """Weak-question recovery's terms: the subject words alone, then the content words joined by OR."""
+    words = _content_words(query)
+    subject = _subject_words(query)
+    out = []
+    if subject and subject != words:
+        out.append(PubMedQuery("subject", " ".join(subject)))
     if len(words) > 1:
-        out.append(" OR ".join(words))
-    return out[:max_queries]
+        out.append(PubMedQuery("any", " OR ".join(words)))
+    return out
+
+
+@dataclass
+class OnlinePool:
+    """One search's pool (``collection``) and the PubMed terms it has asked (``asked``)."""
+
+    collection: MemoryCollection
+    asked: Set[str] = field(default_factory=set)
 
 
 class OnlineStage:
-    """The online stages of a search (module docstring). ``retmax``: PMIDs asked per question (PubMed's
-    relevance order); ``max_queries``: esearch calls per question (1: the AND query only); ``reserve``: share of
-    the budget the PubMed calls leave for the stages after them."""
+    """The online stages of a search (module docstring). Shared by threads; per-search state lives in the
+    :class:`OnlinePool` of each search.
 
-    def __init__(self, source: OnlineSource, retmax: int = 100, max_queries: int = 2, reserve: float = 0.35) -> None:
+    - ``retmax``: PMIDs asked per question (PubMed's relevance order; the BioASQ pipelines use 60-100);
+    - ``max_queries``: esearch calls per question before recovery (1: the question's own words only);
+    - ``reserve``: share of the budget the PubMed calls and the encoding leave for the stages after them;
+    - ``recovery``: re-query PubMed with relaxed terms when the question is weak;
+    - ``vectors``: where chunk vectors are cached: ``"auto"`` (the source's on-disk cache when it has one,
+      else memory only), a :class:`~medretrieve.corpus.pubmed_cache.PubMedCache` or a folder, or None (memory
+      only); ``memory_articles``: articles whose vectors are kept in memory;
+    - ``batch_chunks``: chunks per encoder call.
+    """
+
+    def __init__(self, source: OnlineSource, retmax: int = 100, max_queries: int = 4, reserve: float = 0.35, *,
+                 recovery: bool = True, vectors: Union[str, PubMedCache, None, Any] = "auto",
+                 memory_articles: int = 4096, batch_chunks: int = 32) -> None:
         if not callable(getattr(source, "search", None)) or not callable(getattr(source, "fetch", None)):
             raise TypeError("online must have search(term, retmax, deadline_ms) and fetch(pmids, deadline_ms), "
                             "e.g. medretrieve.corpus.pubmed.PubMedSource")
@@ -66,71 +147,130 @@ class OnlineStage:
             raise ValueError(f"retmax must be a positive integer, got {retmax!r}")
         if isinstance(max_queries, bool) or not isinstance(max_queries, int) or max_queries < 1:
             raise ValueError(f"max_queries must be a positive integer, got {max_queries!r}")
-        if not 0.0 <= reserve < 1.0:
+        if isinstance(reserve, bool) or not isinstance(reserve, (int, float)) or not 0.0 <= reserve < 1.0:
             raise ValueError(f"reserve must be in [0, 1), got {reserve!r}")
         self.source = source
         self.retmax = retmax
         self.max_queries = max_queries
-        self.reserve = reserve
-        self.chunk_ms = Ema(10.0)  # chunking + encoding one fetched chunk (ms), learnt across searches
+        self.reserve = float(reserve)
+        self.recovery = bool(recovery)
+        if isinstance(vectors, str) and vectors == "auto":
+            found = getattr(source, "cache", None)
+            disk = found if isinstance(found, PubMedCache) else None
+        elif vectors is None or isinstance(vectors, PubMedCache):
+            disk = vectors
+        else:
+            disk = PubMedCache(vectors)
+        self.filler = PoolFiller(VectorStore(disk, memory_articles), batch_chunks)
 
-    def _left(self, dl: Deadline) -> Optional[float]:
-        return None if dl.unlimited else max(dl.remaining_ms() - dl.share_ms(self.reserve), 0.0)
+    def _left(self, dl: Deadline, reserve: float) -> Optional[float]:
+        return None if dl.unlimited else max(dl.remaining_ms() - dl.share_ms(reserve), 0.0)
 
-    def pool(self, query: Query, local: Any, local_rows: Sequence[int], dl: Deadline, log: StageLog
-             ) -> MemoryCollection:
-        """The pool one search ranks (module docstring)."""
-        pmids = self._search(query, dl, log)
+    def _time_left(self, dl: Deadline) -> float:
+        return float("inf") if dl.unlimited else dl.remaining_ms()
+
+    # ------------------------------------------------------------- the pool
+    def pool(self, query: Query, local: Any, local_rows: Sequence[int], dl: Deadline, log: StageLog,
+             expansions: Optional[Dict[str, List[str]]] = None) -> OnlinePool:
+        """The pool one search ranks (module docstring); ``expansions``: the question's expansion terms by kind
+        (what the expand stage found), each kind one more PubMed query."""
+        online = OnlinePool(MemoryCollection.like(local))
+        pmids = self._search(query, expansions, dl, log, online)
         held = [p for p in pmids if local.document_rows(p)]
         held_set = set(held)
-        records = self._fetch([p for p in pmids if p not in held_set], dl, log)
+        todo = [p for p in pmids if p not in held_set]
+        if todo:
+            with dl.stage("pubmed_fetch"):
+                records, note, cut = self._fetch(todo, dl, self.reserve)
+            log.record("pubmed_fetch", bool(records), note, cut=cut)
+        else:
+            records = []
+            log.record("pubmed_fetch", False, "no new PMIDs")
         with dl.stage("pool"):
-            pool = MemoryCollection.like(local)
             rows = list(dict.fromkeys(list(local_rows) + [r for p in held for r in local.document_rows(p)]))
-            pool.copy_rows(local, rows)
-            report = pool.add_within(records, lambda: float("inf") if dl.unlimited else dl.remaining_ms(),
-                                     reserve_ms=dl.share_ms(self.reserve), ms_per_chunk=self.chunk_ms.value)
-        if report.added:
-            self.chunk_ms.update(report.ms_per_chunk)
-        note = (f"{len(rows)} local chunks ({len(held)} PubMed hits already local) + {len(report.added)} of "
-                f"{len(records)} fetched documents encoded")
-        if report.left_out:
-            note += f"; {len(report.left_out)} left out (budget: {report.ms_per_chunk:.1f} ms per chunk)"
-        log.record("pool", True, note)
-        return pool
+            online.collection.copy_rows(local, rows)
+            fill = self.filler.fill(online.collection, records, lambda: self._time_left(dl),
+                                    reserve_ms=dl.share_ms(self.reserve))
+        log.record("pool", True, f"{len(rows)} local chunks ({len(held)} PubMed hits already local) + "
+                                 f"{len(fill.added)} of {len(records)} fetched documents: {fill.note()}",
+                   cut=bool(fill.left_out))
+        return online
 
-    def _search(self, query: Query, dl: Deadline, log: StageLog) -> List[str]:
-        terms = pubmed_queries(query, self.max_queries)
+    def _search(self, query: Query, expansions: Optional[Dict[str, List[str]]], dl: Deadline, log: StageLog,
+                online: OnlinePool) -> List[str]:
+        planned = pubmed_queries(query, expansions, self.max_queries)
         pmids: List[str] = []
         notes: List[str] = []
         with dl.stage("pubmed_search"):
-            for term in terms:
-                if len(pmids) >= self.retmax:
-                    break
-                try:
-                    found = self.source.search(term, retmax=self.retmax, deadline_ms=self._left(dl))
-                except PubMedError as exc:
-                    notes.append(f"{type(exc).__name__}: {exc}"[:200])
-                    break
-                seen = set(pmids)
-                new = [p for p in found if p not in seen]
-                pmids.extend(new[: self.retmax - len(pmids)])
-                notes.append(f"{len(new)} from {term!r}"[:200])
-        log.record("pubmed_search", bool(terms), "; ".join(notes) or "no content words to search PubMed with")
+            timed_out = self._ask(planned, pmids, self.retmax, self._left(dl, self.reserve), online, notes)
+        log.record("pubmed_search", bool(planned), "; ".join(notes) or "no content words to search PubMed with",
+                   cut=timed_out)
         return pmids
 
-    def _fetch(self, pmids: List[str], dl: Deadline, log: StageLog) -> List[Record]:
-        if not pmids:
-            log.record("pubmed_fetch", False, "no new PMIDs")
-            return []
-        records: List[Record] = []
-        note = ""
-        with dl.stage("pubmed_fetch"):
-            try:
-                records = self.source.fetch(pmids, deadline_ms=self._left(dl))
-            except PubMedTimeout as exc:
-                records, note = exc.records, f"; budget: {exc}"
-            except PubMedError as exc:
-                note = f"; {type(exc).__name__}: {exc}"
-        log.record("pubmed_fetch", bool(records), f"{len(records)} of {len(pmids)} records{note}"[:300])
-        return records
+    def _ask(self, queries: List[PubMedQuery], pmids: List[str], cap: int, deadline_ms: Optional[float],
+             online: OnlinePool, notes: List[str]) -> bool:
+        """esearch ``queries`` (at once when the source can), appending their new PMIDs to ``pmids`` in query
+        order up to ``cap``; one note per query. Returns whether one of them ran out of time."""
+        if not queries:
+            return False
+        terms = [q.term for q in queries]
+        online.asked.update(terms)
+        many = getattr(self.source, "search_many", None)
+        results: List[Union[List[str], PubMedError]] = []
+        if callable(many):
+            results = many(terms, retmax=self.retmax, deadline_ms=deadline_ms)
+        else:
+            for t in terms:
+                try:
+                    results.append(self.source.search(t, retmax=self.retmax, deadline_ms=deadline_ms))
+                except PubMedError as exc:
+                    results.append(exc)
+        seen = set(pmids)
+        for q, found in zip(queries, results):
+            if isinstance(found, PubMedError):
+                notes.append(f"{q.kind}: {type(found).__name__}: {found}"[:200])
+                continue
+            new = [p for p in found if p not in seen][: max(cap - len(pmids), 0)]
+            seen.update(new)
+            pmids.extend(new)
+            notes.append(f"{q.kind}: {len(new)} new of {len(found)} from {q.term!r}"[:200])
+        return any(isinstance(found, PubMedTimeout) for found in results)
+
+    def _fetch(self, pmids: List[str], dl: Deadline, reserve: float) -> Tuple[List[Record], str, bool]:
+        """The records of ``pmids`` within the time left minus ``reserve`` of the budget; also a note and whether
+        the deadline cut the fetch."""
+        try:
+            records = self.source.fetch(pmids, deadline_ms=self._left(dl, reserve))
+        except PubMedTimeout as exc:
+            return exc.records, f"{len(exc.records)} of {len(pmids)} records; budget: {exc}"[:300], True
+        except PubMedError as exc:
+            return [], f"0 of {len(pmids)} records; {type(exc).__name__}: {exc}"[:300], False
+        return records, f"{len(records)} of {len(pmids)} records", False
+
+    # ------------------------------------------------------------- weak-question recovery
+    def requery(self, query: Query, online: OnlinePool, dl: Deadline, log: StageLog) -> FillReport:
+        """Weak-question recovery's PubMed side (module docstring): relaxed terms not asked yet, their new
+        articles fetched and added to the pool (stages ``pubmed_recovery`` and ``pubmed_recovery_fetch``)."""
+        report = FillReport()
+        if not self.recovery:
+            log.record("pubmed_recovery", False, "disabled")
+            return report
+        queries = [q for q in relaxed_queries(query) if q.term not in online.asked]
+        if not queries:
+            log.record("pubmed_recovery", False, "no relaxed terms left to ask")
+            return report
+        pool = online.collection
+        notes: List[str] = []
+        pmids: List[str] = []
+        with dl.stage("pubmed_recovery"):
+            cut = self._ask(queries, pmids, self.retmax, self._left(dl, RECOVERY_RESERVE), online, notes)
+            new = [p for p in pmids if not pool.document_rows(p)]
+            if new:
+                records, note, fetch_cut = self._fetch(new, dl, RECOVERY_RESERVE)
+                cut = cut or fetch_cut
+                notes.append("fetched " + note)
+                report = self.filler.fill(pool, records, lambda: self._time_left(dl),
+                                          reserve_ms=dl.share_ms(RECOVERY_RESERVE))
+                notes.append(f"{len(report.added)} new articles joined the pool: {report.note()}")
+        log.record("pubmed_recovery", True, "; ".join(notes)[:500], cut=cut or bool(report.left_out))
+        return report

@@ -14,8 +14,9 @@
 
 With ``online`` (an online source such as :class:`~medretrieve.corpus.pubmed.PubMedSource`), stages 2-5 run over a
 per-search pool (:mod:`.online`): the local collection's fused candidates (stage ``local``) plus the PubMed
-records of the question (``pubmed_search``, ``pubmed_fetch``, ``pool``). Every hit carries its ``span`` in the
-source document (BioASQ snippet offsets).
+records of the question and its expansion variants (``pubmed_search``, ``pubmed_fetch``, ``pool``); a weak
+question re-queries PubMed with relaxed terms before recovery (``pubmed_recovery``). Every hit carries its
+``span`` in the source document (BioASQ snippet offsets).
 
 Optional stages shrink or are skipped to meet ``deadline_ms`` (None: no deadline); every stage reports whether it
 ran, why not, and how long it took. Hits come in final order (after MMR and recovery). A Retriever may be shared
@@ -36,7 +37,7 @@ from .candidates import Candidates, CandidateGenerator, Switches, section_labels
 from .diversify import Diversified, diversify
 from .expansion import TermSource, TrainingMemory
 from .matching import ChunkTokens
-from .online import OnlineSource, OnlineStage
+from .online import OnlinePool, OnlineSource, OnlineStage
 from .query import Query
 from .default_ranker import RankerLike, resolve
 from .ranker import LinearRanker
@@ -64,6 +65,7 @@ class _Stages:
     candidates: CandidateGenerator
     reranker: Reranker
     recovery: Recovery
+    online: Optional[OnlinePool] = None  # an online search's pool and the PubMed terms it asked
 
 
 class Retriever:
@@ -244,16 +246,24 @@ class Retriever:
         """The local collection's fused candidates, then the pool with the PubMed records (:mod:`.online`)."""
         assert self.online is not None
         local_rows: List[int] = []
+        expansions: Dict[str, List[str]] = {}
+        kinds = self.candidates.active_expansions() if switches.expand else ()
+        sub = dl.fork()  # the local first stages are timed apart from the pool's
         if len(self.collection):
-            sub = dl.fork()  # the local first stages are timed apart from the pool's
             with dl.stage("local"):
                 local = self.candidates.gather(query, k, sub, StageLog(sub), switches, ranked=ranked, only=only)
             local_rows = local.fused_ids.tolist()
+            expansions = local.expansions
             log.record("local", True, f"{len(local_rows)} fused candidates from the local collection")
         else:
             log.record("local", False, "no local collection")
-        pool = self.online.pool(query, self.collection, local_rows, dl, log)
-        return self._stages(pool, self.ranker, self.cross_encoder, self.reranker.ranker_note)
+            if kinds:  # the expansion variants each become a PubMed query
+                with dl.stage("expand"):
+                    expansions = self.candidates.variants(query, sub, kinds)[1]
+        online = self.online.pool(query, self.collection, local_rows, dl, log, expansions)
+        st = self._stages(online.collection, self.ranker, self.cross_encoder, self.reranker.ranker_note)
+        st.online = online
+        return st
 
     def _diversify(self, collection: Any, query: Query, ranking: Ranking, k: int, dl: Deadline, log: StageLog,
                    enabled: bool) -> Diversified:
@@ -273,6 +283,8 @@ class Retriever:
         if dl.remaining_ms() <= dl.share_ms(0.25):
             log.record("recovery", False, f"budget: {dl.remaining_ms():.0f} ms left", cut=True)
             return _Recovered(top, {})
+        if self.online is not None and st.online is not None:  # new articles join the pool recovery searches
+            self.online.requery(query, st.online, dl, log)
         with dl.stage("recovery"):
             new_top, report = st.recovery.recover(query, top, k, cands.texts, dl, only)
         log.record("recovery", True, report.get("note", ""))
