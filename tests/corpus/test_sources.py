@@ -111,6 +111,23 @@ def test_bioasq_documents_from_snippets(tmp_path):
         pmid_from_url("http://example.org/x")
 
 
+def test_bioasq_snippet_keeps_the_text_its_gold_offset_counts(tmp_path):
+    """A gold snippet that starts with a space (or holds a no-break space) keeps it: chunk spans found in the
+    section are then in the article's coordinates (normalising it first shifted them by one)."""
+    from medretrieve.corpus.chunking import chunk_record
+
+    raw = " eating a diet high\u00a0 in lipid is associated with cancer"
+    data = {"questions": [{"body": "q", "type": "summary", "snippets": [
+        {"text": raw, "document": "http://www.ncbi.nlm.nih.gov/pubmed/7", "beginSection": "abstract",
+         "endSection": "abstract", "offsetInBeginSection": 1721, "offsetInEndSection": 1721 + len(raw)}]}]}
+    p = tmp_path / "12B9_golden.json"
+    p.write_text(json.dumps(data))
+    (rec,) = read_records(p)
+    assert rec.sections[0].text == raw and rec.sections[0].source_offset == 1721
+    (part,) = chunk_record(rec)[1]
+    assert part.source_offset == 1722 and part.text == raw.strip()  # the stripped text starts one later
+
+
 def test_real_bioasq_files(bioasq_files):
     report = ReadReport()
     recs = list(read_records(bioasq_files[:1], report=report))

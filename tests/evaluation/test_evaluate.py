@@ -333,3 +333,72 @@ def test_cli_eval_medrgb_grid_judge_and_resume(tmp_path, monkeypatch):
     for name in ("medrgb_sufficiency.png", "medrgb_integration.png", "medrgb_robustness.png",
                  "medrgb_sufficiency_noise_detection_accuracy.png", "medrgb_robustness_fact_detection_rate.png"):
         assert (out / name).stat().st_size > 1000
+
+
+def _medqa_two(tmp_path):
+    medqa = tmp_path / "medqa.jsonl"
+    medqa.write_text("".join(
+        json.dumps({"question": f"Question {qid}: which option is right?", "options": {"A": "a", "B": "b", "C": "c",
+                                                                                      "D": "d"},
+                    "answer_idx": ans}) + "\n" for qid, ans in (("q1", "A"), ("q2", "B"))))
+    return medqa
+
+
+@pytest.mark.parametrize("kind", ["llamacpp", "transformers"])
+def test_cli_eval_medrgb_with_a_local_backend(tmp_path, monkeypatch, kind):
+    """``--backend llamacpp|transformers --model-path``: the run goes through the in-process model (a stand-in
+    here, answering as a perfect model), one request at a time, named by its file in the tables."""
+    import threading
+
+    from fake_llama_cpp import gguf, install
+    from test_medrgb import fake_search, smart_llm
+
+    from medretrieve.cli import main
+    from medretrieve.generation import llamacpp
+
+    monkeypatch.setattr(E, "open_search_fn", lambda collection, deadline_ms=None, options=None, ranker=None: fake_search)
+    at_once = {"now": 0, "most": 0}
+    lock = threading.Lock()
+
+    def answer(request):
+        with lock:
+            at_once["now"] += 1
+            at_once["most"] = max(at_once["most"], at_once["now"])
+        try:
+            return smart_llm(request)
+        finally:
+            with lock:
+                at_once["now"] -= 1
+
+    if kind == "llamacpp":
+        install(monkeypatch, answer)
+        model = gguf(tmp_path / "smol.gguf")
+    else:
+        class Local:  # TransformersBackend's interface, answering as the stand-in does
+            max_concurrency = 1
+
+            def __init__(self, path):
+                self.path = path
+
+            def generate(self, messages, **kw):
+                return answer({"messages": messages, **kw})
+
+        monkeypatch.setattr(llamacpp, "TransformersBackend", Local)
+        model = tmp_path / "smol-hf"
+        model.mkdir()
+    out = tmp_path / "out"
+    rc = main(["eval", "medrgb", "--dataset", f"medqa:{_medqa_two(tmp_path)}", "--collection", str(tmp_path / "c"),
+               "--backend", kind, "--model-path", str(model), "--out", str(out), "--p", "0", "100", "--n", "5",
+               "--standard-n", "0", "5", "--scenarios", "standard", "sufficiency", "integration", "robustness",
+               "--no-progress", "--workers", "4"])
+    assert rc == 0
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    assert run["label"] == model.name and run["errors"] == []
+    assert run["settings"]["sufficiency-n5-p100"]["accuracy"] == 1.0
+    assert run["settings"]["robustness-n5-p0"]["fact_detection_rate"] == 1.0
+    assert at_once["most"] == 1  # a local model answers one request at a time
+    md = (out / "results.md").read_text()
+    assert f"| {model.name} |" in md and "the model under test" in md
+    # a local backend with a server URL, or without its model, is refused
+    assert main(["eval", "medrgb", "--dataset", f"medqa:{_medqa_two(tmp_path)}", "--collection", "c", "--backend",
+                 kind, "--out", str(out)]) == 2

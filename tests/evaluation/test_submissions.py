@@ -4,7 +4,6 @@ the golden snippets: ``eval bioasq --phase b``) and Phase A+ (``eval bioasq COLL
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -12,46 +11,12 @@ from medretrieve.cli import main
 from medretrieve.generation import generate as G
 
 jsonschema = pytest.importorskip("jsonschema")
-SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "bioasq" / "submission.schema.json")
-                    .read_text())
-URL = "http://www.ncbi.nlm.nih.gov/pubmed/"
-# abstracts the golden snippets are cut from (offsets computed below, as BioASQ counts them: end exclusive)
-ABSTRACTS = {
-    "501": "Background text comes first. Aspirin irreversibly inhibits platelet cyclooxygenase and thromboxane. "
-           "Low dose aspirin prevents heart attacks in adults.",
-    "502": "Metformin is the first line drug for type 2 diabetes. It lowers blood glucose without weight gain.",
-    "503": "Cystic fibrosis is caused by mutations in the CFTR gene. The disease affects the lung and pancreas.",
-}
-SNIPPETS = {"501": ["Aspirin irreversibly inhibits platelet cyclooxygenase and thromboxane.",
-                    "Low dose aspirin prevents heart attacks in adults."],
-            "502": ["Metformin is the first line drug for type 2 diabetes."],
-            "503": ["Cystic fibrosis is caused by mutations in the CFTR gene."]}
-
-
-def validate(doc: dict, phase: str) -> None:
-    jsonschema.validate(doc, {**SCHEMA, "$ref": f"#/$defs/{phase}"})
-
-
-def _snip(pmid: str, text: str) -> dict:
-    begin = ABSTRACTS[pmid].index(text)
-    return {"document": URL + pmid, "text": text, "offsetInBeginSection": begin,
-            "offsetInEndSection": begin + len(text), "beginSection": "abstract", "endSection": "abstract"}
+from bioasq_golden import ABSTRACTS, SNIPPETS, URL, bioasq_llm, snip as _snip, validate, write_golden  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def golden(tmp_path_factory):
-    qs = [
-        {"id": "g1", "type": "yesno", "body": "Does aspirin inhibit platelet cyclooxygenase?", "exact_answer": "yes",
-         "ideal_answer": ["Yes."], "documents": [URL + "501"], "snippets": [_snip("501", t) for t in SNIPPETS["501"]]},
-        {"id": "g2", "type": "factoid", "body": "What is the first line drug for type 2 diabetes?",
-         "exact_answer": [["metformin"]], "ideal_answer": ["Metformin."], "documents": [URL + "502"],
-         "snippets": [_snip("502", t) for t in SNIPPETS["502"]]},
-        {"id": "g3", "type": "summary", "body": "What causes cystic fibrosis?", "ideal_answer": ["CFTR mutations."],
-         "documents": [URL + "503"], "snippets": [_snip("503", t) for t in SNIPPETS["503"]]},
-    ]
-    path = tmp_path_factory.mktemp("golden") / "golden.json"
-    path.write_text(json.dumps({"questions": qs}))
-    return path
+    return write_golden(tmp_path_factory.mktemp("golden") / "golden.json")
 
 
 @pytest.fixture(scope="module")
@@ -111,22 +76,11 @@ def test_phase_a_submission_of_an_online_run(golden, tmp_path):
     assert results["pubmed"] is True and results["document"]["map"] == 1.0
 
 
-def _llm(request):
-    from llm_server import chat_reply
-
-    prompt = request["messages"][-1]["content"]
-    if "yes/no" in prompt:
-        return 200, chat_reply("EXACT: yes\nIDEAL: Yes, aspirin inhibits it."), 0.0
-    if "factoid" in prompt:
-        return 200, chat_reply("EXACT: metformin | insulin\nIDEAL: Metformin."), 0.0
-    return 200, chat_reply("IDEAL: Mutations in the CFTR gene."), 0.0
-
-
 def test_phase_b_answers_from_the_gold_snippets(golden, tmp_path):
     from llm_server import FakeLLMServer
 
     out = tmp_path / "b"
-    with FakeLLMServer(_llm) as srv:
+    with FakeLLMServer(bioasq_llm) as srv:
         assert main(["eval", "bioasq", "--phase", "b", "--bioasq", str(golden), "--llm", srv.base_url, "--model",
                      "fake-model", "--out", str(out), "--no-progress"]) == 0
         prompts = [r["json"]["messages"][-1]["content"] for r in srv.requests]
@@ -139,7 +93,7 @@ def test_phase_b_answers_from_the_gold_snippets(golden, tmp_path):
     assert any(SNIPPETS["501"][1] in p for p in prompts)  # the gold snippets are the evidence
     data = json.loads((out / "results.json").read_text())
     assert data["phase"] == "B" and data["exact"]["yesno"]["accuracy"] == 1.0
-    with FakeLLMServer(_llm) as srv:
+    with FakeLLMServer(bioasq_llm) as srv:
         assert main(["eval", "bioasq", "somewhere", "--phase", "b", "--bioasq", str(golden), "--llm", srv.base_url,
                      "--model", "m", "--out", str(out)]) == 2
 
@@ -148,7 +102,7 @@ def test_phase_a_plus_carries_answers_and_evidence(golden, collection, tmp_path)
     from llm_server import FakeLLMServer
 
     out = tmp_path / "aplus"
-    with FakeLLMServer(_llm) as srv:
+    with FakeLLMServer(bioasq_llm) as srv:
         assert main(["eval", "bioasq", str(collection), "--bioasq", str(golden), "--llm", srv.base_url, "--model",
                      "fake-model", "--out", str(out), "--no-progress", "--deadline-ms", "none"]) == 0
     doc = json.loads((out / "submission.json").read_text())
@@ -157,7 +111,7 @@ def test_phase_a_plus_carries_answers_and_evidence(golden, collection, tmp_path)
     assert g1["exact_answer"] == "yes" and g1["documents"][0] == URL + "501"
     assert all(ABSTRACTS[s["document"][len(URL):]][s["offsetInBeginSection"]:s["offsetInEndSection"]] == s["text"]
                for s in g1["snippets"])
-    with FakeLLMServer(_llm) as srv:  # Phase A+ needs somewhere to retrieve from
+    with FakeLLMServer(bioasq_llm) as srv:  # Phase A+ needs somewhere to retrieve from
         assert main(["eval", "bioasq", "--bioasq", str(golden), "--llm", srv.base_url, "--model", "m", "--out",
                      str(out)]) == 2
 

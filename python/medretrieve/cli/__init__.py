@@ -1,4 +1,4 @@
-"""Command line: ``medretrieve build | search | fit-ranker | answer | eval | demo | serve | ...``.
+"""Command line: ``medretrieve build | search | fit-ranker | answer | eval | bioasq | demo | serve | ...``.
 
 One module per command group registers its commands (``module:function`` below); modules load lazily, so
 ``--help`` stays fast and optional dependencies (torch for export) load only for the command that needs them.
@@ -25,6 +25,7 @@ _COMMANDS = {
     "fit-cross-encoder": "train:add_fit_cross_encoder",
     "answer": "answer:add_answer",
     "eval": "evaluate:add_eval",
+    "bioasq": "bioasq:add_bioasq",
     "demo": "demo:add_demo",
     "serve": "serve:add_serve",
     "mcp": "mcp_server:add_mcp",

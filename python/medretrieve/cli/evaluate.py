@@ -11,6 +11,7 @@ from ..evaluation import evaluate as E
 from ..evaluation.medrgb import N_VALUES, P_VALUES, SCENARIOS, STANDARD_N, MedRGBRunner, make_settings
 from ..evaluation.report import bioasq_markdown
 from ..generation.generate import write_bioasq_submission
+from .llm_options import add_llm_options, backend_from_args, model_label, workers_for
 from .options import RANKER_HELP, HelpFormatter, deadline, ranker_arg
 
 
@@ -43,12 +44,6 @@ def parse_search_options(pairs: Optional[Sequence[str]]) -> dict[str, Any]:
                     value = raw
         out[key] = value
     return out
-
-
-def _backend(args: argparse.Namespace) -> Any:
-    from ..generation.llm import OpenAIBackend
-
-    return OpenAIBackend(args.llm, args.model, api_key=args.api_key, timeout_s=args.timeout_s)
 
 
 def _limit(items: list, limit: Optional[int]) -> list:
@@ -104,18 +99,19 @@ def _cmd_bioasq(args: argparse.Namespace) -> int:
     if phase == "B" and (args.collection or args.pubmed):
         raise ValueError("Phase B answers from the golden file's snippets: give no collection and no --pubmed")
     search = _search_fn(args) if phase == "A+" else None
-    backend = _backend(args)
+    backend = backend_from_args(args)
     answer_fn = E.make_bioasq_answer_fn(search, backend, k=args.k, phase=phase)
-    result = E.evaluate_bioasq_answers(answer_fn, questions, max_workers=args.workers, progress=not args.no_progress)
+    result = E.evaluate_bioasq_answers(answer_fn, questions, max_workers=workers_for(backend, args.workers),
+                                       progress=not args.no_progress)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    data = {"collection": str(args.collection), "pubmed": bool(args.pubmed), "phase": phase, "model": args.model,
-            **result}
+    data = {"collection": str(args.collection), "pubmed": bool(args.pubmed), "phase": phase,
+            "model": model_label(args), **result}
     write_json_atomic(out / "results.json", data)
 
     # BioASQ submission format (exact + ideal answers; in Phase A+ the evidence too) for the official scorer
     write_bioasq_submission(E.submission_entries(questions, result), out / "submission.json",
-                            system=args.system or args.model, phase=phase)
+                            system=args.system or model_label(args), phase=phase)
     md = bioasq_markdown(data)
     write_text_atomic(out / "results.md", md)
     print(md)
@@ -143,7 +139,10 @@ def _judge(args: argparse.Namespace) -> tuple:
 
     url = args.judge_llm or args.llm
     model = args.judge_model or args.model
-    if (url, model) == (args.llm, args.model):
+    if url is None or model is None:
+        raise ValueError("a judge server needs --judge-llm URL and --judge-model NAME (the model under test is "
+                         "not a server to borrow them from)")
+    if args.backend == "openai" and (url, model) == (args.llm, args.model):
         raise ValueError("the judge named by --judge-llm / --judge-model is the model under test; leave both out "
                          "to judge with it")
     return OpenAIBackend(url, model, api_key=args.judge_api_key or args.api_key, timeout_s=args.timeout_s), model
@@ -153,19 +152,20 @@ def _cmd_medrgb(args: argparse.Namespace) -> int:
     datasets = E.load_datasets(args.dataset, args.limit)
     settings = make_settings(*_grid(args))
     search = E.open_search_fn(args.collection, args.deadline_ms, ranker=args.ranker)
-    backend = _backend(args)
+    backend = backend_from_args(args)
     judge_backend, judge_model = _judge(args)
     out = Path(args.out)
     runs = []
     for kind, questions in datasets:
         runner = MedRGBRunner(
-            backend, search, out / kind, dataset=kind, model=args.model, collection=str(args.collection),
-            seed=args.seed, max_workers=args.workers, judge=not args.no_judge, progress=not args.no_progress,
+            backend, search, out / kind, dataset=kind, model=model_label(args), collection=str(args.collection),
+            seed=args.seed, max_workers=workers_for(backend, args.workers), judge=not args.no_judge,
+            progress=not args.no_progress,
             judge_backend=judge_backend, judge_model=judge_model, max_tokens=args.max_tokens,
             doc_max_chars=args.doc_max_chars,
         )
         run = runner.run(questions, settings)
-        runs.append({"label": args.label or args.model, **run.to_dict()})
+        runs.append({"label": args.label or model_label(args), **run.to_dict()})
     write_json_atomic(out / "results.json", {"runs": runs})
     print(E.write_medrgb_report(runs, out))
     return 0 if not any(r["errors"] for r in runs) else 1
@@ -202,13 +202,6 @@ def add_eval(subparsers: Any) -> None:
                        help=RANKER_HELP + "; on BioASQ 7b or 12b questions the default ranker saw them: use "
                        "--ranker-folds or another year to measure it")
 
-    def llm(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--llm", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
-        p.add_argument("--model", required=True, help="model name sent to the server")
-        p.add_argument("--api-key", default=None, help="API key (else MEDRETRIEVE_LLM_API_KEY / OPENAI_API_KEY)")
-        p.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout (s)")
-        p.add_argument("--workers", type=int, default=4, help="parallel LLM requests")
-
     def retrieval_source(p: argparse.ArgumentParser) -> None:
         from .pubmed import add_pubmed_options
 
@@ -243,7 +236,7 @@ def add_eval(subparsers: Any) -> None:
                    help="a+: retrieve the evidence (COLLECTION and/or --pubmed); b: the golden file's snippets")
     p.add_argument("--bioasq", nargs="+", required=True, help="BioASQ golden JSON file(s)")
     p.add_argument("--k", type=int, default=10, help="snippets given to the LLM")
-    llm(p)
+    add_llm_options(p)
     common(p)
     p.set_defaults(func=_cmd_bioasq)
 
@@ -267,7 +260,8 @@ def add_eval(subparsers: Any) -> None:
     p.add_argument("--label", default=None, help="row name in the tables (default: the model name)")
     p.add_argument("--no-judge", action="store_true", help="skip the LLM judge of sub-answers")
     p.add_argument("--judge-llm", default=None,
-                   help="OpenAI-compatible base URL of a judge LLM other than the model under test (default: --llm)")
+                   help="OpenAI-compatible base URL of a judge LLM other than the model under test (default: --llm; "
+                        "with a local --backend the judge is that model unless a judge server is named)")
     p.add_argument("--judge-model", default=None,
                    help="judge model name (default: --model; without --judge-llm / --judge-model the model under "
                         "test judges itself, and the report says so)")
@@ -275,7 +269,7 @@ def add_eval(subparsers: Any) -> None:
     p.add_argument("--max-tokens", type=int, default=1024, help="most tokens the model may write per reply")
     p.add_argument("--doc-max-chars", type=int, default=1500,
                    help="characters of each document shown to the model (small contexts: less)")
-    llm(p)
+    add_llm_options(p)
     common(p)
     p.set_defaults(func=_cmd_medrgb)
 

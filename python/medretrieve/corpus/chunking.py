@@ -299,9 +299,7 @@ def chunk_record(record: Record, cfg: Optional[ChunkingConfig] = None) -> Tuple[
     pos = 0
     for si, (sec, (origin, offset)) in enumerate(zip(record.sections, source_layout(record.sections))):
         sid = f"{record.id}#s{si}"
-        text = sec.text.strip()
-        if offset is not None:  # stripping moved the text's start
-            offset += len(sec.text) - len(sec.text.lstrip())
+        text = sec.text.strip()  # (source_layout's offset is already the stripped text's)
         parts.append(SectionPart(sid, record.id, record.title, sec.title, text, origin, offset))
         label = section_label(sec.title)
         for ci, (ov, core) in enumerate(chunk_section(sec.text, sec.title, cfg)):

@@ -246,9 +246,11 @@ def _read_bioasq(path: Path, rd: _Reader) -> Iterator[Record]:
     if not isinstance(questions, list):
         rd.bad(SourceError(str(path), "not a BioASQ file: no 'questions' list"))
         return
-    # document id -> ordered distinct (section, text). Documents listed without
-    # any snippet have no text here and are left out.
-    docs: Dict[str, Dict[Tuple[str, str], Optional[int]]] = {}
+    # document id -> ordered distinct (section, normalised text) -> (text as given, offset). Documents listed
+    # without any snippet have no text here and are left out. A snippet with a gold offset keeps its text as the
+    # file gives it: the offset counts its characters (a leading space, a no-break space), so spans found in it
+    # are the article's.
+    docs: Dict[str, Dict[Tuple[str, str], Tuple[str, Optional[int]]]] = {}
     for qi, q in enumerate(questions):
         where = f"{path}:question {qi}"
         if not isinstance(q, Mapping):
@@ -270,11 +272,12 @@ def _read_bioasq(path: Path, rd: _Reader) -> Iterator[Record]:
             if not text:
                 continue
             section = str(snip.get("beginSection") or "")
-            docs.setdefault(doc, {}).setdefault((section, text), _snippet_offset(snip, section))
+            offset = _snippet_offset(snip, section)
+            docs.setdefault(doc, {}).setdefault((section, text), (text if offset is None else snip["text"], offset))
     for doc, parts in docs.items():
         title = next((t for (s, t) in parts if s == "title"), "")
         # every distinct snippet is a section (title snippets too: they are gold snippets), at its gold offset
-        sections = [Section(s, t, s if off is not None else "", off) for (s, t), off in parts.items()]
+        sections = [Section(s, raw, s if off is not None else "", off) for (s, _), (raw, off) in parts.items()]
         yield Record(doc, title, sections, {"source": "bioasq"})
 
 

@@ -5,7 +5,8 @@ input raises ``ValueError`` naming the file and the record (index or id), never
 a bare ``KeyError`` deep inside the evaluation.
 
 - :func:`load_bioasq` -> :class:`BioASQQuestion` (all four types, gold PMIDs,
-  snippets with offsets and sections, exact and ideal answers).
+  snippets with offsets and sections, exact and ideal answers); ``golden=False`` reads a test batch as
+  participants receive it (``id``, ``body``, ``type``, and in Phase B the given documents and snippets).
 - :func:`load_bioasq_yesno`, :func:`load_mmlu_med`, :func:`load_medqa`,
   :func:`load_pubmedqa` -> :class:`MCQuestion` (the multiple-choice form MIRAGE
   and MedRGB use: lettered options and a gold letter).
@@ -166,7 +167,7 @@ def _snippet(raw: Any, what: str) -> Snippet:
     )
 
 
-def _bioasq_question(raw: Any, path: Path, index: int) -> BioASQQuestion:
+def _bioasq_question(raw: Any, path: Path, index: int, golden: bool = True) -> BioASQQuestion:
     qid = raw.get("id") if isinstance(raw, dict) else None
     what = f"{path}: question #{index}" + (f" (id {qid})" if qid else "")
     if not isinstance(raw, dict):
@@ -186,16 +187,21 @@ def _bioasq_question(raw: Any, path: Path, index: int) -> BioASQQuestion:
     snippets = [_snippet(s, f"{what} snippet #{j}") for j, s in enumerate(snippets_raw)]
 
     exact: Union[str, list[list[str]], None] = None
-    if qtype == "yesno":
+    if not golden and raw.get("exact_answer") is None:
+        pass  # a test batch: the answer is what the participant writes
+    elif qtype == "yesno":
         value = raw.get("exact_answer")
         if isinstance(value, list) and len(value) == 1:
             value = value[0]
         if not isinstance(value, str) or value.strip().lower() not in ("yes", "no"):
-            raise ValueError(f"{what}: yesno exact_answer must be 'yes' or 'no', got {value!r}")
+            raise ValueError(f"{what}: yesno exact_answer must be 'yes' or 'no', got {value!r}"
+                             + (" (a test batch without answers: medretrieve bioasq run, or "
+                                "load_bioasq(..., golden=False))" if value is None else ""))
         exact = value.strip().lower()
     elif qtype in ("factoid", "list"):
         if "exact_answer" not in raw:
-            raise ValueError(f"{what}: {qtype} question lacks 'exact_answer'")
+            raise ValueError(f"{what}: {qtype} question lacks 'exact_answer' (a test batch without answers: "
+                             "medretrieve bioasq run, or load_bioasq(..., golden=False))")
         exact = _synonym_lists(raw["exact_answer"], qtype, f"{what}: exact_answer")
 
     documents: list[str] = []
@@ -216,11 +222,15 @@ def _bioasq_question(raw: Any, path: Path, index: int) -> BioASQQuestion:
     )
 
 
-def load_bioasq(paths: Union[PathLike, Iterable[PathLike]]) -> list[BioASQQuestion]:
+def load_bioasq(paths: Union[PathLike, Iterable[PathLike]], golden: bool = True) -> list[BioASQQuestion]:
     """Read one or more BioASQ golden JSON files (``{"questions": [...]}``).
 
     Questions are returned in file order; an id seen in an earlier file is
     skipped (the BioASQ batches do not overlap, re-releases do).
+
+    ``golden=False``: test batches as BioASQ hands them to participants, where a question may hold only ``id``,
+    ``body`` and ``type`` (Phase B batches add the documents and snippets); a missing exact answer is None. What
+    a question does hold is still checked.
     """
     out: list[BioASQQuestion] = []
     seen: set[str] = set()
@@ -229,7 +239,7 @@ def load_bioasq(paths: Union[PathLike, Iterable[PathLike]]) -> list[BioASQQuesti
         if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
             raise ValueError(f"{path}: expected an object with a 'questions' list (BioASQ golden format)")
         for i, raw in enumerate(data["questions"]):
-            q = _bioasq_question(raw, path, i)
+            q = _bioasq_question(raw, path, i, golden)
             if q.id not in seen:
                 seen.add(q.id)
                 out.append(q)

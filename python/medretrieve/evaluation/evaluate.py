@@ -137,23 +137,33 @@ def evaluate_retrieval(
         hits = list(search_fn(q.body, fetch_k))
         latencies.append((time.perf_counter() - t0) * 1000.0)
         ranked_docs = metrics._unique(str(_get(h, "document_id", "")) for h in hits)[:k]
-        row: dict[str, Any] = {
-            "id": q.id,
-            "type": q.type,
-            "gold_documents": len(q.documents),
-            "gold_snippets": len(q.snippets),
-            "retrieved_documents": ranked_docs,
-            "elapsed_ms": latencies[-1],
-            "document": None,
-            "snippet": None,
-            "evidence": bioasq_evidence(hits, k),
-        }
-        if q.documents:
-            row["document"] = metrics.retrieval_scores(ranked_docs, q.documents, k)
-        if q.snippets:
-            ranked, relevant = metrics.snippet_run([hit_snippet(h) for h in hits[:k]], q.snippets, min_overlap)
-            row["snippet"] = metrics.retrieval_scores(ranked, relevant, k)
+        row = retrieval_row(q, ranked_docs, [hit_snippet(h) for h in hits[:k]], k, min_overlap)
+        row.update(elapsed_ms=latencies[-1], evidence=bioasq_evidence(hits, k))
         rows.append(row)
+    return RetrievalResult(k=k, **retrieval_means(rows), rows=rows, latency_ms={
+        "mean": statistics.fmean(latencies),
+        "p50": _percentile(latencies, 0.5),
+        "p95": _percentile(latencies, 0.95),
+    })
+
+
+def retrieval_row(q: BioASQQuestion, ranked_docs: Sequence[str], snippets: Sequence[metrics.SnippetRef], k: int,
+                  min_overlap: float = 0.5) -> dict[str, Any]:
+    """One question's document and snippet scores at ``k`` (None where the question has no gold ones):
+    ``ranked_docs`` are PMIDs in rank order, ``snippets`` the ranked snippets."""
+    row: dict[str, Any] = {"id": q.id, "type": q.type, "gold_documents": len(q.documents),
+                           "gold_snippets": len(q.snippets), "retrieved_documents": list(ranked_docs)[:k],
+                           "document": None, "snippet": None}
+    if q.documents:
+        row["document"] = metrics.retrieval_scores(list(ranked_docs)[:k], q.documents, k)
+    if q.snippets:
+        ranked, relevant = metrics.snippet_run(list(snippets)[:k], q.snippets, min_overlap)
+        row["snippet"] = metrics.retrieval_scores(ranked, relevant, k)
+    return row
+
+
+def retrieval_means(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``document`` and ``snippet`` means over :func:`retrieval_row` rows, and the same ``by_type``."""
     by_type = {}
     for t in sorted({r["type"] for r in rows}):
         sub = [r for r in rows if r["type"] == t]
@@ -162,18 +172,8 @@ def evaluate_retrieval(
             "document": _means([r["document"] for r in sub if r["document"]]),
             "snippet": _means([r["snippet"] for r in sub if r["snippet"]]),
         }
-    return RetrievalResult(
-        k=k,
-        document=_means([r["document"] for r in rows if r["document"]]),
-        snippet=_means([r["snippet"] for r in rows if r["snippet"]]),
-        by_type=by_type,
-        rows=rows,
-        latency_ms={
-            "mean": statistics.fmean(latencies),
-            "p50": _percentile(latencies, 0.5),
-            "p95": _percentile(latencies, 0.95),
-        },
-    )
+    return {"document": _means([r["document"] for r in rows if r["document"]]),
+            "snippet": _means([r["snippet"] for r in rows if r["snippet"]]), "by_type": by_type}
 
 
 # --------------------------------------------------------------------------- BioASQ answers
@@ -320,8 +320,6 @@ def make_bioasq_answer_fn(search_fn: Optional[SearchFn], backend: Any, k: int = 
     """
     import threading
 
-    from ..generation import parsers, prompts
-
     if phase not in ("A+", "B"):
         raise ValueError(f"phase must be 'A+' (retrieved evidence) or 'B' (gold snippets), got {phase!r}")
     if phase == "A+" and search_fn is None:
@@ -337,21 +335,34 @@ def make_bioasq_answer_fn(search_fn: Optional[SearchFn], backend: Any, k: int = 
 
     def answer(q: BioASQQuestion) -> BioASQAnswer:
         hits = evidence(q)
-        text = backend.generate(prompts.bioasq_messages(q.body, q.type, hits, phase=phase, max_chars=max_chars),
-                                max_tokens=max_tokens, temperature=0.0)
-        found = bioasq_evidence(hits, k) if phase == "A+" else {"documents": [], "snippets": []}
-        documents = [d[len(PUBMED_URL):] for d in found["documents"]]
-        try:
-            parsed = parsers.parse_bioasq(text, q.type)
-        except ValueError as exc:
-            # No readable exact answer: the exact answer scores as missing, but the model's prose is still its
-            # ideal answer (as Answerer keeps it), so ROUGE measures it instead of scoring an empty string.
-            return BioASQAnswer(None, parsers.clean_output(text), raw=text, error=str(exc), documents=documents,
-                                snippets=found["snippets"])
-        return BioASQAnswer(parsed.get("exact_answer"), parsed.get("ideal_answer") or "", raw=text,
-                            documents=documents, snippets=found["snippets"])
+        ans = generate_bioasq_answer(backend, q, hits, phase, max_tokens, max_chars)
+        if phase == "A+":
+            found = bioasq_evidence(hits, k)
+            ans.documents = [d[len(PUBMED_URL):] for d in found["documents"]]
+            ans.snippets = found["snippets"]
+        return ans
 
     return answer
+
+
+def generate_bioasq_answer(backend: Any, q: BioASQQuestion, evidence: Sequence[Any], phase: str = "A+",
+                           max_tokens: int = 512, max_chars: Optional[int] = 1500,
+                           deadline_ms: Optional[float] = None) -> BioASQAnswer:
+    """One BioASQ answer from ``backend`` (``prompts.bioasq_messages`` over ``evidence``, read with
+    ``parsers.parse_bioasq``). Raises the backend's ``LLMError``; an unreadable reply comes back with ``error``
+    set and no exact answer."""
+    from ..generation import parsers, prompts
+
+    text = backend.generate(prompts.bioasq_messages(q.body, q.type, list(evidence), phase=phase,
+                                                    max_chars=max_chars),
+                            max_tokens=max_tokens, temperature=0.0, deadline_ms=deadline_ms)
+    try:
+        parsed = parsers.parse_bioasq(text, q.type)
+    except ValueError as exc:
+        # No readable exact answer: the exact answer scores as missing, but the model's prose is still its
+        # ideal answer (as Answerer keeps it), so ROUGE measures it instead of scoring an empty string.
+        return BioASQAnswer(None, parsers.clean_output(text), raw=text, error=str(exc))
+    return BioASQAnswer(parsed.get("exact_answer"), parsed.get("ideal_answer") or "", raw=text)
 
 
 #: ``deadline_ms`` value meaning "use the retriever's own default deadline".

@@ -571,6 +571,8 @@ class TransformersBackend:
     Needs the optional extra ``torch`` + ``transformers``.
     """
 
+    max_concurrency = 1  # one generation at a time (a lock): callers size their thread pools by it
+
     def __init__(
         self,
         model_dir: Union[str, os.PathLike],

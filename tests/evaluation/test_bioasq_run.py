@@ -1,0 +1,162 @@
+"""BatchRun (a BioASQ test batch to a submission) without an index: a scripted search, a scripted LLM; resuming,
+failures that do not stop the batch, pruning, extractive answers, and scoring against a golden file."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from medretrieve.evaluation.datasets import BioASQQuestion, Snippet, load_bioasq
+from medretrieve.evaluation.submissions import BatchRun, score_submission, strip_batch
+from medretrieve.retrieval.results import Hit
+
+URL = "http://www.ncbi.nlm.nih.gov/pubmed/"
+ARTICLE = {"11": "Metformin is the first line drug for type 2 diabetes. Metformin lowers hepatic glucose output.",
+           "12": "Insulin is added when metformin fails to control glucose.",
+           "13": "Exercise improves insulin sensitivity in type 2 diabetes."}
+
+
+def _hit(pmid: str, sentence: int) -> Hit:
+    text = ARTICLE[pmid].split(". ")[sentence].rstrip(".") + "."
+    begin = ARTICLE[pmid].index(text)
+    return Hit(f"{pmid}-{sentence}", pmid, text, "", "abstract", 1.0, {}, {}, None,
+               {"beginSection": "abstract", "endSection": "abstract", "offsetInBeginSection": begin,
+                "offsetInEndSection": begin + len(text)})
+
+
+HITS = [_hit("11", 0), _hit("11", 1), _hit("12", 0), _hit("13", 0)]
+
+
+def question(qid: str, qtype: str = "factoid", body: str = "What is the first line drug for type 2 diabetes?"
+             ) -> BioASQQuestion:
+    return BioASQQuestion(qid, body, qtype, [], [], None, [])
+
+
+class Search:
+    """Scripted search: HITS for every question; ``fail`` names questions whose search raises."""
+
+    def __init__(self, fail: tuple = ()) -> None:
+        self.fail = set(fail)
+        self.asked: list[str] = []
+
+    def __call__(self, body: str, k: int) -> list:
+        self.asked.append(body)
+        if body in self.fail:
+            raise RuntimeError("search backend down")
+        return HITS[:k]
+
+
+def test_phase_a_entries_are_documents_and_spans(tmp_path):
+    result = BatchRun(tmp_path / "run", "A", Search(), progress=False).run([question("q1")])
+    (entry,) = result.entries
+    assert entry["documents"] == [URL + "11", URL + "12", URL + "13"]  # distinct, rank order
+    assert [s["text"] for s in entry["snippets"]] == [h.text for h in HITS]
+    for s in entry["snippets"]:
+        assert ARTICLE[s["document"][len(URL):]][s["offsetInBeginSection"]:s["offsetInEndSection"]] == s["text"]
+    assert "exact_answer" not in entry and result.answered == 1 and not result.failures
+
+
+def test_prune_cuts_the_snippets_per_question_and_per_document(tmp_path):
+    run = BatchRun(tmp_path / "run", "A", Search(), prune=2, prune_per_document=1, progress=False)
+    (entry,) = run.run([question("q1")]).entries
+    assert [s["document"] for s in entry["snippets"]] == [URL + "11", URL + "12"]  # one per article, two in all
+    assert len(entry["documents"]) == 3  # the documents still come from every hit
+    with pytest.raises(ValueError, match="prune_per_document goes with prune"):
+        BatchRun(tmp_path / "x", "A", Search(), prune_per_document=1)
+
+
+def test_a_failed_question_is_logged_and_retried_on_resume(tmp_path):
+    qs = [question("q1"), question("q2", body="Which drug is added when metformin fails?"), question("q3")]
+    out = tmp_path / "run"
+    first = BatchRun(out, "A", Search(fail=(qs[1].body,)), progress=False).run(qs)
+    assert [e["id"] for e in first.entries] == ["q1", "q3"] and first.failures[0]["id"] == "q2"
+    assert "search backend down" in first.failures[0]["error"]
+    search = Search()
+    second = BatchRun(out, "A", search, progress=False).run(qs)
+    assert search.asked == [qs[1].body]  # the others came from the cache
+    assert [e["id"] for e in second.entries] == ["q1", "q2", "q3"] and (second.answered, second.cached) == (1, 2)
+    lines = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
+    assert [(x["id"], x["status"]) for x in lines] == [("q1", "ok"), ("q2", "failed"), ("q3", "ok"),
+                                                       ("q1", "cached"), ("q2", "ok"), ("q3", "cached")]
+    assert all(x["ms"] >= 0 for x in lines) and "search backend down" in lines[1]["error"]
+
+
+def test_a_run_with_other_options_is_refused_in_the_same_folder(tmp_path):
+    BatchRun(tmp_path / "run", "A", Search(), progress=False).run([question("q1")])
+    with pytest.raises(ValueError, match="other options.*prune"):
+        BatchRun(tmp_path / "run", "A", Search(), prune=3, progress=False).run([question("q1")])
+
+
+def test_ids_that_are_no_file_names_are_cached_safely(tmp_path):
+    out = tmp_path / "run"
+    BatchRun(out, "A", Search(), progress=False).run([question("../../evil id")])
+    assert [p.parent for p in (out / "questions").iterdir()] == [out / "questions"]
+    assert not (tmp_path / "evil id.json").exists()
+
+
+def test_extractive_answers_without_an_llm(tmp_path):
+    qs = [question("f1"), question("y1", "yesno", "Is metformin the first line drug for type 2 diabetes?"),
+          question("s1", "summary", "What lowers hepatic glucose output?")]
+    entries = BatchRun(tmp_path / "run", "A+", Search(), progress=False).run(qs).entries
+    f1, y1, s1 = entries
+    assert ["Metformin"] in f1["exact_answer"] and f1["ideal_answer"].startswith("Metformin is the first line")
+    assert y1["exact_answer"] == "yes" and "[1]" not in y1["ideal_answer"]
+    assert s1["exact_answer"] is None and "hepatic glucose" in s1["ideal_answer"]
+
+
+class Scripted:
+    """A backend that answers every prompt the same way and records the prompts."""
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+        self.prompts: list[str] = []
+
+    def generate(self, messages, **kw) -> str:
+        self.prompts.append(messages[-1]["content"])
+        return self.reply
+
+
+def test_phase_b_answers_from_the_batch_snippets(tmp_path):
+    q = BioASQQuestion("b1", "What is the first line drug for type 2 diabetes?", "factoid", ["11"],
+                       [Snippet("11", "Metformin is the first line drug.")], None, [])
+    llm = Scripted("EXACT: metformin\nIDEAL: Metformin.")
+    (entry,) = BatchRun(tmp_path / "run", "B", None, llm, progress=False).run([q]).entries
+    assert entry["exact_answer"] == [["metformin"]] and entry["ideal_answer"] == "Metformin."
+    assert "Metformin is the first line drug." in llm.prompts[0] and "documents" not in entry
+    with pytest.raises(ValueError, match="give no collection"):
+        BatchRun(tmp_path / "x", "B", Search(), llm)
+    with pytest.raises(ValueError, match="Phase A writes|answer"):
+        BatchRun(tmp_path / "x", "A", Search(), llm)
+
+
+def test_an_unreadable_reply_is_the_models_answer(tmp_path):
+    q = question("y1", "yesno", "Is metformin the first line drug?")
+    (entry,) = BatchRun(tmp_path / "run", "A+", Search(), Scripted("I cannot tell."), progress=False).run([q]).entries
+    assert entry["exact_answer"] is None and entry["ideal_answer"] == "I cannot tell." and entry["parse_error"]
+
+
+def test_score_submission_and_strip(tmp_path):
+    golden = {"questions": [
+        {"id": "q1", "type": "factoid", "body": "What is the first line drug for type 2 diabetes?",
+         "exact_answer": [["metformin"]], "ideal_answer": ["Metformin."], "documents": [URL + "11"],
+         "snippets": [{"document": URL + "11", "text": HITS[0].text, "beginSection": "abstract",
+                       "endSection": "abstract", "offsetInBeginSection": 0, "offsetInEndSection": len(HITS[0].text)}]},
+        {"id": "q2", "type": "yesno", "body": "Is insulin added?", "exact_answer": "yes", "ideal_answer": ["Yes."],
+         "documents": [URL + "12"], "snippets": []}]}
+    path = tmp_path / "golden.json"
+    path.write_text(json.dumps(golden))
+    batch = strip_batch(golden, "A")
+    assert batch["questions"][0] == {"id": "q1", "type": "factoid", "body": golden["questions"][0]["body"]}
+    assert "snippets" in strip_batch(golden, "B")["questions"][0]
+    (tmp_path / "batch.json").write_text(json.dumps(batch))
+    qs = load_bioasq(tmp_path / "batch.json", golden=False)
+    with pytest.raises(ValueError, match="golden=False"):
+        load_bioasq(tmp_path / "batch.json")
+    entries = BatchRun(tmp_path / "run", "A+", Search(), Scripted("EXACT: metformin\nIDEAL: Metformin."),
+                       progress=False).run(qs[:1]).entries
+    scores = score_submission(entries, load_bioasq(path))
+    assert scores["count"] == 1 and scores["missing"] == ["q2"]
+    assert scores["retrieval"]["document"]["map"] == 1.0 and scores["retrieval"]["snippet"]["map"] == 1.0
+    assert scores["answers"]["exact"]["factoid"]["strict"] == 1.0
+    with pytest.raises(ValueError, match="none of the submission"):
+        score_submission([{"id": "zz"}], load_bioasq(path))
