@@ -129,6 +129,28 @@ def test_llm_expansion_asks_the_llm_for_terms(golden, collection, tmp_path):
     assert run["llm_expansion"] == "synonyms" and run["answers"] == "extractive"
 
 
+def test_phase_a_over_pubmed_online(tmp_path):
+    pytest.importorskip("httpx")
+    from pubmed_server import FakeEutils
+
+    batch = tmp_path / "batch.json"
+    batch.write_text(json.dumps({"questions": [
+        {"id": "o1", "type": "yesno", "body": "Does aspirin inhibit platelet aggregation?"}]}))
+    golden = tmp_path / "golden.json"
+    golden.write_text(json.dumps({"questions": [
+        {"id": "o1", "type": "yesno", "body": "Does aspirin inhibit platelet aggregation?", "exact_answer": "yes",
+         "ideal_answer": ["Yes."], "documents": [URL + "30000001"], "snippets": []}]}))
+    with FakeEutils() as srv:
+        assert main(["bioasq", "run", str(batch), "--phase", "A", "--pubmed", "--encoder", "default",
+                     "--pubmed-url", srv.base_url, "--pubmed-cache", str(tmp_path / "cache"), "--out",
+                     str(tmp_path / "run"), "--golden", str(golden), "--no-progress"]) == 0
+    doc = json.loads((tmp_path / "run" / "submission.json").read_text())
+    validate(doc, "phaseA")
+    (q,) = doc["questions"]
+    assert q["documents"][0] == URL + "30000001" and q["snippets"]
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["retrieval"]["document"]["map"] == 1.0
+
+
 @pytest.mark.parametrize("extra,message", [
     (["--phase", "B", "--collection", "COL"], "Phase B answers from the batch's snippets"),
     (["--phase", "A"], "retrieves its evidence"),

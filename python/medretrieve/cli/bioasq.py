@@ -31,13 +31,12 @@ def _phase(text: str) -> str:
 
 def _retriever(args: argparse.Namespace, expansion_backend: Any) -> Any:
     """The retriever the options describe: the collection and/or PubMed, with the chosen stages."""
-    from ..retrieval.online import OnlineStage
     from ..retrieval.retriever import Retriever
     from ..retrieval.settings import EXPANSION_KINDS
-    from .pubmed import pubmed_source
+    from .pubmed import online_stage
     from .search import open_collection
 
-    online = OnlineStage(pubmed_source(args), retmax=args.retmax) if args.pubmed else None
+    online = online_stage(args) if args.pubmed else None
     llm_terms = None
     if args.llm_expansion:
         from ..generation.terms import llm_synonyms
@@ -57,7 +56,8 @@ def _retriever(args: argparse.Namespace, expansion_backend: Any) -> Any:
 def _config(args: argparse.Namespace) -> dict:
     """What the answers depend on besides BatchRun's own options (run.json)."""
     keys = ("collection", "pubmed", "encoder", "ranker", "training", "cross_encoder", "llm_expansion",
-            "expansion_tables", "recovery", "sections", "mmr", "feedback", "deadline_ms", "backend", "retmax")
+            "expansion_tables", "recovery", "sections", "mmr", "feedback", "deadline_ms", "backend", "retmax",
+            "pubmed_queries", "pubmed_recovery")
     out = {k: getattr(args, k) for k in keys}
     out["model"] = model_label(args)
     return out
