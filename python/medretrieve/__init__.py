@@ -25,6 +25,8 @@ from .index import FlatIndex, Index  # noqa: E402
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs (explicit re-exports)
     from ._version import __version__ as __version__
     from .corpus.collection import Collection as Collection
+    from .corpus.snapshot import CollectionSnapshot as CollectionSnapshot
+    from .corpus.store import DamagedCollection as DamagedCollection
     from .corpus.memory import MemoryCollection as MemoryCollection
     from .corpus.pubmed import PubMedSource as PubMedSource
     from .generation.generate import Answer as Answer
@@ -74,6 +76,8 @@ _check_simd_env()
 _LAZY = {
     "__version__": "_version",  # importlib.metadata is slow to import
     "Collection": "corpus.collection",
+    "CollectionSnapshot": "corpus.snapshot",
+    "DamagedCollection": "corpus.store",
     "MemoryCollection": "corpus.memory",
     "PubMedSource": "corpus.pubmed",
     "OnlineStage": "retrieval.online",

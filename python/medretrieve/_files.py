@@ -27,8 +27,8 @@ def read_json(path: PathLike) -> Any:
     try:
         with path.open(encoding="utf-8") as fh:
             return json.load(fh)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested too deep, a number too long
+        raise ValueError(f"{path}: not valid JSON ({str(exc)[:200]})") from None
 
 
 def read_format_json(path: PathLike, fmt: str, what: str, missing: str = "") -> Dict[str, Any]:
@@ -127,3 +127,36 @@ def recover_leftovers(out: Path, is_complete: Callable[[Path], bool] = lambda p:
             shutil.rmtree(p, ignore_errors=True)
             done.append(f"removed {p.name}")
     return done
+
+
+_FICLONE = 0x40049409  # linux/fs.h: share the source's blocks copy-on-write (btrfs, XFS, bcachefs...)
+
+
+def copy_file(src: PathLike, dst: PathLike) -> None:
+    """Copy ``src`` to a new file ``dst`` that shares nothing with it once written: a reflink where the file system
+    supports one (the blocks are shared copy-on-write, so writing either copy leaves the other as it was), else
+    ``os.copy_file_range`` (an in-kernel copy), else an ordinary copy. Never a hard link."""
+    import fcntl
+
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        try:
+            fcntl.ioctl(fout.fileno(), _FICLONE, fin.fileno())
+            return
+        except OSError:
+            pass
+        size = os.fstat(fin.fileno()).st_size
+        try:
+            done = 0
+            while done < size:
+                n = os.copy_file_range(fin.fileno(), fout.fileno(), size - done)
+                if n == 0:
+                    break
+                done += n
+            if done == size:
+                return
+        except OSError:
+            pass
+        fin.seek(0)
+        fout.seek(0)
+        fout.truncate()
+        shutil.copyfileobj(fin, fout, 1 << 20)

@@ -43,8 +43,8 @@ from .sources import ReadReport, Record
 from .spill import VectorSpill, build_index
 from .._files import swap_in
 from .store import (
-    CHUNKS, DENSE, FORMAT, LEXICAL, MANIFEST, MODELS, SECTIONS, digests, file_digest, is_collection,
-    link_or_copy_tree, read_jsonl, recover_leftovers,
+    CHUNKS, DENSE, FORMAT, LEXICAL, MANIFEST, MODELS, SECTIONS, copy_tree, digests, file_digest, is_collection,
+    read_jsonl, recover_leftovers,
 )
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -428,14 +428,17 @@ class CollectionBuilder:
         files = {CHUNKS: file_digest(self.work / CHUNKS), SECTIONS: file_digest(self.work / SECTIONS)}
         sections = self._line_count(self.work / SECTIONS)
         files.update(digests(self.work, [LEXICAL, ROWS]))
-        for key, src in self._models.items():
-            link_or_copy_tree(Path(src), self.work / self.manifest[key]["dir"])
+        for key, src in self._models.items():  # copies (or reflinks), never links to the caller's model files
+            copy_tree(Path(src), self.work / self.manifest[key]["dir"])
         self.manifest.update(
             created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             read_report=({"records": read_report.records, "skipped": read_report.skipped[:100],
                           "n_skipped": read_report.n_skipped} if read_report is not None else None),
             counts={"documents": len(self._documents), "chunks": n, "sections": sections, "deleted_chunks": 0},
             files=files)
+        from .manifest import validate_manifest
+
+        validate_manifest(self.manifest, self.work / MANIFEST)  # never write a manifest the next open refuses
         (self.work / MANIFEST).write_text(json.dumps(self.manifest, indent=2), encoding="utf-8")
         self._unlock()
         shutil.rmtree(w)  # the spilled vectors and token ids: the directory now holds the collection alone

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import json
 import mmap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from .store import CHUNKS, DamagedCollection, Digest, file_digest
+from .store import CHUNKS, DamagedCollection, Digest, file_digest, load_array
 
 ROWS = "rows"  # the arrays' folder
-_ARRAYS = ("offsets", "labels", "deleted", "document")
+_ARRAYS = {"offsets": np.int64, "labels": np.int64, "deleted": np.bool_, "document": np.int32}
 
 
 @dataclass
@@ -76,27 +76,35 @@ class ChunkTable(Sequence[ChunkRow]):
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(f"row {i} out of range ({len(self)} rows)")
-        if i >= self.n_file:
-            row = self._new[i - self.n_file]
-        else:
-            row = self._parse(i)
-        row.deleted = bool(self.deleted[i])
-        return row
+        deleted = bool(self.deleted[i])
+        if i < self.n_file:
+            row = self._parse(i)  # a new object: its flag is set in place
+            row.deleted = deleted
+            return row
+        row = self._new[i - self.n_file]  # shared with the tables copied from this one: never changed in place
+        return row if row.deleted == deleted else replace(row, deleted=deleted)
 
     def __iter__(self) -> Iterator[ChunkRow]:
         return (self[i] for i in range(len(self)))
 
-    def _parse(self, i: int) -> ChunkRow:
-        if self._map is None:
+    def _map_file(self) -> None:
+        """Map chunks.jsonl now: the table reads the file it was opened on, even after a write replaced it."""
+        if self._map is None and self.n_file and self.offsets[-1]:
             with open(self.path, "rb") as fh:  # type: ignore[arg-type]
-                self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if self.offsets[-1] else None
+                self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def _parse(self, i: int) -> ChunkRow:
+        self._map_file()
         raw = self._map[int(self.offsets[i]):int(self.offsets[i + 1])] if self._map is not None else b""
         try:
-            d = json.loads(raw)
+            d = json.loads(raw.decode("utf-8"))
             row = ChunkRow(**{k: v for k, v in d.items() if k != "deleted"})
-        except (ValueError, TypeError) as exc:
-            raise DamagedCollection(f"{self.path} line {i + 1} is not a chunk ({exc}); rebuild the collection "
-                                    "or restore the file") from None
+        except UnicodeDecodeError as exc:
+            raise DamagedCollection(f"{self.path} line {i + 1} (row {i}) is not UTF-8 text (byte {exc.start + 1}); "
+                                    "the file was damaged: rebuild the collection or restore the file") from None
+        except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+            raise DamagedCollection(f"{self.path} line {i + 1} is not a chunk ({str(exc)[:200]}); rebuild the "
+                                    "collection or restore the file") from None
         if row.row != i:
             raise DamagedCollection(f"{self.path} line {i + 1} holds row {row.row}: lines are missing or out of "
                                     "order; rebuild the collection or restore the file")
@@ -115,6 +123,17 @@ class ChunkTable(Sequence[ChunkRow]):
         return self._doc_index
 
     # ------------------------------------------------------------- changing
+    def copy(self) -> "ChunkTable":
+        """A table a writer may change (extend, flag deleted rows) without changing this one: the file and its
+        map are shared (never written), the per-row arrays and lists are the copy's own."""
+        new = ChunkTable.__new__(ChunkTable)
+        new.__dict__.update(self.__dict__)
+        new.deleted = np.array(self.deleted, dtype=bool)
+        new.documents = list(self.documents)
+        new._doc_index = None
+        new._new = list(self._new)
+        return new
+
     def append(self, row: ChunkRow) -> None:
         self.extend([row])
 
@@ -143,30 +162,41 @@ class ChunkTable(Sequence[ChunkRow]):
 
     # ------------------------------------------------------------- files
     @classmethod
-    def open(cls, directory: Path, expected: Optional[Digest]) -> "ChunkTable":
-        """The table of a collection directory: its arrays when written (memory-mapped), else built by reading
-        chunks.jsonl whole (collections written before the arrays)."""
+    def open(cls, directory: Path, digest_of: Callable[[str], Optional[Digest]] = lambda name: None
+             ) -> "ChunkTable":
+        """The table of a collection directory: its arrays when written (memory-mapped, checked for dtype, shape
+        and order: offsets rise from 0 to the file's size, document codes name a document), else built by reading
+        chunks.jsonl whole (collections written before the arrays). ``digest_of(name)``: the manifest's digest
+        of a file, None when it records none."""
         path = directory / CHUNKS
         if not path.is_file():
             raise DamagedCollection(f"{path} is missing")
         rows_dir = directory / ROWS
         if not rows_dir.is_dir():
             return cls._from_lines(path)
+        offsets = load_array(rows_dir / "offsets.npy", np.int64)
+        n = len(offsets) - 1
+        arrays = {name: load_array(rows_dir / f"{name}.npy", dtype, n) for name, dtype in _ARRAYS.items()
+                  if name != "offsets"}
         try:
-            arrays = {name: np.load(rows_dir / f"{name}.npy", mmap_mode="r") for name in _ARRAYS}
-            documents = json.loads((rows_dir / "documents.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise DamagedCollection(f"{rows_dir} cannot be read ({exc})") from None
-        n = len(arrays["offsets"]) - 1
+            documents = json.loads((rows_dir / "documents.json").read_bytes())
+        except (OSError, ValueError, RecursionError) as exc:
+            raise DamagedCollection(f"{rows_dir / 'documents.json'} cannot be read ({str(exc)[:200]})") from None
         size = path.stat().st_size
-        if (any(len(arrays[a]) != n for a in _ARRAYS[1:]) or n < 0 or int(arrays["offsets"][-1]) != size
-                or not isinstance(documents, list)
-                or (n and (int(arrays["document"].max()) >= len(documents) or int(arrays["document"].min()) < 0))):
-            raise DamagedCollection(f"{rows_dir} does not describe {path} ({n} rows, file of {size} bytes)")
+        expected = digest_of(CHUNKS)
         if expected is not None and expected.get("bytes") != size:
             raise DamagedCollection(f"{path} does not match the manifest ({size} bytes, expected "
                                     f"{expected.get('bytes')}); rebuild the collection or restore the file")
-        return cls(path, arrays["offsets"], arrays["labels"], arrays["deleted"], arrays["document"], documents)
+        document = arrays["document"]
+        if (n < 0 or int(offsets[0]) != 0 or int(offsets[-1]) != size or (n and np.any(np.diff(offsets) <= 0))
+                or not isinstance(documents, list) or not all(isinstance(x, str) for x in documents)
+                or (n and (int(document.max()) >= len(documents) or int(document.min()) < 0))
+                or (n and int(arrays["labels"].min()) < 0)):
+            raise DamagedCollection(f"{rows_dir} does not describe {path} ({n} rows, file of {size} bytes): its "
+                                    "offsets, document codes or labels are out of order or out of range")
+        table = cls(path, offsets, arrays["labels"], arrays["deleted"], document, documents)
+        table._map_file()
+        return table
 
     @classmethod
     def _from_lines(cls, path: Path) -> "ChunkTable":
@@ -195,14 +225,12 @@ class ChunkTable(Sequence[ChunkRow]):
         offsets = [int(x) for x in np.asarray(self.offsets)] if self.n_file else [0]
         with open(out, "wb") as fh:
             if self.n_file:
-                with open(self.path, "rb") as src:  # type: ignore[arg-type]
-                    remaining = int(self.offsets[-1])
-                    while remaining > 0:
-                        block = src.read(min(remaining, 1 << 22))
-                        if not block:
-                            raise DamagedCollection(f"{self.path} shrank while it was being copied")
-                        fh.write(block)
-                        remaining -= len(block)
+                self._map_file()
+                end = int(self.offsets[-1])
+                if self._map is not None and len(self._map) < end:
+                    raise DamagedCollection(f"{self.path} is shorter than its {self.n_file} rows")
+                for a in range(0, end, 1 << 22):  # the lines this table was opened on, from its own map
+                    fh.write(self._map[a:min(a + (1 << 22), end)])  # type: ignore[index]
             for row in self._new:
                 line = row.line()
                 fh.write(line)

@@ -26,191 +26,235 @@ retrieval stages which geometry they work in.
 Writes are atomic at directory level: a build (and every ``add`` / ``delete``)
 writes a complete new directory next to the target and swaps it in with
 renames, so a failure leaves either the old collection or nothing; the next
-open or write cleans up after a killed one (:mod:`.store`). Opening checks the
-files against the manifest and raises :class:`~.store.DamagedCollection`
-naming a file that was changed.
+open or write cleans up after a killed one (:mod:`.store`). Opening validates
+the manifest (:mod:`.manifest`), keeps every path inside the folder, checks the
+files against it and raises :class:`~.store.DamagedCollection` naming the
+field or file at fault.
+
+Live updates: searches read a :class:`~.snapshot.CollectionSnapshot` (``collection.snapshot()``, what the
+``Retriever`` takes once per search); ``add`` / ``delete`` run one at a time (a lock), change private copies,
+write the new directory and then swap in the snapshot of what they wrote, so a search running meanwhile keeps
+its consistent state and the next one sees the whole update. The read members of a ``Collection`` (``rows``,
+``alive``, ``dense``, ``lexical``...) are those of its latest snapshot: a caller reading several of them while
+another thread writes takes ``snapshot()`` once instead.
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
-from .builder import (
-    CollectionBuilder, chunk_rows, embed_chunks, geometry_mismatch, lexical_text, source_fingerprint,
-)
+from .builder import CollectionBuilder, chunk_rows, embed_chunks, lexical_text, source_fingerprint
 from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record
 from .chunks import ROWS, ChunkRow, ChunkTable
-from .lexical import TOKENIZER_VERSION, LexicalIndex
+from .lexical import LexicalIndex
+from .manifest import read_manifest, validate_manifest
+from .snapshot import CollectionSnapshot, Encoders, load_snapshot
 from .sources import ReadReport, Record, SourceLike, read_records
-from .._files import new_temp_dir, swap_in
+from .._files import new_temp_dir, swap_in, write_text_atomic
 from .store import (
-    CHUNKS, DENSE, FORMAT, LEXICAL, MANIFEST, SECTIONS, DamagedCollection, check_file, digests, file_digest,
-    inside, is_collection, link_or_copy_tree, read_jsonl, recover_leftovers, write_jsonl,
+    CHUNKS, DENSE, LEXICAL, MANIFEST, SECTIONS, DamagedCollection, check_links, confined, copy_tree, digests,
+    is_collection, recover_leftovers, write_jsonl,
 )
 
+__all__ = ["Collection", "CollectionSnapshot", "DamagedCollection", "DENSE", "VERIFY_BELOW"]
 
 VERIFY_BELOW = 64 << 20  # bytes: smaller collections have every file's sha256 checked at open
 
 
+def _model_dir(d: Path, key: str, relative: str) -> str:
+    """The ``key`` model directory the manifest names, inside ``d`` and holding a model (DamagedCollection)."""
+    from ..models.encoders import MANIFEST_NAME
+
+    path = confined(d, relative, f"the {key} directory")
+    if not (path / MANIFEST_NAME).is_file():
+        raise DamagedCollection(f"{d / MANIFEST}: {key}.dir {relative!r} holds no model (no {MANIFEST_NAME}); "
+                                "restore the collection's models folder or rebuild the collection")
+    return str(path)
+
+
+class _Draft:
+    """A writer's private copies of one snapshot's state (the snapshot itself stays as searches read it): the
+    manifest, the rows, the BM25 index; the dense index is copied the first time a change needs it, the sections
+    when a change reads them."""
+
+    def __init__(self, base: CollectionSnapshot) -> None:
+        self.base = base
+        self.manifest: Dict[str, Any] = copy.deepcopy(base.manifest)
+        self.rows = base.rows.copy()
+        self.lexical = base.lexical.copy()
+        self.dense = base.dense
+        self._dense_copied = False
+        self._sections: Optional[Dict[str, SectionPart]] = None
+
+    def writable_dense(self) -> Any:
+        """The dense index, copied into memory on the first change (the base's may be a read-only map, and
+        searches of the base read it)."""
+        if not self._dense_copied:
+            self.dense = copy.deepcopy(self.base.dense)
+            self._dense_copied = True
+        return self.dense
+
+    @property
+    def sections(self) -> Dict[str, SectionPart]:
+        if self._sections is None:
+            self._sections = dict(self.base.sections)
+        return self._sections
+
+    @property
+    def sections_changed(self) -> bool:
+        return self._sections is not None
+
+    def alive(self) -> np.ndarray:
+        return ~np.asarray(self.rows.deleted, dtype=bool)
+
+
 class Collection:
-    """Chunks + dense index + lexical index + manifest of one corpus (see module docstring)."""
+    """Chunks + dense index + lexical index + manifest of one corpus (see module docstring).
+
+    The read members (``rows``, ``alive``, ``labels``, ``dense``, ``lexical``, ``sections``, ``manifest``,
+    ``len()``, ``allowed``, ``document_rows``, ``vectors``, the encoders) are those of the latest
+    :meth:`snapshot`."""
 
     def __init__(self, directory: Path, manifest: Dict[str, Any], rows: ChunkTable,
                  sections: Optional[Dict[str, SectionPart]], dense, lexical: LexicalIndex,
                  encoder_dir: Optional[str] = None, query_encoder_dir: Optional[str] = None,
-                 model_sources: Optional[Dict[str, str]] = None) -> None:
-        self.directory = Path(directory)
-        self.manifest = manifest
-        self.rows = rows
-        self._sections = sections  # None: still in sections.jsonl, read on first use
-        self.dense = dense
-        self.lexical = lexical
-        self.chunking = ChunkingConfig.from_dict(manifest["chunking"])
+                 model_sources: Optional[Dict[str, str]] = None, *, encoders: Optional[Encoders] = None) -> None:
+        d = Path(directory)
         # where the collection's own models are copied from on a write (at build: where the build found them);
         # a model the caller names instead is used for encoding but never written into the collection
-        overrides = {"encoder": encoder_dir, "query_encoder": query_encoder_dir}
         self._models: Dict[str, str] = dict(model_sources) if model_sources is not None else {
-            key: self._model_path(manifest[key]) for key in overrides
-            if manifest.get(key) is not None and not (overrides[key] and Path(manifest[key]["dir"]).is_absolute())}
-        self._encoder_dir = str(encoder_dir or self._models["encoder"])
-        self._query_encoder_dir = str(query_encoder_dir or self._models.get("query_encoder", self._encoder_dir))
-        self._article_encoder = None
-        self._query_encoder = None
-        self._verify = True  # check sections.jsonl's digest when it is read
-        self._dense_mapped = False  # the dense index is a read-only memory map (copied in before a change)
-        self.encoder_threads: Optional[int] = None  # ONNX Runtime intra-op threads of the encoders (None: ORT's)
-        self._refresh_arrays()
+            key: str(confined(d, manifest[key]["dir"], f"the {key} directory"))
+            for key in ("encoder", "query_encoder") if manifest.get(key) is not None}
+        if encoders is None:
+            enc = str(encoder_dir or self._models["encoder"])
+            encoders = Encoders(enc, str(query_encoder_dir or self._models.get("query_encoder", enc)))
+        self._write_lock = threading.RLock()  # one writer at a time; readers never wait for it
+        self._snap = CollectionSnapshot(d, manifest, rows, sections if sections is not None else {}, dense,
+                                        lexical, encoders)
 
-    def _model_path(self, info: Dict[str, Any]) -> str:
-        """An encoder directory the manifest names: inside the collection (ValueError for one outside it, which
-        only a caller may name, with ``encoder=`` / ``query_encoder=``)."""
-        where = info["dir"]
-        if Path(where).is_absolute():
-            raise ValueError(f"{self.directory / MANIFEST} names the encoder directory {where}, outside the "
-                             "collection (collections built before medretrieve 0.2 did); open it with "
-                             "encoder= / query_encoder= (CLI: --encoder / --query-encoder) naming the model to "
-                             "trust, or rebuild the collection")
-        return str(inside(self.directory, where))
+    # ------------------------------------------------------------- reading: the latest snapshot
+    def snapshot(self) -> CollectionSnapshot:
+        """The collection's current state, immutable: a search reads one snapshot from start to end (a
+        concurrent ``add`` / ``delete`` swaps in a new one and leaves this one as it is)."""
+        return self._snap
 
-    # ------------------------------------------------------------- derived arrays
-    def _refresh_arrays(self) -> None:
-        self.alive = ~np.asarray(self.rows.deleted, dtype=bool)
-        self.labels = np.asarray(self.rows.labels, dtype=np.int64)
-        self._n_live = int(self.alive.sum())
-        self._n_documents = len(np.unique(self.rows.document[self.alive])) if len(self.rows) else 0
-        self._doc_rows: Optional[Tuple[np.ndarray, np.ndarray]] = None  # live rows by document code, bounds
-        self._allowed: Dict[Tuple[int, ...], np.ndarray] = {}  # label set -> live rows carrying one of them
+    @property
+    def directory(self) -> Path:
+        return self._snap.directory
+
+    @property
+    def manifest(self) -> Dict[str, Any]:
+        """The manifest (a JSON object; do not change it: a write makes its own)."""
+        return self._snap.manifest
+
+    @property
+    def rows(self) -> ChunkTable:
+        return self._snap.rows
+
+    @property
+    def dense(self) -> Any:
+        return self._snap.dense
+
+    @property
+    def lexical(self) -> LexicalIndex:
+        return self._snap.lexical
+
+    @property
+    def chunking(self) -> ChunkingConfig:
+        return self._snap.chunking
+
+    @property
+    def alive(self) -> np.ndarray:
+        """Whether each row is live (read-only)."""
+        return self._snap.alive
+
+    @property
+    def labels(self) -> np.ndarray:
+        """Section category of each row (read-only)."""
+        return self._snap.labels
+
+    @property
+    def encoders(self) -> Encoders:
+        """The encoder sessions (shared by every snapshot, and by in-memory pools made like this collection)."""
+        return self._snap.encoders
+
+    @property
+    def encoder_threads(self) -> Optional[int]:
+        """ONNX Runtime intra-op threads of the encoders (None: ORT's); set before the first encode."""
+        return self._snap.encoders.threads
+
+    @encoder_threads.setter
+    def encoder_threads(self, value: Optional[int]) -> None:
+        self._snap.encoders.threads = value
 
     def __len__(self) -> int:
         """Number of live chunks."""
-        return self._n_live
+        return len(self._snap)
 
     def allowed(self, labels: Sequence[int]) -> np.ndarray:
-        """Boolean mask of the live rows carrying one of ``labels`` (kept per label set until the next change:
-        a search routed to a section reads it without a pass over every row)."""
-        key = tuple(sorted({int(x) for x in labels}))
-        mask = self._allowed.get(key)
-        if mask is None:
-            mask = self._allowed[key] = self.alive & np.isin(self.labels, key)
-        return mask
+        """Boolean mask of the live rows carrying one of ``labels`` (:meth:`CollectionSnapshot.allowed`)."""
+        return self._snap.allowed(labels)
 
     @property
     def n_documents(self) -> int:
         """Number of live documents."""
-        return self._n_documents
+        return self._snap.n_documents
 
     @property
     def sections(self) -> Dict[str, SectionPart]:
         """The parent sections by id (read from sections.jsonl on first use)."""
-        if self._sections is None:
-            files = self.manifest.get("files") or {}
-            parts = read_jsonl(self.directory / SECTIONS, files.get(SECTIONS) if self._verify else None)
-            try:
-                self._sections = {p.section_id: p for p in (SectionPart(**d) for d in parts)}
-            except TypeError as exc:
-                raise DamagedCollection(f"{self.directory / SECTIONS}: a line lacks a field ({exc})") from None
-        return self._sections
+        return self._snap.sections
 
     @property
     def dim(self) -> int:
-        return int(self.manifest["encoder"]["dim"])
+        return self._snap.dim
 
     @property
     def encoder_dir(self) -> str:
         """The directory of the article (or symmetric) encoder in use (the collection's own copy unless replaced
         at open)."""
-        return self._encoder_dir
+        return self._snap.encoder_dir
 
     @property
     def normalized(self) -> bool:
         """Whether chunk vectors are unit length (inner product = cosine); False for raw inner products
         (MedCPT). Collections built before this was recorded were always normalised."""
-        return bool(self.manifest["index"].get("normalized", True))
+        return self._snap.normalized
 
-    # ------------------------------------------------------------- encoders
     @property
     def query_encoder_dir(self) -> str:
         """The directory of the query encoder searches use (the collection's own, or the one named at open)."""
-        return self._query_encoder_dir
+        return self._snap.query_encoder_dir
 
     def article_encoder(self):
-        if self._article_encoder is None:
-            from ..models.encoders import ArticleEncoder
-
-            self._article_encoder = ArticleEncoder.from_dir(self._encoder_dir, threads=self.encoder_threads)
-        return self._article_encoder
+        return self._snap.article_encoder()
 
     def query_encoder(self):
-        if self._query_encoder is None:
-            from ..models.encoders import QueryEncoder
-
-            enc = QueryEncoder.from_dir(self._query_encoder_dir, threads=self.encoder_threads)
-            if enc.dim != self.dense.dim:
-                raise ValueError(f"query encoder {self._query_encoder_dir} gives {enc.dim}-dim vectors but the "
-                                 f"collection's index holds {self.dense.dim}-dim vectors")
-            if enc.manifest.normalize != self.normalized:
-                raise ValueError(geometry_mismatch(self._query_encoder_dir, enc.manifest.normalize,
-                                                    self.normalized))
-            self._query_encoder = enc
-        return self._query_encoder
+        return self._snap.query_encoder()
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Query vectors float32 [n, dim] (one fast unpadded call for a single query)."""
-        enc = self.query_encoder()
-        if len(texts) == 1:
-            return np.asarray(enc.encode_query(texts[0]), dtype=np.float32)[None, :]
-        return np.asarray(enc.encode(list(texts)), dtype=np.float32)
+        return self._snap.encode_queries(texts)
 
-    # ------------------------------------------------------------- lookups
     def parent(self, parent_id: str) -> Optional[SectionPart]:
         """The whole section a chunk belongs to (context for a hit)."""
-        return self.sections.get(parent_id)
+        return self._snap.parent(parent_id)
 
     def document_rows(self, document_id: str) -> List[int]:
         """Rows of the live chunks of one document, in document order (empty when unknown)."""
-        if self._doc_rows is None:  # live rows grouped by document code: two arrays, no per-document objects
-            live = np.flatnonzero(self.alive)
-            codes = np.asarray(self.rows.document)[live]
-            order = np.argsort(codes, kind="stable")
-            bounds = np.searchsorted(codes[order], np.arange(len(self.rows.documents) + 1))
-            self._doc_rows = (live[order], bounds)
-        code = self.rows.document_code(document_id)
-        if code is None:
-            return []
-        rows, bounds = self._doc_rows
-        return rows[bounds[code]:bounds[code + 1]].tolist()
+        return self._snap.document_rows(document_id)
 
     def vectors(self, rows: Sequence[int]) -> np.ndarray:
         """Stored (dequantised) vectors of ``rows``, float32 [n, dim]."""
-        if len(rows) == 0:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return np.asarray(self.dense.get_items(np.asarray(rows, dtype=np.int64)), dtype=np.float32)
+        return self._snap.vectors(rows)
 
     # ------------------------------------------------------------- build / open
     @classmethod
@@ -245,10 +289,12 @@ class Collection:
         symmetric); ``"default"`` / ``"minilm"`` name the embedded models. Both are copied into
         the collection. ``overwrite``: replace an existing collection at
         ``out_dir`` (never a directory that is not a collection, unless empty).
-        ``resume``: a build of paths that was interrupted carries on from its last checkpoint when run again with
-        the same sources and settings (False: start afresh); a failed build of records in memory leaves nothing.
-        ``threads``: threads of the HNSW build (-1: all cores). Nothing is swapped in before the build is complete.
-        Raises ValueError when nothing readable is in the source.
+        ``resume``: a build of paths that was interrupted (killed, or stopped by KeyboardInterrupt) carries on
+        from its last checkpoint when run again with the same sources and settings (False: start afresh); a build
+        that fails with an error (unreadable input with ``errors="raise"``, nothing readable, a full disk...)
+        leaves nothing behind: no work folder, and ``out_dir`` as it was. ``threads``: threads of the HNSW build
+        (-1: all cores). Nothing is swapped in before the build is complete. Raises ValueError when nothing
+        readable is in the source; a :class:`~.sources.SourceError` names the file and line of a bad record.
         """
         report = report if report is not None else ReadReport()
         builder = CollectionBuilder(out_dir, encoder, query_encoder, chunking, dtype, M, ef_construction,
@@ -259,9 +305,12 @@ class Collection:
             records = read_records(source, format=format, errors=errors, report=report)
             builder.add_records(itertools.islice(records, builder.records_done, None))
             out = builder.finish(report)
-        except BaseException:
+        except Exception:
+            builder.abandon()  # a failed build leaves nothing behind
+            raise
+        except BaseException:  # interrupted: kept to resume when the sources can be recognised again
             if builder.key is None:
-                builder.abandon()  # records in memory cannot be recognised again: nothing to resume
+                builder.abandon()
             else:
                 builder.close()
             raise
@@ -275,23 +324,24 @@ class Collection:
         chunks, sections, labels, chunking and index settings, a freshly built dense and lexical index; deleted
         chunks are left out. Needs no source files. This collection is not changed; ``out_dir`` must be another
         directory (ValueError otherwise), replaced only when it holds a collection and ``overwrite`` is set."""
-        if Path(out_dir).resolve() == self.directory.resolve():
+        snap = self.snapshot()  # one consistent state, whatever a concurrent writer does
+        if Path(out_dir).resolve() == snap.directory.resolve():
             raise ValueError(f"{out_dir} is this collection's own directory; re-encode into another one")
-        index = self.manifest["index"]
-        builder = CollectionBuilder(out_dir, encoder, query_encoder, self.chunking, index["dtype"], index["M"],
+        index = snap.manifest["index"]
+        builder = CollectionBuilder(out_dir, encoder, query_encoder, snap.chunking, index["dtype"], index["M"],
                                     index["ef_construction"], batch_size=batch_size, threads=threads,
                                     overwrite=overwrite, resume=False, progress=progress)
         try:
             written: set = set()
-            live = np.flatnonzero(self.alive)
+            live = np.flatnonzero(snap.alive)
             for start in range(0, len(live), builder.chunk_batch):
-                old = [self.rows[int(r)] for r in live[start:start + builder.chunk_batch]]
+                old = [snap.rows[int(r)] for r in live[start:start + builder.chunk_batch]]
                 chunks = [Chunk(r.chunk_id, r.document_id, r.title, r.section, r.text, r.overlap, r.position,
                                 r.parent_id, r.label, r.metadata) for r in old]
-                parts = [self.sections[p] for p in dict.fromkeys(r.parent_id for r in old)
-                         if p not in written and p in self.sections]
+                parts = [snap.sections[p] for p in dict.fromkeys(r.parent_id for r in old)
+                         if p not in written and p in snap.sections]
                 written.update(p.section_id for p in parts)
-                vectors = embed_chunks(builder.encoder(), chunks, self.chunking, batch_size,
+                vectors = embed_chunks(builder.encoder(), chunks, snap.chunking, batch_size,
                                        normalize=builder.normalize)
                 builder.add_rows(chunk_rows(chunks, builder.rows), vectors, parts)
             out = builder.finish()
@@ -309,192 +359,192 @@ class Collection:
         per encoder call (None: ORT's default, one per core); a server running searches side by side wants 1.
 
         The chunk arrays, the BM25 matrix and the dense index are memory-mapped, so opening costs little at any
-        size; texts are read when a search reaches them. ``verify``: True checks every file against its sha256 in
-        the manifest, False only sizes and row order, ``"auto"`` checks digests when the files total under
-        64 MiB. Raises FileNotFoundError when ``directory`` holds no collection and
-        :class:`~.store.DamagedCollection` (a ValueError) naming the file that does not match the manifest.
+        size; texts are read when a search reaches them. The manifest is validated first (:mod:`.manifest`) and
+        nothing outside ``directory`` is ever opened (paths and links that lead out are refused). ``verify``:
+        True checks every file against its sha256 in the manifest; False checks what needs no hashing (every
+        file's size, the arrays' dtypes, shapes and order; texts and BM25 postings when first read); ``"auto"``
+        checks digests when the files total under 64 MiB. Raises FileNotFoundError when ``directory`` holds no
+        collection and :class:`~.store.DamagedCollection` (a ValueError) naming the field or file at fault.
         """
-        from ..index import Index
-
+        if verify not in (True, False, "auto"):
+            raise ValueError(f"verify must be True, False or 'auto', got {verify!r}")
         d = Path(directory)
         recover_leftovers(d)
-        mpath = d / MANIFEST
-        if not mpath.is_file():
-            raise FileNotFoundError(f"{d} is not a medretrieve collection (no {MANIFEST})")
-        try:
-            manifest = json.loads(mpath.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise DamagedCollection(f"{mpath} is not valid JSON ({exc})") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            raise ValueError(f"{mpath}: unknown collection format "
-                             f"{manifest.get('format') if isinstance(manifest, dict) else None!r} (expected {FORMAT})")
-        files = manifest.get("files") or {}  # absent in collections written before the files were listed
-        full = verify is True or (verify == "auto" and sum(f.get("bytes", 0) for f in files.values()) < VERIFY_BELOW)
-        if full:
-            for name, digest in files.items():
-                check_file(d / name, digest)
-        rows = ChunkTable.open(d, files.get(CHUNKS))
-        dense = Index.load(str(d / DENSE), mmap=True)
-        lexical = LexicalIndex.load(d / LEXICAL)
-        if lexical.tokenizer_version != TOKENIZER_VERSION:
-            # indexed by another tokenizer: re-tokenise the live rows in memory (written on the next save)
-            fresh = LexicalIndex(lexical.stem, lexical.remove_stopwords, lexical.k1, lexical.b)
-            live = [rows[int(i)] for i in np.flatnonzero(~np.asarray(rows.deleted))]
-            fresh.add([lexical_text(r.title, r.text, r.overlap) for r in live], [r.row for r in live])
-            lexical = fresh
-        col = cls(d, manifest, rows, None, dense, lexical, encoder, query_encoder)
-        col._verify = full
-        col._dense_mapped = True
-        col.encoder_threads = encoder_threads
-        col._check_consistent()
+        spec = read_manifest(d)
+        check_links(d)
+        overrides = {"encoder": encoder, "query_encoder": query_encoder}
+        models = {key: _model_dir(d, key, entry.dir)
+                  for key, entry in (("encoder", spec.encoder), ("query_encoder", spec.query_encoder))
+                  if entry is not None}
+        enc = str(overrides["encoder"] or models["encoder"])
+        encoders = Encoders(enc, str(overrides["query_encoder"] or models.get("query_encoder", enc)), encoder_threads)
+        full = verify is True or (verify == "auto" and spec.total_bytes < VERIFY_BELOW)
+        return cls._from_snapshot(load_snapshot(d, spec, encoders, full), models)
+
+    @classmethod
+    def _from_snapshot(cls, snap: CollectionSnapshot, models: Dict[str, str]) -> "Collection":
+        col = cls.__new__(cls)
+        col._models = models
+        col._write_lock = threading.RLock()
+        col._snap = snap
         return col
 
-    # ------------------------------------------------------------- updates
+    # ------------------------------------------------------------- updates (one writer at a time)
     def add(self, source: SourceLike, errors: str = "skip", batch_size: int = 64, progress: bool = False,
             format: str = "auto", report: Optional[ReadReport] = None) -> int:
-        """Add new documents (ids already present are rejected as malformed); returns chunks added."""
+        """Add new documents (ids already present are rejected as malformed); returns chunks added. Searches
+        running meanwhile read the collection as it was; the next ones see every added chunk."""
         report = report if report is not None else ReadReport()
-        present = {self.rows.documents[j] for j in np.unique(np.asarray(self.rows.document)[self.alive])}
-        records = []
-        for rec in read_records(source, format=format, errors=errors, report=report):
-            if rec.id in present:
-                msg = f"document {rec.id!r} is already in the collection (delete it first)"
-                if errors == "raise":
-                    raise ValueError(msg)
-                report.skipped.append((f"record {rec.id}", msg))
-                continue
-            records.append(rec)
-        if not records:
-            return 0
-        before = len(self.rows)
-        self._ingest(records, batch_size, progress)
-        self._commit()
-        return len(self.rows) - before
+        with self._write_lock:
+            snap = self._snap
+            present = {snap.rows.documents[j] for j in np.unique(np.asarray(snap.rows.document)[snap.alive])}
+            records = []
+            for rec in read_records(source, format=format, errors=errors, report=report):
+                if rec.id in present:
+                    msg = f"document {rec.id!r} is already in the collection (delete it first)"
+                    if errors == "raise":
+                        raise ValueError(msg)
+                    report.skipped.append((f"record {rec.id}", msg))
+                    continue
+                present.add(rec.id)
+                records.append(rec)
+            if not records:
+                return 0
+            draft = _Draft(snap)
+            self._ingest_into(draft, records, batch_size, progress)
+            self._commit(draft)
+            return len(draft.rows) - len(snap.rows)
 
     def delete(self, doc_ids: Union[str, Iterable[str]]) -> int:
-        """Remove documents by id (one id or several); returns chunks removed (unknown ids are ignored)."""
+        """Remove documents by id (one id or several); returns chunks removed (unknown ids are ignored).
+        Searches running meanwhile read the collection as it was; the next ones see none of the removed chunks."""
         wanted = {doc_ids} if isinstance(doc_ids, str) else {str(d) for d in doc_ids}
-        rows = self.rows.rows_of_documents(sorted(wanted))
-        hit = rows[self.alive[rows]].tolist()
-        if not hit:
-            return 0
-        self._writable()
-        self.rows.deleted = np.array(self.rows.deleted, dtype=bool)  # a writable copy of the mapped array
-        self.rows.deleted[hit] = True
-        for r in hit:
-            self.dense.mark_deleted(r)
-        self.lexical.delete(hit)
-        sections = self.sections
-        for sid in [s for s, p in sections.items() if p.document_id in wanted]:
-            del sections[sid]
-        self._refresh_arrays()
-        self._commit()
-        return len(hit)
-
-    def _writable(self) -> None:
-        """Before a change: the dense index in memory (an opened collection maps its file read-only)."""
-        if self._dense_mapped:
-            from ..index import Index
-
-            self.dense = Index.load(str(self.directory / DENSE), mmap=False)
-            self._dense_mapped = False
+        with self._write_lock:
+            snap = self._snap
+            rows = snap.rows.rows_of_documents(sorted(wanted))
+            hit = rows[snap.alive[rows]].tolist()
+            if not hit:
+                return 0
+            draft = _Draft(snap)
+            draft.rows.deleted[hit] = True
+            dense = draft.writable_dense()
+            for r in hit:
+                dense.mark_deleted(r)
+            draft.lexical.delete(hit)
+            sections = draft.sections
+            for sid in [s for s, p in sections.items() if p.document_id in wanted]:
+                del sections[sid]
+            self._commit(draft)
+            return len(hit)
 
     def _ingest(self, records: Sequence[Record], batch_size: int, progress: bool) -> None:
+        """Chunk, encode and add ``records`` (ids not checked), then commit."""
+        with self._write_lock:
+            draft = _Draft(self._snap)
+            self._ingest_into(draft, records, batch_size, progress)
+            self._commit(draft)
+
+    def _ingest_into(self, draft: _Draft, records: Sequence[Record], batch_size: int, progress: bool) -> None:
         chunks: List[Chunk] = []
         parts: List[SectionPart] = []
         for rec in records:
-            rec_chunks, rec_parts = chunk_record(rec, self.chunking)
+            rec_chunks, rec_parts = chunk_record(rec, draft.base.chunking)
             chunks.extend(rec_chunks)
             parts.extend(rec_parts)
-        vecs = embed_chunks(self.article_encoder(), chunks, self.chunking, batch_size, progress,
-                            self.normalized)
-        self.add_rows(chunk_rows(chunks, len(self.rows)), vecs, parts)
+        vecs = embed_chunks(draft.base.article_encoder(), chunks, draft.base.chunking, batch_size, progress,
+                            draft.base.normalized)
+        self._add_rows_to(draft, chunk_rows(chunks, len(draft.rows)), vecs, parts)
 
     def add_rows(self, rows: Sequence[ChunkRow], vectors: np.ndarray, sections: Sequence[SectionPart] = ()) -> None:
         """Add chunks whose vectors were computed elsewhere (an out-of-core or distributed build, a benchmark's
         filler), in memory; :meth:`save` writes them. ``rows[i].row`` must number on from ``len(self.rows)``;
         ``vectors`` [len(rows), dim] float32 in the geometry of the collection's encoder."""
+        with self._write_lock:
+            draft = _Draft(self._snap)
+            self._add_rows_to(draft, rows, vectors, sections)
+            self._publish(draft)
+
+    def _add_rows_to(self, draft: _Draft, rows: Sequence[ChunkRow], vectors: np.ndarray,
+                     sections: Sequence[SectionPart] = ()) -> None:
         vectors = np.asarray(vectors, dtype=np.float32)
-        start = len(self.rows)
-        if vectors.shape != (len(rows), self.dim):
-            raise ValueError(f"vectors must be [{len(rows)}, {self.dim}], got {vectors.shape}")
+        start = len(draft.rows)
+        dim = draft.base.dim
+        if vectors.shape != (len(rows), dim):
+            raise ValueError(f"vectors must be [{len(rows)}, {dim}], got {vectors.shape}")
         if [r.row for r in rows] != list(range(start, start + len(rows))):
             raise ValueError(f"rows must be numbered {start}..{start + len(rows) - 1} in order")
         if not len(rows):
             return
-        self._writable()
+        dense = draft.writable_dense()
         for part in sections:
-            self.sections[part.section_id] = part
+            draft.sections[part.section_id] = part
         ids = np.arange(start, start + len(rows), dtype=np.int64)
-        if start == 0 and self.manifest["index"]["dtype"] == "int8":
-            self.dense.train(vectors)  # int8 quantization centre from the first batch
+        if start == 0 and draft.manifest["index"]["dtype"] == "int8":
+            dense.train(vectors)  # int8 quantization centre from the first batch
         need = start + len(rows)
-        if self.dense.get_max_elements() < need:
-            self.dense.resize_index(max(need, int(self.dense.get_max_elements() * 1.5)))
-        self.dense.add(vectors, ids, np.array([r.label for r in rows], dtype=np.int64))
-        self.rows.extend(rows)
-        self.lexical.add([lexical_text(r.title, r.text, r.overlap) for r in rows], ids.tolist())
-        self._refresh_arrays()
+        if dense.get_max_elements() < need:
+            dense.resize_index(max(need, int(dense.get_max_elements() * 1.5)))
+        dense.add(vectors, ids, np.array([r.label for r in rows], dtype=np.int64))
+        draft.rows.extend(rows)
+        draft.lexical.add([lexical_text(r.title, r.text, r.overlap) for r in rows], ids.tolist())
 
     def save(self, directory: Optional[Union[str, os.PathLike]] = None) -> None:
         """Write the collection (atomically, see the module docstring) to its directory, or to ``directory``,
         which it then lives in; ``add`` and ``delete`` save by themselves, :meth:`add_rows` does not."""
-        self._commit(Path(directory) if directory is not None else None)
+        with self._write_lock:
+            self._commit(_Draft(self._snap), Path(directory) if directory is not None else None)
 
-    def _commit(self, out: Optional[Path] = None) -> None:
-        """Write everything to a temp dir beside ``out`` (default: the collection's directory), then swap it in
-        (never half-written)."""
-        out = out or self.directory
+    def _publish(self, draft: _Draft) -> None:
+        """Swap in the draft as the new snapshot, in memory (nothing written)."""
+        base = draft.base
+        sections: Any = draft.sections if draft.sections_changed else (base.sections_file or base.sections)
+        self._snap = CollectionSnapshot(base.directory, draft.manifest, draft.rows, sections, draft.dense,
+                                        draft.lexical, base.encoders)
+
+    def _commit(self, draft: _Draft, out: Optional[Path] = None) -> None:
+        """Write the draft to a temp dir beside ``out`` (default: the collection's directory), swap it in (never
+        half-written), then swap in the snapshot of what was written."""
+        base = draft.base
+        out = out or base.directory
         recover_leftovers(out)
-        if out != self.directory and out.exists() and not (is_collection(out) or not any(out.iterdir())):
+        if out != base.directory and out.exists() and not (is_collection(out) or not any(out.iterdir())):
             raise ValueError(f"{out} exists and is not a medretrieve collection; nothing was written")
         tmp = new_temp_dir(out)
         try:
-            n_sections = (len(self._sections) if self._sections is not None
-                          else (self.manifest.get("counts") or {}).get("sections", 0))
-            self.manifest["counts"] = {"documents": self.n_documents, "chunks": len(self),
-                                       "sections": n_sections, "deleted_chunks": int((~self.alive).sum())}
-            files = {CHUNKS: self.rows.write(tmp)}
-            if self._sections is None:  # never read, so unchanged: copied as it is
-                shutil.copyfile(self.directory / SECTIONS, tmp / SECTIONS)
-                files[SECTIONS] = file_digest(tmp / SECTIONS)
-            else:
-                files[SECTIONS] = write_jsonl(tmp / SECTIONS, (s.__dict__ for s in self._sections.values()))
-            self.dense.save(str(tmp / DENSE))
-            self.lexical.save(tmp / LEXICAL)
+            manifest = draft.manifest
+            alive = draft.alive()
+            n_sections = (len(draft.sections) if draft.sections_changed
+                          else (manifest.get("counts") or {}).get("sections", 0))
+            n_documents = len(np.unique(np.asarray(draft.rows.document)[alive])) if len(alive) else 0
+            manifest["counts"] = {"documents": n_documents, "chunks": int(alive.sum()), "sections": n_sections,
+                                  "deleted_chunks": int((~alive).sum())}
+            files = {CHUNKS: draft.rows.write(tmp)}
+            if draft.sections_changed:
+                files[SECTIONS] = write_jsonl(tmp / SECTIONS, (s.__dict__ for s in draft.sections.values()))
+            else:  # unchanged: copied as it is, from the base snapshot's own handle
+                sections_file = base.sections_file
+                if sections_file is not None:
+                    (tmp / SECTIONS).write_bytes(sections_file.data())
+                    files.update(digests(tmp, [SECTIONS]))
+                else:
+                    files[SECTIONS] = write_jsonl(tmp / SECTIONS, (s.__dict__ for s in base.sections.values()))
+            draft.dense.save(str(tmp / DENSE))
+            draft.lexical.save(tmp / LEXICAL)
             files.update(digests(tmp, [LEXICAL, ROWS]))
-            self.manifest["files"] = files
-            self._write_models(tmp)
-            (tmp / MANIFEST).write_text(json.dumps(self.manifest, indent=2), encoding="utf-8")
+            manifest["files"] = files
+            self._write_models(tmp, manifest, base.directory if out == base.directory else None)
+            spec = validate_manifest(manifest, tmp / MANIFEST)  # never write a manifest the next open refuses
+            write_text_atomic(tmp / MANIFEST, json.dumps(manifest, indent=2))
             swap_in(tmp, out)
-            self.directory = out
-            self._models = {key: str(out / self.manifest[key]["dir"]) for key in self._models}
-            self.rows = ChunkTable.open(out, files[CHUNKS])  # the rows now read from the written file
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        self._models = {key: str(out / manifest[key]["dir"]) for key in self._models}
+        self._snap = load_snapshot(out, spec, base.encoders, full=False)
 
-    def _check_consistent(self) -> None:
-        """DamagedCollection naming the file whose rows disagree with the others (a line lost or moved, an index
-        of another size): checks that need no digest, so older and larger collections get them too."""
-        d, rows = self.directory, self.rows
-        counts = self.manifest.get("counts") or {}
-        expected = counts.get("chunks", 0) + counts.get("deleted_chunks", 0) if counts else len(rows)
-        if len(rows) != expected:
-            raise DamagedCollection(f"{d / CHUNKS} holds {len(rows)} chunks, the manifest counts {expected}")
-        for i in sorted({0, len(rows) // 2, len(rows) - 1} - {-1}):  # the row number of sample lines
-            rows[i]
-        if self.dense.get_current_count() != len(rows):
-            raise DamagedCollection(f"{d / DENSE} holds {self.dense.get_current_count()} vectors for {len(rows)} "
-                                    "chunks")
-        if not self.lexical.has_exactly(np.flatnonzero(self.alive)):
-            raise DamagedCollection(f"{d / LEXICAL} indexes {len(self.lexical)} chunks, not the {len(self)} live "
-                                    f"chunks of {d / CHUNKS}")
-
-    def _write_models(self, tmp: Path) -> None:
-        """The encoders the manifest names, inside ``tmp``: linked from the collection's own copy, or copied in
-        from where the build found them."""
+    def _write_models(self, tmp: Path, manifest: Dict[str, Any], own: Optional[Path]) -> None:
+        """The encoders the manifest names, inside ``tmp``: copied (reflinked where the file system can) from
+        where the collection holds them, or from where the build found them; never a hard link to a file that
+        another place owns (:func:`~.store.copy_tree`; ``own``: the version this write replaces)."""
         for key, src in self._models.items():
-            link_or_copy_tree(Path(src), tmp / self.manifest[key]["dir"])
-
-
+            copy_tree(Path(src), tmp / manifest[key]["dir"], own_root=own)

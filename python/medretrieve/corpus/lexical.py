@@ -38,11 +38,14 @@ import re
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Annotated, Iterable, List, Literal, Optional, Sequence, Tuple, Union
 
 import numpy as np
+from pydantic import Field
 
 from .._files import read_json
+from .manifest import Count, Strict, parse_model
+from .store import DamagedCollection, load_array
 
 # bumped whenever tokenize() changes what it emits (stored token lists must then be rebuilt)
 TOKENIZER_VERSION = 2
@@ -175,6 +178,26 @@ class BM25Matrix:
 
     def __init__(self, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, vocab: dict, num_docs: int):
         self.data, self.indices, self.indptr, self.vocab, self.num_docs = data, indices, indptr, vocab, num_docs
+        # a matrix read from files has each column checked the first time it is read (None: fitted here, sound)
+        self._checked: Optional[np.ndarray] = None
+        self._where: Optional[Path] = None
+
+    def _column(self, c: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Rows and weights of column ``c``. A loaded matrix's column is checked once, on its first read: rows in
+        range, weights finite and in ``(0, max idf]`` (a BM25 weight is ``idf * tf / (norm + tf) <= idf``), so a
+        flipped byte in the weight or row arrays is caught where it is read, at the cost of one pass over the
+        postings a search reads anyway, instead of a pass over every posting at open."""
+        a, z = int(self.indptr[c]), int(self.indptr[c + 1])
+        rows, weights = self.indices[a:z], self.data[a:z]
+        if self._checked is not None and not self._checked[c]:
+            bound = np.float32(np.log1p((self.num_docs - 0.5) / 1.5) * (1 + 1e-5))
+            if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= self.num_docs
+                              or not bool(((weights > 0) & (weights <= bound)).all())):
+                raise DamagedCollection(f"{self._where}: column {c} of the BM25 matrix holds rows or weights no fit "
+                                        "gives (a flipped byte in data.npy or indices.npy); the lexical index is "
+                                        "damaged: rebuild the collection or restore the files")
+            self._checked[c] = True
+        return rows, weights
 
     @classmethod
     def fit(cls, token_lists: List[List[str]], k1: float, b: float) -> "BM25Matrix":
@@ -241,8 +264,8 @@ class BM25Matrix:
         for token, times in Counter(tokens).items():
             c = self.vocab.get(token)
             if c is not None:
-                a, z = int(self.indptr[c]), int(self.indptr[c + 1])
-                out[self.indices[a:z]] += times * np.asarray(self.data[a:z], dtype=np.float32)
+                rows, weights = self._column(c)
+                out[rows] += times * np.asarray(weights, dtype=np.float32)
         return out
 
     def frequency(self, token: str) -> int:
@@ -253,7 +276,7 @@ class BM25Matrix:
     def postings(self, token: str) -> np.ndarray:
         """The rows holding ``token``."""
         c = self.vocab.get(token)
-        return np.zeros(0, dtype=np.int64) if c is None else np.asarray(self.indices[self.indptr[c]:self.indptr[c + 1]])
+        return np.zeros(0, dtype=np.int64) if c is None else np.asarray(self._column(c)[0])
 
     def save(self, d: Path) -> None:
         d.mkdir(parents=True, exist_ok=True)
@@ -267,14 +290,25 @@ class BM25Matrix:
 
     @classmethod
     def load(cls, d: Path, mmap: bool) -> "BM25Matrix":
-        mode: Optional[Literal["r"]] = "r" if mmap else None
-        arrays = [np.load(d / f"{name}.npy", mmap_mode=mode) for name in cls.FILES]
+        """A matrix :meth:`save` wrote (arrays memory-mapped with ``mmap``), checked for shape and structure
+        (``indptr`` rises from 0 to the number of postings, the vocabulary maps tokens to columns); the postings
+        are checked a column at a time when read (:meth:`_column`). DamagedCollection naming the file at fault."""
         meta = read_json(d / "vocab.json")
-        m = cls(arrays[0], arrays[1], arrays[2], meta["vocab"], int(meta["num_docs"]))
-        columns = len(m.indptr) - 1
-        if (len(m.data) != len(m.indices) or int(m.indptr[-1]) != len(m.data)
-                or any(not 0 <= c < columns for c in m.vocab.values())):
-            raise ValueError(f"{d}: the BM25 matrix's arrays disagree; the lexical index is damaged")
+        vocab = meta.get("vocab") if isinstance(meta, dict) else None
+        num_docs = meta.get("num_docs") if isinstance(meta, dict) else None
+        if not isinstance(vocab, dict) or not isinstance(num_docs, int) or isinstance(num_docs, bool) or num_docs < 0:
+            raise DamagedCollection(f"{d / 'vocab.json'} does not hold a vocabulary and a row count")
+        indptr = load_array(d / "indptr.npy", np.int64, mmap=mmap)
+        columns = len(indptr) - 1
+        data = load_array(d / "data.npy", np.float32, mmap=mmap)
+        indices = load_array(d / "indices.npy", np.int32, len(data), mmap=mmap)
+        if (columns < 0 or int(indptr[0]) != 0 or int(indptr[-1]) != len(data) or bool(np.any(np.diff(indptr) < 0))
+                or any(not isinstance(c, int) or not 0 <= c < columns for c in vocab.values())):
+            raise DamagedCollection(f"{d}: the BM25 matrix's column pointers or vocabulary are out of order or out of "
+                                    "range; the lexical index is damaged")
+        m = cls(data, indices, indptr, vocab, num_docs)
+        m._checked = np.zeros(columns, dtype=bool)
+        m._where = d
         return m
 
 
@@ -326,6 +360,18 @@ class TokenStore:
         self.offsets = np.concatenate([np.asarray(self.offsets), self.offsets[-1] + np.cumsum(lengths)])
 
 
+class LexicalSettings(Strict):
+    """``lexical.json``: the format, tokenisation and BM25 settings, and the number of rows (format 2)."""
+
+    format: Literal["medretrieve-lexical-1", "medretrieve-lexical-2"]
+    stem: bool
+    remove_stopwords: bool
+    k1: Annotated[float, Field(gt=0, le=100)]
+    b: Annotated[float, Field(ge=0, le=1)]
+    tokenizer: Annotated[int, Field(ge=1)] = 1
+    rows: Optional[Count] = None
+
+
 class LexicalIndex:
     """BM25 over a set of rows (integer ids, e.g. chunk row numbers)."""
 
@@ -349,6 +395,16 @@ class LexicalIndex:
     # ------------------------------------------------------------- building
     def __len__(self) -> int:
         return int(self._alive.sum())
+
+    def copy(self) -> "LexicalIndex":
+        """An index a writer may change (add, delete, save) without changing this one, which searches may still
+        read: the arrays and the fitted matrix are shared (every change replaces them, none writes into them), the
+        token store gets a vocabulary of its own the first time it grows."""
+        new = LexicalIndex.__new__(LexicalIndex)
+        new.__dict__.update(self.__dict__)
+        new._store = TokenStore(self._store.vocab, self._store.flat, self._store.offsets)
+        new._token_ids = None
+        return new
 
     def add(self, texts: Sequence[str], ids: Iterable[int]) -> None:
         """Add rows (re-fits BM25 over every live row; deleted rows are dropped)."""
@@ -538,51 +594,57 @@ class LexicalIndex:
 
     @classmethod
     def load(cls, directory: os.PathLike, mmap: bool = True) -> "LexicalIndex":
-        """Load an index written by :meth:`save` (arrays memory-mapped with ``mmap``), or one in the first format."""
+        """Load an index written by :meth:`save` (arrays memory-mapped with ``mmap``), or one in the first format.
+        FileNotFoundError when there is none; DamagedCollection (a ValueError) naming the file whose settings,
+        array shapes or structure are wrong."""
         path = Path(directory) / cls.FILE
         if not path.is_file():
             raise FileNotFoundError(f"no lexical index at {path}")
-        payload = read_json(path)
-        fmt = payload.get("format") if isinstance(payload, dict) else None
-        if fmt not in ("medretrieve-lexical-1", "medretrieve-lexical-2"):
-            raise ValueError(f"{path} is not a medretrieve lexical index (format {fmt!r})")
-        try:
-            idx = cls(payload["stem"], payload["remove_stopwords"], payload["k1"], payload["b"])
-            idx.tokenizer_version = int(payload.get("tokenizer", 1))
-            if fmt == "medretrieve-lexical-1":
-                return idx._load_first_format(path, payload)
-            idx._load_arrays(Path(directory), int(payload["rows"]), mmap)
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"{path}: a field is missing or malformed ({type(exc).__name__}: {exc}); the lexical "
-                             "index is damaged") from None
+        payload = parse_model(LexicalSettings, path.read_bytes(), path, "not a medretrieve lexical index (format {!r})")
+        idx = cls(payload.stem, payload.remove_stopwords, payload.k1, payload.b)
+        idx.tokenizer_version = payload.tokenizer
+        if payload.format == "medretrieve-lexical-1":
+            return idx._load_first_format(path, read_json(path))
+        if payload.rows is None:
+            raise DamagedCollection(f"{path}: rows: Field required")
+        idx._load_arrays(Path(directory), payload.rows, mmap)
         return idx
 
     def _load_arrays(self, d: Path, rows: int, mmap: bool) -> None:
-        mode: Optional[Literal["r"]] = "r" if mmap else None
-        self._ids = np.load(d / "ids.npy", mmap_mode=mode)
-        flat = np.load(d / "tokens.npy", mmap_mode=mode)
-        offsets = np.load(d / "token_offsets.npy", mmap_mode=mode)
+        """The arrays :meth:`save` wrote, checked for dtype, shape and order (ids strictly rising, token offsets
+        rising from 0 to the number of tokens, token ids inside the vocabulary)."""
+        self._ids = load_array(d / "ids.npy", np.int64, rows, mmap=mmap)
+        offsets = load_array(d / "token_offsets.npy", np.int64, rows + 1, mmap=mmap)
+        flat = load_array(d / "tokens.npy", np.int32, int(offsets[-1]), mmap=mmap)
         vocab = read_json(d / "vocab.json")
-        if (self._ids.ndim != 1 or len(self._ids) != rows or len(offsets) != rows + 1 or offsets[-1] != len(flat)
-                or not isinstance(vocab, list) or (len(flat) and int(flat.max()) >= len(vocab))):
-            raise ValueError(f"{d}: {len(self._ids)} ids, {len(offsets) - 1} token lists, {len(flat)} tokens for "
-                             f"{rows} rows; the lexical index is damaged")
+        if (not isinstance(vocab, list) or not all(isinstance(t, str) for t in vocab) or int(offsets[0]) != 0
+                or bool(np.any(np.diff(offsets) < 0)) or (rows and (int(self._ids[0]) < 0
+                                                                     or bool(np.any(np.diff(self._ids) <= 0))))
+                or (len(flat) and (int(flat.max()) >= len(vocab) or int(flat.min()) < 0))):
+            raise DamagedCollection(f"{d}: the ids, token offsets, token ids or vocabulary of {rows} rows are out of "
+                                    "order or out of range; the lexical index is damaged")
         self._store = TokenStore(vocab, flat, offsets)
         self._alive = np.ones(rows, dtype=bool)
         if rows:
             self._matrix = BM25Matrix.load(d / "matrix", mmap)
             if self._matrix.num_docs != rows:
-                raise ValueError(f"{d / 'matrix'} scores {self._matrix.num_docs} rows, not {rows}; the lexical "
-                                 "index is damaged")
+                raise DamagedCollection(f"{d / 'matrix'} scores {self._matrix.num_docs} rows, not {rows}; the "
+                                        "lexical index is damaged")
         self._order = np.argsort(self._ids, kind="stable")
         self._identity = _is_identity(self._ids)
 
     def _load_first_format(self, path: Path, payload: dict) -> "LexicalIndex":
-        ids = np.asarray(payload["ids"], dtype=np.int64)
-        tokens = payload["tokens"]
-        if ids.ndim != 1 or len(ids) != len(tokens) or len(np.unique(ids)) != len(ids):
-            raise ValueError(f"{path}: {len(ids)} ids for {len(tokens)} token lists (or repeated ids); "
-                             "the lexical index is damaged")
+        try:
+            ids = np.asarray(payload["ids"], dtype=np.int64)
+            tokens = payload["tokens"]
+            ok = (ids.ndim == 1 and isinstance(tokens, list) and len(ids) == len(tokens)
+                  and len(np.unique(ids)) == len(ids)
+                  and all(isinstance(ts, list) and all(isinstance(t, str) for t in ts) for ts in tokens))
+        except (KeyError, TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            raise DamagedCollection(f"{path}: the ids and token lists are missing, malformed, of two lengths or "
+                                    "repeat an id; the lexical index is damaged")
         self._ids = ids
         self._store.extend(tokens)
         self._alive = np.ones(len(ids), dtype=bool)

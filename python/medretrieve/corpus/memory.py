@@ -24,7 +24,8 @@ from typing import Callable, List, Optional, Sequence, Union
 from .chunking import ChunkingConfig, chunk_record
 from .chunks import ChunkRow, ChunkTable
 from .builder import encoder_pair, new_index, new_manifest
-from .collection import Collection
+from .collection import Collection, _Draft
+from .snapshot import CollectionSnapshot
 from .lexical import LexicalIndex
 from .sources import Record
 
@@ -46,19 +47,18 @@ class MemoryCollection(Collection):
     """An in-memory collection (module docstring)."""
 
     @classmethod
-    def like(cls, other: Collection, capacity: int = 1024) -> "MemoryCollection":
-        """An empty in-memory collection with ``other``'s encoders (shared sessions), chunking and geometry."""
+    def like(cls, other: Union[Collection, CollectionSnapshot], capacity: int = 1024) -> "MemoryCollection":
+        """An empty in-memory collection with ``other``'s encoders (shared sessions, loaded once by ``other``),
+        chunking and geometry; ``other`` a collection or one of its snapshots."""
         manifest = copy.deepcopy(other.manifest)
         manifest["index"] = {**manifest["index"], "dtype": "float32", "M": _M, "ef_construction": _EF_CONSTRUCTION}
         manifest.pop("counts", None)
+        manifest.pop("files", None)
         lex = other.lexical
-        col = cls(Path(f"<memory like {other.directory}>"), manifest, ChunkTable(), {},
-                  new_index(other.dim, "float32", _M, _EF_CONSTRUCTION, capacity),
-                  LexicalIndex(lex.stem, lex.remove_stopwords, lex.k1, lex.b),
-                  other._encoder_dir, other._query_encoder_dir, model_sources={})
-        col._article_encoder = other.article_encoder()  # loaded once by ``other``, shared by every pool
-        col._query_encoder = other.query_encoder()
-        return col
+        return cls(Path(f"<memory like {other.directory}>"), manifest, ChunkTable(), {},
+                   new_index(other.dim, "float32", _M, _EF_CONSTRUCTION, capacity),
+                   LexicalIndex(lex.stem, lex.remove_stopwords, lex.k1, lex.b), model_sources={},
+                   encoders=other.encoders)
 
     @classmethod
     def from_encoders(cls, encoder: Union[str, "os.PathLike[str]"],
@@ -72,11 +72,14 @@ class MemoryCollection(Collection):
         return cls(Path("<memory>"), manifest, ChunkTable(), {}, index, LexicalIndex(), enc_info["source"],
                    q_info["source"] if q_info else None, model_sources={})
 
-    def _commit(self, out: Optional[Path] = None) -> None:
-        """Nothing is written: the collection lives in memory only."""
+    def _commit(self, draft: _Draft, out: Optional[Path] = None) -> None:
+        """Nothing is written: the collection lives in memory only (the change is swapped in as it is)."""
+        self._publish(draft)
 
-    def copy_rows(self, source: Collection, rows: Sequence[int]) -> int:
-        """Copy live chunks ``rows`` of ``source`` (stored vectors, parent sections); returns chunks copied."""
+    def copy_rows(self, source: Union[Collection, CollectionSnapshot], rows: Sequence[int]) -> int:
+        """Copy live chunks ``rows`` of ``source`` (stored vectors, parent sections; all read from one snapshot
+        of it); returns chunks copied."""
+        source = source.snapshot()
         rows = [int(r) for r in rows if source.alive[int(r)]]
         if not rows:
             return 0
@@ -128,6 +131,3 @@ class MemoryCollection(Collection):
             start = end
         return report
 
-    def _reserve(self, need: int) -> None:
-        if self.dense.get_max_elements() < need:
-            self.dense.resize_index(max(need, int(self.dense.get_max_elements() * 1.5)))

@@ -95,12 +95,6 @@ class ReadReport:
 # --------------------------------------------------------------------------- helpers
 
 
-def _open_text(path: Path) -> IO[str]:
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, "r", encoding="utf-8")
-
-
 def _open_binary(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # type: ignore[return-value]
 
@@ -204,17 +198,32 @@ class _Reader:
         self.report.skipped.append((err.where, err.message))
 
 
+def _decoded(data: bytes, where: str, line_of_error: bool = False) -> str:
+    """``data`` as UTF-8 text; SourceError naming ``where`` (and the line, for a whole file) and the byte that is
+    not UTF-8 (binary input, another encoding)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        at = f"{where}:{line}" if line_of_error else where
+        raise SourceError(at, f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); binary "
+                          "input or another encoding") from None
+
+
 def _read_jsonl(path: Path, rd: _Reader, medrag: bool) -> Iterator[Record]:
-    with _open_text(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+    with _open_binary(path) as fh:
+        for lineno, raw in enumerate(fh, 1):
             where = f"{path}:{lineno}"
             try:
+                line = _decoded(raw, where)
+                if not line.strip():
+                    continue
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise SourceError(where, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+                except (ValueError, RecursionError) as exc:  # a number too long, nesting too deep
+                    raise SourceError(where, f"invalid JSON ({str(exc)[:100]})") from None
                 if medrag and isinstance(obj, Mapping) and "content" not in obj:
                     raise SourceError(where, "MedRAG record without 'content'")
                 rec = record_from_dict(obj, where)
@@ -236,12 +245,19 @@ def pmid_from_url(url: str) -> str:
 
 
 def _read_bioasq(path: Path, rd: _Reader) -> Iterator[Record]:
-    with _open_text(path) as fh:
-        try:
-            data = json.load(fh)
-        except json.JSONDecodeError as exc:
-            rd.bad(SourceError(f"{path}:{exc.lineno}", f"invalid JSON ({exc.msg})"))
-            return
+    with _open_binary(path) as fh:
+        raw = fh.read()
+    try:
+        data = json.loads(_decoded(raw, str(path), line_of_error=True))
+    except SourceError as err:
+        rd.bad(err)
+        return
+    except json.JSONDecodeError as exc:
+        rd.bad(SourceError(f"{path}:{exc.lineno}", f"invalid JSON ({exc.msg})"))
+        return
+    except (ValueError, RecursionError) as exc:
+        rd.bad(SourceError(str(path), f"invalid JSON ({str(exc)[:100]})"))
+        return
     questions = data.get("questions") if isinstance(data, Mapping) else None
     if not isinstance(questions, list):
         rd.bad(SourceError(str(path), "not a BioASQ file: no 'questions' list"))
@@ -389,8 +405,8 @@ def detect_format(path: PathLike) -> str:
     name = p.name.lower().removesuffix(".gz")
     if name.endswith(".xml"):
         return "medline"
-    with _open_text(p) as fh:
-        head = fh.read(4096)
+    with _open_binary(p) as fh:
+        head = fh.read(4096).decode("utf-8", errors="replace")  # for the guess only: each reader decodes strictly
     stripped = head.lstrip()
     if stripped.startswith("<"):
         return "medline"

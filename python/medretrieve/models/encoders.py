@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .._assets import ASSETS
-from .._files import new_temp_dir, recover_leftovers, swap_in
+from .._files import copy_file, new_temp_dir, recover_leftovers, swap_in
 
 MANIFEST_NAME = "medretrieve.json"
 MODEL_NAME = "model.onnx"
@@ -690,12 +690,10 @@ def _assemble(tmp: Path, model: Path, manifest: EncoderManifest, extra: Sequence
     if actual != manifest.sha256:
         raise ValueError(f"{model} sha256 {actual} differs from the one pinned for it ({manifest.sha256}); "
                          "reinstall the package that ships it")
-    # a hard link or a copy, never a symlink: the cache (and every collection built from it) must keep working
-    # when the environment that installed the model is removed
-    try:
-        os.link(model.resolve(), tmp / MODEL_NAME)
-    except OSError:
-        shutil.copyfile(model, tmp / MODEL_NAME)
+    # a copy (a reflink where the file system shares blocks copy-on-write), never a link: the cache (and every
+    # collection built from it) keeps working when the environment that installed the model is removed, and
+    # editing one copy in place can never change the installed package's
+    copy_file(model.resolve(), tmp / MODEL_NAME)
     asset = ASSETS / _MINILM_TOKENIZER_ASSET
     if not asset.is_file():
         raise FileNotFoundError(f"{asset} missing; the medretrieve installation is incomplete")

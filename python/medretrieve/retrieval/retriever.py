@@ -114,11 +114,8 @@ class Retriever:
         self.llm_terms = llm_terms
         self.costs = CostModel()
         self.online = online if online is None or isinstance(online, OnlineStage) else OnlineStage(online)
-        self._local = self._stages(collection, chosen, cross_encoder, note)
-        self.tokens = self._local.tokens
-        self.candidates = self._local.candidates
-        self.reranker = self._local.reranker
-        self.recovery = self._local.recovery
+        self._local = self._stages(self._snapshot(), chosen, cross_encoder, note)
+        self._set_local(self._local)
         if warmup:
             self.warmup()
 
@@ -145,6 +142,25 @@ class Retriever:
                                 ranker_note=ranker_note),
                        Recovery(collection, self.settings, self.costs, tokens, candidates))
 
+    def _snapshot(self) -> Any:
+        """The collection as it is now: a collection that takes updates hands out immutable snapshots
+        (``Collection.snapshot``), and a search reads one from its start to its end; others are read as they are."""
+        take = getattr(self.collection, "snapshot", None)
+        return take() if take is not None else self.collection
+
+    def _set_local(self, st: _Stages) -> None:
+        self._local = st
+        self.tokens, self.candidates, self.reranker, self.recovery = st.tokens, st.candidates, st.reranker, st.recovery
+
+    def _local_stages(self) -> _Stages:
+        """The stages over the collection's current snapshot (built once per snapshot: a search started before an
+        update keeps the stages it took, over the state it began with)."""
+        st, snap = self._local, self._snapshot()
+        if st.collection is not snap:
+            st = self._stages(snap, self.ranker, self.cross_encoder, self.reranker.ranker_note)
+            self._set_local(st)
+        return st
+
     def warmup(self) -> None:
         """Load the encoders and run them once, so the first search does not pay session start-up; then
         collect garbage once and freeze what is alive (``gc.freeze``).
@@ -155,7 +171,7 @@ class Retriever:
         them are never reclaimed, which long-lived index data does not form.
         """
         Query.analyse("warm up motolimod MI")
-        col = self.collection
+        col = self._snapshot()
         if self.online is not None:  # every online search encodes the question and the records it fetched
             col.encode_queries(["warm up"])
             col.article_encoder().encode([("warm up", "warm up")])
@@ -176,7 +192,8 @@ class Retriever:
 
     def _warm_pair(self) -> tuple:
         """A (title, text) of the collection for timing the cross-encoder at warm-up."""
-        r = self.collection.rows[int(np.flatnonzero(self.collection.alive)[0])]
+        col = self._snapshot()
+        r = col.rows[int(np.flatnonzero(col.alive)[0])]
         return r.title, r.text
 
     # ------------------------------------------------------------- search
@@ -212,7 +229,8 @@ class Retriever:
         log.record("classify", True, f"{query.qtype} / intent {query.intent}")
         switches = Switches(expand, route, dense, lexical, feedback)
         ranked = rerank and self.ranker is not None
-        st = self._local if self.online is None else self._online_stages(query, k, dl, log, switches, ranked, only)
+        local = self._local_stages()
+        st = local if self.online is None else self._online_stages(local, query, k, dl, log, switches, ranked, only)
         cands = self._gather(st, query, k, dl, log, switches, ranked, only)
         ranking = st.reranker.rerank(query, cands, dl, log, enabled=rerank)
         mmr = self._diversify(st.collection, query, ranking, k, dl, log,
@@ -241,17 +259,18 @@ class Retriever:
         """The first stages (expand .. fuse): the fused candidates (a sharded retriever also fetches their chunks)."""
         return st.candidates.gather(query, k, dl, log, switches, ranked=ranked, only=only)
 
-    def _online_stages(self, query: Query, k: int, dl: Deadline, log: StageLog, switches: Switches,
+    def _online_stages(self, st: _Stages, query: Query, k: int, dl: Deadline, log: StageLog, switches: Switches,
                        ranked: bool, only: Optional[List[int]]) -> _Stages:
-        """The local collection's fused candidates, then the pool with the PubMed records (:mod:`.online`)."""
+        """The local collection's fused candidates (``st``: the local stages), then the pool with the PubMed
+        records (:mod:`.online`)."""
         assert self.online is not None
         local_rows: List[int] = []
         expansions: Dict[str, List[str]] = {}
-        kinds = self.candidates.active_expansions() if switches.expand else ()
+        kinds = st.candidates.active_expansions() if switches.expand else ()
         sub = dl.fork()  # the local first stages are timed apart from the pool's
-        if len(self.collection):
+        if len(st.collection):
             with dl.stage("local"):
-                local = self.candidates.gather(query, k, sub, StageLog(sub), switches, ranked=ranked, only=only)
+                local = st.candidates.gather(query, k, sub, StageLog(sub), switches, ranked=ranked, only=only)
             local_rows = local.fused_ids.tolist()
             expansions = local.expansions
             log.record("local", True, f"{len(local_rows)} fused candidates from the local collection")
@@ -259,11 +278,11 @@ class Retriever:
             log.record("local", False, "no local collection")
             if kinds:  # the expansion variants each become a PubMed query
                 with dl.stage("expand"):
-                    expansions = self.candidates.variants(query, sub, kinds)[1]
-        online = self.online.pool(query, self.collection, local_rows, dl, log, expansions)
-        st = self._stages(online.collection, self.ranker, self.cross_encoder, self.reranker.ranker_note)
-        st.online = online
-        return st
+                    expansions = st.candidates.variants(query, sub, kinds)[1]
+        online = self.online.pool(query, st.collection, local_rows, dl, log, expansions)
+        pool = self._stages(online.collection, self.ranker, self.cross_encoder, self.reranker.ranker_note)
+        pool.online = online
+        return pool
 
     def _diversify(self, collection: Any, query: Query, ranking: Ranking, k: int, dl: Deadline, log: StageLog,
                    enabled: bool) -> Diversified:

@@ -1,0 +1,131 @@
+"""Searches from 8 threads while ``Collection.add`` / ``delete`` run: none fails, none sees half an update."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from medretrieve.corpus.collection import Collection
+from medretrieve.retrieval.retriever import Retriever
+
+QUESTIONS = ["What is the first-line drug for type 2 diabetes?", "treatment of gout flares",
+             "Which drugs treat acute migraine?", "symptoms of asthma", "Does aspirin inhibit platelets?",
+             "drug number 7 dose"]
+
+
+def _doc(i: int) -> dict:
+    return {"id": f"u{i}", "title": f"Update {i}",
+            "sections": [{"title": "Treatment", "text": f"Drug number {i} treats gout flares and migraine at dose {i}."},
+                         {"title": "Symptoms", "text": f"Patients with condition {i} report thirst and wheezing."}]}
+
+
+@pytest.fixture()
+def live(tmp_path, demo_collection_dir):
+    import shutil
+
+    out = tmp_path / "live"
+    shutil.copytree(demo_collection_dir, out)
+    return Collection.open(out)
+
+
+def _hammer(search, seconds: float, threads: int = 8):
+    """Run ``search(i)`` from ``threads`` threads for ``seconds``; returns (searches, errors)."""
+    stop = time.monotonic() + seconds
+    done, errors, lock = [0], [], threading.Lock()
+
+    def loop(t: int) -> None:
+        i = t
+        while time.monotonic() < stop:
+            try:
+                search(i)
+            except Exception as exc:  # every failure is counted and shown, none may happen
+                with lock:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+            with lock:
+                done[0] += 1
+            i += threads
+
+    workers = [threading.Thread(target=loop, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    return workers, done, errors
+
+
+def _updates(col: Collection, until: threading.Event, rounds: list) -> None:
+    i = 0
+    while not until.is_set():
+        col.add([_doc(i), _doc(i + 1)])
+        col.delete([f"u{i}"])
+        rounds.append(i)
+        i += 2
+
+
+def test_searches_from_8_threads_never_fail_while_add_and_delete_run(live):
+    retriever = Retriever(live, ranker=None)
+    stop = threading.Event()
+    rounds: list = []
+    writer = threading.Thread(target=_updates, args=(live, stop, rounds))
+    workers, done, errors = _hammer(
+        lambda i: retriever.search(QUESTIONS[i % len(QUESTIONS)], k=5, deadline_ms=None), seconds=6.0)
+    writer.start()
+    for w in workers:
+        w.join()
+    stop.set()
+    writer.join()
+    assert len(rounds) >= 2, "the writer must have changed the collection while searches ran"
+    assert done[0] > 50
+    assert errors == [], f"{len(errors)} of {done[0]} searches failed, e.g. {errors[:3]}"
+    back = Collection.open(live.directory)
+    assert back.n_documents == live.n_documents and len(back) == len(live)
+
+
+def test_a_snapshot_never_sees_half_an_update(live):
+    """Every read member of one snapshot agrees with the others, whatever the writer is doing meanwhile."""
+    stop = threading.Event()
+    rounds: list = []
+    writer = threading.Thread(target=_updates, args=(live, stop, rounds))
+    writer.start()
+    checks, failures = 0, []
+    deadline = time.monotonic() + 5.0
+    try:
+        while time.monotonic() < deadline and len(failures) < 3:
+            snap = live.snapshot()
+            n = len(snap.rows)
+            live_rows = np.flatnonzero(snap.alive)
+            problems = []
+            if len(snap.alive) != n or snap.dense.get_current_count() != n:
+                problems.append(f"{n} rows, {len(snap.alive)} flags, {snap.dense.get_current_count()} vectors")
+            if not snap.lexical.has_exactly(live_rows):
+                problems.append(f"BM25 holds {len(snap.lexical)} rows, {len(live_rows)} live")
+            if len(snap.lexical.scores("gout flares")) != len(snap.lexical.scores("migraine")):
+                problems.append("BM25 score vectors of two lengths")
+            if len(snap) != len(live_rows):
+                problems.append(f"len {len(snap)} != {len(live_rows)} live rows")
+            docs = {snap.rows[int(r)].document_id for r in live_rows[-4:]}
+            for d in docs:
+                if not snap.document_rows(d):
+                    problems.append(f"document {d} has no rows")
+            failures.extend(problems)
+            checks += 1
+    finally:
+        stop.set()
+        writer.join()
+    assert len(rounds) >= 2 and checks > 20
+    assert failures == []
+
+
+def test_writers_are_serialised(live):
+    """Two threads adding at once: both documents land, one after the other."""
+    results = []
+    threads = [threading.Thread(target=lambda i=i: results.append(live.add([_doc(100 + i)]))) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [2, 2]
+    back = Collection.open(live.directory)
+    assert {"u100", "u101"} <= {back.rows[int(r)].document_id for r in np.flatnonzero(back.alive)}
+    assert json.loads((live.directory / "manifest.json").read_text())["counts"]["chunks"] == len(back)
