@@ -1,11 +1,16 @@
 """The package's architecture, checked from its source: wings import only wings below them, no module imports
-the package root, there is no import circle, and only the CLI parses arguments.
+the package root, there is no import circle, only the CLI parses arguments, and the HTTP client stays lean (it
+reaches no engine module, and importing it in a fresh interpreter loads neither the native core nor numpy).
 
 Every import statement counts, including those inside functions (a lazy import is still a dependency).
 """
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
@@ -17,7 +22,7 @@ PACKAGE = Path(medretrieve.__file__).resolve().parent
 
 # wings from the bottom up; a module may import its own wing and any wing listed before it
 WINGS: Tuple[Tuple[str, ...], ...] = (
-    ("_core", "_version", "_files", "_assets", "index", "fusion"),
+    ("_core", "_version", "_files", "_assets", "index", "fusion", "records", "wire"),
     ("models",),
     ("corpus",),
     ("retrieval",),
@@ -33,6 +38,10 @@ WINGS: Tuple[Tuple[str, ...], ...] = (
 )
 RANK: Dict[str, int] = {name: i for i, wing in enumerate(WINGS) for name in wing}
 ROOT_ONLY = {"__init__", "__main__"}  # the root re-exports everything; __main__ runs the CLI
+# what the HTTP client may reach, directly or through what it imports: the wire format and the plain records
+LEAN_CLIENT = {"records", "wire", "_version"}
+# third-party modules a lean client must not load (the engine's numerics and models)
+ENGINE_LIBRARIES = ("numpy", "onnxruntime", "tokenizers", "bm25s", "torch", "scipy")
 
 
 def _modules() -> Dict[str, Path]:
@@ -143,6 +152,37 @@ def test_only_the_cli_parses_arguments():
     assert not bad, f"argparse outside medretrieve.cli: {bad}"
 
 
+def _reach(start: str) -> Set[str]:
+    """Every module ``start`` imports, directly or through the modules it imports (the package root excluded)."""
+    graph = {m: {d for d, _ in deps if d and d not in ROOT_ONLY} for m, deps in _graph().items()}
+    seen: Set[str] = set()
+    todo = [m for m in graph if m == start or m.startswith(start + ".")]
+    while todo:
+        m = todo.pop()
+        for d in graph.get(m, ()):
+            if d not in seen:
+                seen.add(d)
+                todo.append(d)
+    return seen
+
+
+def test_the_client_reaches_only_the_wire_format():
+    outside = sorted(m for m in _reach("client") if _wing(m) != "client" and m not in LEAN_CLIENT)
+    assert not outside, f"medretrieve.client reaches engine modules (keep it to {sorted(LEAN_CLIENT)}): {outside}"
+
+
+def test_importing_the_client_loads_no_engine():
+    """In a fresh interpreter (the package root runs first: its re-exports must stay lazy)."""
+    code = ("import sys, json, medretrieve.client; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('medretrieve') or "
+            f"m.split('.')[0] in {ENGINE_LIBRARIES!r})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=os.environ.copy(), check=True).stdout
+    allowed = {"medretrieve"} | {f"medretrieve.{name}" for name in LEAN_CLIENT}
+    heavy = sorted(m for m in json.loads(out) if m not in allowed and not m.startswith("medretrieve.client"))
+    assert not heavy, f"import medretrieve.client loaded {heavy}"
+
+
 def test_the_checker_sees_a_planted_upward_import_and_circle(tmp_path, monkeypatch):
     """The checks above must be able to fail: plant a bad package and run them on it."""
     pkg = tmp_path / "medretrieve"
@@ -158,3 +198,15 @@ def test_the_checker_sees_a_planted_upward_import_and_circle(tmp_path, monkeypat
         test_wings_import_only_wings_below_them()
     with pytest.raises(pytest.fail.Exception, match="import circle"):
         test_no_import_circle()
+
+
+def test_the_checker_sees_a_client_that_reaches_the_engine(tmp_path, monkeypatch):
+    pkg = tmp_path / "medretrieve"
+    (pkg / "client").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "client" / "__init__.py").write_text("from ..wire import X\n")
+    (pkg / "wire.py").write_text("from .index import Index\nX = 1\n")
+    (pkg / "index.py").write_text("Index = 1\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", pkg)
+    with pytest.raises(AssertionError, match=r"reaches engine modules .*\['index'\]"):
+        test_the_client_reaches_only_the_wire_format()

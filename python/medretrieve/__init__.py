@@ -5,8 +5,9 @@ Native core (``medretrieve._core``): SIMD kernels chosen at run time, an int8 HN
 importing only the ones below it: ``models`` (encoders), ``corpus`` (readers, chunking, BM25, collections),
 ``retrieval`` (search under a deadline), ``training`` (rankers and encoders from questions), ``generation``
 (LLMs, grounded answers), ``evaluation`` (BioASQ, MedRGB), ``integrations`` (LangChain, LlamaIndex, Haystack,
-MCP) and ``cli``. This module re-exports the public names;
-the pipeline classes load on first use (they pull in onnxruntime).
+MCP) and ``cli``. This module re-exports the public names, each loaded on first use (PEP 562): ``import
+medretrieve`` costs nothing, the native core loads with the first ``Index`` or ``mmr``, onnxruntime with the first
+pipeline class.
 """
 from __future__ import annotations
 
@@ -18,18 +19,22 @@ from typing import TYPE_CHECKING, Any
 if _os.environ.get("MEDRETRIEVE_CORE_DIR"):
     __path__.insert(0, _os.environ["MEDRETRIEVE_CORE_DIR"])
 
-from . import _core  # noqa: E402
-from .fusion import cuda_available, fuse_scores, lambda_for, mmr, mmr_batch, rrf  # noqa: E402
-from .index import FlatIndex, Index  # noqa: E402
-
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs (explicit re-exports)
     from ._version import __version__ as __version__
+    from .fusion import cuda_available as cuda_available
+    from .fusion import fuse_scores as fuse_scores
+    from .fusion import lambda_for as lambda_for
+    from .fusion import mmr as mmr
+    from .fusion import mmr_batch as mmr_batch
+    from .fusion import rrf as rrf
+    from .index import FlatIndex as FlatIndex
+    from .index import Index as Index
     from .corpus.collection import Collection as Collection
     from .corpus.snapshot import CollectionSnapshot as CollectionSnapshot
     from .corpus.store import DamagedCollection as DamagedCollection
     from .corpus.memory import MemoryCollection as MemoryCollection
     from .corpus.pubmed import PubMedSource as PubMedSource
-    from .generation.generate import Answer as Answer
+    from .records import Answer as Answer
     from .generation.generate import Answerer as Answerer
     from .integrations.haystack import HaystackRetriever as HaystackRetriever
     from .integrations.langchain import LangChainRetriever as LangChainRetriever
@@ -37,9 +42,9 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from .retrieval.online import OnlineStage as OnlineStage
     from .retrieval.query import Query as Query
     from .retrieval.ranker import LinearRanker as LinearRanker
-    from .retrieval.results import Hit as Hit
-    from .retrieval.results import SearchResult as SearchResult
-    from .retrieval.results import StageInfo as StageInfo
+    from .records import Hit as Hit
+    from .records import SearchResult as SearchResult
+    from .records import StageInfo as StageInfo
     from .retrieval.retriever import Retriever as Retriever
     from .retrieval.settings import Settings as Settings
 
@@ -50,11 +55,15 @@ def simd_level() -> str:
     The best level the CPU supports is chosen at import; the environment
     variable ``MEDRETRIEVE_SIMD`` caps it (useful to test each level).
     """
+    from . import _core
+
     return str(_core.simd_level())
 
 
 def cpu_simd_level() -> str:
     """Highest SIMD level this CPU supports, ignoring ``MEDRETRIEVE_SIMD``."""
+    from . import _core
+
     return str(_core.cpu_simd_level())
 
 
@@ -72,9 +81,18 @@ def _check_simd_env() -> None:
 
 _check_simd_env()
 
-# public name -> module that defines it, imported on first use
+# public name -> module that defines it, imported on first use: importing medretrieve (or a light part of it such
+# as medretrieve.client) loads neither the native core nor numpy until a name that needs them is used
 _LAZY = {
     "__version__": "_version",  # importlib.metadata is slow to import
+    "Index": "index",
+    "FlatIndex": "index",
+    "mmr": "fusion",
+    "mmr_batch": "fusion",
+    "rrf": "fusion",
+    "fuse_scores": "fusion",
+    "lambda_for": "fusion",
+    "cuda_available": "fusion",
     "Collection": "corpus.collection",
     "CollectionSnapshot": "corpus.snapshot",
     "DamagedCollection": "corpus.store",
@@ -83,13 +101,13 @@ _LAZY = {
     "OnlineStage": "retrieval.online",
     "Retriever": "retrieval.retriever",
     "Settings": "retrieval.settings",
-    "SearchResult": "retrieval.results",
-    "Hit": "retrieval.results",
-    "StageInfo": "retrieval.results",
+    "SearchResult": "records",
+    "Hit": "records",
+    "StageInfo": "records",
     "Query": "retrieval.query",
     "LinearRanker": "retrieval.ranker",
     "Answerer": "generation.generate",
-    "Answer": "generation.generate",
+    "Answer": "records",
     # framework doors, each behind its extra (langchain, llamaindex, haystack)
     "LangChainRetriever": "integrations.langchain",
     "LlamaIndexRetriever": "integrations.llamaindex",
@@ -111,9 +129,4 @@ def __dir__() -> list:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = [
-    "simd_level", "cpu_simd_level",
-    "Index", "FlatIndex",
-    "mmr", "mmr_batch", "rrf", "fuse_scores", "lambda_for", "cuda_available",
-    *_LAZY,
-]
+__all__ = ["simd_level", "cpu_simd_level", *_LAZY]

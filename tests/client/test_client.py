@@ -24,7 +24,7 @@ def test_search_batch_and_answer_return_library_types(server, medretrieve_retrie
         assert isinstance(res, SearchResult) and isinstance(res.hits[0], Hit)
         assert [h.chunk_id for h in res.hits] == [h.chunk_id for h in local.hits]
         assert res.stage("dense").ran
-        off = client.search(QUESTION, k=2, sections=["symptoms"], recover=False)
+        off = client.search(QUESTION, k=2, sections=["symptoms"], recover=False, explain=True)
         assert not off.stage("recovery").ran and "filter" in off.stage("route").reason
         batch = client.search_batch([QUESTION, "asthma inhaler"], k=2)
         assert [type(r) for r in batch] == [SearchResult, SearchResult] and batch[1].question == "asthma inhaler"
@@ -40,13 +40,38 @@ def test_search_batch_and_answer_return_library_types(server, medretrieve_retrie
 
 def test_typed_errors_from_the_server(server):
     with Client(server.url) as client:
-        with pytest.raises(InvalidRequest) as info:
-            client.search(QUESTION, k=0)
-        assert info.value.status == 422 and info.value.field == "k"
-        with pytest.raises(InvalidRequest, match="sections"):
-            client.search(QUESTION, sections=["kitchen"])
         with pytest.raises(Forbidden, match="reload"):
             client.reload()
+
+
+def test_a_request_the_server_would_refuse_is_refused_before_sending():
+    """The client checks its requests with the server's own models (medretrieve.wire): same rules, no round trip."""
+    transport, seen = scripted()
+    with Client("http://test", transport=transport) as client:
+        with pytest.raises(InvalidRequest) as info:
+            client.search(QUESTION, k=0)
+        assert info.value.status == 0 and info.value.field == "k" and info.value.type == "invalid_request"
+        with pytest.raises(InvalidRequest, match="sections"):
+            client.search(QUESTION, sections=["kitchen"])
+        with pytest.raises(InvalidRequest) as info:
+            client.search(QUESTION, deadline_ms=700_000)
+        assert info.value.field == "deadline_ms"
+        with pytest.raises(InvalidRequest, match="stages.fast"):
+            client.search(QUESTION, fast=True)
+        with pytest.raises(InvalidRequest, match="mode"):
+            client.answer(QUESTION, mode="poetry")
+    assert seen == []
+
+
+def test_a_refusal_from_the_server_is_a_typed_error():
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(422, json={"error": {"type": "invalid_request", "message": "k: too many",
+                                                   "field": "k"}})
+
+    with Client("http://test", transport=httpx.MockTransport(handler)) as client:
+        with pytest.raises(InvalidRequest) as info:
+            client.search(QUESTION)
+    assert info.value.status == 422 and info.value.field == "k" and "too many" in info.value.message
 
 
 def test_async_client(server):

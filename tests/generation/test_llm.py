@@ -443,3 +443,34 @@ def test_stream_errors_are_typed(reply, err):
     with FakeLLMServer(scripted([reply])) as srv:
         with pytest.raises(err):
             list(backend(srv, max_retries=0).stream(MSGS))
+
+
+def test_a_cancelled_stream_closes_its_request_at_once():
+    """Cancel from another thread while the backend waits for the next piece: it stops within a moment (not at the
+    next piece, 2 s away) and the LLM server sees the connection close."""
+    import threading
+
+    from llm_server import stream_reply
+
+    from medretrieve.generation.llm import Cancel, LLMCancelled
+
+    status, payload, delay, headers = stream_reply(["first "] + ["later "] * 20)
+    first_event = payload.index(b"\n\n") + 2
+    reply = (status, Trickle(payload, chunk=first_event, interval_s=2.0), delay, headers)
+    with FakeLLMServer(lambda req: reply) as srv, backend(srv) as b:
+        cancel = Cancel()
+        pieces = b.stream(MSGS, max_tokens=8, cancel=cancel)
+        assert next(pieces) == "first "
+        timer = threading.Timer(0.3, cancel.set)
+        t0 = time.monotonic()
+        timer.start()
+        with pytest.raises(LLMCancelled):
+            next(pieces)
+        assert time.monotonic() - t0 < 1.5
+        give_up = time.monotonic() + 6
+        while not srv.dropped_at and time.monotonic() < give_up:
+            time.sleep(0.05)
+        assert srv.dropped_at and srv.dropped_at[0] - t0 < 5  # the server's next writes found the connection gone
+        with pytest.raises(LLMCancelled):  # cancelled before it starts: nothing is sent
+            next(b.stream(MSGS, max_tokens=8, cancel=cancel))
+        assert len(srv.requests) == 1

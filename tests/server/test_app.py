@@ -63,6 +63,25 @@ def test_served_from_a_retriever_with_a_backend_that_cannot_stream(medretrieve_r
         assert info["server"]["answers"] and info["server"]["deadline_ms"] == 1000
 
 
+def test_without_an_llm_answers_are_extractive_and_cited(medretrieve_retriever):
+    app = create_app(medretrieve_retriever)
+    with TestClient(app) as client:
+        r = client.post("/v1/answer", json={"question": QUESTION, "k": 3})
+        assert r.status_code == 200, r.text
+        ans = r.json()
+        assert not ans["abstained"] and "Metformin" in ans["text"] and ans["error"] is None
+        assert ans["citations"] and all(c["supported"] for c in ans["citations"])
+        assert any("extractive" in note for note in ans["notes"])
+        with client.stream("POST", "/v1/answer", json={"question": QUESTION, "k": 3, "stream": True}) as r:
+            events = [line for line in r.iter_lines() if line.startswith(("event:", "data:"))]
+        kinds = [line[6:].strip() for line in events if line.startswith("event:")]
+        assert kinds == ["evidence", "delta", "answer"]
+        assert json.loads(events[3][5:])["text"] == json.loads(events[5][5:])["text"] == ans["text"]
+        r = client.post("/v1/answer", json={"question": QUESTION, "mode": "bioasq"})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "mode"
+        assert client.get("/v1/collection").json()["server"]["answers"] == "extractive"
+
+
 def test_bad_app_settings(medretrieve_retriever, medretrieve_collection):
     with pytest.raises(TypeError, match="inside the ServerConfig"):
         create_app(ServerConfig(str(medretrieve_collection.directory)), max_inflight=2)

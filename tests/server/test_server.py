@@ -37,11 +37,23 @@ def test_search_returns_the_library_result_and_its_timing(http, medretrieve_retr
 
 def test_search_options_reach_the_retriever(http):
     body = {"question": "What are the symptoms of a pulmonary embolism?", "k": 5, "per_document": 1,
-            "sections": ["treatment", "diagnosis"], "stages": {"rerank": False, "recover": False}}
+            "sections": ["treatment", "diagnosis"], "stages": {"rerank": False, "recover": False}, "explain": True}
     res = SearchResult.from_dict(http.post("/v1/search", json=body).json())
     assert len({h.document_id for h in res.hits}) == len(res.hits)  # per_document=1
     assert "filter" in res.stage("route").reason
     assert not res.stage("rerank").ran and res.stage("rerank").reason == "disabled"
+
+
+def test_reasons_and_stage_scores_only_on_request(http):
+    compact = http.post("/v1/search", json={"question": QUESTION, "k": 10})
+    explained = http.post("/v1/search", json={"question": QUESTION, "k": 10, "explain": True})
+    lean, full = compact.json(), explained.json()
+    assert [h["chunk_id"] for h in lean["hits"]] == [h["chunk_id"] for h in full["hits"]]
+    assert all("reason" not in s for s in lean["stages"]) and all("scores" not in h for h in lean["hits"])
+    assert "learned ranker" in SearchResult.from_dict(full).stage("rerank").reason  # the ranker's provenance
+    assert all(h["scores"]["dense"] is not None for h in full["hits"])
+    assert len(compact.content) < 0.8 * len(explained.content)
+    assert SearchResult.from_dict(lean).hits[0].scores == {}  # a compact hit reads back with empty scores
 
 
 def test_batch_answers_each_question_in_order(http):
@@ -61,7 +73,7 @@ def test_batch_answers_each_question_in_order(http):
     ("/v1/search", {"question": "x", "k": "3"}, "k", 422),
     ("/v1/search", {"question": "x", "colour": "red"}, "colour", 422),
     ("/v1/search", {"question": "x", "deadline_ms": 0}, "deadline_ms", 422),
-    ("/v1/search", {"question": "x", "sections": ["kitchen"]}, "sections", 422),
+    ("/v1/search", {"question": "x", "sections": ["kitchen"]}, "sections.0", 422),
     ("/v1/search", {"question": "x", "stages": {"dense": False, "lexical": False}}, "stages", 422),
     ("/v1/search", {"question": "x", "stages": {"fast": True}}, "stages.fast", 422),
     ("/v1/search", [1, 2], None, 422),
@@ -85,6 +97,48 @@ def test_malformed_json_unknown_paths_and_methods(http):
     assert http.get("/v1/search").status_code == 405
     r = http.post("/v1/search", json={"question": "x"}, headers={"X-Deadline-Ms": "soon"})
     assert r.status_code == 422 and r.json()["error"]["field"] == "X-Deadline-Ms"
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"question": "\xff\xfe diabetes"}',  # not UTF-8
+    b'{"question": "x", "k": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # nested 100k deep
+    b'{"question": "x", "k": 1' + b"0" * 5000 + b"}",  # a 5,000-digit integer
+    b'{"question": ',  # cut short
+    b"\x00\x01",
+], ids=["utf8", "nesting", "digits", "truncated", "binary"])
+def test_every_unreadable_body_is_invalid_json(http, raw):
+    r = http.post("/v1/search", content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and set(r.json()) == {"error"}
+    err = r.json()["error"]
+    assert err["type"] == "invalid_json" and err["message"].startswith("the request body is not valid JSON")
+    assert err["field"] is None and "Traceback" not in r.text
+
+
+def test_a_question_without_a_word_names_its_field(http):
+    for question in ("?!...", "¿¡ -- !?"):
+        r = http.post("/v1/search", json={"question": question})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "question", r.text
+    assert http.post("/v1/search", json={"question": "the of and", "k": 2}).status_code == 200  # no content term
+
+
+def test_the_deadline_header_is_checked_as_the_body_field(http):
+    body = http.post("/v1/search", json={"question": "x", "deadline_ms": 700000}).json()["error"]
+    header = http.post("/v1/search", json={"question": "x"}, headers={"X-Deadline-Ms": "700000"}).json()["error"]
+    assert (body["field"], header["field"]) == ("deadline_ms", "X-Deadline-Ms")
+    assert header["message"] == body["message"].replace("deadline_ms", "X-Deadline-Ms")
+    assert "600000" in header["message"] and header["type"] == body["type"] == "invalid_request"
+
+
+def test_a_request_whose_deadline_passed_is_answered_504_without_searching(http):
+    dense = 'medretrieve_stage_duration_seconds_count{stage="dense"}'
+    before = _metric(http.get("/metrics").text, dense)
+    for kwargs in ({"json": {"question": QUESTION, "deadline_ms": 0.001}},
+                   {"json": {"question": QUESTION}, "headers": {"X-Deadline-Ms": "0.001"}}):
+        r = http.post("/v1/search", **kwargs)
+        assert r.status_code == 504 and r.json()["error"]["type"] == "deadline_exceeded", r.text
+    r = http.post("/v1/answer", json={"question": QUESTION, "deadline_ms": 0.001})
+    assert r.status_code == 504
+    assert _metric(http.get("/metrics").text, dense) == before  # no search ran
 
 
 def test_answer_with_checked_citations(http):
@@ -122,7 +176,7 @@ def test_health_readiness_collection_and_openapi(http, medretrieve_collection):
     assert info["chunks"] == len(medretrieve_collection) and info["documents"] == 24
     assert info["dtype"] == "int8" and info["index"]["mmap"] is True and info["index"]["file_bytes"] > 0
     assert info["model"]["encoder"]["sha256"] and info["build"]["versions"]["medretrieve"]
-    assert info["server"]["answers"] is True and info["server"]["max_inflight"] == 2
+    assert info["server"]["answers"] == "llm" and info["server"]["max_inflight"] == 2
     spec = http.get("/openapi.json").json()
     assert {"/v1/search", "/v1/search:batch", "/v1/answer", "/healthz", "/readyz", "/v1/collection", "/metrics",
             "/v1/admin/reload"} <= set(spec["paths"])

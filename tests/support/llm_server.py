@@ -19,7 +19,9 @@ The handler is called with the parsed JSON body of each POST to
 
 - ``body`` a ``dict``/``list`` is sent as JSON, a ``str`` or ``bytes`` is sent
   verbatim (so tests can send malformed JSON or HTML error pages), a
-  :class:`Trickle` a few bytes at a time (a server that stalls mid-body);
+  :class:`Trickle` a few bytes at a time (a server that stalls mid-body; when
+  the client closes the connection before the end, ``srv.dropped_at`` notes
+  when the server found out);
 - ``delay_s`` is slept before the reply is written (slow servers, deadlines);
 - ``headers`` (dict) are added to the reply, e.g. ``{"Retry-After": "1"}``.
 
@@ -171,7 +173,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 if self.server.owner._stopping.wait(trickle.interval_s):
                     return
         except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (deadline): nothing to do
+            if trickle is not None:  # the client closed the connection part-way through a trickled reply
+                with self.server.owner._lock:
+                    self.server.owner.dropped_at.append(time.monotonic())
 
     def do_GET(self) -> None:  # noqa: N802 (http.server naming)
         if self.path.rstrip("/").endswith("/models"):
@@ -216,6 +220,8 @@ class FakeLLMServer:
     def __init__(self, handler: Optional[Handler] = None, host: str = "127.0.0.1", port: int = 0):
         self.handler: Handler = handler or (lambda _req: "ok")
         self.requests: list[dict] = []
+        # when (time.monotonic()) a client closed its connection part-way through a trickled reply
+        self.dropped_at: list[float] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._host, self._port = host, port

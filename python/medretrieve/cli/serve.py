@@ -5,8 +5,12 @@ the time, so processes, not threads, use several cores); they share the dense in
 map, their Prometheus metrics through a shared directory, and a reload through a stamp file (both in a temporary
 directory removed at exit). A worker loads its collection before it accepts connections, so a worker that is
 still loading (at start, or restarted) never answers 503 while the others serve. SIGTERM stops accepting, lets
-the requests in flight finish (at most
-``--graceful-timeout`` s) and exits 0.
+the requests in flight finish (at most ``--graceful-timeout`` s; requests whose body is still arriving are dropped
+at once) and exits 0.
+
+Slow or hostile clients: a body over ``--max-body-bytes`` is refused unread (413), headers and body must arrive
+within ``--header-timeout-s`` / ``--body-timeout-s`` (408), and a worker holds at most ``--max-connections``
+(:mod:`medretrieve.server.limits`, :mod:`medretrieve.server.protocol`).
 """
 from __future__ import annotations
 
@@ -23,6 +27,8 @@ if TYPE_CHECKING:  # the server needs the serve extra: imported when the command
     from ..server.config import ServerConfig
 
 DEFAULT_PORT = 8000
+# uvicorn's httptools protocol with header deadlines and a connection cap (medretrieve.server.protocol)
+PROTOCOL = "medretrieve.server.protocol:GuardedHttpToolsProtocol"
 
 
 def add_serve(sub: Any) -> None:
@@ -36,7 +42,8 @@ def add_serve(sub: Any) -> None:
     p.add_argument("--cross-encoder", default=None, help="cross-encoder model directory")
     p.add_argument("--query-encoder", default=None, help="query encoder directory replacing the collection's")
     p.add_argument("--training", nargs="*", default=None, help="BioASQ golden files for training-memory expansion")
-    p.add_argument("--llm", default=None, metavar="BASE_URL", help="OpenAI-compatible API root for /v1/answer")
+    p.add_argument("--llm", default=None, metavar="BASE_URL",
+                   help="OpenAI-compatible API root for /v1/answer (without: extractive answers)")
     p.add_argument("--model", default=None, help="LLM model name (with --llm)")
     p.add_argument("--llm-timeout-s", type=float, default=30.0, help="per LLM request (s)")
     p.add_argument("--max-inflight", type=_positive, default=None,
@@ -49,6 +56,16 @@ def add_serve(sub: Any) -> None:
     p.add_argument("--deadline-ms", type=float, default=300.0, help="deadline of a search that names none (ms)")
     p.add_argument("--max-batch", type=_positive, default=64, help="most questions in one /v1/search:batch")
     p.add_argument("--enable-reload", action="store_true", help="allow POST /v1/admin/reload")
+    p.add_argument("--max-body-bytes", type=_positive, default=None,
+                   help="largest request body (bytes; default 1 MiB); a larger one is refused with 413 unread")
+    p.add_argument("--body-timeout-s", type=_seconds, default=10.0,
+                   help="a request's whole body must arrive within this, from the end of its headers (s), else 408")
+    p.add_argument("--header-timeout-s", type=_seconds, default=10.0,
+                   help="a request's headers must arrive within this, from its first byte (s), else 408")
+    p.add_argument("--max-connections", type=_positive, default=1000,
+                   help="open connections per worker; one more is answered 503 and closed")
+    p.add_argument("--keep-alive-s", type=_positive, default=5,
+                   help="an idle kept-alive connection is closed after this (s)")
     p.add_argument("--graceful-timeout", type=float, default=30.0,
                    help="at shutdown, the longest wait for requests in flight (s)")
     p.add_argument("--access-log", action="store_true", help="log every request (costs throughput)")
@@ -64,17 +81,27 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
 def _config(args: argparse.Namespace, runtime_dir: str, failure_file: str) -> "ServerConfig":
     from ..server.config import ServerConfig
 
     extra = {} if args.max_inflight is None else {"max_inflight": args.max_inflight}  # default: the CPUs
+    if args.max_body_bytes is not None:
+        extra["max_body_bytes"] = args.max_body_bytes
     return ServerConfig(
         os.path.abspath(args.collection), ranker=args.ranker, cross_encoder=args.cross_encoder,
         query_encoder=args.query_encoder, training=tuple(args.training) if args.training else None,
         llm_url=args.llm, llm_model=args.model, llm_timeout_s=args.llm_timeout_s,
         answer_concurrency=args.answer_concurrency, deadline_ms=args.deadline_ms, max_batch=args.max_batch,
         max_queue=args.max_queue, encoder_threads=args.encoder_threads, preload=True,
-        startup_failure_file=failure_file,
+        startup_failure_file=failure_file, body_timeout_s=args.body_timeout_s,
+        header_timeout_s=args.header_timeout_s, max_connections=args.max_connections,
         enable_reload=args.enable_reload,
         reload_stamp=os.path.join(runtime_dir, "reload-stamp") if args.enable_reload and args.workers > 1 else None,
         **extra)
@@ -113,7 +140,7 @@ def _serve(args: argparse.Namespace) -> int:
             uvicorn.run("medretrieve.server.app:app_from_env", factory=True, host=args.host, port=args.port,
                         workers=args.workers, log_level=args.log_level, access_log=args.access_log,
                         log_config=_log_config(args.log_level), timeout_graceful_shutdown=args.graceful_timeout,
-                        lifespan="on")
+                        timeout_keep_alive=args.keep_alive_s, http=PROTOCOL, lifespan="on")
         except SystemExit:  # one worker that failed to start exits this way; several stop without a code
             if not os.path.exists(failure):
                 raise

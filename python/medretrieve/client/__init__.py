@@ -1,6 +1,6 @@
 """Clients of a medretrieve server: :class:`Client` (blocking) and :class:`AsyncClient`, returning the library's
 ``SearchResult`` and ``Answer``, with timeouts, retries on 429 / 503 after Retry-After, and typed errors
-(:mod:`.errors`). Needs httpx (the ``serve`` or ``llm`` extra)."""
+(:mod:`.errors`). Needs httpx and pydantic (the ``serve`` extra); loads no engine."""
 from .client import AnswerEvent, AsyncClient, Client
 from .errors import (ClientError, DeadlineExceeded, Forbidden, InvalidRequest, NotFound, NotReady, Overloaded,
                      ServerError, Unavailable)

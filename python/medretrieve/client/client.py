@@ -1,6 +1,9 @@
 """Clients of a medretrieve server (``medretrieve serve``), sync (:class:`Client`) and async (:class:`AsyncClient`),
-over httpx. They return the library's own types: ``search`` a
-:class:`~medretrieve.retrieval.results.SearchResult`, ``answer`` an :class:`~medretrieve.generation.generate.Answer`.
+over httpx. They return the library's own records (:mod:`medretrieve.records`): ``search`` a
+:class:`~medretrieve.records.SearchResult`, ``answer`` an :class:`~medretrieve.records.Answer`, and build their
+requests with the server's own request models (:mod:`medretrieve.wire`), so a request the server would refuse as
+invalid is refused before it is sent (:class:`~.errors.InvalidRequest` with ``status`` 0, naming the field). They
+load no engine: no native core, numpy or encoders.
 
 Failures raise the typed errors of :mod:`.errors`. 429 (shed) and 503 (still loading) are retried up to
 ``retries`` times after the server's Retry-After (a refused connection after a short backoff), unless the wait is
@@ -14,14 +17,14 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Sequence, Tuple, Type
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
-from ..generation.generate import Answer
-from ..retrieval.budget import Deadline
-from ..retrieval.results import Hit, SearchResult
-from .errors import ClientError, Unavailable, error_for
+from ..records import Answer, Hit, SearchResult
+from ..wire import AnswerRequest, BatchSearchRequest, SearchRequest, field_errors
+from .errors import ClientError, InvalidRequest, Unavailable, error_for
 
 _DEADLINE_GRACE_S = 1.0  # how long past a call's deadline the client still waits for the server's reply (s)
 
@@ -36,27 +39,31 @@ class AnswerEvent:
     answer: Optional[Answer] = None
 
 
-def _search_body(k: int, deadline_ms: Optional[float], per_document: Optional[int],
-                 sections: Optional[Sequence[str]], stages: Dict[str, bool]) -> Dict[str, Any]:
-    body: Dict[str, Any] = {"k": k}
-    for name, value in (("deadline_ms", deadline_ms), ("per_document", per_document)):
-        if value is not None:
-            body[name] = value
-    if sections is not None:
-        body["sections"] = list(sections)
-    if stages:
-        body["stages"] = dict(stages)
-    return body
+def _request(model: Type[BaseModel], **fields: Any) -> Dict[str, Any]:
+    """The JSON body of a request: ``fields`` (those not None) checked by the server's own ``model`` (Python
+    values as given: numpy integers pass), with only the fields given. InvalidRequest naming the field when the
+    server would refuse it."""
+    given = {name: value for name, value in fields.items() if value is not None}
+    try:
+        checked: BaseModel = model.model_validate(given, strict=False)
+    except ValidationError as exc:
+        first = field_errors(exc.errors())[0]
+        raise InvalidRequest(f"refused before sending: {first['message']}", 0, "invalid_request",
+                             first["field"]) from None
+    return checked.model_dump(mode="json", exclude_unset=True)
+
+
+def _search_fields(k: int, deadline_ms: Optional[float], per_document: Optional[int],
+                   sections: Optional[Sequence[str]], explain: bool, stages: Dict[str, bool]) -> Dict[str, Any]:
+    return {"k": k, "deadline_ms": deadline_ms, "per_document": per_document,
+            "sections": None if sections is None else list(sections), "explain": explain or None,
+            "stages": stages or None}
 
 
 def _answer_body(question: str, k: int, deadline_ms: Optional[float], qtype: Optional[str], mode: str,
-                 max_tokens: int, stream: bool) -> Dict[str, Any]:
-    body: Dict[str, Any] = {"question": question, "k": k, "mode": mode, "max_tokens": max_tokens, "stream": stream}
-    if deadline_ms is not None:
-        body["deadline_ms"] = deadline_ms
-    if qtype is not None:
-        body["qtype"] = qtype
-    return body
+                 max_tokens: int, stream: bool, explain: bool) -> Dict[str, Any]:
+    return _request(AnswerRequest, question=question, k=k, deadline_ms=deadline_ms, qtype=qtype, mode=mode,
+                    max_tokens=max_tokens, stream=stream or None, explain=explain or None)
 
 
 def _retry_after(response: httpx.Response) -> Optional[float]:
@@ -99,7 +106,7 @@ class _SSE:
 
 def _answer_event(kind: str, data: Any) -> AnswerEvent:
     if kind == "evidence":
-        return AnswerEvent(kind, hits=[Hit(**h) for h in data["hits"]])
+        return AnswerEvent(kind, hits=[Hit.from_dict(h) for h in data["hits"]])
     if kind == "delta":
         return AnswerEvent(kind, text=str(data["text"]))
     if kind == "answer":
@@ -124,6 +131,17 @@ class _Base:
         return _Retries(self, body, deadline_ms)
 
 
+class _Clock:
+    """What is left of a call's deadline (ms; None: no deadline)."""
+
+    def __init__(self, deadline_ms: Optional[float]) -> None:
+        self.unlimited = deadline_ms is None
+        self.give_up = time.monotonic() + (0.0 if deadline_ms is None else deadline_ms / 1000.0)
+
+    def remaining_ms(self) -> float:
+        return float("inf") if self.unlimited else (self.give_up - time.monotonic()) * 1000.0
+
+
 class _Retries:
     """The attempts of one call (see the module docstring): :meth:`attempt` gives the next body and timeout,
     :meth:`wait_after` what to do with what came back."""
@@ -131,7 +149,7 @@ class _Retries:
     def __init__(self, client: _Base, body: Optional[Dict[str, Any]], deadline_ms: Optional[float]) -> None:
         self.client = client
         self.body = body
-        self.clock = Deadline(deadline_ms)
+        self.clock = _Clock(deadline_ms)
         self.attempts = 0
         self.timeout_s = client.timeout_s
 
@@ -218,31 +236,37 @@ class Client(_Base):
 
     def search(self, question: str, k: int = 10, *, deadline_ms: Optional[float] = None,
                per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
-               **stages: bool) -> SearchResult:
+               explain: bool = False, **stages: bool) -> SearchResult:
         """``Retriever.search`` on the server: the best ``k`` chunks within ``deadline_ms`` (ms, queueing on the
-        server included; None: the server's default). ``stages``: switches such as ``rerank=False``."""
-        body = {"question": question, **_search_body(k, deadline_ms, per_document, sections, stages)}
+        server included; None: the server's default). ``stages``: switches such as ``rerank=False``; ``explain``:
+        each stage's reason and each hit's per-stage scores too (a compact result without)."""
+        body = _request(SearchRequest, question=question,
+                        **_search_fields(k, deadline_ms, per_document, sections, explain, stages))
         return SearchResult.from_dict(self._call("POST", "/v1/search", body, deadline_ms))
 
     def search_batch(self, questions: Sequence[str], k: int = 10, *, deadline_ms: Optional[float] = None,
                      per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
-                     **stages: bool) -> List[SearchResult]:
+                     explain: bool = False, **stages: bool) -> List[SearchResult]:
         """Several questions with the same options and one deadline for them all (one result per question)."""
-        body = {"questions": list(questions), **_search_body(k, deadline_ms, per_document, sections, stages)}
+        body = _request(BatchSearchRequest, questions=list(questions),
+                        **_search_fields(k, deadline_ms, per_document, sections, explain, stages))
         return [SearchResult.from_dict(r) for r in self._call("POST", "/v1/search:batch", body,
                                                                deadline_ms)["results"]]
 
     def answer(self, question: str, k: int = 10, *, deadline_ms: Optional[float] = None,
-               qtype: Optional[str] = None, mode: str = "cite", max_tokens: int = 512) -> Answer:
-        """A grounded answer (``Answerer.answer`` on the server; an LLM failure is in ``Answer.error``)."""
-        body = _answer_body(question, k, deadline_ms, qtype, mode, max_tokens, False)
+               qtype: Optional[str] = None, mode: str = "cite", max_tokens: int = 512,
+               explain: bool = False) -> Answer:
+        """A grounded answer (``Answerer.answer`` on the server: generated by its LLM, else extractive; an LLM
+        failure is in ``Answer.error``)."""
+        body = _answer_body(question, k, deadline_ms, qtype, mode, max_tokens, False, explain)
         return Answer.from_dict(self._call("POST", "/v1/answer", body, deadline_ms))
 
     def stream_answer(self, question: str, k: int = 10, *, deadline_ms: Optional[float] = None,
-                      qtype: Optional[str] = None, mode: str = "cite", max_tokens: int = 512
-                      ) -> Iterator[AnswerEvent]:
-        """The answer as it is made: an ``evidence`` event, ``delta`` events, then the ``answer``."""
-        body = _answer_body(question, k, deadline_ms, qtype, mode, max_tokens, True)
+                      qtype: Optional[str] = None, mode: str = "cite", max_tokens: int = 512,
+                      explain: bool = False) -> Iterator[AnswerEvent]:
+        """The answer as it is made: an ``evidence`` event, ``delta`` events, then the ``answer``. Closing the
+        iterator early (or leaving its loop) closes the connection, which cancels the generation on the server."""
+        body = _answer_body(question, k, deadline_ms, qtype, mode, max_tokens, True, explain)
         response = self._send("POST", "/v1/answer", body, deadline_ms, stream=True)
         try:
             if not response.is_success:
@@ -320,26 +344,29 @@ class AsyncClient(_Base):
 
     async def search(self, question: str, k: int = 10, *, deadline_ms: Optional[float] = None,
                      per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
-                     **stages: bool) -> SearchResult:
-        body = {"question": question, **_search_body(k, deadline_ms, per_document, sections, stages)}
+                     explain: bool = False, **stages: bool) -> SearchResult:
+        body = _request(SearchRequest, question=question,
+                        **_search_fields(k, deadline_ms, per_document, sections, explain, stages))
         return SearchResult.from_dict(await self._call("POST", "/v1/search", body, deadline_ms))
 
     async def search_batch(self, questions: Sequence[str], k: int = 10, *, deadline_ms: Optional[float] = None,
                            per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
-                           **stages: bool) -> List[SearchResult]:
-        body = {"questions": list(questions), **_search_body(k, deadline_ms, per_document, sections, stages)}
+                           explain: bool = False, **stages: bool) -> List[SearchResult]:
+        body = _request(BatchSearchRequest, questions=list(questions),
+                        **_search_fields(k, deadline_ms, per_document, sections, explain, stages))
         data = await self._call("POST", "/v1/search:batch", body, deadline_ms)
         return [SearchResult.from_dict(r) for r in data["results"]]
 
     async def answer(self, question: str, k: int = 10, *, deadline_ms: Optional[float] = None,
-                     qtype: Optional[str] = None, mode: str = "cite", max_tokens: int = 512) -> Answer:
-        body = _answer_body(question, k, deadline_ms, qtype, mode, max_tokens, False)
+                     qtype: Optional[str] = None, mode: str = "cite", max_tokens: int = 512,
+                     explain: bool = False) -> Answer:
+        body = _answer_body(question, k, deadline_ms, qtype, mode, max_tokens, False, explain)
         return Answer.from_dict(await self._call("POST", "/v1/answer", body, deadline_ms))
 
     async def stream_answer(self, question: str, k: int = 10, *, deadline_ms: Optional[float] = None,
-                            qtype: Optional[str] = None, mode: str = "cite", max_tokens: int = 512
-                            ) -> AsyncIterator[AnswerEvent]:
-        body = _answer_body(question, k, deadline_ms, qtype, mode, max_tokens, True)
+                            qtype: Optional[str] = None, mode: str = "cite", max_tokens: int = 512,
+                            explain: bool = False) -> AsyncIterator[AnswerEvent]:
+        body = _answer_body(question, k, deadline_ms, qtype, mode, max_tokens, True, explain)
         response = await self._send("POST", "/v1/answer", body, deadline_ms, stream=True)
         try:
             if not response.is_success:

@@ -9,9 +9,9 @@ encoder. Unsupported sentences are flagged, not removed.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..records import Citation
 from .parsers import CITE_RE as _CITE_RE
 from .parsers import _ITEM_PREFIX, _clean
 from .prompts import INSUFFICIENT, evidence_text
@@ -37,24 +37,6 @@ _META_WORDS = (
 )
 
 _ABBREV_RE = re.compile(r"(?:\b(?:e\.g|i\.e|et al|vs|approx|fig|figs|dr|no|ca|cf|resp|incl)\.|\b[A-Z]\.)$", re.IGNORECASE)
-
-
-@dataclass
-class Citation:
-    """One sentence of an answer and whether its cited sources support it.
-
-    ``sources`` are the 1-based numbers cited in the sentence;
-    ``invalid_sources`` those that name no provided source;
-    ``support_score`` in [0, 1] is the better of the lexical overlap and (when
-    an encoder was given) the cosine similarity; ``reason`` says why.
-    """
-
-    sentence: str
-    sources: list[int]
-    supported: bool
-    support_score: float
-    reason: str
-    invalid_sources: list[int] = field(default_factory=list)
 
 
 def _cited_numbers(sentence: str) -> list[int]:

@@ -9,20 +9,19 @@ check citations; plus the BioASQ submission writer.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Union
 
+from ..records import Answer, Citation
 from ..retrieval.budget import Deadline
 from .extractive import extractive_answer
-from .citations import SUPPORT_THRESHOLD, Citation, verify_citations
+from .citations import SUPPORT_THRESHOLD, verify_citations
 from .parsers import (
     INSUFFICIENT,
-    _dedupe,
     clean_output,
     is_insufficient,
     parse_bioasq,
@@ -30,7 +29,7 @@ from .parsers import (
 )
 from .prompts import BIOASQ_TYPES, bioasq_messages, cite_messages
 
-__all__ = ["write_bioasq_submission", "AbstentionPolicy", "Answer", "Answerer", "MODES", "field_of"]
+__all__ = ["write_bioasq_submission", "AbstentionPolicy", "Answer", "Answerer", "Citation", "MODES", "field_of"]
 
 # ---------------------------------------------------------------------------
 # BioASQ submission
@@ -236,76 +235,6 @@ class AbstentionPolicy:
                 what = "score" if self.score_key is None else f"{self.score_key} score"
                 return f"the best evidence {what} {best:.3f} is below the threshold {self.min_top_score}"
         return None
-
-
-@dataclass
-class Answer:
-    """A grounded answer and everything needed to judge it.
-
-    ``text`` is the answer (the ideal answer in BioASQ mode, "insufficient
-    information" when abstaining); ``exact_answer`` is shaped as by
-    :func:`parse_bioasq` (None when not asked for or not given);
-    ``timings`` are ms for ``retrieve``, ``generate``, ``verify``, ``total``;
-    ``error`` holds the LLM failure message (the pipeline does not raise it);
-    ``sources_used`` is how many of the ``evidence`` hits (the first ones) were
-    in the prompt -- fewer than all when the context overflowed and the
-    Answerer retried with fewer -- and ``notes`` says what was adapted.
-    """
-
-    question: str
-    text: str
-    exact_answer: Any = None
-    citations: list[Citation] = field(default_factory=list)
-    abstained: bool = False
-    abstain_reason: str = ""
-    evidence: list = field(default_factory=list)
-    timings: dict = field(default_factory=dict)
-    error: Optional[str] = None
-    qtype: Optional[str] = None
-    mode: str = "cite"
-    raw: str = ""
-    sources_used: int = 0
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def unsupported(self) -> list[Citation]:
-        """Citations whose sentence is not supported by its sources."""
-        return [c for c in self.citations if not c.supported]
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict (evidence hits as dicts)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "evidence"}
-        out["citations"] = [dataclasses.asdict(c) for c in self.citations]
-        out["evidence"] = [_hit_dict(h) for h in self.evidence]
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Answer":
-        """The inverse of :meth:`to_dict` (for answers that travelled as JSON): citations become
-        :class:`Citation`, evidence with a hit's fields :class:`~medretrieve.retrieval.results.Hit`."""
-        from ..retrieval.results import Hit
-
-        d = dict(data)
-        d["citations"] = [Citation(**c) for c in d.get("citations", [])]
-        hit_fields = {f.name for f in dataclasses.fields(Hit)}
-        d["evidence"] = [Hit(**h) if isinstance(h, Mapping) and set(h) == hit_fields else h
-                         for h in d.get("evidence", [])]
-        return cls(**d)
-
-    def submission_entry(self, question_id: str, qtype: Optional[str] = None) -> dict:
-        """An entry for :func:`write_bioasq_submission` (id, type, exact and ideal answer, documents)."""
-        docs = _dedupe(str(field_of(h, "document_id", "")) for h in self.evidence)
-        return {"id": question_id, "type": qtype or self.qtype or "summary", "exact_answer": self.exact_answer,
-                "ideal_answer": self.text, "documents": [d for d in docs if d]}
-
-
-def _hit_dict(hit: Any) -> dict:
-    if dataclasses.is_dataclass(hit) and not isinstance(hit, type):
-        return dataclasses.asdict(hit)
-    if isinstance(hit, Mapping):
-        return dict(hit)
-    keys = ("chunk_id", "document_id", "title", "text", "section", "score", "scores", "metadata", "parent_id")
-    return {k: getattr(hit, k) for k in keys if hasattr(hit, k)}
 
 
 MODES = ("cite", "answer_only", "bioasq")

@@ -24,15 +24,18 @@ import random
 import re
 import threading
 import time
-from typing import Any, Iterator, Optional, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence, Union, runtime_checkable
 
 __all__ = [
     "Backend",
+    "StreamingBackend",
     "LLMError",
     "LLMTimeout",
     "LLMUnavailable",
     "LLMBadResponse",
     "LLMContextTooLong",
+    "LLMCancelled",
+    "Cancel",
     "OpenAIBackend",
     "TransformersBackend",
     "check_messages",
@@ -62,6 +65,48 @@ class LLMContextTooLong(LLMBadResponse):
     """The prompt plus ``max_tokens`` does not fit in the model's context window."""
 
 
+class LLMCancelled(LLMError):
+    """The caller cancelled the generation (:class:`Cancel`), e.g. because its own client went away."""
+
+
+class Cancel:
+    """A cancellation signal for a generation, set from any thread (:meth:`set`): a backend that takes one
+    (``OpenAIBackend.stream(..., cancel=...)``) stops reading and closes its upstream request at once, even while
+    it waits for the next piece, and raises :class:`LLMCancelled`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._set = False
+        self._hooks: list = []
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        """Cancel: run every registered hook once (in this thread; they only close sockets)."""
+        with self._lock:
+            if self._set:
+                return
+            self._set = True
+            hooks, self._hooks = self._hooks, []
+        for hook in hooks:
+            hook()
+
+    def on_set(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Run ``hook`` when cancelled (now, when already cancelled); returns a function that unregisters it."""
+        with self._lock:
+            if not self._set:
+                self._hooks.append(hook)
+                return lambda: self._forget(hook)
+        hook()
+        return lambda: None
+
+    def _forget(self, hook: Callable[[], None]) -> None:
+        with self._lock:
+            if hook in self._hooks:
+                self._hooks.remove(hook)
+
+
 @runtime_checkable
 class Backend(Protocol):
     """What the generation pipeline needs from an LLM."""
@@ -75,6 +120,23 @@ class Backend(Protocol):
         deadline_ms: Optional[float] = None,
         response_format: ResponseFormat = None,
     ) -> str: ...
+
+
+@runtime_checkable
+class StreamingBackend(Backend, Protocol):
+    """A backend that can also hand its reply over piece by piece, and be cancelled from another thread (the
+    HTTP server streams answers through it and cancels the generation when its client goes away)."""
+
+    def stream(
+        self,
+        messages: Sequence[dict],
+        *,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        deadline_ms: Optional[float] = None,
+        response_format: ResponseFormat = None,
+        cancel: Optional["Cancel"] = None,
+    ) -> Iterator[str]: ...
 
 
 _ROLES = ("system", "user", "assistant")
@@ -206,13 +268,7 @@ def _read_body(response: Any, stop_at: float, max_bytes: int, where: str) -> byt
 
     def abort() -> None:
         timed_out.set()
-        stream = response.extensions.get("network_stream")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        try:
-            if sock is not None:
-                sock.shutdown(2)  # socket.SHUT_RDWR: wakes a read blocked in another thread
-        except OSError:
-            pass
+        _shut_down(response)
 
     watchdog = threading.Timer(max(0.0, stop_at - time.monotonic()), abort)
     watchdog.daemon = True
@@ -238,6 +294,18 @@ def _read_body(response: Any, stop_at: float, max_bytes: int, where: str) -> byt
     if timed_out.is_set():
         raise LLMTimeout(f"LLM server {where} had not finished its reply ({len(out)} bytes so far) by the deadline")
     return bytes(out)
+
+
+def _shut_down(response: Any) -> None:
+    """Shut an open httpx response's socket down from any thread: a read blocked on it in another thread wakes
+    with an error, and the server sees the connection close."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    try:
+        if sock is not None:
+            sock.shutdown(2)  # socket.SHUT_RDWR
+    except OSError:
+        pass
 
 
 def _error_message(response: Any) -> str:
@@ -388,21 +456,29 @@ class OpenAIBackend:
         temperature: float = 0.0,
         deadline_ms: Optional[float] = None,
         response_format: ResponseFormat = None,
+        cancel: Optional[Cancel] = None,
     ) -> Iterator[str]:
         """The assistant's reply in pieces as the server writes them (their concatenation is the reply
         :meth:`generate` returns). ``deadline_ms`` also bounds the time between the pieces and the whole reply;
-        the streamed text is capped at ``max_response_bytes``. Raises an :class:`LLMError` subclass on failure,
-        also part-way through."""
+        the streamed text is capped at ``max_response_bytes``. ``cancel`` set (from any thread) closes the
+        upstream request at once and raises :class:`LLMCancelled`; so does closing the iterator early. Raises an
+        :class:`LLMError` subclass on failure, also part-way through."""
         body = {**self._request_body(messages, max_tokens, temperature, deadline_ms, response_format),
                 "stream": True}
         deadline = _deadline_at(deadline_ms)
+        cancel = cancel or Cancel()
+        if cancel.is_set():
+            raise LLMCancelled("cancelled before the request was sent")
         response = self._post_with_retries(body, deadline, stream=True)
         if isinstance(response, _Reply):  # not 200: read whole already
             self._read_reply(response)  # raises the typed error of the status
             raise LLMBadResponse(f"{self._where()} answered a stream request without a stream")
+        forget = cancel.on_set(lambda: _shut_down(response))
         received = 0
         try:
             for line in response.iter_lines():
+                if cancel.is_set():
+                    raise LLMCancelled(f"cancelled while {self._where()} was writing")
                 received += len(line) + 1
                 if received > self.max_response_bytes:
                     raise LLMBadResponse(f"LLM server {self._where()} streamed more than "
@@ -414,11 +490,16 @@ class OpenAIBackend:
                     yield piece
                 if _left_s(deadline) <= 0:
                     raise LLMTimeout(f"the deadline passed while {self._where()} was still writing")
-        except self._httpx.TimeoutException as exc:
-            raise LLMTimeout(f"{self._where()} stopped writing for {self.timeout_s} s") from exc
+            if cancel.is_set():  # the shut-down socket read as the end of the stream
+                raise LLMCancelled(f"cancelled while {self._where()} was writing")
         except self._httpx.TransportError as exc:
+            if cancel.is_set():  # the read woke because the cancel shut the socket down
+                raise LLMCancelled(f"cancelled while {self._where()} was writing") from None
+            if isinstance(exc, self._httpx.TimeoutException):
+                raise LLMTimeout(f"{self._where()} stopped writing for {self.timeout_s} s") from exc
             raise LLMUnavailable(f"the stream from {self._where()} broke: {type(exc).__name__}: {exc}") from exc
         finally:
+            forget()
             response.close()
 
     def _request_body(self, messages: Sequence[dict], max_tokens: int, temperature: float,

@@ -118,11 +118,13 @@ class Recovery:
         used_texts = {t.text for t in used}
         # the abbreviation expansion is already part of the question's own text
         texts = [t for name, t in extra.items() if name != "abbreviations" and t.text not in used_texts]
-        # relaxed lexical query: the question's content terms alone, so partial matches surface
-        texts.append(QueryText("relaxed", " ".join(query.terms), list(query.terms)))
+        # relaxed lexical query: the question's content terms alone, so partial matches surface (none when the
+        # question has no content term, e.g. only stopwords: then there is nothing to encode either)
+        if query.terms:
+            texts.append(QueryText("relaxed", " ".join(query.terms), list(query.terms)))
         allowed = col.alive if only is None else col.allowed(only)
         lists = [col.lexical.search(t.tokens, k=s.candidates, allowed=allowed)[0] for t in texts]
-        if allowed.any() and dl.remaining_ms() > 2 * self.costs.encode_ms.value + 10:
+        if texts and allowed.any() and dl.remaining_ms() > 2 * self.costs.encode_ms.value + 10:
             qv = col.encode_queries([texts[0].text])
             ids, _ = col.dense.search(qv, k=min(s.candidates, len(col)), ef=max(s.ef_max, s.candidates),
                                       labels=only)

@@ -35,10 +35,11 @@ class Overloaded(Exception):
 
 
 class QueueTimeout(Exception):
-    """The deadline passed while the request waited for a slot (no work was done)."""
+    """The deadline passed before the request got a slot: while it waited, or already when it asked (no work was
+    done)."""
 
     def __init__(self, waited_ms: float) -> None:
-        super().__init__(f"the deadline passed after {waited_ms:.0f} ms in the queue, before the work started")
+        super().__init__(f"the deadline passed {waited_ms:.1f} ms after the request arrived, before the work started")
         self.waited_ms = waited_ms
 
 
@@ -94,6 +95,8 @@ class Admission:
             self._release()
 
     async def _acquire(self, deadline: Deadline) -> None:
+        if deadline.expired():  # e.g. a budget smaller than the time the request took to arrive and be read
+            raise QueueTimeout(deadline.elapsed_ms())
         if self.active < self.limit and not self._waiters:
             self.active += 1
             return

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 CONFIG_ENV = "MEDRETRIEVE_SERVE_CONFIG"
+DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: a batch of 64 questions of 4,000 characters is ~260 kB
 
 
 def _cpus() -> int:
@@ -27,7 +28,7 @@ class ServerConfig:
     - ``ranker`` (``"default"``: the shipped learned ranker; None: none; or a ranker JSON), ``cross_encoder`` /
       ``query_encoder`` (model directories), ``training`` (BioASQ golden files for training-memory expansion): as
       for ``medretrieve search``.
-    - ``llm_url`` + ``llm_model``: an OpenAI-compatible server for ``/v1/answer`` (off when None);
+    - ``llm_url`` + ``llm_model``: an OpenAI-compatible server for ``/v1/answer`` (None: extractive answers);
       ``llm_timeout_s``: per LLM request (s); ``answer_concurrency``: answers generated at once (they wait on the
       LLM, so they get their own slots and do not hold search slots).
     - ``encoder_threads``: ONNX Runtime threads per encoder call (default 1: searches run side by side in
@@ -39,13 +40,19 @@ class ServerConfig:
       requests that may wait for a slot (default 4 x ``max_inflight``); beyond it, and when the expected wait
       would use up a request's deadline, requests are answered 429 at once.
     - ``deadline_ms``: the deadline of a search that names none (ms, queueing included); ``max_batch``: the most
-      questions in one ``/v1/search:batch`` (at most ``schemas.MAX_BATCH``).
+      questions in one ``/v1/search:batch`` (at most ``medretrieve.wire.MAX_BATCH``).
     - ``preload``: load the collection before the app starts serving (a worker then accepts connections only once
       it can answer them, and one that cannot load does not start); off, it loads in the background and
       ``/readyz`` says when it is done. ``medretrieve serve`` turns it on. ``startup_failure_file``: where a
       worker that could not load writes why (``medretrieve serve`` reports it and exits 2).
     - ``enable_reload``: allow ``POST /v1/admin/reload``; ``reload_stamp``: a file whose change tells every
       worker to reload (set by ``medretrieve serve`` when it runs several workers).
+    - Limits on what a client may cost (:mod:`.limits`): ``max_body_bytes`` (a larger request body is refused with
+      413 before it is read), ``body_timeout_s`` (the whole body must arrive within it, from the end of the
+      headers, else 408), ``header_timeout_s`` (a connection must finish sending a request's headers within it,
+      from its first byte, else 408 and closed; ``medretrieve serve`` only: it is enforced by the HTTP
+      protocol, :mod:`.protocol`), ``max_connections`` (open connections per worker; one more is answered 503
+      and closed at once; ``medretrieve serve`` only).
     """
 
     collection: str
@@ -67,23 +74,27 @@ class ServerConfig:
     startup_failure_file: Optional[str] = None
     enable_reload: bool = False
     reload_stamp: Optional[str] = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    body_timeout_s: float = 10.0
+    header_timeout_s: float = 10.0
+    max_connections: int = 1000
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen dataclass)
         set_("collection", str(self.collection))
         if self.training is not None:
             set_("training", tuple(str(t) for t in self.training))
-        from .schemas import MAX_BATCH
+        from ..wire import MAX_BATCH
 
         if not isinstance(self.max_batch, int) or not 1 <= self.max_batch <= MAX_BATCH:
             raise ValueError(f"max_batch must be an integer in [1, {MAX_BATCH}], got {self.max_batch!r}")
-        for name in ("max_inflight", "answer_concurrency", "encoder_threads"):
+        for name in ("max_inflight", "answer_concurrency", "encoder_threads", "max_body_bytes", "max_connections"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.max_queue is not None and (not isinstance(self.max_queue, int) or self.max_queue < 0):
             raise ValueError(f"max_queue must be None or an integer >= 0, got {self.max_queue!r}")
-        for name in ("deadline_ms", "answer_deadline_ms", "llm_timeout_s"):
+        for name in ("deadline_ms", "answer_deadline_ms", "llm_timeout_s", "body_timeout_s", "header_timeout_s"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < float("inf"):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")

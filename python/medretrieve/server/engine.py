@@ -68,7 +68,7 @@ def load_snapshot(config: ServerConfig, generation: int) -> Snapshot:
     return Snapshot(generation, ret, (time.perf_counter() - t0) * 1000.0)
 
 
-def describe(snap: Snapshot, config: ServerConfig, answers: bool) -> Dict[str, Any]:
+def describe(snap: Snapshot, config: ServerConfig, llm: bool) -> Dict[str, Any]:
     """``GET /v1/collection``: size, model, index and build info of the served collection."""
     col = snap.collection
     stats = col.dense.stats()
@@ -90,7 +90,7 @@ def describe(snap: Snapshot, config: ServerConfig, answers: bool) -> Dict[str, A
                   "versions": manifest.get("versions"), "chunking": manifest.get("chunking")},
         "server": {"version": __version__, "pid": os.getpid(), "generation": snap.generation,
                    "loaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(snap.loaded_at)),
-                   "load_ms": round(snap.load_ms, 1), "answers": answers, "max_inflight": config.max_inflight,
+                   "load_ms": round(snap.load_ms, 1), "answers": "llm" if llm else "extractive", "max_inflight": config.max_inflight,
                    "max_queue": config.queue_size, "deadline_ms": config.deadline_ms,
                    "encoder_threads": config.encoder_threads},
     }

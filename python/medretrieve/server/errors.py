@@ -1,34 +1,42 @@
 """Every failure becomes a JSON body ``{"error": {"type", "message", "field"}}`` with a fitting status; none
-sends a traceback.
+sends a traceback. The types and their statuses are ``medretrieve.wire.ERROR_TYPES``:
 
 =====================  ======  ============================================================================
 error type             status  when
 =====================  ======  ============================================================================
-invalid_json           400     the body is not JSON
-invalid_request        422     a field is missing, unknown, of the wrong type or out of range (``field``
-                               names it), or the library refused a value (ValueError / TypeError)
-not_found / method...  404/405 no such endpoint
+invalid_json           400     the body is not JSON: not UTF-8, not well-formed, nested too deeply, or a
+                               number too long to read
 reload_disabled        403     ``/v1/admin/reload`` on a server started without ``--enable-reload``
+not_found              404     no such endpoint
+method_not_allowed     405     the endpoint exists, not with this method
+request_timeout        408     the headers or the body did not arrive in time (the connection is closed)
 reload_running         409     a reload is already running
+body_too_large         413     the body is over ``--max-body-bytes`` (refused before it is read; closed)
+invalid_request        422     a field (or the ``X-Deadline-Ms`` header) is missing, unknown, of the wrong
+                               type or out of range (``field`` names it; ``errors`` lists every one), or
+                               the library refused a value (ValueError / TypeError)
 overloaded             429     shed at once (``Retry-After`` says when to try again)
 internal_error         500     a bug (its traceback goes to the server log only)
 reload_failed          500     the new collection did not load; the old one is still served
-answers_disabled       501     ``/v1/answer`` on a server started without ``--llm`` / ``--model``
+answers_disabled       501     never sent since answers are extractive without an LLM (kept for clients)
 not_ready              503     the collection is loading or failed to load (``Retry-After: 1``)
-deadline_exceeded      504     the deadline passed while the request waited for a slot (no work was done)
+too_many_connections   503     the worker holds ``--max-connections`` already (closed at once)
+deadline_exceeded      504     the deadline passed before the work started (in the queue, or already at
+                               arrival): no work was done
 =====================  ======  ============================================================================
 """
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
+from ..wire import field_errors
 from .admission import Overloaded, QueueTimeout
 from .engine import NotReady
 from .metrics import ServerMetrics
@@ -37,12 +45,14 @@ log = logging.getLogger("medretrieve.server")
 
 
 class ApiError(Exception):
-    """An error the API answers as it is: ``status``, ``type``, ``message`` and the ``field`` at fault."""
+    """An error the API answers as it is: ``status``, ``type``, ``message``, the ``field`` at fault and ``extra``
+    members of the error body."""
 
     def __init__(self, status: int, type_: str, message: str, field: Optional[str] = None,
-                 headers: Optional[Dict[str, str]] = None) -> None:
+                 headers: Optional[Dict[str, str]] = None, extra: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(message)
         self.status, self.type, self.message, self.field, self.headers = status, type_, message, field, headers
+        self.extra = extra
 
 
 def error_response(status: int, type_: str, message: str, field: Optional[str] = None,
@@ -52,26 +62,19 @@ def error_response(status: int, type_: str, message: str, field: Optional[str] =
                     headers=headers)
 
 
-def _field(loc: Any) -> Optional[str]:
-    parts = [str(p) for p in loc if p != "body"]
-    return ".".join(parts) or None
-
-
-def _validation(exc: RequestValidationError) -> Response:
-    errors = list(exc.errors())
-    if any(e.get("type") == "json_invalid" for e in errors):
-        return error_response(400, "invalid_json", "the request body is not valid JSON")
-    listed: List[Dict[str, Optional[str]]] = []
-    for e in errors:
-        name = _field(e.get("loc", ()))
-        kind = e.get("type")
-        msg = "unknown field" if kind == "extra_forbidden" else str(e.get("msg", "invalid"))
-        msg = msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
-        if name is None:
-            msg = "a JSON request body is required" if kind == "missing" else "the request body must be a JSON object"
-        listed.append({"field": name, "message": f"{name}: {msg}" if name else msg})
+def invalid(errors: Sequence[Mapping[str, Any]]) -> ApiError:
+    """The API error of pydantic validation errors: 400 ``invalid_json`` when the body could not be read as JSON,
+    else 422 ``invalid_request`` naming the first field at fault and listing every one (``errors``)."""
+    unreadable = next((e for e in errors if e.get("type") == "json_invalid"), None)
+    if unreadable is not None:
+        return ApiError(400, "invalid_json", f"the request body is not valid JSON: {unreadable.get('msg', '')}")
+    listed = field_errors(errors)
     first = listed[0] if listed else {"field": None, "message": "invalid request"}
-    return error_response(422, "invalid_request", str(first["message"]), first["field"], extra={"errors": listed})
+    return ApiError(422, "invalid_request", str(first["message"]), first["field"], extra={"errors": listed})
+
+
+def _api_response(exc: ApiError) -> Response:
+    return error_response(exc.status, exc.type, exc.message, exc.field, exc.headers, exc.extra)
 
 
 def install(app: FastAPI, metrics: ServerMetrics, endpoint_of: Any) -> None:
@@ -80,11 +83,11 @@ def install(app: FastAPI, metrics: ServerMetrics, endpoint_of: Any) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
-        return _validation(exc)
+        return _api_response(invalid(list(exc.errors())))
 
     @app.exception_handler(ApiError)
     async def _api(request: Request, exc: ApiError) -> Response:
-        return error_response(exc.status, exc.type, exc.message, exc.field, exc.headers)
+        return _api_response(exc)
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> Response:

@@ -2,18 +2,20 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Type, TypeVar, Union
 
 import orjson
 from fastapi import Request
+from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..retrieval.budget import Deadline
-from .errors import ApiError
+from ..wire import DEADLINE_HEADER, deadline_header_ms
+from .errors import ApiError, invalid
 from .metrics import ServerMetrics
 
-DEADLINE_HEADER = "x-deadline-ms"
+M = TypeVar("M", bound=BaseModel)
 ENDPOINTS = ("/v1/search", "/v1/search:batch", "/v1/answer", "/v1/collection", "/v1/admin/reload", "/healthz",
              "/readyz", "/metrics")
 
@@ -63,17 +65,27 @@ def request_deadline(request: Request, body_ms: Optional[float], default_ms: flo
 
 
 def _header_ms(request: Request) -> Optional[float]:
+    """The ``X-Deadline-Ms`` header, checked by the body field's own rule (same limits, same error)."""
     raw = request.headers.get(DEADLINE_HEADER)
     if raw is None:
         return None
     try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise ApiError(422, "invalid_request", f"X-Deadline-Ms must be a number of ms > 0, got {raw!r}",
-                              "X-Deadline-Ms")
-    return value
+        return deadline_header_ms(raw)
+    except ValidationError as exc:
+        raise invalid([{**e, "loc": (DEADLINE_HEADER,)} for e in exc.errors()]) from None
+
+
+async def read_body(request: Request, model: Type[M]) -> M:
+    """The request's body as ``model``, parsed and validated in one pass (pydantic's JSON parser: invalid UTF-8,
+    deep nesting and over-long numbers are invalid JSON like any other, never a RecursionError or a 500). Raises
+    the :func:`.errors.invalid` ApiError."""
+    raw = await request.body()
+    if not raw.strip():
+        raise ApiError(422, "invalid_request", "a JSON request body is required")
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise invalid(exc.errors()) from None
 
 
 def json_bytes(payload: Any) -> bytes:

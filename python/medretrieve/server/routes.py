@@ -2,27 +2,41 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Type
 
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
+from pydantic import BaseModel
+
 from .._version import __version__
-from ..generation.generate import Answer
+from ..records import Answer, SearchResult
 from ..retrieval.budget import Deadline
-from ..retrieval.results import SearchResult
+from ..wire import (DEADLINE_HEADER, MAX_DEADLINE_MS, AnswerRequest, BatchSearchRequest, BatchSearchResponse,
+                    ErrorResponse, SearchRequest)
 from .admission import remaining_or_none
 from .answers import answer_once, note_answer, stream_answer
 from .engine import Engine, NotReady, ReloadRunning, Snapshot, describe
 from .errors import ApiError
-from .http import json_bytes, json_response, request_deadline
+from .http import json_bytes, json_response, read_body, request_deadline
 from .metrics import ServerMetrics
-from .schemas import AnswerRequest, BatchSearchRequest, BatchSearchResponse, ErrorResponse, SearchRequest
 
 _ERRORS: Dict[Any, Dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": what} for code, what in (
+        (400, "the body is not valid JSON (invalid_json)"), (408, "the body did not arrive in time"),
+        (413, "the body is over the server's --max-body-bytes"),
         (422, "invalid request (the field at fault is named)"), (429, "overloaded: retry after Retry-After s"),
-        (503, "the collection is not loaded yet"), (504, "the deadline passed while the request was queued"))}
+        (503, "the collection is not loaded yet"), (504, "the deadline passed before the work started"))}
+
+
+def _body(model: Type[BaseModel]) -> Dict[str, Any]:
+    """The OpenAPI request body of a route that parses its body itself (:func:`.http.read_body`; the model's
+    schema is registered by :func:`add_routes`) and its ``X-Deadline-Ms`` header."""
+    deadline = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_DEADLINE_MS}
+    return {"requestBody": {"required": True, "content": {"application/json": {
+                "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}},
+            "parameters": [{"name": DEADLINE_HEADER, "in": "header", "required": False, "schema": deadline,
+                            "description": "the deadline (ms) as the body's deadline_ms; the smaller counts"}]}
 
 
 def _respond(payload: Any, waited_ms: float, work_ms: float, deadline: Deadline) -> Response:
@@ -43,18 +57,40 @@ def _note_search(metrics: ServerMetrics, endpoint: str, results: List[SearchResu
 
 
 def add_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
-    """Every endpoint of the API on ``app``."""
+    """Every endpoint of the API on ``app``, and the request bodies' schemas in its OpenAPI document."""
     _search_routes(app, engine, metrics)
     _answer_route(app, engine, metrics)
     _operations_routes(app, engine, metrics)
+    _document_bodies(app, (SearchRequest, BatchSearchRequest, AnswerRequest))
+
+
+def _document_bodies(app: FastAPI, models: Any) -> None:
+    """Add ``models``' JSON schemas (and those they use) to the app's OpenAPI components, where :func:`_body`
+    points."""
+    make: Callable[[], Dict[str, Any]] = app.openapi
+
+    def openapi() -> Dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = make()
+            components = spec.setdefault("components", {}).setdefault("schemas", {})
+            for model in models:
+                schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                components.update(schema.pop("$defs", {}))
+                components[model.__name__] = schema
+        return app.openapi_schema or make()
+
+    # FastAPI's documented way to extend the schema: replace the app's openapi()
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _search_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
     config = engine.config
 
-    @app.post("/v1/search", response_model=SearchResult, responses=_ERRORS, tags=["search"])
-    async def search(body: SearchRequest, request: Request) -> Response:
-        """The best ``k`` chunks for a question, within the deadline (``SearchResult.to_dict()``)."""
+    @app.post("/v1/search", response_model=SearchResult, responses=_ERRORS, tags=["search"],
+              openapi_extra=_body(SearchRequest))
+    async def search(request: Request) -> Response:
+        """The best ``k`` chunks for a question, within the deadline (``SearchResult.to_dict(explain)``)."""
+        body = await read_body(request, SearchRequest)
         deadline = request_deadline(request, body.deadline_ms, config.deadline_ms)
         kwargs = body.search_kwargs()
 
@@ -64,12 +100,14 @@ def _search_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None
         result, waited_ms = await engine.run("search", deadline, work)
         metrics.child(metrics.queue_wait, "/v1/search").observe(waited_ms / 1000.0)
         _note_search(metrics, "/v1/search", [result], deadline)
-        return _respond(result.to_dict(), waited_ms, result.timings_ms["total"], deadline)
+        return _respond(result.to_dict(body.explain), waited_ms, result.timings_ms["total"], deadline)
 
-    @app.post("/v1/search:batch", response_model=BatchSearchResponse, responses=_ERRORS, tags=["search"])
-    async def search_batch(body: BatchSearchRequest, request: Request) -> Response:
+    @app.post("/v1/search:batch", response_model=BatchSearchResponse, responses=_ERRORS, tags=["search"],
+              openapi_extra=_body(BatchSearchRequest))
+    async def search_batch(request: Request) -> Response:
         """Several questions with the same options; one deadline covers the queue and every search (they run
         one after another in one slot; each gets what is left)."""
+        body = await read_body(request, BatchSearchRequest)
         if len(body.questions) > config.max_batch:
             raise ApiError(422, "invalid_request", f"questions: at most {config.max_batch} per batch on this "
                            f"server, got {len(body.questions)}", "questions")
@@ -84,22 +122,25 @@ def _search_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None
         metrics.child(metrics.queue_wait, "/v1/search:batch").observe(waited_ms / 1000.0)
         _note_search(metrics, "/v1/search:batch", results, deadline)
         work_ms = sum(r.timings_ms["total"] for r in results)
-        return _respond({"results": [r.to_dict() for r in results]}, waited_ms, work_ms, deadline)
+        return _respond({"results": [r.to_dict(body.explain) for r in results]}, waited_ms, work_ms, deadline)
 
 
 def _answer_route(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
     config = engine.config
 
     @app.post("/v1/answer", response_model=Answer, responses={
-        **_ERRORS, 501: {"model": ErrorResponse, "description": "no LLM configured"},
+        **_ERRORS,
         200: {"content": {"text/event-stream": {}}, "description": "the answer; with stream=true as events "
-              "`evidence` (the hits), `delta` (answer text as the LLM writes it), `answer` (the whole answer)"}},
-        tags=["answer"])
-    async def answer(body: AnswerRequest, request: Request) -> Response:
+              "`evidence` (the hits), `delta` (answer text as it is written), `answer` (the whole answer)"}},
+        tags=["answer"], openapi_extra=_body(AnswerRequest))
+    async def answer(request: Request) -> Response:
         """A grounded answer with checked citations, or an abstention with its reason (``Answer.to_dict()``; an
-        LLM failure is reported in ``error``)."""
-        if engine.backend is None:
-            raise ApiError(501, "answers_disabled", "answers are off: start the server with --llm URL --model NAME")
+        LLM failure is reported in ``error``). Without an LLM (no ``--llm``) the answer is extractive: the
+        evidence's own sentences that answer the question, cited (``mode`` must then be ``cite``)."""
+        body = await read_body(request, AnswerRequest)
+        if engine.backend is None and body.mode != "cite":
+            raise ApiError(422, "invalid_request", f"mode: this server has no LLM and answers extractively, which "
+                           f"is always 'cite', not {body.mode!r}", "mode")
         engine.ready()
         deadline = request_deadline(request, body.deadline_ms, config.answer_deadline_ms)
         if body.stream:
@@ -110,7 +151,7 @@ def _answer_route(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
 
         ans, waited_ms = await engine.run("answer", deadline, work)
         note_answer(metrics, ans)
-        return _respond(ans.to_dict(), waited_ms, ans.timings.get("total", 0.0), deadline)
+        return _respond(ans.to_dict(body.explain), waited_ms, ans.timings.get("total", 0.0), deadline)
 
 
 def _operations_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:

@@ -1,0 +1,178 @@
+"""The HTTP API's wire format, shared by the server (:mod:`medretrieve.server`) and the client
+(:mod:`medretrieve.client`): request bodies (pydantic models, which also make the OpenAPI document), the error
+body, the limits, and the response records of :mod:`medretrieve.records`.
+
+Requests are strict: unknown fields, wrong types ("10" for an integer) and out-of-range values are refused with
+422 and an error naming the field. A search answers ``SearchResult.to_dict(explain)`` and an answer
+``Answer.to_dict(explain)``, compact unless the request asks ``"explain": true`` (stages without their reasons,
+hits without per-stage scores); ``SearchResult.from_dict`` / ``Answer.from_dict`` read both.
+
+This module imports pydantic and :mod:`medretrieve.records` only: a client loads no engine.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Dict, Iterable, List, Literal, Mapping, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+
+from .records import Answer, Citation, Hit, SearchResult, StageInfo
+
+__all__ = ["MAX_K", "MAX_BATCH", "MAX_DEADLINE_MS", "MAX_QUESTION_CHARS", "DEADLINE_HEADER", "SECTIONS", "ERROR_TYPES",
+           "Stages", "SearchOptions", "SearchRequest", "BatchSearchRequest", "AnswerRequest", "BatchSearchResponse",
+           "ErrorDetail", "ErrorResponse", "deadline_header_ms", "field_errors", "Answer", "Citation", "Hit", "SearchResult",
+           "StageInfo"]
+
+MAX_K = 100  # most hits (or evidence passages) one request may ask for
+MAX_BATCH = 64  # most questions in one /v1/search:batch (ServerConfig.max_batch may lower it)
+MAX_DEADLINE_MS = 600_000.0  # the longest deadline a request may name, in the body or the header (10 min)
+MAX_QUESTION_CHARS = 4000
+DEADLINE_HEADER = "X-Deadline-Ms"
+
+#: Section categories a search may be restricted to: ``medretrieve.corpus.chunking.SECTION_CATEGORIES`` and
+#: ``other`` (a test keeps the two lists equal; the server must not load the chunker to check a request).
+SECTIONS = ("treatment", "symptoms", "diagnosis", "etiology", "prognosis", "background", "methods", "results",
+            "conclusions", "other")
+Section = Literal["treatment", "symptoms", "diagnosis", "etiology", "prognosis", "background", "methods", "results",
+                  "conclusions", "other"]
+
+#: Every ``error.type`` the API answers, with its status (the table of ``docs/serving.md``).
+ERROR_TYPES: Dict[str, int] = {
+    "invalid_json": 400, "reload_disabled": 403, "not_found": 404, "method_not_allowed": 405,
+    "request_timeout": 408, "reload_running": 409, "body_too_large": 413, "invalid_request": 422, "overloaded": 429, "internal_error": 500, "reload_failed": 500,
+    "answers_disabled": 501, "not_ready": 503, "deadline_exceeded": 504}
+
+DeadlineMs = Annotated[float, Field(gt=0, le=MAX_DEADLINE_MS, allow_inf_nan=False)]
+_DEADLINE = TypeAdapter(DeadlineMs)
+
+
+def deadline_header_ms(raw: str) -> float:
+    """The ``X-Deadline-Ms`` header's value, checked as the body's ``deadline_ms`` is (the same rule and limit):
+    pydantic's ValidationError when it is not a number of ms in (0, 600,000]."""
+    return float(_DEADLINE.validate_python(raw, strict=False))
+
+
+def field_errors(errors: Iterable[Mapping[str, Any]]) -> List[Dict[str, Optional[str]]]:
+    """``[{"field", "message"}]`` of pydantic's validation errors: the field as a dotted path (None for the body
+    as a whole; a leading ``body``, FastAPI's, dropped) and a message that names it."""
+    listed: List[Dict[str, Optional[str]]] = []
+    for e in errors:
+        name = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or None
+        kind = e.get("type")
+        msg = "unknown field" if kind == "extra_forbidden" else str(e.get("msg", "invalid"))
+        msg = msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
+        if name is None:
+            msg = "a JSON request body is required" if kind == "missing" else "the request body must be a JSON object"
+        listed.append({"field": name, "message": f"{name}: {msg}" if name else msg})
+    return listed
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _question(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty or blank")
+    if not any(ch.isalnum() for ch in value):
+        raise ValueError("must hold a word (a letter or a digit), not only punctuation or symbols")
+    return value
+
+
+Question = Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_CHARS,
+                                description="the question, in natural language")]
+
+
+class Stages(_Strict):
+    """Search stages a request may switch off (all on by default; for ablations and cheaper searches)."""
+
+    expand: bool = True
+    rerank: bool = True
+    diversify: bool = True
+    recover: bool = True
+    route: bool = True
+    dense: bool = True
+    lexical: bool = True
+    feedback: bool = True
+
+    @model_validator(mode="after")
+    def _one_first_stage(self) -> "Stages":
+        if not (self.dense or self.lexical):
+            raise ValueError("at least one of dense and lexical must be on")
+        return self
+
+
+class SearchOptions(_Strict):
+    """What a search returns and how long it may take."""
+
+    k: int = Field(10, ge=1, le=MAX_K, description="hits to return")
+    deadline_ms: Optional[DeadlineMs] = Field(
+        None, description="budget (ms) from the request's arrival, queueing included; the server's default when "
+                          "absent. The X-Deadline-Ms header may set it too (the smaller one counts).")
+    per_document: Optional[int] = Field(None, ge=1, le=MAX_K, description="most hits from one document")
+    sections: Optional[List[Section]] = Field(
+        None, min_length=1, description="section categories every hit must come from")
+    stages: Stages = Field(default_factory=Stages)
+    explain: bool = Field(False, description="add each stage's reason (the ranker's provenance included) and each "
+                                             "hit's per-stage scores to the response")
+
+    def search_kwargs(self) -> Dict[str, Any]:
+        """Keyword arguments of ``Retriever.search`` (all but the question and the deadline)."""
+        return dict(k=self.k, per_document=self.per_document, sections=self.sections, **self.stages.model_dump())
+
+
+class SearchRequest(SearchOptions):
+    """``POST /v1/search``: e.g. ``{"question": "What is the first-line drug for type 2 diabetes?", "k": 5}``."""
+
+    question: Question
+    _check_question = field_validator("question")(_question)
+
+
+class BatchSearchRequest(SearchOptions):
+    """``POST /v1/search:batch``: several questions with the same options, one deadline for them all."""
+
+    questions: List[Question] = Field(..., min_length=1, max_length=MAX_BATCH)
+
+    @field_validator("questions")
+    @classmethod
+    def _each_question(cls, value: List[str]) -> List[str]:
+        for i, q in enumerate(value):
+            try:
+                _question(q)
+            except ValueError as exc:
+                raise ValueError(f"questions[{i}] {exc}") from None
+        return value
+
+
+class AnswerRequest(_Strict):
+    """``POST /v1/answer``: e.g. ``{"question": "Is metformin first-line for type 2 diabetes?", "k": 5}``."""
+
+    question: Question
+    k: int = Field(10, ge=1, le=MAX_K, description="evidence passages to retrieve")
+    deadline_ms: Optional[DeadlineMs] = Field(None, description="budget (ms) for queueing, retrieval and generation")
+    qtype: Optional[Literal["yesno", "factoid", "list", "summary"]] = Field(
+        None, description="ask for an exact answer of this BioASQ type (default: the detected question type)")
+    mode: Literal["cite", "answer_only", "bioasq"] = Field(
+        "cite", description="cite: numbered sources and checked [n] citations; answer_only: the bare answer; "
+                            "bioasq: exact + ideal answer. Without an LLM the answer is extractive: cite only")
+    max_tokens: int = Field(512, ge=1, le=8192)
+    stream: bool = Field(False, description="answer as server-sent events: evidence, text deltas, the answer")
+    explain: bool = Field(False, description="add each evidence hit's per-stage scores")
+    _check_question = field_validator("question")(_question)
+
+
+class BatchSearchResponse(BaseModel):
+    """One ``SearchResult.to_dict()`` per question, in order."""
+
+    results: List[SearchResult]
+
+
+class ErrorDetail(BaseModel):
+    type: str = Field(description="one of: " + ", ".join(f"{name} ({status})" for name, status in ERROR_TYPES.items()))
+    message: str
+    field: Optional[str] = Field(None, description="the request field (dotted path) or header at fault, when one is")
+
+
+class ErrorResponse(BaseModel):
+    """Every error: ``{"error": {"type": ..., "message": ..., "field": ...}}``."""
+
+    error: ErrorDetail
