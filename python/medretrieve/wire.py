@@ -11,16 +11,16 @@ This module imports pydantic and :mod:`medretrieve.records` only: a client loads
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Dict, Iterable, List, Literal, Mapping, Optional
+from typing import Annotated, Any, Dict, Iterable, List, Literal, Mapping, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from .records import Answer, Citation, Hit, SearchResult, StageInfo
 
-__all__ = ["MAX_K", "MAX_BATCH", "MAX_DEADLINE_MS", "MAX_QUESTION_CHARS", "DEADLINE_HEADER", "SECTIONS", "ERROR_TYPES",
-           "Stages", "SearchOptions", "SearchRequest", "BatchSearchRequest", "AnswerRequest", "BatchSearchResponse",
-           "ErrorDetail", "ErrorResponse", "deadline_header_ms", "field_errors", "Answer", "Citation", "Hit", "SearchResult",
-           "StageInfo"]
+__all__ = ["MAX_K", "MAX_BATCH", "MAX_DEADLINE_MS", "MAX_QUESTION_CHARS", "DEADLINE_HEADER", "SECTIONS",
+           "ERROR_TYPES", "Stages", "SearchOptions", "SearchRequest", "BatchSearchRequest", "AnswerRequest",
+           "BatchSearchResponse", "ErrorDetail", "ErrorResponse", "deadline_header_ms", "field_errors", "Answer",
+           "Citation", "Hit", "SearchResult", "StageInfo"]
 
 MAX_K = 100  # most hits (or evidence passages) one request may ask for
 MAX_BATCH = 64  # most questions in one /v1/search:batch (ServerConfig.max_batch may lower it)
@@ -30,16 +30,15 @@ DEADLINE_HEADER = "X-Deadline-Ms"
 
 #: Section categories a search may be restricted to: ``medretrieve.corpus.chunking.SECTION_CATEGORIES`` and
 #: ``other`` (a test keeps the two lists equal; the server must not load the chunker to check a request).
-SECTIONS = ("treatment", "symptoms", "diagnosis", "etiology", "prognosis", "background", "methods", "results",
-            "conclusions", "other")
 Section = Literal["treatment", "symptoms", "diagnosis", "etiology", "prognosis", "background", "methods", "results",
                   "conclusions", "other"]
+SECTIONS = get_args(Section)
 
 #: Every ``error.type`` the API answers, with its status (the table of ``docs/serving.md``).
 ERROR_TYPES: Dict[str, int] = {
     "invalid_json": 400, "reload_disabled": 403, "not_found": 404, "method_not_allowed": 405,
-    "request_timeout": 408, "reload_running": 409, "body_too_large": 413, "invalid_request": 422, "overloaded": 429, "internal_error": 500, "reload_failed": 500,
-    "answers_disabled": 501, "not_ready": 503, "deadline_exceeded": 504}
+    "request_timeout": 408, "reload_running": 409, "body_too_large": 413, "invalid_request": 422, "overloaded": 429,
+    "internal_error": 500, "reload_failed": 500, "not_ready": 503, "too_many_connections": 503, "deadline_exceeded": 504}
 
 DeadlineMs = Annotated[float, Field(gt=0, le=MAX_DEADLINE_MS, allow_inf_nan=False)]
 _DEADLINE = TypeAdapter(DeadlineMs)

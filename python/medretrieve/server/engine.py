@@ -90,7 +90,8 @@ def describe(snap: Snapshot, config: ServerConfig, llm: bool) -> Dict[str, Any]:
                   "versions": manifest.get("versions"), "chunking": manifest.get("chunking")},
         "server": {"version": __version__, "pid": os.getpid(), "generation": snap.generation,
                    "loaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(snap.loaded_at)),
-                   "load_ms": round(snap.load_ms, 1), "answers": "llm" if llm else "extractive", "max_inflight": config.max_inflight,
+                   "load_ms": round(snap.load_ms, 1), "answers": "llm" if llm else "extractive",
+                   "max_inflight": config.max_inflight,
                    "max_queue": config.queue_size, "deadline_ms": config.deadline_ms,
                    "encoder_threads": config.encoder_threads},
     }

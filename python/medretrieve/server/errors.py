@@ -18,7 +18,6 @@ invalid_request        422     a field (or the ``X-Deadline-Ms`` header) is miss
 overloaded             429     shed at once (``Retry-After`` says when to try again)
 internal_error         500     a bug (its traceback goes to the server log only)
 reload_failed          500     the new collection did not load; the old one is still served
-answers_disabled       501     never sent since answers are extractive without an LLM (kept for clients)
 not_ready              503     the collection is loading or failed to load (``Retry-After: 1``)
 too_many_connections   503     the worker holds ``--max-connections`` already (closed at once)
 deadline_exceeded      504     the deadline passed before the work started (in the queue, or already at
