@@ -208,6 +208,8 @@ void bind_index(py::module_& m) {
       .def("mark_deleted", &mi::Hnsw::mark_deleted, py::call_guard<py::gil_scoped_release>())
       .def("unmark_deleted", &mi::Hnsw::unmark_deleted, py::call_guard<py::gil_scoped_release>())
       .def("resize", &mi::Hnsw::resize, py::call_guard<py::gil_scoped_release>())
+      .def("set_allow_replace_deleted", &mi::Hnsw::set_allow_replace_deleted, py::arg("allow"),
+           py::call_guard<py::gil_scoped_release>())
       .def("set_ef", &mi::Hnsw::set_ef)
       .def_property_readonly("ef", &mi::Hnsw::ef)
       .def("set_entry_beam", &mi::Hnsw::set_entry_beam)
@@ -269,17 +271,24 @@ void bind_index(py::module_& m) {
       .def("add",
            [](mi::FlatIndex& self, CArray<float> data, std::optional<CArray<uint64_t>> ids,
               std::optional<CArray<int64_t>> label_offsets, std::optional<CArray<uint32_t>> label_values,
-              int num_threads) {
+              int num_threads, bool update, bool reuse_deleted, std::optional<size_t> max_live) {
              size_t n;
              const float* p = rows_of(data, self.store().dim(), &n, "vectors");
              if (ids && (ids->ndim() != 1 || size_t(ids->shape(0)) != n))
                throw std::invalid_argument("ids must have one entry per row");
              auto labels = labels_of(label_offsets, label_values, n);
+             mi::FlatAddMode mode;
+             mode.update = update;
+             mode.reuse_deleted = reuse_deleted;
+             if (max_live) mode.max_live = *max_live;
              py::gil_scoped_release nogil;
-             self.add(p, n, ids ? ids->data() : nullptr, labels ? &*labels : nullptr, num_threads);
+             self.add(p, n, ids ? ids->data() : nullptr, labels ? &*labels : nullptr, num_threads, mode);
            },
            py::arg("data"), py::arg("ids") = py::none(), py::arg("label_offsets") = py::none(),
-           py::arg("label_values") = py::none(), py::arg("num_threads") = -1)
+           py::arg("label_values") = py::none(), py::arg("num_threads") = -1, py::arg("update") = false,
+           py::arg("reuse_deleted") = false, py::arg("max_live") = py::none(),
+           "update: existing ids take the new rows; reuse_deleted: new ids take deleted slots; max_live: "
+           "RuntimeError when more live elements would result (hnswlib's BFIndex).")
       .def("search",
            [](const mi::FlatIndex& self, CArray<float> queries, long long k, std::optional<std::vector<uint32_t>> labels,
               std::optional<py::function> filter, int num_threads) {
@@ -314,6 +323,10 @@ void bind_index(py::module_& m) {
       .def_property_readonly("dtype", [](const mi::FlatIndex& self) { return std::string(mi::dtype_name(self.store().dtype())); })
       .def_property_readonly("dim", [](const mi::FlatIndex& self) { return self.store().dim(); })
       .def_property_readonly("count", &mi::FlatIndex::count)
+      .def_property_readonly("declared_max", &mi::FlatIndex::declared_max)
+      .def("set_declared_max", &mi::FlatIndex::set_declared_max, py::arg("n"))
+      .def("contains", &mi::FlatIndex::contains, py::call_guard<py::gil_scoped_release>())
+      .def("is_deleted", &mi::FlatIndex::is_deleted_ext, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("read_only", &mi::FlatIndex::read_only)
       .def("ids", [](const mi::FlatIndex& self) {
         std::vector<uint64_t> v;

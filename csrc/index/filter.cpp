@@ -15,14 +15,13 @@ std::vector<Candidate> exact_topk(const VectorStore& store, const QueryCtx& ctx,
   for (size_t i = 0; i < n; ++i) {
     const uint32_t id = ids ? ids[i] : uint32_t(i);
     if (i + 4 < n) store.prefetch(ids ? ids[i + 4] : uint32_t(i + 4));
-    if (!filter.allowed(id)) continue;
+    if (!filter.stored_ok(id)) continue;
     const float d = use_exact ? store.exact_distance(ctx, id) : store.distance(ctx, id);
-    if (top.size() < k) {
-      top.emplace(d, id);
-    } else if (d < top.top().first) {
-      top.pop();
-      top.emplace(d, id);
-    }
+    const bool full = top.size() == k;
+    if (full && !(d < top.top().first)) continue;
+    if (filter.fn && !(*filter.fn)(id)) continue;
+    if (full) top.pop();
+    top.emplace(d, id);
   }
   std::vector<Candidate> out(top.size());
   for (size_t i = out.size(); i-- > 0;) {

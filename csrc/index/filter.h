@@ -33,13 +33,19 @@ struct ElementFilter {
     if (store->labels_exact(id)) return (sig & query->sig_low) != 0;
     return labels->side_matches(id, *query);
   }
+  // Live and carrying an allowed label: what the index itself can tell.
+  bool stored_ok(uint32_t id) const { return !store->is_deleted(id) && label_ok(id); }
   // Live, carrying an allowed label and accepted by the predicate.
-  bool allowed(uint32_t id) const { return !store->is_deleted(id) && label_ok(id) && (!fn || (*fn)(id)); }
+  bool allowed(uint32_t id) const { return stored_ok(id) && (!fn || (*fn)(id)); }
 };
 
 // Exact top-k over ids[0..n) (or over 0..n when ids is null), allowed only.
 // use_exact: score with the float32 originals when the store keeps them.
-// Returns the k closest, closest first.
+// Returns the k closest, closest first. The predicate runs only for elements
+// close enough to enter the top k (as hnswlib's BruteforceSearch): a Python
+// filter costs a GIL round trip per call, so calling it for every element
+// made a filtered flat search 20x slower than hnswlib's. A predicate must
+// therefore not count on being called for every element.
 std::vector<Candidate> exact_topk(const VectorStore& store, const QueryCtx& ctx, const ElementFilter& filter,
                                   const uint32_t* ids, size_t n, size_t k, bool use_exact);
 

@@ -22,35 +22,89 @@ void FlatIndex::train(const float* sample, size_t n) {
 }
 
 void FlatIndex::add(const float* data, size_t n, const uint64_t* ids, const std::vector<std::vector<uint32_t>>* labels,
-                    int num_threads) {
+                    int num_threads, const FlatAddMode& mode) {
   if (n == 0) return;
   if (labels && labels->size() != n) throw std::invalid_argument("labels must have one entry per row");
   std::unique_lock<SharedMutex> g(mu_);
   if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot add items");
   const size_t dim = store_.dim();
   std::vector<float> buf;
-  for (size_t i = 0; i < n; ++i) store_.prepare_input(data + i * dim, buf);
+  for (size_t i = 0; i < n; ++i) store_.prepare_input(data + i * dim, buf);  // rejects zero cosine rows
   if (ids) check_ext_ids(ids, n);
+
+  // Plan every row before changing anything: its slot, and whether it is new.
+  constexpr uint32_t kNew = UINT32_MAX;
   std::vector<uint64_t> ext(n);
+  std::vector<uint32_t> slot(n, kNew);
   std::unordered_set<uint64_t> seen;
+  size_t n_new = 0, revived = 0;
   for (size_t i = 0; i < n; ++i) {
     ext[i] = ids ? ids[i] : uint64_t(store_.count() + i);
-    uint32_t existing;
-    if (store_.find(ext[i], existing)) throw std::invalid_argument("id " + std::to_string(ext[i]) + " already exists");
     if (!seen.insert(ext[i]).second) throw std::invalid_argument("duplicate id " + std::to_string(ext[i]) + " in one add call");
+    uint32_t existing;
+    if (!store_.find(ext[i], existing)) {
+      ++n_new;
+      continue;
+    }
+    if (!mode.update) throw std::invalid_argument("id " + std::to_string(ext[i]) + " already exists");
+    slot[i] = existing;
+    revived += store_.is_deleted(existing);
+  }
+  if (size() + n_new + revived > mode.max_live)
+    throw std::runtime_error("The number of elements exceeds the specified limit");
+  std::vector<uint32_t> reuse;
+  if (mode.reuse_deleted && n_new && store_.deleted_count() > revived) {
+    reuse = deleted_slots(n_new + revived);
+    // Slots this call revives under their own id are not free.
+    reuse.erase(std::remove_if(reuse.begin(), reuse.end(),
+                               [&](uint32_t id) { return seen.count(store_.ext_id(id)) != 0; }),
+                reuse.end());
+    if (reuse.size() > n_new) reuse.resize(n_new);
   }
   if (!store_.trained()) {
     const size_t rows = n >= VectorStore::kMinTrainRows ? std::min(n, VectorStore::kTrainRows) : 0;
     store_.train(data, rows);
   }
-  if (store_.count() + n > store_.capacity()) store_.reserve(std::max(store_.count() + n, store_.capacity() * 2));
-  const uint32_t first = store_.allocate(ext.data(), n);
+  // Appended rows first: allocation is the one step left that can fail.
+  const size_t n_append = n_new - reuse.size();
+  if (n_append) {
+    std::vector<uint64_t> append_ext;
+    append_ext.reserve(n_append);
+    size_t seen_new = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (slot[i] == kNew && seen_new++ >= reuse.size()) append_ext.push_back(ext[i]);
+    if (store_.count() + n_append > store_.capacity())
+      store_.reserve(std::max(store_.count() + n_append, store_.capacity() * 2));
+    uint32_t next = store_.allocate(append_ext.data(), n_append);
+    seen_new = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (slot[i] == kNew && seen_new++ >= reuse.size()) slot[i] = next++;
+  }
+  size_t next_reuse = 0;
+  std::vector<bool> clear_labels(n, false);  // a reused slot does not keep the deleted element's labels
+  for (size_t i = 0; i < n; ++i) {
+    if (slot[i] != kNew) continue;
+    slot[i] = reuse[next_reuse++];
+    store_.rebind(slot[i], ext[i]);
+    clear_labels[i] = true;
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (store_.set_deleted(slot[i], false)) store_.note_deleted_delta(-1);
   parallel_for(0, n, num_threads, [&](size_t i, size_t) {
     std::vector<float> local;
-    const uint32_t id = first + uint32_t(i);
-    store_.encode(id, store_.prepare_input(data + i * dim, local));
-    if (labels) assign_labels(store_, labels_, id, normalise_labels((*labels)[i]));
+    store_.encode(slot[i], store_.prepare_input(data + i * dim, local));
+    if (labels)
+      assign_labels(store_, labels_, slot[i], normalise_labels((*labels)[i]));
+    else if (clear_labels[i])
+      assign_labels(store_, labels_, slot[i], {});
   });
+}
+
+std::vector<uint32_t> FlatIndex::deleted_slots(size_t limit) const {
+  std::vector<uint32_t> out;
+  for (uint32_t id = 0; id < store_.count() && out.size() < limit; ++id)
+    if (store_.is_deleted(id)) out.push_back(id);
+  return out;
 }
 
 std::vector<Candidate> FlatIndex::search_prepared(const QueryCtx& ctx, size_t k, const LabelQuery* lq,
@@ -110,6 +164,19 @@ std::vector<uint64_t> FlatIndex::ids() const {
   std::vector<uint64_t> out(store_.count());
   for (size_t i = 0; i < out.size(); ++i) out[i] = store_.ext_id(uint32_t(i));
   return out;
+}
+
+bool FlatIndex::contains(uint64_t ext) const {
+  std::shared_lock<SharedMutex> g(mu_);
+  uint32_t id;
+  return store_.find(ext, id);
+}
+
+bool FlatIndex::is_deleted_ext(uint64_t ext) const {
+  std::shared_lock<SharedMutex> g(mu_);
+  uint32_t id;
+  if (!store_.find(ext, id)) throw std::runtime_error("Label not found");
+  return store_.is_deleted(id);
 }
 
 PackedRows FlatIndex::pack_live() const {

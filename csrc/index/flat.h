@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <memory>
 #include <shared_mutex>
 #include <string>
@@ -43,14 +44,28 @@ struct PackedQueries {
   std::vector<float> rows;
 };
 
+// How add() treats ids already stored and deleted slots. The defaults are the
+// native API's; hnswlib's BFIndex (Python) sets all three.
+struct FlatAddMode {
+  // An id already stored (live or deleted) takes the new vector, and the new
+  // labels when given, and is live again; otherwise it is std::invalid_argument.
+  bool update = false;
+  // New ids take the slots of deleted elements before the store grows (the
+  // deleted ids are gone then: hnswlib's BFIndex removes on delete).
+  bool reuse_deleted = false;
+  // std::runtime_error when the call would leave more live elements.
+  size_t max_live = SIZE_MAX;
+};
+
 class FlatIndex {
  public:
   FlatIndex(Space space, DType dtype, size_t dim);
 
-  // ids == null: ids size()..; existing ids raise std::invalid_argument.
-  // Capacity grows as needed. int8: the first batch trains the centre.
+  // ids == null: ids size()..; an existing id raises std::invalid_argument
+  // unless mode.update. Capacity grows as needed. int8: the first batch
+  // trains the centre. Every check runs before anything changes.
   void add(const float* data, size_t n, const uint64_t* ids, const std::vector<std::vector<uint32_t>>* labels,
-           int num_threads);
+           int num_threads, const FlatAddMode& mode = {});
   void search(const float* queries, size_t nq, size_t k, const LabelQuery* labels, const IdPredicate* predicate,
               int num_threads, int64_t* out_ids, float* out_scores) const;
   // One prepared query, internal ids + distances, closest first.
@@ -61,6 +76,14 @@ class FlatIndex {
   void unmark_deleted(uint64_t ext);
   void get_items(const uint64_t* ids, size_t n, float* out) const;
   std::vector<uint64_t> ids() const;
+  bool contains(uint64_t ext) const;
+  // Throws std::runtime_error "Label not found" for an unknown id.
+  bool is_deleted_ext(uint64_t ext) const;
+  // The element limit a caller declared (hnswlib's BFIndex max_elements): not
+  // enforced here (FlatAddMode::max_live is), saved as the file header's
+  // max_elements (at least the count) and read back by load.
+  void set_declared_max(size_t n) { declared_max_ = n; }
+  size_t declared_max() const { return declared_max_; }
   PackedRows pack_live() const;
   PackedQueries pack_queries(const float* queries, size_t nq) const;
   size_t size() const { return store_.count() - store_.deleted_count(); }  // live elements
@@ -76,10 +99,14 @@ class FlatIndex {
   static std::unique_ptr<FlatIndex> from_bytes(const char* data, size_t size);
 
  private:
+  // Internal ids of deleted elements, at most `limit` of them (a scan: only
+  // reuse_deleted adds with deletions present pay it).
+  std::vector<uint32_t> deleted_slots(size_t limit) const;
   VectorStore store_;
   LabelTable labels_;
   mutable SharedMutex mu_;
   std::shared_ptr<MappedFile> mapping_;
+  std::atomic<size_t> declared_max_{0};
   friend class FlatSerializer;
 };
 

@@ -837,6 +837,16 @@ void Hnsw::unmark_deleted(uint64_t ext) {
   }
 }
 
+void Hnsw::set_allow_replace_deleted(bool allow) {
+  std::unique_lock<SharedMutex> g(mu_);
+  std::lock_guard<std::mutex> dg(deleted_mu_);
+  p_.allow_replace_deleted = allow;
+  deleted_slots_.clear();
+  if (allow)
+    for (uint32_t id = 0; id < store_.count(); ++id)
+      if (store_.is_deleted(id)) deleted_slots_.push_back(id);
+}
+
 std::vector<uint64_t> Hnsw::ids() const {
   std::shared_lock<SharedMutex> g(mu_);
   std::vector<uint64_t> out(count());

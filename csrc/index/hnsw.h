@@ -110,6 +110,9 @@ class Hnsw {
   void mark_deleted(uint64_t ext);
   void unmark_deleted(uint64_t ext);
   void resize(size_t max_elements);
+  // hnswlib's load_index(..., allow_replace_deleted): whether add(replace_deleted)
+  // may reuse deleted slots, from now on (every deleted slot becomes reusable).
+  void set_allow_replace_deleted(bool allow);
   void set_ef(size_t ef) { ef_.store(ef ? ef : 1); }
   // Layer-0 entry points taken from a beam search of this width on layer 1 (1: one greedy descent, as
   // hnswlib; kAutoEntryBeam: ef / kAutoBeamPerEf, the default). The beam's distance evaluations grow

@@ -336,7 +336,8 @@ std::vector<char> FlatIndex::to_bytes() const {
   // lock exclusively, so this is a consistent snapshot, taken beside searches.
   std::shared_lock<SharedMutex> g(mu_);
   FileHeader h = store_header(store_);
-  h.max_elements = store_.count();
+  // A declared limit (BFIndex) survives a save; the store itself can hold at most 2^32 - 2 elements.
+  h.max_elements = std::max(store_.count(), std::min<size_t>(declared_max_, UINT32_MAX - 1));
   h.entry_point = Hnsw::kNone;
   h.max_level = -1;
   const size_t n = store_.count();
@@ -359,6 +360,7 @@ class FlatSerializer {
     VectorStore& store = idx->store_;
     fill_store(store, f, what, map != nullptr, [&store](size_t count) { store.reserve(count); });
     idx->mapping_ = map;
+    idx->declared_max_ = size_t(h.max_elements);
     load_labels(f, idx->store_, idx->labels_, what);
     return idx;
   }

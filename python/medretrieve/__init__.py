@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from .fusion import mmr as mmr
     from .fusion import mmr_batch as mmr_batch
     from .fusion import rrf as rrf
+    from .index import BFIndex as BFIndex
     from .index import FlatIndex as FlatIndex
     from .index import Index as Index
     from .corpus.collection import Collection as Collection
@@ -87,6 +88,7 @@ _LAZY = {
     "__version__": "_version",  # importlib.metadata is slow to import
     "Index": "index",
     "FlatIndex": "index",
+    "BFIndex": "index",
     "mmr": "fusion",
     "mmr_batch": "fusion",
     "rrf": "fusion",

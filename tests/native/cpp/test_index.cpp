@@ -486,6 +486,70 @@ TEST(Flat, ExactMatchesBruteForceWithLabelsAndDeletions) {
   EXPECT_EQ(g->size(), n - 1);
 }
 
+// hnswlib's BFIndex semantics (FlatAddMode): updates revive deleted ids in
+// place, new ids reuse deleted slots, the live limit is checked before any change.
+TEST(Flat, AddModeUpdatesReusesSlotsAndKeepsTheLimit) {
+  const size_t dim = 8;
+  const auto x = random_rows(6, dim, 21);
+  FlatIndex f(Space::L2, DType::Float32, dim);
+  FlatAddMode bf;
+  bf.update = bf.reuse_deleted = true;
+  bf.max_live = 4;
+  const uint64_t first[] = {10, 11, 12, 13};
+  std::vector<std::vector<uint32_t>> labels(4, std::vector<uint32_t>{7});
+  f.add(x.data(), 4, first, &labels, 1, bf);
+  const uint64_t one_more[] = {14};
+  EXPECT_THROW(f.add(x.data() + 4 * dim, 1, one_more, nullptr, 1, bf), std::runtime_error);
+  EXPECT_EQ(f.count(), 4u);  // nothing changed
+  EXPECT_THROW(f.add(x.data(), 1, first, nullptr, 1), std::invalid_argument);  // the native default refuses updates
+  f.mark_deleted(11);
+  f.mark_deleted(12);
+  const uint64_t mixed[] = {12, 20};  // 12 revived in place, 20 takes 11's slot
+  f.add(x.data() + 4 * dim, 2, mixed, nullptr, 1, bf);
+  EXPECT_EQ(f.count(), 4u);
+  EXPECT_EQ(f.size(), 4u);
+  EXPECT_FALSE(f.contains(11));
+  EXPECT_FALSE(f.is_deleted_ext(12));
+  std::vector<float> got(dim);
+  const uint64_t twenty = 20;
+  f.get_items(&twenty, 1, got.data());
+  EXPECT_EQ(got, std::vector<float>(x.begin() + 5 * dim, x.begin() + 6 * dim));
+  LabelQuery lq = LabelQuery::make({7});
+  std::vector<int64_t> ids(4);
+  std::vector<float> sc(4);
+  f.search(x.data(), 1, 4, &lq, nullptr, 1, ids.data(), sc.data());
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), -1), 1);  // 20 did not inherit 11's label; 12 kept its own
+  f.set_declared_max(4);
+  const std::vector<char> bytes = f.to_bytes();
+  EXPECT_EQ(FlatIndex::from_bytes(bytes.data(), bytes.size())->declared_max(), 4u);
+}
+
+// The predicate runs only for elements that would enter the top k, and the
+// result is the exact filtered top k.
+TEST(Flat, PredicateRunsOnlyForCandidatesOfTheTopK) {
+  const size_t n = 2000, dim = 16, k = 5;
+  const auto x = random_rows(n, dim, 23), q = random_rows(1, dim, 24);
+  FlatIndex f(Space::L2, DType::Float32, dim);
+  f.add(x.data(), n, nullptr, nullptr, 1);
+  std::atomic<size_t> calls{0};
+  const IdPredicate odd = [&calls, &f](uint32_t id) {
+    ++calls;
+    return f.store().ext_id(id) % 2 == 1;
+  };
+  std::vector<int64_t> ids(k);
+  std::vector<float> sc(k);
+  f.search(q.data(), 1, k, nullptr, &odd, 1, ids.data(), sc.data());
+  EXPECT_LT(calls.load(), n / 4);  // ~290 here: k log(n / k) for each of the 8 interleaved clusters
+  std::vector<std::pair<float, int64_t>> all;
+  for (size_t i = 1; i < n; i += 2) {
+    float d = 0;
+    for (size_t j = 0; j < dim; ++j) d += (x[i * dim + j] - q[j]) * (x[i * dim + j] - q[j]);
+    all.emplace_back(d, int64_t(i));
+  }
+  std::sort(all.begin(), all.end());
+  for (size_t j = 0; j < k; ++j) EXPECT_EQ(ids[j], all[j].second);
+}
+
 // pack_live / pack_queries feed the CUDA table: the accelerator's formula
 // (float64 here) plus the per-query offset must give the CPU search's scores.
 TEST(Flat, PackedRowsAndQueriesReproduceTheCpuScores) {

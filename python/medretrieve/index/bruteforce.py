@@ -1,0 +1,123 @@
+"""``BFIndex``: hnswlib's exact (brute-force) index API over the native flat index.
+
+The same calls, arguments, results and errors as ``hnswlib.BFIndex``, with two differences a caller can see:
+
+* ``knn_query`` raises RuntimeError when fewer than ``k`` elements pass (hnswlib returns garbage rows then), and
+  runs its ``filter`` only for elements close enough to enter the top k (as hnswlib does), so a filter must not count
+  on seeing every element.
+* ``add_items`` adds all rows or none: past ``max_elements`` it raises before changing anything (hnswlib adds the
+  rows that fit first).
+
+``dtype="int8"`` (a keyword hnswlib does not have) stores int8 codes; the default float32 keeps vectors exact.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+
+from .. import _core
+from ._hnswlib import check_filter, knn_results
+from ._inputs import IndexInputError, as_id, as_ids, as_rows, check_dim, check_dtype, check_k, check_space, \
+    check_threads, int_arg
+
+
+class BFIndex:
+    """Exact k-NN with hnswlib's ``BFIndex`` API: ``init_index``, ``add_items`` (an existing id takes the new vector),
+    ``delete_vector``, ``knn_query`` (hnswlib distances, ``filter``), ``save_index`` / ``load_index``,
+    ``get_max_elements``, ``get_current_count``, ``set_num_threads`` / ``num_threads``."""
+
+    def __init__(self, space: str, dim: int, *, dtype: str = "float32") -> None:
+        self.space = check_space(space)
+        self.dim = check_dim(dim)
+        self.dtype = check_dtype(dtype)
+        self.num_threads = -1  # hnswlib's default: every core
+        self._core: Optional[Any] = None
+        self._max_elements = 0
+        self._next_id = 0  # hnswlib's default ids count the rows added, whatever their ids were
+
+    def _c(self) -> Any:
+        if self._core is None:
+            raise RuntimeError("BFIndex is not initialised: call init_index() or load_index() first")
+        return self._core
+
+    def init_index(self, max_elements: int) -> None:
+        """Room for ``max_elements`` live vectors (rows are stored as they come, not allocated up front)."""
+        if self._core is not None:
+            raise RuntimeError("The index is already initiated.")
+        limit = int_arg(max_elements, "max_elements")
+        if limit < 0:
+            raise IndexInputError(f"max_elements must be >= 0, got {limit}")
+        self._core = self._new_core(limit)
+        self._max_elements = limit
+
+    def _new_core(self, limit: int) -> Any:
+        core = _core.FlatIndexCore(self.space, self.dtype, self.dim)
+        core.set_declared_max(limit)
+        return core
+
+    def add_items(self, data: Any, ids: Any = None, num_threads: int = -1) -> None:
+        """Adds rows; an id already stored takes the new vector. Default ids continue from the rows added so far."""
+        core = self._c()
+        rows = as_rows(data, self.dim)
+        n = rows.shape[0]
+        ids_arr = as_ids(ids, n)
+        if ids_arr is None:
+            ids_arr = np.arange(self._next_id, self._next_id + n, dtype=np.uint64)
+        core.add(rows, ids_arr, None, None, self._threads(num_threads), update=True, reuse_deleted=True,
+                 max_live=self._max_elements)
+        self._next_id += n
+
+    def delete_vector(self, label: int) -> None:
+        """Removes an element (its id can be added again); an id not stored is ignored, as in hnswlib."""
+        core = self._c()
+        ext = as_id(label)
+        if core.contains(ext) and not core.is_deleted(ext):
+            core.mark_deleted(ext)
+
+    def knn_query(
+        self, data: Any, k: int = 1, num_threads: int = -1, filter: Optional[Callable[[int], bool]] = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(labels uint64 [n, k], distances float32 [n, k])``, closest first, exact; distances as hnswlib's
+        (``1 - ip``, ``1 - cos``, squared L2). ``filter(label) -> bool`` is called with the GIL from the search
+        threads, only for elements close enough to enter the top k."""
+        rows = as_rows(data, self.dim, "queries")
+        k = check_k(k)
+        check_filter(filter)
+        ids, scores = self._c().search(rows, k, None, filter, self._threads(num_threads))
+        return knn_results(ids, scores, self.space, f"Fewer than k={k} elements pass")
+
+    def _threads(self, num_threads: Any) -> int:
+        n = check_threads(num_threads)
+        return check_threads(self.num_threads) if n < 0 else n
+
+    def set_num_threads(self, num_threads: int) -> None:
+        self.num_threads = check_threads(num_threads)
+
+    def get_max_elements(self) -> int:
+        return self._max_elements
+
+    def get_current_count(self) -> int:
+        """Live elements (deleted ones are not counted, as hnswlib removes them)."""
+        return len(self._c())
+
+    def save_index(self, path: Union[str, os.PathLike]) -> None:
+        """Atomic save in medretrieve's flat-index format (``FlatIndex.load`` reads it too), with max_elements."""
+        self._c().save(os.fspath(path))
+
+    def load_index(self, path: Union[str, os.PathLike], max_elements: int = 0) -> None:
+        """Replaces this index's contents with a saved one; room for the larger of the saved ``max_elements`` (a
+        file saved by ``FlatIndex`` holds its count) and ``max_elements``."""
+        core = _core.FlatIndexCore.load(os.fspath(path), False)
+        if (core.space, core.dim) != (self.space, self.dim):
+            raise IndexInputError(
+                f"index file holds space={core.space} dim={core.dim}, this BFIndex is space={self.space} dim={self.dim}"
+            )
+        limit = max(int(core.declared_max), int_arg(max_elements, "max_elements"))
+        core.set_declared_max(limit)
+        self.dtype = core.dtype
+        self._core, self._max_elements, self._next_id = core, limit, len(core)
+
+    def __repr__(self) -> str:
+        return f"<medretrieve.BFIndex(space='{self.space}', dim={self.dim})>"

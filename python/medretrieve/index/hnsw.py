@@ -1,0 +1,412 @@
+"""``Index``: the HNSW index over float32 or int8 vectors, hnswlib-compatible plus a native API."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
+
+import numpy as np
+
+from .. import _core
+from ._hnswlib import check_filter, knn_results
+from ._inputs import (
+    IndexInputError, LabelsArg, as_ef, as_id, as_ids, as_rows, check_count, check_dim, check_dtype, check_k,
+    check_space, check_threads, item_ids, labels_csr, query_labels,
+)
+
+@dataclass(frozen=True)
+class IndexStats:
+    """A snapshot of an index's state (``Index.stats()``); ``memory_bytes`` counts native bytes held.
+
+    ``bytes_per_slab``: bytes of one element's slab (level-0 links, label signature, int8 scale and norm term,
+    code); ``link_bits``: the width of each level-0 link id in it, the bits ``max_elements`` needs (at least 16;
+    32 in files of format versions 1-2), widened when the index grows past a power of two.
+    """
+
+    space: str
+    dtype: str
+    dim: int
+    M: int
+    ef_construction: int
+    ef: int
+    count: int
+    deleted: int
+    max_elements: int
+    max_level: int
+    keep_float: bool
+    prune_alpha: float
+    read_only: bool
+    memory_bytes: int
+    bytes_per_slab: int
+    link_bits: int
+    simd_level: str
+
+
+class Index:
+    """HNSW index over float32 or int8 vectors; hnswlib-compatible plus a native API.
+
+    hnswlib API: ``init_index``, ``add_items``, ``knn_query`` (hnswlib distances), ``set_ef``, ``save_index``,
+    ``load_index``, ``mark_deleted``... Native API: ``add`` (labels, ``update``), ``search`` (similarities, per-query
+    ``ef``, label filter, padded results), ``train``, ``save``, ``Index.load(path, mmap=True)``, ``stats``.
+    """
+
+    def __init__(self, space: str, dim: int) -> None:
+        self._space = check_space(space)
+        self._dim = check_dim(dim)
+        self._core: Optional[Any] = None
+        self._num_threads = -1
+
+    # --- construction ---------------------------------------------------
+    def init_index(
+        self,
+        max_elements: int,
+        M: int = 16,
+        ef_construction: int = 200,
+        random_seed: int = 100,
+        allow_replace_deleted: bool = False,
+        *,
+        dtype: str = "float32",
+        keep_float: bool = False,
+        prune_alpha: Optional[float] = None,
+    ) -> None:
+        """Allocates room for ``max_elements`` vectors (grow later with ``resize_index``).
+
+        ``prune_alpha`` (1 to 2; None: the library's default, 1.05) spreads each element's links: hnswlib's rule keeps
+        a candidate only if no kept link is closer to it than the element is, and a list with room left also takes the
+        dropped candidates that pass the rule relaxed by this factor (on squared distances, as Vamana's alpha). 1 keeps
+        to hnswlib's rule; the default buys recall per ``ef`` for a longer build. Saved with the index.
+        """
+        for name, v in (("max_elements", max_elements), ("M", M), ("ef_construction", ef_construction)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise IndexInputError(f"{name} must be a non-negative integer, got {v!r}")
+        if M < 2:
+            raise IndexInputError("M must be at least 2")
+        dtype = check_dtype(dtype)
+        if keep_float and dtype != "int8":
+            raise IndexInputError("keep_float only applies to dtype='int8'")
+        extra = {}
+        if prune_alpha is not None:
+            if isinstance(prune_alpha, bool) or not isinstance(prune_alpha, (int, float, np.integer, np.floating)) \
+                    or not 1.0 <= float(prune_alpha) <= 2.0:
+                raise IndexInputError(f"prune_alpha must be a number in [1, 2], got {prune_alpha!r}")
+            extra["prune_alpha"] = float(prune_alpha)
+        self._core = _core.HnswIndex(
+            self._space, dtype, self._dim, int(max_elements), int(M), max(1, int(ef_construction)),
+            int(random_seed) & (2**64 - 1), bool(keep_float), bool(allow_replace_deleted), **extra,
+        )
+
+    def _c(self) -> Any:
+        if self._core is None:
+            raise RuntimeError("Index is not initialised: call init_index() or load_index() first")
+        return self._core
+
+    # --- properties (hnswlib names) --------------------------------------
+    @property
+    def space(self) -> str:
+        return self._space
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def dtype(self) -> str:
+        return self._c().stats()["dtype"]
+
+    @property
+    def M(self) -> int:
+        return self._c().stats()["M"]
+
+    @property
+    def ef_construction(self) -> int:
+        return self._c().stats()["ef_construction"]
+
+    @property
+    def ef(self) -> int:
+        return self._c().ef
+
+    @ef.setter
+    def ef(self, value: int) -> None:
+        self.set_ef(value)
+
+    @property
+    def entry_beam(self) -> int:
+        return self._c().entry_beam
+
+    @entry_beam.setter
+    def entry_beam(self, value: int) -> None:
+        self.set_entry_beam(value)
+
+    @property
+    def max_elements(self) -> int:
+        return 0 if self._core is None else self._core.capacity
+
+    @property
+    def element_count(self) -> int:
+        return 0 if self._core is None else self._core.count
+
+    @property
+    def num_threads(self) -> int:
+        return self._num_threads if self._num_threads > 0 else (os.cpu_count() or 1)
+
+    @num_threads.setter
+    def num_threads(self, value: int) -> None:
+        self.set_num_threads(value)
+
+    def set_num_threads(self, num_threads: int) -> None:
+        """Default thread count for add/search calls (-1: all cores; more than the hardware threads are capped)."""
+        self._num_threads = check_threads(num_threads)
+
+    def set_ef(self, ef: int) -> None:
+        """Default efSearch (candidate list size); values below k are raised to k per query (0 is accepted, as
+        in hnswlib)."""
+        if isinstance(ef, bool) or not isinstance(ef, (int, np.integer)):
+            raise TypeError(f"ef must be an integer, got {type(ef).__name__}")
+        if ef < 0:
+            raise IndexInputError(f"ef must be >= 0, got {ef}")
+        self._c().set_ef(max(1, int(ef)))
+
+    def set_entry_beam(self, beam: int) -> None:
+        """Width of the beam search on layer 1 whose best ``beam`` elements seed the layer-0 search. 0 (the
+        default) uses ``max(1, ef // 8)`` per query; 1 is one greedy descent, as hnswlib.
+        A single descent sometimes ends in the wrong cluster, and only a much larger ef recovers; a beam of
+        ef // 8 grows with the layer-0 search, so it costs a near-constant share of a query (under a tenth of
+        its time) at any ef (``bench/ann.py``, ``bench/scale.py --entry-beam``, RESULTS.md). Not saved with
+        the index."""
+        if isinstance(beam, bool) or not isinstance(beam, (int, np.integer)):
+            raise TypeError(f"entry_beam must be an integer, got {type(beam).__name__}")
+        if not 0 <= beam <= 4096:
+            raise IndexInputError(f"entry_beam must be in [0, 4096] (0: ef // 8), got {beam}")
+        self._c().set_entry_beam(int(beam))
+
+    def _threads(self, num_threads: Any) -> int:
+        n = check_threads(num_threads)
+        return self._num_threads if n < 0 else n
+
+    def get_current_count(self) -> int:
+        return self.element_count
+
+    def get_max_elements(self) -> int:
+        return self.max_elements
+
+    def __len__(self) -> int:
+        """Live (not deleted) elements."""
+        c = self._core
+        return 0 if c is None else c.count - c.deleted_count
+
+    # --- native API -----------------------------------------------------
+    def train(self, sample: Any) -> None:
+        """int8: sets the quantization centre from ``sample`` rows (call before the first add)."""
+        self._c().train(as_rows(sample, self._dim, "training vectors"))
+
+    def add(
+        self,
+        vectors: Any,
+        ids: Any = None,
+        labels: LabelsArg = None,
+        num_threads: int = -1,
+        update: bool = False,
+    ) -> None:
+        """Adds rows (ids default to ``element_count + i``).
+
+        ``ids``: integers in ``[0, 2**63 - 1]`` (see the module docstring). ``labels``: one int per row, a list of int
+        lists (e.g. section ids), or None. An existing id raises
+        ``ValueError`` unless ``update=True`` (then the vector - and the labels, when given - are replaced and the
+        element re-linked). Multithreaded, GIL released.
+        """
+        rows = as_rows(vectors, self._dim)
+        ids_arr = as_ids(ids, rows.shape[0])
+        off, vals = labels_csr(labels, rows.shape[0])
+        self._c().add(rows, ids_arr, off, vals, self._threads(num_threads), bool(update), False)
+
+    def search(
+        self,
+        queries: Any,
+        k: int,
+        ef: Union[None, int, Sequence[int], np.ndarray] = None,
+        labels: Union[None, int, Iterable[int]] = None,
+        num_threads: int = -1,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """k nearest neighbours: ``(ids int64 [n, k], scores float32 [n, k])``, best first.
+
+        Scores are similarities (ip/cosine: inner product; l2: negative squared L2). Rows with fewer than k results
+        are padded with id -1 and score -inf; ``k`` may be at most ``max(element_count, 1024)`` (ValueError beyond).
+        ``ef``: one int or one per query (raised to k). ``labels``: keep only elements carrying any of these labels
+        (exact search over the allowed subset when that is cheaper).
+        """
+        rows = as_rows(queries, self._dim, "queries")
+        k = check_k(k)
+        return self._c().search(rows, k, as_ef(ef, rows.shape[0]), query_labels(labels), None, self._threads(num_threads))
+
+    def search_mmr(
+        self,
+        query: Any,
+        k: int,
+        fetch_k: int = 50,
+        lambda_: float = 0.5,
+        ef: Optional[int] = None,
+        labels: Union[None, int, Iterable[int]] = None,
+        *,
+        return_relevance: bool = False,
+    ) -> Union[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Search ``fetch_k`` candidates and diversify them to ``k`` with MMR, in one native call.
+
+        MMR = lambda * sim(q, d) - (1 - lambda) * max_j sim(d, d_j), with the index's own similarity (ip/cosine:
+        inner product, l2: negative squared L2; int8 pairs from the stored codes, never dequantized to Python).
+        Returns ``(ids int64 [<=k], mmr_scores float32)`` in pick order, plus the similarity to the query
+        (``relevance``) when ``return_relevance``. ``fetch_k`` is raised to ``k`` and ``ef`` to ``fetch_k``; ``k`` and
+        ``fetch_k`` may be at most ``max(element_count, 1024)`` (ValueError beyond).
+        Use ``medretrieve.lambda_for(query_type)`` for a per-query lambda.
+        """
+        q = as_rows(query, self._dim, "query")
+        if q.shape[0] != 1:
+            raise IndexInputError(f"search_mmr takes one query, got {q.shape[0]} rows")
+        k = check_k(k)
+        fetch = check_count(fetch_k, "fetch_k")
+        lam = float(lambda_)
+        if not 0.0 <= lam <= 1.0:
+            raise IndexInputError(f"lambda_ must be in [0, 1], got {lambda_!r}")
+        ef_value = None if ef is None else check_count(ef, "ef")
+        ids, scores, relevance = _core.search_mmr(self._c(), q[0], k, fetch, lam, ef_value, query_labels(labels))
+        return (ids, scores, relevance) if return_relevance else (ids, scores)
+
+    def labels_of(self, id: int) -> list[int]:
+        """The labels element ``id`` carries."""
+        return list(self._c().labels_of(as_id(id)))
+
+    def memory_bytes(self) -> int:
+        """Native bytes held (slabs, links, ids, labels; excludes a memory-mapped file's pages)."""
+        return int(self._c().memory_bytes())
+
+    def stats(self) -> IndexStats:
+        s = self._c().stats()
+        return IndexStats(
+            space=s["space"], dtype=s["dtype"], dim=s["dim"], M=s["M"], ef_construction=s["ef_construction"],
+            ef=s["ef"], count=s["count"], deleted=s["deleted"], max_elements=s["max_elements"],
+            max_level=s["max_level"], keep_float=s["keep_float"], prune_alpha=s["prune_alpha"], read_only=s["read_only"],
+            memory_bytes=s["memory_bytes"], bytes_per_slab=s["bytes_per_slab"], link_bits=s["link_bits"],
+            simd_level=s["simd_level"],
+        )
+
+    def save(self, path: Union[str, os.PathLike], snapshot: bool = True) -> None:
+        """Atomic save in medretrieve's versioned format (temp file, fsync, rename).
+
+        ``snapshot=True`` copies the index into memory under its lock and writes the copy after, so concurrent
+        searches wait only for the copy, at the price of the index's size again in memory for the moment.
+        ``snapshot=False`` writes the file straight from the index while holding the lock (searches and adds wait
+        for the whole write): no second copy, what a large build uses. Same file either way.
+        """
+        self._c().save(os.fspath(path), bool(snapshot))
+
+    @classmethod
+    def load(cls, path: Union[str, os.PathLike], mmap: bool = False) -> "Index":
+        """Loads a saved index; ``mmap=True`` serves it read-only from a memory map (mutations raise)."""
+        core = _core.HnswIndex.load(os.fspath(path), bool(mmap))
+        s = core.stats()
+        obj = cls(s["space"], s["dim"])
+        obj._core = core
+        return obj
+
+    # --- hnswlib API ----------------------------------------------------
+    def add_items(self, data: Any, ids: Any = None, num_threads: int = -1, replace_deleted: bool = False) -> None:
+        """hnswlib ``add_items``: existing ids are updated; ``replace_deleted`` reuses deleted slots."""
+        rows = as_rows(data, self._dim)
+        ids_arr = as_ids(ids, rows.shape[0])
+        self._c().add(rows, ids_arr, None, None, self._threads(num_threads), True, bool(replace_deleted))
+
+    def knn_query(
+        self,
+        data: Any,
+        k: int = 1,
+        num_threads: int = -1,
+        filter: Optional[Callable[[int], bool]] = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """hnswlib ``knn_query``: ``(labels uint64 [n, k], distances float32 [n, k])``, closest first.
+
+        Distances: ``1 - ip`` (ip), ``1 - cos`` (cosine), squared L2 (l2). ``filter(label) -> bool`` keeps elements
+        (called with the GIL, from any search thread). Raises RuntimeError when fewer than k elements are found, and
+        ValueError for ``k > max(element_count, 1024)``.
+        """
+        rows = as_rows(data, self._dim, "queries")
+        k = check_k(k)
+        check_filter(filter)
+        ids, scores = self._c().search(rows, k, None, None, filter, self._threads(num_threads))
+        return knn_results(ids, scores, self._space, "Probably ef or M is too small")
+
+    def get_items(self, ids: Any = None, return_type: str = "numpy") -> Union[np.ndarray, list]:
+        """Vectors of live elements (int8: dequantized, or the kept float32 originals); None = all live ones."""
+        if return_type not in ("numpy", "list"):
+            raise IndexInputError("return_type must be 'numpy' or 'list'")
+        core = self._c()
+        if ids is None:
+            all_ids = core.ids()
+            ids_arr = np.array([i for i in all_ids if not core.is_deleted(int(i))], dtype=np.uint64)
+        else:
+            ids_arr = item_ids(ids)
+        out = core.get_items(ids_arr)
+        return out if return_type == "numpy" else out.tolist()
+
+    def get_ids_list(self) -> list[int]:
+        """External ids of every stored element (deleted ones included, as hnswlib)."""
+        if self._core is None:
+            return []
+        return [int(i) for i in self._core.ids()]
+
+    def mark_deleted(self, label: int) -> None:
+        """Hides an element from results (it stays navigable; reusable with replace_deleted)."""
+        self._c().mark_deleted(as_id(label))
+
+    def unmark_deleted(self, label: int) -> None:
+        self._c().unmark_deleted(as_id(label))
+
+    def resize_index(self, new_size: int) -> None:
+        """hnswlib ``resize_index``: capacity to ``new_size`` elements (not below the count). Past a power of two
+        every slab is rewritten with wider level-0 link ids (``IndexStats.link_bits``), a pass over the index."""
+        self._c().resize(int(new_size))
+
+    def save_index(self, path: Union[str, os.PathLike]) -> None:
+        self.save(path)
+
+    def load_index(
+        self, path: Union[str, os.PathLike], max_elements: int = 0, allow_replace_deleted: bool = False
+    ) -> None:
+        """hnswlib ``load_index``: replaces this index's contents; grows capacity to ``max_elements`` if larger.
+
+        ``allow_replace_deleted`` sets whether ``add_items(..., replace_deleted=True)`` may reuse deleted slots from
+        now on, as in hnswlib (which does not save it); ``Index.load`` keeps the setting the file was saved with.
+        """
+        core = _core.HnswIndex.load(os.fspath(path), False)
+        s = core.stats()
+        if s["space"] != self._space or s["dim"] != self._dim:
+            raise IndexInputError(
+                f"index file holds space={s['space']} dim={s['dim']}, this Index is space={self._space} dim={self._dim}"
+            )
+        if max_elements and max_elements > core.capacity:
+            core.resize(int(max_elements))
+        core.set_allow_replace_deleted(bool(allow_replace_deleted))
+        self._core = core
+
+    # --- pickling -------------------------------------------------------
+    def __getstate__(self) -> dict:
+        return {
+            "space": self._space,
+            "dim": self._dim,
+            "num_threads": self._num_threads,
+            "data": None if self._core is None else self._core.to_bytes(),
+        }
+
+    def __setstate__(self, state: dict) -> None:
+        self._space = state["space"]
+        self._dim = state["dim"]
+        self._num_threads = state["num_threads"]
+        self._core = None if state["data"] is None else _core.HnswIndex.from_bytes(state["data"])
+
+    def __repr__(self) -> str:
+        if self._core is None:
+            return f"Index(space={self._space!r}, dim={self._dim}, uninitialised)"
+        s = self._core.stats()
+        return (
+            f"Index(space={self._space!r}, dim={self._dim}, dtype={s['dtype']!r}, count={s['count']}, "
+            f"deleted={s['deleted']}, max_elements={s['max_elements']}, M={s['M']}, ef={s['ef']}"
+            f"{', read-only mmap' if s['read_only'] else ''})"
+        )
