@@ -8,7 +8,7 @@ the engine (the native core, numpy, the encoders). The engine fills them: ``Retr
 ``medretrieve.generation.generate`` re-export them under their historical names).
 
 ``explain``: the whole record (the default) or a compact one for the wire, where stages carry no ``reason`` (the
-learned ranker's reason alone names its provenance in ~700 bytes) and hits no per-stage ``scores``;
+learned ranker's reason alone names its provenance in ~700 bytes) and hits' per-stage ``scores`` are empty;
 ``from_dict`` reads both.
 """
 from __future__ import annotations
@@ -42,16 +42,11 @@ class Hit:
 
     def to_dict(self, explain: bool = True) -> Dict[str, Any]:
         """A JSON-ready dict (its containers are copies; values inside ``metadata`` are shared)."""
-        out = {**vars(self), "metadata": dict(self.metadata)}
-        if explain:
-            out["scores"] = dict(self.scores)
-        else:
-            del out["scores"]
-        return out
+        return {**vars(self), "metadata": dict(self.metadata), "scores": dict(self.scores) if explain else {}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Hit":
-        """The inverse of :meth:`to_dict` (a compact hit gets empty ``scores``)."""
+        """The inverse of :meth:`to_dict` (``scores`` may be left out: empty)."""
         return cls(**{"scores": {}, **data})
 
 

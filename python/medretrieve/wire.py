@@ -5,7 +5,7 @@ body, the limits, and the response records of :mod:`medretrieve.records`.
 Requests are strict: unknown fields, wrong types ("10" for an integer) and out-of-range values are refused with
 422 and an error naming the field. A search answers ``SearchResult.to_dict(explain)`` and an answer
 ``Answer.to_dict(explain)``, compact unless the request asks ``"explain": true`` (stages without their reasons,
-hits without per-stage scores); ``SearchResult.from_dict`` / ``Answer.from_dict`` read both.
+hits with empty per-stage scores); ``SearchResult.from_dict`` / ``Answer.from_dict`` read both.
 
 This module imports pydantic and :mod:`medretrieve.records` only: a client loads no engine.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Dict, Iterable, List, Literal, Mapping, Optional, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from .records import Answer, Citation, Hit, SearchResult, StageInfo
 
@@ -40,6 +40,13 @@ ERROR_TYPES: Dict[str, int] = {
     "request_timeout": 408, "reload_running": 409, "body_too_large": 413, "invalid_request": 422, "overloaded": 429,
     "internal_error": 500, "reload_failed": 500, "not_ready": 503, "too_many_connections": 503, "deadline_exceeded": 504}
 
+def _whole_number(value: Any) -> Any:
+    """58.0 is an integer in JSON Schema's sense (a number without a fraction): take it as 58. A string still is
+    not one (the models are strict)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Integer = Annotated[int, BeforeValidator(_whole_number)]
 DeadlineMs = Annotated[float, Field(gt=0, le=MAX_DEADLINE_MS, allow_inf_nan=False)]
 _DEADLINE = TypeAdapter(DeadlineMs)
 
@@ -77,12 +84,20 @@ def _question(value: str) -> str:
     return value
 
 
+# the schema states the word rule as a pattern (a letter or digit: Python's [^\W_] is str.isalnum), so that
+# generated clients and fuzzers know it; _question checks it with a message that says what is wrong
 Question = Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_CHARS,
-                                description="the question, in natural language")]
+                                description="the question, in natural language (it must hold a letter or a digit)",
+                                json_schema_extra={"pattern": r"[^\W_]"})]
 
 
 class Stages(_Strict):
-    """Search stages a request may switch off (all on by default; for ablations and cheaper searches)."""
+    """Search stages a request may switch off (all on by default; for ablations and cheaper searches). At least one
+    of ``dense`` and ``lexical`` stays on (the schema says so too)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"not": {
+        "required": ["dense", "lexical"],
+        "properties": {"dense": {"const": False}, "lexical": {"const": False}}}})
 
     expand: bool = True
     rerank: bool = True
@@ -103,11 +118,13 @@ class Stages(_Strict):
 class SearchOptions(_Strict):
     """What a search returns and how long it may take."""
 
-    k: int = Field(10, ge=1, le=MAX_K, description="hits to return")
+    k: Integer = Field(10, ge=1, le=MAX_K, description="hits to return")
     deadline_ms: Optional[DeadlineMs] = Field(
         None, description="budget (ms) from the request's arrival, queueing included; the server's default when "
                           "absent. The X-Deadline-Ms header may set it too (the smaller one counts).")
-    per_document: Optional[int] = Field(None, ge=1, le=MAX_K, description="most hits from one document")
+    # (the bounds before the validator: after it, pydantic writes them to the schema as "ge"/"le")
+    per_document: Optional[Annotated[int, Field(ge=1, le=MAX_K), BeforeValidator(_whole_number)]] = Field(
+        None, description="most hits from one document")
     sections: Optional[List[Section]] = Field(
         None, min_length=1, description="section categories every hit must come from")
     stages: Stages = Field(default_factory=Stages)
@@ -146,14 +163,14 @@ class AnswerRequest(_Strict):
     """``POST /v1/answer``: e.g. ``{"question": "Is metformin first-line for type 2 diabetes?", "k": 5}``."""
 
     question: Question
-    k: int = Field(10, ge=1, le=MAX_K, description="evidence passages to retrieve")
+    k: Integer = Field(10, ge=1, le=MAX_K, description="evidence passages to retrieve")
     deadline_ms: Optional[DeadlineMs] = Field(None, description="budget (ms) for queueing, retrieval and generation")
     qtype: Optional[Literal["yesno", "factoid", "list", "summary"]] = Field(
         None, description="ask for an exact answer of this BioASQ type (default: the detected question type)")
     mode: Literal["cite", "answer_only", "bioasq"] = Field(
         "cite", description="cite: numbered sources and checked [n] citations; answer_only: the bare answer; "
                             "bioasq: exact + ideal answer. Without an LLM the answer is extractive: cite only")
-    max_tokens: int = Field(512, ge=1, le=8192)
+    max_tokens: Integer = Field(512, ge=1, le=8192)
     stream: bool = Field(False, description="answer as server-sent events: evidence, text deltas, the answer")
     explain: bool = Field(False, description="add each evidence hit's per-stage scores")
     _check_question = field_validator("question")(_question)

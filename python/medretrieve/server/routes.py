@@ -5,7 +5,7 @@ import os
 from typing import Any, Callable, Dict, List, Type
 
 from fastapi import FastAPI, Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 
 from pydantic import BaseModel
 
@@ -61,12 +61,12 @@ def add_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
     _search_routes(app, engine, metrics)
     _answer_route(app, engine, metrics)
     _operations_routes(app, engine, metrics)
-    _document_bodies(app, (SearchRequest, BatchSearchRequest, AnswerRequest))
+    _document_bodies(app, engine, (SearchRequest, BatchSearchRequest, AnswerRequest))
 
 
-def _document_bodies(app: FastAPI, models: Any) -> None:
+def _document_bodies(app: FastAPI, engine: Engine, models: Any) -> None:
     """Add ``models``' JSON schemas (and those they use) to the app's OpenAPI components, where :func:`_body`
-    points."""
+    points. A server without an LLM documents the one answer ``mode`` it takes (``cite``)."""
     make: Callable[[], Dict[str, Any]] = app.openapi
 
     def openapi() -> Dict[str, Any]:
@@ -77,6 +77,8 @@ def _document_bodies(app: FastAPI, models: Any) -> None:
                 schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 components.update(schema.pop("$defs", {}))
                 components[model.__name__] = schema
+            if engine.backend is None:
+                components[AnswerRequest.__name__]["properties"]["mode"]["enum"] = ["cite"]
         return app.openapi_schema or make()
 
     # FastAPI's documented way to extend the schema: replace the app's openapi()
@@ -177,7 +179,7 @@ def _operations_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> 
         """Size, models, index and build info of the served collection."""
         return describe(engine.ready(), config, engine.backend is not None)
 
-    @app.get("/metrics", tags=["operations"])
+    @app.get("/metrics", tags=["operations"], response_class=PlainTextResponse)
     async def prometheus() -> Response:
         """Prometheus metrics (text format)."""
         payload, content_type = metrics.exposition()
