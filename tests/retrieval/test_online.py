@@ -218,15 +218,23 @@ def test_vectors_of_another_encoder_or_chunking_are_not_reused(tmp_path, encoder
     assert encoder_identity(a) != encoder_identity(b)
 
 
-def test_chunks_of_many_articles_are_encoded_in_one_batch(encoder_dir, monkeypatch):
+def _spied_pool(encoder_dir, monkeypatch):
+    """An empty in-memory pool and the sizes of its article encoder's calls."""
     from medretrieve.corpus.memory import MemoryCollection
-    from medretrieve.retrieval.online_pool import PoolFiller, VectorStore
 
     pool = MemoryCollection.from_encoders(encoder_dir)
     enc = pool.article_encoder()
     calls = []
     real = enc.encode
     monkeypatch.setattr(enc, "encode", lambda items, **kw: calls.append(len(items)) or real(items, **kw))
+    return pool, calls
+
+
+def test_chunks_of_many_articles_are_encoded_in_one_batch(encoder_dir, monkeypatch):
+    from medretrieve.corpus.memory import MemoryCollection
+    from medretrieve.retrieval.online_pool import PoolFiller, VectorStore
+
+    pool, calls = _spied_pool(encoder_dir, monkeypatch)
     records = [Record(str(i + 1), a.title, a.sections) for i, a in enumerate(ARTICLES)]
     report = PoolFiller(VectorStore(None), batch_chunks=64).fill(pool, records, lambda: float("inf"))
     assert report.encoded == ["1", "2", "3", "4", "5"] and len(calls) <= 2  # cores (+ overlaps), not per article
@@ -246,6 +254,19 @@ def test_encoding_stops_at_the_budget_and_says_so(encoder_dir):
     report = filler.fill(MemoryCollection.from_encoders(encoder_dir), records, lambda: next(budget))
     assert report.encoded == ["1", "2"] and report.left_out == ["3", "4", "5"]  # whole records, in order
     assert "3 left out (budget)" in report.note()
+
+
+def test_a_wrong_cost_estimate_costs_one_small_batch_under_a_deadline(encoder_dir, monkeypatch):
+    from medretrieve.retrieval.online_pool import PROBE_CHUNKS, PoolFiller, VectorStore
+
+    pool, calls = _spied_pool(encoder_dir, monkeypatch)
+    filler = PoolFiller(VectorStore(None), batch_chunks=64)
+    filler.chunk_ms.value = 1e-6  # believes encoding is free
+    records = [Record(str(i + 1), a.title, a.sections) for i, a in enumerate(ARTICLES * 4)]
+    end = time.perf_counter() + 3600.0  # a deadline, far away
+    report = filler.fill(pool, records, lambda: (end - time.perf_counter()) * 1000.0)
+    assert calls[0] <= PROBE_CHUNKS and report.encoded == [r.id for r in records]  # then batches of the rest
+    assert max(calls) > PROBE_CHUNKS and filler.chunk_ms.value > 1e-6  # learnt
 
 
 def test_a_weak_question_requeries_pubmed_with_relaxed_terms(encoder_dir):

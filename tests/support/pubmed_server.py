@@ -119,10 +119,10 @@ def nested_json(depth: int = 100_000) -> bytes:
 
 def medline_articles(docs: Iterable[Any], first_pmid: int = 40_000_001) -> Dict[str, ET.Element]:
     """PubmedArticle elements (structured abstracts) of records (``medretrieve.corpus.sources.Record``: title,
-    sections), numbered from ``first_pmid``."""
+    sections); a record whose id is a PMID keeps it, the others are numbered from ``first_pmid``."""
     out = {}
     for i, doc in enumerate(docs):
-        pmid = str(first_pmid + i)
+        pmid = doc.id if re.fullmatch(r"[0-9]{1,12}", doc.id or "") else str(first_pmid + i)
         art = ET.Element("PubmedArticle")
         cit = ET.SubElement(art, "MedlineCitation")
         ET.SubElement(cit, "PMID").text = pmid
@@ -313,3 +313,27 @@ class FakeEutils:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    """``python tests/support/pubmed_server.py [--boolean] [--latency LOW,HIGH]``: serve the fixture articles on
+    127.0.0.1 until stopped, printing the E-utilities root (``--pubmed-url``) on the first line."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(description="A fake NCBI E-utilities server on 127.0.0.1 (the tests' fixtures)")
+    ap.add_argument("--boolean", action="store_true", help="read terms as PubMed does (AND, OR groups)")
+    ap.add_argument("--latency", default="0,0", help="delay of every reply, LOW,HIGH seconds (e.g. 0.3,0.8)")
+    args = ap.parse_args(argv)
+    low, high = (float(x) for x in args.latency.split(","))
+    with FakeEutils(boolean=args.boolean, latency_s=(low, high)) as srv:
+        print(srv.base_url, flush=True)
+        try:
+            srv.stopping.wait()
+        except KeyboardInterrupt:
+            pass
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

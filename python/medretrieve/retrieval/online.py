@@ -139,7 +139,7 @@ class OnlineStage:
 
     def __init__(self, source: OnlineSource, retmax: int = 100, max_queries: int = 4, reserve: float = 0.35, *,
                  recovery: bool = True, vectors: Union[str, PubMedCache, None, Any] = "auto",
-                 memory_articles: int = 4096, batch_chunks: int = 32) -> None:
+                 memory_articles: int = 4096, batch_chunks: int = 64) -> None:
         if not callable(getattr(source, "search", None)) or not callable(getattr(source, "fetch", None)):
             raise TypeError("online must have search(term, retmax, deadline_ms) and fetch(pmids, deadline_ms), "
                             "e.g. medretrieve.corpus.pubmed.PubMedSource")

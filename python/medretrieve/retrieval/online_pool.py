@@ -22,7 +22,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -121,11 +121,18 @@ class _Pending:
     digest: str
 
 
+PROBE_CHUNKS = 4  # the first batch of a fill with a deadline: measures the cost before larger batches are planned
+
+
 class PoolFiller:
     """Adds records to a pool (module docstring). ``chunk_ms``: the running chunking + encoding cost of one
-    chunk (ms), learnt across searches; ``batch_chunks``: chunks per encoder call."""
+    chunk (ms), learnt across searches; ``batch_chunks``: chunks per encoder call.
 
-    def __init__(self, store: VectorStore, batch_chunks: int = 32) -> None:
+    Planning under a deadline: each batch is sized with the cost measured on the previous batch of the same fill
+    (machine load changes from one search to the next); the first batch of a fill uses the running estimate and
+    holds at most :data:`PROBE_CHUNKS` chunks (one record at least), so a wrong estimate costs one small batch."""
+
+    def __init__(self, store: VectorStore, batch_chunks: int = 64) -> None:
         if isinstance(batch_chunks, bool) or not isinstance(batch_chunks, int) or batch_chunks < 1:
             raise ValueError(f"batch_chunks must be a positive integer, got {batch_chunks!r}")
         self.store = store
@@ -164,10 +171,13 @@ class PoolFiller:
     def _encode(self, pool: Any, todo: List[_Pending], identity: str, time_left_ms: Callable[[], float],
                 reserve_ms: float, report: FillReport) -> None:
         start = 0
+        per_chunk = self.chunk_ms.value  # ms; then what the previous batch of this fill measured
         while start < len(todo):
-            fit = (time_left_ms() - reserve_ms) / (1.5 * max(self.chunk_ms.value, 1e-3))  # chunks that fit
+            left = time_left_ms() - reserve_ms
+            fit = left / (1.5 * max(per_chunk, 1e-3))  # chunks that fit
+            size = self.batch_chunks if start or left == float("inf") else min(self.batch_chunks, PROBE_CHUNKS)
             end, n = start, 0
-            while end < len(todo) and n + len(todo[end].chunks) <= min(self.batch_chunks, fit):
+            while end < len(todo) and n + len(todo[end].chunks) <= min(size, fit):
                 n += len(todo[end].chunks)
                 end += 1
             if end == start and len(todo[start].chunks) <= fit:  # one record larger than a batch: alone
@@ -180,7 +190,8 @@ class PoolFiller:
             vectors = embed_chunks(pool.article_encoder(), [c for p in batch for c in p.chunks], pool.chunking,
                                    batch_size=32, normalize=pool.normalized)
             took_ms = (time.perf_counter() - t0) * 1000.0
-            self.chunk_ms.update(took_ms / max(n, 1))
+            per_chunk = took_ms / max(n, 1)
+            self.chunk_ms.update(per_chunk)
             report.chunks_encoded += n
             report.encode_ms += took_ms
             at = 0
