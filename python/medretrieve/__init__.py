@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from .index import Index as Index
     from .corpus.collection import Collection as Collection
     from .corpus.snapshot import CollectionSnapshot as CollectionSnapshot
+    from .corpus.store import CollectionChanged as CollectionChanged
     from .corpus.store import DamagedCollection as DamagedCollection
     from .corpus.memory import MemoryCollection as MemoryCollection
     from .corpus.pubmed import PubMedSource as PubMedSource
@@ -98,6 +99,7 @@ _LAZY = {
     "Collection": "corpus.collection",
     "CollectionSnapshot": "corpus.snapshot",
     "DamagedCollection": "corpus.store",
+    "CollectionChanged": "corpus.store",
     "MemoryCollection": "corpus.memory",
     "PubMedSource": "corpus.pubmed",
     "OnlineStage": "retrieval.online",

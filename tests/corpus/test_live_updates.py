@@ -129,3 +129,43 @@ def test_writers_are_serialised(live):
     back = Collection.open(live.directory)
     assert {"u100", "u101"} <= {back.rows[int(r)].document_id for r in np.flatnonzero(back.alive)}
     assert json.loads((live.directory / "manifest.json").read_text())["counts"]["chunks"] == len(back)
+
+
+def test_a_second_writer_of_a_changed_collection_stops_instead_of_undoing_the_change(live):
+    from medretrieve import CollectionChanged
+
+    other = Collection.open(live.directory)  # another process would hold such an object
+    live.add([_doc(200)])
+    with pytest.raises(CollectionChanged, match="changed by another writer"):
+        other.add([_doc(201)])
+    with pytest.raises(CollectionChanged):
+        other.delete(other.rows[0].document_id)
+    back = Collection.open(live.directory)
+    assert "u200" in {back.rows[int(r)].document_id for r in np.flatnonzero(back.alive)}
+    assert Collection.open(live.directory).add([_doc(201)]) == 2  # opened again: fine
+    assert not [p for p in live.directory.parent.iterdir() if p.name.startswith(".live.")]
+
+
+def test_a_write_waits_for_another_process_and_gives_up_at_its_deadline(live, monkeypatch):
+    import subprocess
+    import sys
+
+    import medretrieve.corpus.store as store
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(live.directory.parent)!r}, os.O_RDONLY)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(30)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(store, "WRITER_WAIT_S", 0.5)
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match="another process has been writing"):
+            live.add([_doc(300)])
+        assert time.monotonic() - t0 < 5
+    finally:
+        holder.kill()
+        holder.wait()
+    assert live.add([_doc(300)]) == 2  # the lock is free again; nothing was left half-done
+    assert Collection.open(live.directory).n_documents == live.n_documents

@@ -1,4 +1,4 @@
-"""Command line: ``medretrieve build | search | fit-ranker | answer | eval | bioasq | demo | serve | ...``.
+"""Command line: ``medretrieve build | collection | search | fit-ranker | answer | eval | bioasq | demo | serve | ...``.
 
 One module per command group registers its commands (``module:function`` below); modules load lazily, so
 ``--help`` stays fast and optional dependencies (torch for export) load only for the command that needs them.
@@ -17,6 +17,7 @@ from .errors import run_command
 _COMMANDS = {
     "export-onnx": "build:add_export",
     "build": "build:add_build",
+    "collection": "collection:add_collection",
     "search": "search:add_search",
     "fetch-pubmed": "pubmed:add_fetch_pubmed",
     "fit-ranker": "train:add_fit_ranker",

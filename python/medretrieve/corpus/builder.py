@@ -44,7 +44,7 @@ from .spill import VectorSpill, build_index
 from .._files import swap_in
 from .store import (
     CHUNKS, DENSE, FORMAT, LEXICAL, MANIFEST, MODELS, SECTIONS, copy_tree, digests, file_digest, is_collection,
-    read_jsonl, recover_leftovers,
+    read_jsonl, recover_leftovers, writer_lock,
 )
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -443,7 +443,8 @@ class CollectionBuilder:
         self._unlock()
         shutil.rmtree(w)  # the spilled vectors and token ids: the directory now holds the collection alone
         recover_leftovers(self.out)
-        swap_in(self.work, self.out)
+        with writer_lock(self.out):  # a write of the collection in another process swaps in first, or after
+            swap_in(self.work, self.out)
         return self.out
 
     def abandon(self) -> None:

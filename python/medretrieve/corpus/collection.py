@@ -47,7 +47,7 @@ import os
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -55,16 +55,16 @@ from .builder import CollectionBuilder, chunk_rows, embed_chunks, lexical_text, 
 from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record
 from .chunks import ROWS, ChunkRow, ChunkTable
 from .lexical import LexicalIndex
-from .manifest import read_manifest, validate_manifest
+from .manifest import CollectionManifest, read_manifest, validate_manifest
 from .snapshot import CollectionSnapshot, Encoders, load_snapshot
 from .sources import ReadReport, Record, SourceLike, read_records
 from .._files import new_temp_dir, swap_in, write_text_atomic
 from .store import (
-    CHUNKS, DENSE, LEXICAL, MANIFEST, SECTIONS, DamagedCollection, check_links, confined, copy_tree, digests,
-    is_collection, recover_leftovers, write_jsonl,
+    CHUNKS, DENSE, LEXICAL, MANIFEST, SECTIONS, CollectionChanged, DamagedCollection, Stamp, check_links, confined,
+    copy_tree, digests, is_collection, manifest_stamp, recover_leftovers, write_jsonl, writer_lock,
 )
 
-__all__ = ["Collection", "CollectionSnapshot", "DamagedCollection", "DENSE", "VERIFY_BELOW"]
+__all__ = ["Collection", "CollectionChanged", "CollectionSnapshot", "DamagedCollection", "DENSE", "VERIFY_BELOW"]
 
 VERIFY_BELOW = 64 << 20  # bytes: smaller collections have every file's sha256 checked at open
 
@@ -78,6 +78,17 @@ def _model_dir(d: Path, key: str, relative: str) -> str:
         raise DamagedCollection(f"{d / MANIFEST}: {key}.dir {relative!r} holds no model (no {MANIFEST_NAME}); "
                                 "restore the collection's models folder or rebuild the collection")
     return str(path)
+
+
+def _read_manifest_version(d: Path) -> Tuple[CollectionManifest, Optional[Stamp]]:
+    """The validated manifest of ``d`` and the stamp of the version it belongs to (read again when a write
+    swapped a new version in meanwhile)."""
+    for _ in range(3):
+        before = manifest_stamp(d)
+        spec = read_manifest(d)
+        if manifest_stamp(d) == before:
+            break
+    return spec, before
 
 
 class _Draft:
@@ -256,6 +267,11 @@ class Collection:
         """Stored (dequantised) vectors of ``rows``, float32 [n, dim]."""
         return self._snap.vectors(rows)
 
+    def check(self) -> Dict[str, int]:
+        """Check everything now (:meth:`CollectionSnapshot.check_all`); with ``Collection.open(..., verify=True)``
+        the whole collection is checked: every file's digest, then every record."""
+        return self._snap.check_all()
+
     # ------------------------------------------------------------- build / open
     @classmethod
     def build(
@@ -370,7 +386,7 @@ class Collection:
             raise ValueError(f"verify must be True, False or 'auto', got {verify!r}")
         d = Path(directory)
         recover_leftovers(d)
-        spec = read_manifest(d)
+        spec, stamp = _read_manifest_version(d)
         check_links(d)
         overrides = {"encoder": encoder, "query_encoder": query_encoder}
         models = {key: _model_dir(d, key, entry.dir)
@@ -379,7 +395,7 @@ class Collection:
         enc = str(overrides["encoder"] or models["encoder"])
         encoders = Encoders(enc, str(overrides["query_encoder"] or models.get("query_encoder", enc)), encoder_threads)
         full = verify is True or (verify == "auto" and spec.total_bytes < VERIFY_BELOW)
-        return cls._from_snapshot(load_snapshot(d, spec, encoders, full), models)
+        return cls._from_snapshot(load_snapshot(d, spec, encoders, full, stamp), models)
 
     @classmethod
     def _from_snapshot(cls, snap: CollectionSnapshot, models: Dict[str, str]) -> "Collection":
@@ -393,7 +409,10 @@ class Collection:
     def add(self, source: SourceLike, errors: str = "skip", batch_size: int = 64, progress: bool = False,
             format: str = "auto", report: Optional[ReadReport] = None) -> int:
         """Add new documents (ids already present are rejected as malformed); returns chunks added. Searches
-        running meanwhile read the collection as it was; the next ones see every added chunk."""
+        running meanwhile read the collection as it was; the next ones see every added chunk. Writers take turns
+        (another thread's update first; another process's for up to 60 s, then TimeoutError);
+        :class:`~.store.CollectionChanged` when another writer changed the collection on disk after this object
+        read it (nothing written: open it again)."""
         report = report if report is not None else ReadReport()
         with self._write_lock:
             snap = self._snap
@@ -417,7 +436,8 @@ class Collection:
 
     def delete(self, doc_ids: Union[str, Iterable[str]]) -> int:
         """Remove documents by id (one id or several); returns chunks removed (unknown ids are ignored).
-        Searches running meanwhile read the collection as it was; the next ones see none of the removed chunks."""
+        Searches running meanwhile read the collection as it was; the next ones see none of the removed chunks.
+        Writers take turns as for :meth:`add`."""
         wanted = {doc_ids} if isinstance(doc_ids, str) else {str(d) for d in doc_ids}
         with self._write_lock:
             snap = self._snap
@@ -499,7 +519,7 @@ class Collection:
         base = draft.base
         sections: Any = draft.sections if draft.sections_changed else (base.sections_file or base.sections)
         self._snap = CollectionSnapshot(base.directory, draft.manifest, draft.rows, sections, draft.dense,
-                                        draft.lexical, base.encoders)
+                                        draft.lexical, base.encoders, base.stamp)
 
     def _commit(self, draft: _Draft, out: Optional[Path] = None) -> None:
         """Write the draft to a temp dir beside ``out`` (default: the collection's directory), swap it in (never
@@ -535,12 +555,17 @@ class Collection:
             self._write_models(tmp, manifest, base.directory if out == base.directory else None)
             spec = validate_manifest(manifest, tmp / MANIFEST)  # never write a manifest the next open refuses
             write_text_atomic(tmp / MANIFEST, json.dumps(manifest, indent=2))
-            swap_in(tmp, out)
+            with writer_lock(out):
+                if out == base.directory and base.stamp is not None and manifest_stamp(out) != base.stamp:
+                    raise CollectionChanged(f"{out} was changed by another writer after this Collection read it; "
+                                            "nothing was written (open it again and repeat the change)")
+                swap_in(tmp, out)
+                stamp = manifest_stamp(out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         self._models = {key: str(out / manifest[key]["dir"]) for key in self._models}
-        self._snap = load_snapshot(out, spec, base.encoders, full=False)
+        self._snap = load_snapshot(out, spec, base.encoders, False, stamp)
 
     def _write_models(self, tmp: Path, manifest: Dict[str, Any], own: Optional[Path]) -> None:
         """The encoders the manifest names, inside ``tmp``: copied (reflinked where the file system can) from

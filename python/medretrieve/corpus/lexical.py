@@ -258,6 +258,20 @@ class BM25Matrix:
                 array.flush()
         return cls(data, indices, indptr, {t: c for c, t in enumerate(vocab)}, n)
 
+    def check(self) -> None:
+        """Every column at once as :meth:`_column` checks one (a pass over every posting: for a full check)."""
+        if self._checked is None or self._checked.all():
+            return
+        bound = np.float32(np.log1p((self.num_docs - 0.5) / 1.5) * (1 + 1e-5))
+        for a in range(0, len(self.data), 1 << 24):  # a block at a time: bounded memory at any size
+            rows, weights = self.indices[a:a + (1 << 24)], self.data[a:a + (1 << 24)]
+            if int(rows.min()) < 0 or int(rows.max()) >= self.num_docs \
+                    or not bool(((weights > 0) & (weights <= bound)).all()):
+                raise DamagedCollection(f"{self._where}: postings {a}..{a + len(rows)} of the BM25 matrix hold rows "
+                                        "or weights no fit gives; the lexical index is damaged: rebuild the "
+                                        "collection or restore the files")
+        self._checked[:] = True
+
     def scores(self, tokens: Sequence[str]) -> np.ndarray:
         """The BM25 score of every row for ``tokens`` (a token given twice counts twice), float32."""
         out = np.zeros(self.num_docs, dtype=np.float32)
@@ -524,6 +538,11 @@ class LexicalIndex:
         ok = self._ids[rows] == wanted
         out[ok] = s[rows[ok]]
         return out
+
+    def check(self) -> None:
+        """Check every posting of the BM25 matrix now (DamagedCollection), instead of each column when first read."""
+        if self._matrix is not None:
+            self._matrix.check()
 
     def has_exactly(self, ids: Union[Sequence[int], np.ndarray]) -> bool:
         """Whether the live rows are exactly ``ids`` (a consistency check against the collection's chunks)."""

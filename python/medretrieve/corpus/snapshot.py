@@ -23,7 +23,9 @@ from .builder import geometry_mismatch, lexical_text
 from .chunks import ChunkTable
 from .lexical import TOKENIZER_VERSION, LexicalIndex
 from .manifest import CollectionManifest
-from .store import DENSE, LEXICAL, SECTIONS, DamagedCollection, Digest, check_bytes, check_file, confined, parse_jsonl
+from .store import (
+    DENSE, LEXICAL, SECTIONS, DamagedCollection, Digest, Stamp, check_bytes, check_file, confined, parse_jsonl,
+)
 
 
 class Encoders:
@@ -109,8 +111,9 @@ class CollectionSnapshot:
 
     def __init__(self, directory: Path, manifest: Dict[str, Any], rows: ChunkTable,
                  sections: Union[Dict[str, SectionPart], SectionsFile], dense: Any, lexical: LexicalIndex,
-                 encoders: Encoders) -> None:
+                 encoders: Encoders, stamp: Optional[Stamp] = None) -> None:
         self.directory = Path(directory)
+        self.stamp = stamp  # the version on disk this state was read from (or derives from), None: memory only
         self.manifest = manifest
         self.rows = rows
         self.dense = dense
@@ -221,6 +224,17 @@ class CollectionSnapshot:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.asarray(self.dense.get_items(np.asarray(rows, dtype=np.int64)), dtype=np.float32)
 
+    def check_all(self) -> Dict[str, int]:
+        """Read and check now what a search checks when it first reads it: every chunk line (UTF-8 JSON holding
+        its row), the sections, every BM25 posting. DamagedCollection naming the file and record at fault;
+        otherwise the counts checked. A pass over every file: for ``medretrieve collection check``."""
+        for i in range(len(self.rows)):
+            self.rows[i]
+        sections = self.sections
+        self.lexical.check()
+        return {"chunks": len(self.rows), "live_chunks": len(self), "documents": self.n_documents,
+                "sections": len(sections)}
+
     def check_consistent(self) -> None:
         """DamagedCollection naming the file whose rows disagree with the others (a line lost or moved, an index
         of another size or kind): checks that need no digest, so older and larger collections get them too."""
@@ -243,8 +257,10 @@ class CollectionSnapshot:
                                     f"chunks of {d / 'chunks.jsonl'}")
 
 
-def load_snapshot(d: Path, spec: CollectionManifest, encoders: Encoders, full: bool) -> CollectionSnapshot:
-    """The snapshot of the collection folder ``d`` whose validated manifest is ``spec``: every file it lists is
+def load_snapshot(d: Path, spec: CollectionManifest, encoders: Encoders, full: bool,
+                  stamp: Optional[Stamp]) -> CollectionSnapshot:
+    """The snapshot of the collection folder ``d`` whose validated manifest is ``spec`` (read at ``stamp``): every
+    file it lists is
     checked (confined to ``d``, present, of its recorded size, and its sha256 when ``full``), then the row arrays,
     dense index and BM25 arrays are mapped and checked for shape and structure (DamagedCollection naming the
     file at fault)."""
@@ -268,6 +284,6 @@ def load_snapshot(d: Path, spec: CollectionManifest, encoders: Encoders, full: b
         fresh.add([lexical_text(r.title, r.text, r.overlap) for r in live], [r.row for r in live])
         lexical = fresh
     snap = CollectionSnapshot(d, spec.to_dict(), rows, SectionsFile(d / SECTIONS, spec.file(SECTIONS), full),
-                              dense, lexical, encoders)
+                              dense, lexical, encoders, stamp)
     snap.check_consistent()
     return snap

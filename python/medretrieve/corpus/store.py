@@ -11,18 +11,24 @@ its models in, keeping every path inside the collection, and cleaning up after a
 - Nothing outside the collection folder is ever opened: the manifest's paths are relative and checked before
   use (:func:`confined`), and a link inside the folder that leads out of it is refused (:func:`check_links`). The
   error names the path the manifest or the link gives, never whether something exists there.
+- Writers take turns: within a process a lock of the ``Collection``, across processes an advisory ``flock`` held
+  while a new version is swapped in (:func:`writer_lock`), and a writer whose collection changed on disk since it
+  read it stops (:class:`CollectionChanged`) instead of undoing the other change.
 - Models are copied into the collection (``models/encoder``, ``models/query``): reflinked where the file system
   can share blocks copy-on-write, copied otherwise, never hard-linked to a file another place owns (the installed
   package, the user's cache), so editing one copy in place can never change another (:func:`copy_tree`).
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import time
 import zlib
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .._files import copy_file, recover_leftovers as _recover
 
@@ -229,6 +235,56 @@ def copy_tree(src: Path, dst: Path, own_root: Optional[Path] = None) -> None:
             except OSError:
                 pass
         copy_file(real, target)
+
+
+# ----------------------------------------------------------------- one writer at a time, across processes
+
+Stamp = Tuple[int, int, int, int]  # what identifies one written version of a collection (its manifest file)
+WRITER_WAIT_S = 60.0  # how long a write waits for another process's write of the same folder to end
+
+
+class CollectionChanged(RuntimeError):
+    """Another writer (another process, or another Collection object) changed the collection on disk after this
+    one read it: writing now would undo that change. Open the collection again and repeat the update."""
+
+
+def manifest_stamp(directory: Path) -> Optional[Stamp]:
+    """Device, inode, size and modification time of ``directory``'s manifest (None without one): every write
+    swaps in a new manifest file, so a different stamp means another version."""
+    try:
+        st = (directory / MANIFEST).stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+@contextmanager
+def writer_lock(directory: Path, wait_s: Optional[float] = None) -> Iterator[None]:
+    """Hold the exclusive advisory lock (``flock``) of the folder that holds ``directory`` while a write swaps
+    its new version in: writers in other processes take turns (nothing is written for the lock; collections side
+    by side in one folder share it). TimeoutError after ``wait_s`` seconds (default :data:`WRITER_WAIT_S`) of
+    another writer holding it."""
+    wait_s = WRITER_WAIT_S if wait_s is None else wait_s
+    parent = directory.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"another process has been writing in {parent} for over {wait_s:.0f} s; "
+                                       f"{directory} was not changed") from None
+                time.sleep(0.02)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 # ----------------------------------------------------------------- atomic directory writes (see _files)

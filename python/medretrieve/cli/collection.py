@@ -1,0 +1,80 @@
+"""``medretrieve collection add | delete | check``: change a built collection in place, or check it whole.
+
+``add`` and ``delete`` are :meth:`~medretrieve.corpus.collection.Collection.add` / ``delete``: each writes a
+complete new version and swaps it in, so a server or another process searching the collection meanwhile keeps
+reading the version it opened; writers take turns. ``check`` opens the collection with every digest verified and
+reads every record (exit 2 with the file and record at fault).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from .options import HelpFormatter
+
+
+def add_collection(sub: Any) -> None:
+    from ..corpus.sources import FORMATS
+
+    parser = sub.add_parser("collection", help="add documents to a collection, delete them, or check it whole",
+                            formatter_class=HelpFormatter)
+    group = parser.add_subparsers(dest="action", metavar="ACTION")
+    group.required = True
+    p = group.add_parser("add", help="add documents (ids already present are skipped and counted)",
+                         formatter_class=HelpFormatter)
+    p.add_argument("collection", help="collection directory (medretrieve build)")
+    p.add_argument("source", nargs="+", help="corpus file(s) or directory, as for medretrieve build")
+    p.add_argument("--format", default="auto", choices=FORMATS, help="corpus format (auto: from the file)")
+    p.add_argument("--errors", default="skip", choices=("skip", "raise"),
+                   help="bad records: skip and count them, or stop at the first (nothing is written then)")
+    p.add_argument("--batch-size", type=int, default=64, help="chunks encoded per encoder call")
+    p.set_defaults(func=_add)
+    p = group.add_parser("delete", help="delete documents by id (unknown ids are ignored)",
+                         formatter_class=HelpFormatter)
+    p.add_argument("collection", help="collection directory")
+    p.add_argument("ids", nargs="+", metavar="ID", help="document ids")
+    p.set_defaults(func=_delete)
+    p = group.add_parser("check", help="verify every file's digest and read every record", formatter_class=HelpFormatter)
+    p.add_argument("collection", help="collection directory")
+    p.add_argument("--no-digests", dest="digests", action="store_false",
+                   help="skip the sha256 of each file (sizes, structure and every record are still checked)")
+    p.set_defaults(func=_check)
+
+
+def _add(args: argparse.Namespace) -> int:
+    from ..corpus.collection import Collection
+    from ..corpus.sources import ReadReport
+
+    t0 = time.perf_counter()
+    col = Collection.open(args.collection)
+    report = ReadReport()
+    before = col.n_documents
+    n = col.add(args.source, errors=args.errors, batch_size=args.batch_size, format=args.format, report=report)
+    print(f"added {n} chunks ({col.n_documents - before} documents) to {col.directory} in "
+          f"{time.perf_counter() - t0:.1f} s: now {col.n_documents} documents, {len(col)} chunks; "
+          f"{report.summary()}")
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    from ..corpus.collection import Collection
+
+    col = Collection.open(args.collection)
+    before = col.n_documents
+    n = col.delete(args.ids)
+    print(f"deleted {n} chunks ({before - col.n_documents} of {len(set(args.ids))} ids found) from {col.directory}: "
+          f"now {col.n_documents} documents, {len(col)} chunks")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from ..corpus.collection import Collection
+
+    t0 = time.perf_counter()
+    col = Collection.open(args.collection, verify=args.digests)
+    counts = col.check()
+    print(f"{col.directory}: sound ({'every file matches its sha256; ' if args.digests else ''}{counts['chunks']} "
+          f"chunk records, {counts['sections']} sections, every BM25 posting read) in "
+          f"{time.perf_counter() - t0:.1f} s: {counts['documents']} documents, {counts['live_chunks']} live chunks")
+    return 0

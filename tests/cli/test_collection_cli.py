@@ -1,0 +1,55 @@
+"""``medretrieve collection add | delete | check``: updates in place, and a whole check that names the damage."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from medretrieve.cli import main
+from medretrieve.corpus.collection import Collection
+
+
+@pytest.fixture
+def col(demo_collection_dir, tmp_path):
+    out = tmp_path / "col"
+    shutil.copytree(demo_collection_dir, out)
+    return out
+
+
+def test_add_delete_and_check(col, tmp_path, capsys):
+    before = Collection.open(col)
+    src = tmp_path / "new.jsonl"
+    src.write_text(json.dumps({"id": "n1", "title": "Gout", "text": "Colchicine treats acute gout flares."}) + "\n"
+                   + json.dumps({"id": before.rows[0].document_id, "text": "already there"}) + "\n")
+    assert main(["collection", "add", str(col), str(src)]) == 0
+    out = capsys.readouterr().out
+    assert "(1 documents)" in out and "1 malformed skipped" in out and "already in the collection" in out
+    assert main(["collection", "delete", str(col), "n1", "no-such-id"]) == 0
+    assert "(1 of 2 ids found)" in capsys.readouterr().out
+    after = Collection.open(col)
+    assert after.n_documents == before.n_documents and len(after) == len(before)
+    assert main(["collection", "check", str(col)]) == 0
+    assert "sound (every file matches its sha256" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("digests", [True, False])
+def test_check_names_a_damaged_record(col, capsys, digests):
+    data = bytearray((col / "chunks.jsonl").read_bytes())
+    at = len(data) - 40
+    data[at] = 0xFF
+    (col / "chunks.jsonl").write_bytes(bytes(data))
+    args = ["collection", "check", str(col)] + ([] if digests else ["--no-digests"])
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "chunks.jsonl" in err and ("sha256" in err if digests else "is not UTF-8" in err)
+
+
+def test_add_with_errors_raise_names_the_line_and_writes_nothing(col, tmp_path, capsys):
+    src = tmp_path / "bad.jsonl"
+    src.write_bytes(b'{"id": "ok", "text": "fine"}\n\x00\xff binary\n')
+    before = Collection.open(col).n_documents
+    assert main(["collection", "add", str(col), str(src), "--errors", "raise"]) == 2
+    assert "bad.jsonl:2: not UTF-8" in capsys.readouterr().err
+    assert Collection.open(col).n_documents == before
+    assert not [p for p in col.parent.iterdir() if p.name.startswith(".col.")]
