@@ -41,9 +41,17 @@ inline bool before(const Key& x, const Key& y) {
   if (x.rel != y.rel) return x.rel < y.rel;
   return x.pos > y.pos;
 }
+// The heap's comparator as a type, so the heap operations inline it (a
+// function pointer would cost a call per comparison).
+struct Before {
+  bool operator()(const Key& x, const Key& y) const { return before(x, y); }
+};
 
-// `pair_sim(i, j)` returns sim(candidate i, candidate j); `first_pass(p, out)`
-// fills out[i] = sim(i, p) for every i (the one-vector-many-rows kernels).
+// `refresh(i, picks, m, out)` fills out[t] = sim(candidate i, candidate
+// picks[t]) for t < m; `first_pass(p, out)` fills out[i] = sim(i, p) for
+// every i. Both go through the one-vector-many-rows kernels where a metric
+// has them (row_kernels.h: sim(i, j) then equals sim(j, i) to the bit,
+// whichever of the two passes computed it).
 //
 // Lazy form of the incremental update. The first pick is the most relevant
 // candidate; it is folded into every candidate's max-sim at once (one kernel
@@ -58,8 +66,8 @@ inline bool before(const Key& x, const Key& y) {
 // the picks and scores are exactly those of updating every candidate after
 // every pick (a max does not depend on the order it is taken in), while
 // candidates that can no longer win are never touched again.
-template <class PairSim, class FirstPass>
-MmrResult greedy(size_t n, const float* rel, size_t k, float lambda, PairSim&& pair_sim, FirstPass&& first_pass) {
+template <class Refresh, class FirstPass>
+MmrResult greedy(size_t n, const float* rel, size_t k, float lambda, Refresh&& refresh, FirstPass&& first_pass) {
   MmrResult out;
   k = std::min(k, n);
   out.order.reserve(k);
@@ -79,6 +87,7 @@ MmrResult greedy(size_t n, const float* rel, size_t k, float lambda, PairSim&& p
   std::vector<uint32_t> seen(n, 1);  // picks already folded into max_sim[i]
   std::vector<uint32_t> picks{uint32_t(first)};
   picks.reserve(k);
+  std::vector<float> sims(k);  // one candidate's similarities to the picks it has not seen
   std::vector<Key> heap;
   heap.reserve(n);
   if (b != 0.f) first_pass(first, max_sim.data());  // sim(i, first) for every i at once
@@ -87,10 +96,10 @@ MmrResult greedy(size_t n, const float* rel, size_t k, float lambda, PairSim&& p
     if (b != 0.f && !std::isfinite(max_sim[i])) non_finite_similarity(i, first);
     heap.push_back(Key{a * rel[i] - b * max_sim[i], rel[i], uint32_t(i)});
   }
-  std::make_heap(heap.begin(), heap.end(), before);
+  std::make_heap(heap.begin(), heap.end(), Before());
 
   while (out.order.size() < k) {
-    std::pop_heap(heap.begin(), heap.end(), before);
+    std::pop_heap(heap.begin(), heap.end(), Before());
     Key top = heap.back();
     heap.pop_back();
     const size_t i = top.pos;
@@ -101,25 +110,41 @@ MmrResult greedy(size_t n, const float* rel, size_t k, float lambda, PairSim&& p
       picks.push_back(uint32_t(i));
       continue;
     }
-    for (size_t t = seen[i]; t < picks.size(); ++t) {
-      const float s = pair_sim(i, picks[t]);
-      if (!std::isfinite(s)) non_finite_similarity(i, picks[t]);
-      max_sim[i] = std::max(max_sim[i], s);
+    const size_t missing = picks.size() - seen[i];
+    refresh(i, picks.data() + seen[i], missing, sims.data());
+    for (size_t t = 0; t < missing; ++t) {
+      if (!std::isfinite(sims[t])) non_finite_similarity(i, picks[seen[i] + t]);
+      max_sim[i] = std::max(max_sim[i], sims[t]);
     }
     seen[i] = uint32_t(picks.size());
     heap.push_back(Key{a * rel[i] - b * max_sim[i], rel[i], uint32_t(i)});
-    std::push_heap(heap.begin(), heap.end(), before);
+    std::push_heap(heap.begin(), heap.end(), Before());
   }
   return out;
 }
 
-// First pass through the pairwise similarity, for sims without a row kernel.
+// First pass and refresh through the pairwise similarity, for sims without a row kernel.
 template <class PairSim>
 auto pairwise_first_pass(size_t n, PairSim& pair_sim) {
   return [n, &pair_sim](size_t p, float* out) {
     for (size_t i = 0; i < n; ++i)
       if (i != p) out[i] = pair_sim(i, p);
   };
+}
+template <class PairSim>
+auto pairwise_refresh(PairSim& pair_sim) {
+  return [&pair_sim](size_t i, const uint32_t* picks, size_t m, float* out) {
+    for (size_t t = 0; t < m; ++t) out[t] = pair_sim(i, picks[t]);
+  };
+}
+
+// Row i against the rows of picks[0..m) through a row kernel: v = row i.
+template <class Row, class Kernel>
+void against_picks(const Row* const* rows, size_t i, const uint32_t* picks, size_t m,
+                   std::vector<const Row*>& gathered, Kernel&& kernel, float* out) {
+  gathered.resize(m);
+  for (size_t t = 0; t < m; ++t) gathered[t] = rows[picks[t]];
+  kernel(rows[i], gathered.data(), m, out);
 }
 
 }  // namespace
@@ -128,19 +153,24 @@ MmrResult mmr_select_f32(const float* const* rows, size_t n, size_t dim, const f
                          float lambda, Metric sim) {
   check_common(n, rows, relevance, lambda);
   const kernels::KernelTable& kt = kernels::active();
+  std::vector<const float*> gathered;
+  // out[t] = sim(v, rows[t]) for the metric's row kernel; v = the pick (first pass) or the candidate (refresh).
+  auto ip = [&](const float* v, const float* const* r, size_t m, float* out) { rows::dot_f32(v, r, m, dim, out); };
+  auto neg_l2 = [&](const float* v, const float* const* r, size_t m, float* out) {
+    rows::l2sq_f32(v, r, m, dim, out);
+    for (size_t t = 0; t < m; ++t) out[t] = -out[t];
+  };
   switch (sim) {
-    case Metric::IP: {
-      auto pair = [&](size_t i, size_t j) { return kt.dot_f32(rows[i], rows[j], dim); };
-      return greedy(n, relevance, k, lambda, pair,
-                    [&](size_t p, float* out) { rows::dot_f32(rows[p], rows, n, dim, out); });
-    }
-    case Metric::L2: {
-      auto pair = [&](size_t i, size_t j) { return -kt.l2sq_f32(rows[i], rows[j], dim); };
-      return greedy(n, relevance, k, lambda, pair, [&](size_t p, float* out) {
-        rows::l2sq_f32(rows[p], rows, n, dim, out);
-        for (size_t i = 0; i < n; ++i) out[i] = -out[i];
-      });
-    }
+    case Metric::IP:
+      return greedy(
+          n, relevance, k, lambda,
+          [&](size_t i, const uint32_t* p, size_t m, float* out) { against_picks(rows, i, p, m, gathered, ip, out); },
+          [&](size_t p, float* out) { ip(rows[p], rows, n, out); });
+    case Metric::L2:
+      return greedy(
+          n, relevance, k, lambda,
+          [&](size_t i, const uint32_t* p, size_t m, float* out) { against_picks(rows, i, p, m, gathered, neg_l2, out); },
+          [&](size_t p, float* out) { neg_l2(rows[p], rows, n, out); });
     case Metric::Cosine: {
       // Inverse norms once per candidate (only when a second pick is needed).
       std::vector<float> inv(n, 0.f);
@@ -149,11 +179,16 @@ MmrResult mmr_select_f32(const float* const* rows, size_t n, size_t dim, const f
           const float nn = kt.dot_f32(rows[i], rows[i], dim);
           inv[i] = nn > 0.f ? 1.f / std::sqrt(nn) : 0.f;
         }
-      auto pair = [&](size_t i, size_t j) { return kt.dot_f32(rows[i], rows[j], dim) * inv[i] * inv[j]; };
-      return greedy(n, relevance, k, lambda, pair, [&](size_t p, float* out) {
-        rows::dot_f32(rows[p], rows, n, dim, out);
-        for (size_t i = 0; i < n; ++i) out[i] = out[i] * inv[i] * inv[p];
-      });
+      return greedy(
+          n, relevance, k, lambda,
+          [&](size_t i, const uint32_t* p, size_t m, float* out) {
+            against_picks(rows, i, p, m, gathered, ip, out);
+            for (size_t t = 0; t < m; ++t) out[t] = out[t] * inv[i] * inv[p[t]];
+          },
+          [&](size_t p, float* out) {
+            ip(rows[p], rows, n, out);
+            for (size_t i = 0; i < n; ++i) out[i] = out[i] * inv[i] * inv[p];
+          });
     }
   }
   throw std::invalid_argument("mmr: unknown similarity");
@@ -170,7 +205,7 @@ MmrResult mmr_select_i8(const int8_t* const* rows, const float* scale, const flo
     const float oi = offset ? offset[i] : 0.f, oj = offset ? offset[j] : 0.f;
     return base + oi + oj + weight * si * sj * float(kt.dot_i8(rows[i], rows[j], dim));
   };
-  return greedy(n, relevance, k, lambda, pair, pairwise_first_pass(n, pair));
+  return greedy(n, relevance, k, lambda, pairwise_refresh(pair), pairwise_first_pass(n, pair));
 }
 
 void relevance_f32(const float* query, const float* const* rows, size_t n, size_t dim, Metric sim,

@@ -8,11 +8,13 @@
 #include <random>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "fusion/mmr.h"
 #include "fusion/row_kernels.h"
 #include "fusion/rrf.h"
+#include "kernels/distances.h"
 
 using namespace medretrieve::fusion;
 
@@ -243,44 +245,61 @@ TEST(ScoreFusion, MinMaxAndZScoreRules) {
   EXPECT_THROW(fuse_scores(bad_lists, ScoreNorm::MinMax, nullptr, 0), std::invalid_argument);
 }
 
-TEST(RowKernels, OneVectorAgainstManyRowsMatchesFloat64) {
+// Every level this CPU runs (not only the active one), on awkward sizes: the
+// AVX2 and AVX-512 loops' 8- / 16-lane tails and the blocks of 1-4 rows.
+TEST(RowKernels, OneVectorAgainstManyRowsMatchesFloat64AtEveryLevel) {
   namespace rk = medretrieve::fusion::rows;
+  namespace kn = medretrieve::kernels;
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 1.f);
   std::uniform_int_distribution<int> ud(-127, 127);
-  for (size_t dim : {0u, 1u, 15u, 16u, 17u, 33u, 768u}) {
-    for (size_t n : {0u, 1u, 3u, 4u, 5u, 9u}) {
-      std::vector<float> v(dim), scale(n);
-      for (auto& x : v) x = nd(rng);
-      std::vector<std::vector<float>> fr(n, std::vector<float>(dim));
-      std::vector<std::vector<int8_t>> ir(n, std::vector<int8_t>(dim));
-      std::vector<const float*> fp;
-      std::vector<const int8_t*> ip;
-      for (size_t i = 0; i < n; ++i) {
-        for (auto& x : fr[i]) x = nd(rng);
-        for (auto& x : ir[i]) x = int8_t(ud(rng));
-        scale[i] = 0.01f * float(i + 1);
-        fp.push_back(fr[i].data());
-        ip.push_back(ir[i].data());
-      }
-      std::vector<float> dot(n), l2(n), dot8(n), l28(n);
-      rk::dot_f32(v.data(), fp.data(), n, dim, dot.data());
-      rk::l2sq_f32(v.data(), fp.data(), n, dim, l2.data());
-      rk::dot_f32_i8(v.data(), ip.data(), n, dim, dot8.data());
-      rk::l2sq_f32_i8(v.data(), ip.data(), scale.data(), n, dim, l28.data());
-      for (size_t i = 0; i < n; ++i) {
-        double d = 0, l = 0, d8 = 0, l8 = 0, mag = 1;
-        for (size_t j = 0; j < dim; ++j) {
-          d += double(v[j]) * fr[i][j];
-          l += std::pow(double(v[j]) - fr[i][j], 2);
-          d8 += double(v[j]) * ir[i][j];
-          l8 += std::pow(double(v[j]) - double(scale[i]) * ir[i][j], 2);
-          mag += std::fabs(double(v[j]) * fr[i][j]) + std::fabs(double(v[j]) * ir[i][j]);
+  for (int l = 0; l <= int(kn::cpu_level()); ++l) {
+    const auto level = kn::SimdLevel(l);
+    if (!kn::table_for(level)) continue;
+    for (size_t dim : {0u, 1u, 7u, 8u, 9u, 15u, 16u, 17u, 23u, 24u, 33u, 384u, 767u, 768u}) {
+      for (size_t n : {0u, 1u, 2u, 3u, 4u, 5u, 6u, 7u, 9u}) {
+        std::vector<float> v(dim), scale(n);
+        for (auto& x : v) x = nd(rng);
+        std::vector<std::vector<float>> fr(n, std::vector<float>(dim));
+        std::vector<std::vector<int8_t>> ir(n, std::vector<int8_t>(dim));
+        std::vector<const float*> fp;
+        std::vector<const int8_t*> ip;
+        for (size_t i = 0; i < n; ++i) {
+          for (auto& x : fr[i]) x = nd(rng);
+          for (auto& x : ir[i]) x = int8_t(ud(rng));
+          scale[i] = 0.01f * float(i + 1);
+          fp.push_back(fr[i].data());
+          ip.push_back(ir[i].data());
         }
-        EXPECT_NEAR(dot[i], d, 1e-5 * mag) << "dim " << dim << " row " << i;
-        EXPECT_NEAR(l2[i], l, 1e-5 * (l + 1));
-        EXPECT_NEAR(dot8[i], d8, 1e-5 * mag);
-        EXPECT_NEAR(l28[i], l8, 1e-5 * (l8 + 1));
+        std::vector<float> dot(n), l2(n), dot8(n), l28(n);
+        rk::dot_f32(v.data(), fp.data(), n, dim, dot.data(), level);
+        rk::l2sq_f32(v.data(), fp.data(), n, dim, l2.data(), level);
+        rk::dot_f32_i8(v.data(), ip.data(), n, dim, dot8.data(), level);
+        rk::l2sq_f32_i8(v.data(), ip.data(), scale.data(), n, dim, l28.data(), level);
+        for (size_t i = 0; i < n; ++i) {
+          double d = 0, l = 0, d8 = 0, l8 = 0, mag = 1;
+          for (size_t j = 0; j < dim; ++j) {
+            d += double(v[j]) * fr[i][j];
+            l += std::pow(double(v[j]) - fr[i][j], 2);
+            d8 += double(v[j]) * ir[i][j];
+            l8 += std::pow(double(v[j]) - double(scale[i]) * ir[i][j], 2);
+            mag += std::fabs(double(v[j]) * fr[i][j]) + std::fabs(double(v[j]) * ir[i][j]);
+          }
+          const std::string at = std::string(kn::level_name(level)) + " dim " + std::to_string(dim) + " n " +
+                                  std::to_string(n) + " row " + std::to_string(i);
+          EXPECT_NEAR(dot[i], d, 1e-5 * mag) << at;
+          EXPECT_NEAR(l2[i], l, 1e-5 * (l + 1)) << at;
+          EXPECT_NEAR(dot8[i], d8, 1e-5 * mag) << at;
+          EXPECT_NEAR(l28[i], l8, 1e-5 * (l8 + 1)) << at;
+        }
+        // A row's value does not depend on the block it falls in (MMR's first pass and refreshes agree).
+        for (size_t i = 0; i < n; ++i) {
+          float one;
+          rk::dot_f32(v.data(), &fp[i], 1, dim, &one, level);
+          EXPECT_EQ(one, dot[i]) << kn::level_name(level) << " dim " << dim << " row " << i;
+          rk::l2sq_f32(v.data(), &fp[i], 1, dim, &one, level);
+          EXPECT_EQ(one, l2[i]) << kn::level_name(level) << " dim " << dim << " row " << i;
+        }
       }
     }
   }
