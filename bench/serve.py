@@ -19,7 +19,11 @@ clients' and server's event loops waiting for a CPU).
   opens them) and over HTTP (one worker, one keep-alive connection per client) with two clients, httpx (what
   ``medretrieve.client`` uses) and the standard library's ``http.client`` (the leanest: it shows the client's
   share), interleaved so the box's load hits every path alike. "Added by HTTP" is, per request, the client's
-  round trip minus the search's own time as the server reports it (``Server-Timing: work``).
+  round trip minus the search's own time as the server reports it (``Server-Timing: work``); "beyond the
+  server" the round trip minus the server's whole time (``Server-Timing: total``, arrival to serialised
+  response). Response bytes: the body of each search (compact; ``--explain`` asks for stage reasons and per-stage
+  scores, as servers before the compact form always sent them). The SIMD level is the server's
+  (``MEDRETRIEVE_SIMD`` caps it).
 - throughput: closed-loop clients (asyncio + aiohttp, each sends its next request when the last one answered;
   after a 429 it waits the Retry-After) for ``--seconds`` per cell; each worker gets ``--max-inflight`` =
   CPUs / workers. The load generator shares the machine's CPUs with the server.
@@ -63,7 +67,10 @@ CPUS = len(os.sched_getaffinity(0))
 # ----------------------------------------------------------------- the collection and the questions
 
 def collection_dir(args: argparse.Namespace) -> Path:
-    """The BioASQ + filler collection of ``args.chunks`` chunks on disk (built once)."""
+    """``--collection`` when given, else the BioASQ + filler collection of ``args.chunks`` chunks on disk (built
+    once)."""
+    if args.collection:
+        return Path(args.collection)
     return rb.filled_collection(args.encoder, Path(args.work), args.chunks)
 
 
@@ -101,11 +108,11 @@ class StdlibClient:
         host, port = url.split("//", 1)[1].rsplit(":", 1)
         self.conn = http.client.HTTPConnection(host, int(port), timeout=10.0)
 
-    def post(self, path: str, payload: dict) -> Tuple[int, Dict[str, float]]:
+    def post(self, path: str, payload: dict) -> Tuple[int, Dict[str, float], int]:
         self.conn.request("POST", path, body=json.dumps(payload), headers={"Content-Type": "application/json"})
         response = self.conn.getresponse()
-        response.read()
-        return response.status, _parse_server_timing(response.getheader("server-timing") or "")
+        body = response.read()
+        return response.status, _parse_server_timing(response.getheader("server-timing") or ""), len(body)
 
     def close(self) -> None:
         self.conn.close()
@@ -120,9 +127,11 @@ class OverheadRow:
         self.added: List[float] = []  # round trip - the server's search time
         self.server_own: List[float] = []  # arrival to serialised response, minus queue and search
         self.outside: List[float] = []  # round trip - arrival to response: client, sockets, uvicorn, scheduling
+        self.nbytes: List[int] = []  # response body bytes
 
-    def add(self, round_trip_ms: float, timing: Dict[str, float]) -> None:
+    def add(self, round_trip_ms: float, timing: Dict[str, float], nbytes: int) -> None:
         self.round_trip.append(round_trip_ms)
+        self.nbytes.append(nbytes)
         self.added.append(round_trip_ms - timing["work"])
         self.server_own.append(timing["total"] - timing["work"] - timing["queue"])
         self.outside.append(round_trip_ms - timing["total"])
@@ -141,27 +150,31 @@ def overhead(args: argparse.Namespace) -> None:
     with server(col, 1) as srv, httpx.Client(base_url=srv.url, timeout=10.0) as hx:
         lean = StdlibClient(srv.url)
 
-        def via_httpx(body: dict) -> Tuple[int, Dict[str, float]]:
+        def via_httpx(body: dict) -> Tuple[int, Dict[str, float], int]:
             r = hx.post("/v1/search", json=body)
-            return r.status_code, _server_timing(r)
+            return r.status_code, _server_timing(r), len(r.content)
 
         clients = {"httpx": via_httpx, "stdlib": lambda body: lean.post("/v1/search", body)}
+        extra = {"explain": True} if args.explain else {}
         for q in qs[:20]:  # warm every path
             ret.search(q, k=10, deadline_ms=300)
             for send in clients.values():
-                send({"question": q, "k": 10})
+                send({"question": q, "k": 10, **extra})
         for i, q in enumerate(qs):
             t0 = time.perf_counter()
             ret.search(q, k=10, deadline_ms=300)
             lib.append((time.perf_counter() - t0) * 1000)
             for name in (("httpx", "stdlib") if i % 2 else ("stdlib", "httpx")):  # alternate who goes first
                 t0 = time.perf_counter()
-                status, timing = clients[name]({"question": q, "k": 10})
+                status, timing, nbytes = clients[name]({"question": q, "k": 10, **extra})
                 assert status == 200, status
-                rows[name].add((time.perf_counter() - t0) * 1000, timing)
+                rows[name].add((time.perf_counter() - t0) * 1000, timing, nbytes)
         lean.close()
-    print(f"\nHTTP overhead: {args.chunks} chunks, {len(qs)} questions interleaved (in-process, then both clients "
-          "in alternating order), deadline 300 ms, k=10, 1 worker, one keep-alive connection per client\n")
+        simd = _simd_of(srv)
+    print(f"\nHTTP overhead: {col.name}, {len(qs)} questions interleaved (in-process, then both clients "
+          f"in alternating order), deadline 300 ms, k=10, 1 worker, one keep-alive connection per client, server "
+          f"SIMD {simd}, {'explain' if args.explain else 'compact'} responses of "
+          f"{np.mean(rows['stdlib'].nbytes):.0f} bytes on average\n")
     print("| client | path | p50 ms | p90 ms | p99 ms | mean ms |")
     print("|---|---|---|---|---|---|")
 
@@ -173,12 +186,21 @@ def overhead(args: argparse.Namespace) -> None:
     for row in rows.values():
         line(row.name, "POST /v1/search (round trip)", row.round_trip)
         line(row.name, "added by HTTP (round trip - the server's search time, per request)", row.added)
+        line(row.name, "beyond the server (round trip - Server-Timing total, per request)", row.outside)
         line(row.name, "of which in the server (arrival to serialised response, minus queue and search)",
              row.server_own)
-        line(row.name, "of which outside it (client, sockets, uvicorn, scheduling)", row.outside)
     for row in rows.values():
         print(f"\n{row.name}: round-trip percentile minus in-process percentile: "
               f"p50 {pct(row.round_trip, 50) - pct(lib, 50):+.2f} ms, p99 {pct(row.round_trip, 99) - pct(lib, 99):+.2f} ms")
+
+
+def _simd_of(srv: ServerProcess) -> str:
+    """The SIMD level the server's native core runs at (its environment caps it as this process's would)."""
+    import subprocess
+
+    code = "import medretrieve; print(medretrieve.simd_level())"
+    return subprocess.run([sys.executable, "-c", code], env=srv.env, capture_output=True, text=True,
+                          check=True).stdout.strip()
 
 
 # ----------------------------------------------------------------- load generation
@@ -465,10 +487,12 @@ def main() -> None:
     p.add_argument("--encoder", default=None, help="encoder dir (default: the embedded default encoder)")
     p.add_argument("--work", default="/tmp/medretrieve-bench-serve")
     p.add_argument("--chunks", type=int, default=100_000)
+    p.add_argument("--collection", default=None, help="serve this collection directory instead of building one")
     p.add_argument("--queries", type=int, default=300, help="overhead: questions; cpu: requests per endpoint")
     p.add_argument("--seconds", type=float, default=None, help="per cell (throughput 15) / overload run (60)")
     p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16, 64])
     p.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
+    p.add_argument("--explain", action="store_true", help="overhead: ask for explained (uncompact) responses")
     p.add_argument("--saturation", type=float, default=None, help="overload: saturation QPS (default: measured)")
     args = p.parse_args()
     if args.encoder is None:

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Optional, Type, TypeVar, Union
+from typing import Any, Callable, Coroutine, Dict, Optional, Type, TypeVar, Union
 
 import orjson
 from fastapi import Request
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -18,6 +19,16 @@ from .metrics import ServerMetrics
 M = TypeVar("M", bound=BaseModel)
 ENDPOINTS = ("/v1/search", "/v1/search:batch", "/v1/answer", "/v1/collection", "/v1/admin/reload", "/healthz",
              "/readyz", "/metrics")
+
+
+class RawRoute(APIRoute):
+    """A route whose endpoint takes the ``Request`` and returns a ``Response`` itself: it reads and validates its
+    own body (:func:`read_body`) and serialises its own answer, so FastAPI's per-request dependency solving,
+    validation and serialisation (~0.1 ms of CPU a request) are skipped. ``get_route_handler`` is FastAPI's
+    documented hook for custom route classes; the OpenAPI document still comes from the route's arguments."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        return self.endpoint
 
 
 def endpoint_of(request: Union[Request, Scope]) -> str:

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, List, Type
+from typing import Any, Callable, Dict, List, Optional, Type
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
+from starlette.background import BackgroundTask
 from starlette.responses import PlainTextResponse, Response
 
 from pydantic import BaseModel
@@ -18,7 +19,7 @@ from .admission import remaining_or_none
 from .answers import answer_once, note_answer, stream_answer
 from .engine import Engine, NotReady, ReloadRunning, Snapshot, describe
 from .errors import ApiError
-from .http import json_bytes, json_response, read_body, request_deadline
+from .http import RawRoute, json_bytes, json_response, read_body, request_deadline
 from .metrics import ServerMetrics
 
 _ERRORS: Dict[Any, Dict[str, Any]] = {
@@ -39,27 +40,43 @@ def _body(model: Type[BaseModel]) -> Dict[str, Any]:
                             "description": "the deadline (ms) as the body's deadline_ms; the smaller counts"}]}
 
 
-def _respond(payload: Any, waited_ms: float, work_ms: float, deadline: Deadline) -> Response:
+def _respond(payload: Any, waited_ms: float, work_ms: float, deadline: Deadline,
+             after: Optional[BackgroundTask] = None) -> Response:
     """The JSON response, with ``Server-Timing`` (ms): the wait for a slot, the work, and the whole time from the
-    request's arrival to its serialised response (so ``total - queue - work`` is the server's own overhead)."""
+    request's arrival to its serialised response (so ``total - queue - work`` is the server's own overhead).
+    ``after``: work to do once the response is sent (the client does not wait for it)."""
     body = json_bytes(payload)
     timing = f"queue;dur={waited_ms:.2f}, work;dur={work_ms:.2f}, total;dur={deadline.elapsed_ms():.2f}"
-    return Response(body, media_type="application/json", headers={"Server-Timing": timing})
+    return Response(body, media_type="application/json", headers={"Server-Timing": timing}, background=after)
 
 
-def _note_search(metrics: ServerMetrics, endpoint: str, results: List[SearchResult], deadline: Deadline) -> None:
+async def _note_search(metrics: ServerMetrics, endpoint: str, results: List[SearchResult], missed: bool,
+                       waited_ms: float) -> None:
+    """Record a search's metrics (``missed``: the answer came after the deadline). A coroutine, so that Starlette
+    runs it on the event loop after the response, not in a thread of its own."""
+    metrics.child(metrics.queue_wait, endpoint).observe(waited_ms / 1000.0)
     for res in results:
         metrics.observe_stages(res.stages)
         if res.weak:
             metrics.weak.inc()
-    if deadline.expired():
+    if missed:
         metrics.child(metrics.deadline_misses, endpoint, "work").inc()
 
 
+def _later(metrics: ServerMetrics, endpoint: str, results: List[SearchResult], deadline: Deadline,
+           waited_ms: float) -> BackgroundTask:
+    """:func:`_note_search` once the response is sent (~15 histogram updates a search the client need not wait
+    for); whether the deadline was missed is judged now, as the response leaves."""
+    return BackgroundTask(_note_search, metrics, endpoint, results, deadline.expired(), waited_ms)
+
+
 def add_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
-    """Every endpoint of the API on ``app``, and the request bodies' schemas in its OpenAPI document."""
-    _search_routes(app, engine, metrics)
-    _answer_route(app, engine, metrics)
+    """Every endpoint of the API on ``app``, and the request bodies' schemas in its OpenAPI document. The search
+    and answer endpoints read their own bodies (:class:`.http.RawRoute`)."""
+    raw = APIRouter(route_class=RawRoute)
+    _search_routes(raw, engine, metrics)
+    _answer_route(raw, engine, metrics)
+    app.include_router(raw)
     _operations_routes(app, engine, metrics)
     _document_bodies(app, engine, (SearchRequest, BatchSearchRequest, AnswerRequest))
 
@@ -85,7 +102,7 @@ def _document_bodies(app: FastAPI, engine: Engine, models: Any) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def _search_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
+def _search_routes(app: APIRouter, engine: Engine, metrics: ServerMetrics) -> None:
     config = engine.config
 
     @app.post("/v1/search", response_model=SearchResult, responses=_ERRORS, tags=["search"],
@@ -100,9 +117,8 @@ def _search_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None
             return snap.retriever.search(body.question, deadline_ms=remaining_or_none(deadline), **kwargs)
 
         result, waited_ms = await engine.run("search", deadline, work)
-        metrics.child(metrics.queue_wait, "/v1/search").observe(waited_ms / 1000.0)
-        _note_search(metrics, "/v1/search", [result], deadline)
-        return _respond(result.to_dict(body.explain), waited_ms, result.timings_ms["total"], deadline)
+        return _respond(result.to_dict(body.explain), waited_ms, result.timings_ms["total"], deadline,
+                        _later(metrics, "/v1/search", [result], deadline, waited_ms))
 
     @app.post("/v1/search:batch", response_model=BatchSearchResponse, responses=_ERRORS, tags=["search"],
               openapi_extra=_body(BatchSearchRequest))
@@ -121,13 +137,12 @@ def _search_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None
                     for q in body.questions]
 
         results, waited_ms = await engine.run("search", deadline, work)
-        metrics.child(metrics.queue_wait, "/v1/search:batch").observe(waited_ms / 1000.0)
-        _note_search(metrics, "/v1/search:batch", results, deadline)
         work_ms = sum(r.timings_ms["total"] for r in results)
-        return _respond({"results": [r.to_dict(body.explain) for r in results]}, waited_ms, work_ms, deadline)
+        return _respond({"results": [r.to_dict(body.explain) for r in results]}, waited_ms, work_ms, deadline,
+                        _later(metrics, "/v1/search:batch", results, deadline, waited_ms))
 
 
-def _answer_route(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> None:
+def _answer_route(app: APIRouter, engine: Engine, metrics: ServerMetrics) -> None:
     config = engine.config
 
     @app.post("/v1/answer", response_model=Answer, responses={
