@@ -54,12 +54,13 @@
     return w;
   }
 
-  // The link to a hit's source: its metadata's http(s) `url`, else PubMed when the document id is a PMID.
+  // The link to a hit's source: its metadata's http(s) `url`, else PubMed when the document id is a PMID (all
+  // digits): the rule of medretrieve.integrations.source.source_url.
   function sourceUrl(hit) {
     const url = hit.metadata && typeof hit.metadata.url === "string" ? hit.metadata.url : "";
     if (/^https?:\/\//i.test(url)) return url;
     const id = String(hit.document_id || "");
-    return /^\d{1,9}$/.test(id) ? `https://pubmed.ncbi.nlm.nih.gov/${id}/` : "";
+    return /^\d+$/.test(id) ? `https://pubmed.ncbi.nlm.nih.gov/${id}/` : "";
   }
 
   // The question's content words and the expansions the search added (synonyms, abbreviations), as stems.
