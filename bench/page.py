@@ -2,11 +2,13 @@
 search page and the API docs page take to load, how many bytes they fetch, how long the page takes to show the
 hits and the answer; and the screenshot of the page after an answer that docs/serving.md shows.
 
-    python bench/page.py [--runs 5] [--question Q] [--k 5] [--llm URL --model NAME] [--screenshot docs/search-page.png]
+    python bench/page.py [--runs 5] [--corpus PATH] [--question Q] [--k 5] [--llm URL --model NAME]
+                         [--screenshot docs/search-page.png]
 
-The server: ``medretrieve serve`` over the demo corpus (52 documents, built once into a temporary folder with the
-embedded model), one worker, on loopback; without ``--llm`` its answers are whatever ``/v1/answer`` gives with no
-LLM configured. Every run opens each page in a fresh browser tab with the cache off:
+The server: ``medretrieve serve`` over ``--corpus`` (default: the demo corpus, 52 documents; any corpus
+``medretrieve build`` reads, e.g. a BioASQ golden file, whose snippets are PubMed articles), built once into a
+temporary folder with the embedded model, one worker, on loopback; without ``--llm`` its answers are extractive.
+Every run opens each page in a fresh browser tab with the cache off:
 
 - load: navigation start to the load event (ms), and the bytes the page fetched (its document and every
   resource, as transferred);
@@ -100,21 +102,23 @@ def docs_page_run(driver, url: str) -> Dict[str, float]:
 
 
 def screenshot(driver, url: str, question: str, k: int, path: Path) -> None:
-    """The page after an answer, cropped to the page's content height (PNG)."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
+    """The whole page after an answer (PNG, at most 2,400 CSS pixels high), in 64 colours: a page of flat colours
+    stays sharp at a fraction of the bytes."""
+    import base64
+    import io
+
+    from PIL import Image
 
     driver.get(url + "/")
     _ask(driver, question, k)
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1000, min(int(height), 2200))
-    driver.find_element(By.ID, "question").send_keys(Keys.END)  # the caret, not the page, moves
+    width, height = driver.execute_script("return [document.documentElement.scrollWidth,"
+                                          " document.documentElement.scrollHeight]")
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
+        "format": "png", "captureBeyondViewport": True,
+        "clip": {"x": 0, "y": 0, "width": width, "height": min(height, 2400), "scale": 1}})
+    with Image.open(io.BytesIO(base64.b64decode(shot["data"]))) as image:
+        small = image.convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT)
     path.parent.mkdir(parents=True, exist_ok=True)
-    driver.save_screenshot(str(path))
-    from PIL import Image  # a palette of 64 colours: a page of flat colours stays sharp at a fraction of the bytes
-
-    with Image.open(path) as shot:
-        small = shot.convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT)
     small.save(path, optimize=True)
 
 
@@ -126,6 +130,7 @@ def _median(rows: List[Dict[str, float]], key: str) -> float:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--corpus", type=Path, help="the corpus to serve (default: the demo corpus)")
     ap.add_argument("--question", default="What is the first-line drug treatment for type 2 diabetes?")
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--llm", help="an OpenAI-compatible server for the answers (default: none)")
@@ -146,7 +151,7 @@ def main(argv=None) -> None:
     served = ["--deadline-ms", "60000"] + (["--llm", args.llm, "--model", args.model] if args.llm else [])
     with tempfile.TemporaryDirectory(prefix="medretrieve-page-bench-") as work:
         collection = Path(work) / "demo"
-        Collection.build(DEMO_CORPUS, collection, encoder=default_model_dir(), progress=False)
+        Collection.build(args.corpus or DEMO_CORPUS, collection, encoder=default_model_dir(), progress=False)
         with ServerProcess(collection, served) as server, headless_chromium(width=1000, height=1400) as driver:
             search_page_run(driver, server.url, args.question, args.k)  # warm: the server's first question
             page_rows, docs_rows = [], []
@@ -158,7 +163,8 @@ def main(argv=None) -> None:
     files = {p.name: p.stat().st_size for p in sorted(WEB.iterdir())}
     page_load, docs_load = _median(page_rows, "load_ms"), _median(docs_rows, "load_ms")
     print(json.dumps({"search_page": page_rows, "docs_page": docs_rows, "files": files}, indent=1), file=sys.stderr)
-    print(f"runs: {args.runs} (medians), question: {args.question!r}, k={args.k}, "
+    print(f"runs: {args.runs} (medians), corpus: {(args.corpus or DEMO_CORPUS).name}, question: {args.question!r}, "
+          f"k={args.k}, "
           f"answers: {'LLM ' + args.model if args.llm else 'no LLM configured'}\n")
     print("| page | load (ms) | bytes fetched | hits shown (ms) | first words (ms) | answer shown (ms) |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -1,6 +1,7 @@
 """The service's pages in a real headless browser (Debian's chromium through selenium) against a real
 ``medretrieve serve`` process: the search page asked by keyboard only, its hits, its streamed cited answer whose
-marks lead to the hits, its timings, and no request beyond the server; the OpenAPI docs page renders offline.
+marks lead to the hits (extractive, with no LLM configured; and an LLM's, written in pieces), its timings, and no
+request beyond the server; the OpenAPI docs page renders offline.
 Skipped, with the reason, where no browser can be driven (CI installs chromium and chromium-driver)."""
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ pytestmark = pytest.mark.skipif(bool(browser_unavailable()), reason=browser_unav
 QUESTION = "What is the first-line drug treatment for type 2 diabetes?"
 K = 5
 PMIDS = {"demo-002": "31000002", "demo-001": "31000001"}  # documents that stand for PubMed articles
-ANSWER_PIECES = ("Metformin is the first-line drug for type 2 diabetes [", "1]. Lifestyle measures come first [1, ",
-                 "2].")
+# an LLM's answer in pieces that cut its citation marks in two
+LLM_PIECES = ("Metformin is the first-line drug for type 2 diabetes [", "1]. Lifestyle measures come first [1, ",
+              "2].")
+# a deadline no busy test machine reaches: no stage is cut, so the page's searches and the test's agree
+SERVE_ARGS = ["--deadline-ms", "60000"]
 WAIT_S = 60.0  # the longest wait for anything the page shows
 
 
@@ -38,26 +42,42 @@ def pmid_collection(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page_server(pmid_collection):
+    """No LLM configured: answers are extractive."""
+    from medretrieve.testing.server import ServerProcess
+
+    with ServerProcess(pmid_collection, SERVE_ARGS) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def llm_page_server(pmid_collection):
+    """Answers from a scripted LLM that streams :data:`LLM_PIECES`."""
     from llm_server import FakeLLMServer, stream_reply
 
     from medretrieve.testing.server import ServerProcess
 
     def reply(request_json):
         if request_json and request_json.get("stream"):
-            return stream_reply(ANSWER_PIECES)
-        return "".join(ANSWER_PIECES)
+            return stream_reply(LLM_PIECES)
+        return "".join(LLM_PIECES)
 
     with FakeLLMServer(reply) as llm:
-        # a deadline no busy test machine reaches: no stage is cut, so the page's searches and the test's agree
-        args = ["--llm", llm.base_url, "--model", "fake", "--deadline-ms", "60000"]
-        with ServerProcess(pmid_collection, args) as srv:
+        with ServerProcess(pmid_collection, ["--llm", llm.base_url, "--model", "fake", *SERVE_ARGS]) as srv:
             yield srv
 
 
 @pytest.fixture(scope="module")
-def driver():
+def browser():
     with headless_chromium() as d:
         yield d
+
+
+@pytest.fixture
+def driver(browser):
+    """The module's browser, its logs emptied: what a test reads of them is its own."""
+    requests_seen(browser)
+    console_errors(browser)
+    return browser
 
 
 def _wait(driver, condition, what):
@@ -71,6 +91,32 @@ def _answered(driver):
         "const a = document.getElementById('answer');"
         "return a.getAttribute('aria-busy') === 'false' && a.querySelector('a.cite') !== null &&"
         " /answered/.test(document.getElementById('status').textContent);")
+
+
+def _ask_by_keyboard(driver, url, question, k, explain=False):
+    """Open the page and ask, with keys only: the question box has the focus on arrival; Enter submits."""
+    from selenium.webdriver.common.keys import Keys
+
+    driver.get(url + "/")
+    box = driver.switch_to.active_element
+    assert box.get_attribute("id") == "question"
+    box.send_keys(Keys.TAB)  # to "Hits"
+    hits_box = driver.switch_to.active_element
+    assert hits_box.get_attribute("id") == "k"
+    hits_box.send_keys(Keys.BACKSPACE * 3, str(k), Keys.TAB)  # to "Why each stage"
+    if explain:
+        driver.switch_to.active_element.send_keys(Keys.SPACE)
+    driver.switch_to.active_element.send_keys(Keys.SHIFT, Keys.TAB, Keys.TAB)  # back to the question
+    driver.switch_to.active_element.send_keys(question, Keys.ENTER)
+    _wait(driver, _answered, "the streamed answer")
+
+
+def _server_answer(url, question, k):
+    """The search and the (whole) answer the server gives the same question."""
+    with httpx.Client(base_url=url, timeout=60.0) as http:
+        search = http.post("/v1/search", json={"question": question, "k": k, "explain": True}).json()
+        answer = http.post("/v1/answer", json={"question": question, "k": k}).json()
+    return search, answer
 
 
 def _check_hit_list(driver, search, answer):
@@ -88,68 +134,67 @@ def _check_hit_list(driver, search, answer):
         assert item.find_element(By.CSS_SELECTOR, ".extra").text == "evidence of the answer"
 
 
+def _check_citations(driver, answer):
+    """The answer shown is the server's, and each of its citation marks is a link to the shown hit that holds the
+    evidence passage it cites."""
+    from selenium.webdriver.common.by import By
+
+    assert driver.find_element(By.ID, "answer").text == answer["text"]
+    marks = driver.find_elements(By.CSS_SELECTOR, "#answer .cite")
+    assert [int(m.text) for m in marks] == [n for c in answer["citations"] for n in c["sources"]] and marks
+    for mark in marks:
+        assert mark.tag_name == "a" and "invalid" not in mark.get_attribute("class")
+        target = driver.find_element(By.CSS_SELECTOR, "#" + mark.get_attribute("href").split("#")[-1])
+        assert target.is_displayed() and target.get_attribute("class") == "hit"
+        n = int(mark.get_attribute("data-source"))
+        assert target.get_attribute("data-chunk") == answer["evidence"][n - 1]["chunk_id"]
+    return marks
+
+
 def _offsite(urls, server_url):
     return [u for u in urls if not u.startswith((server_url + "/", "data:", "about:", "blob:"))]
 
 
-def test_a_question_asked_by_keyboard_gets_hits_and_a_cited_answer(driver, page_server):
+def test_a_question_asked_by_keyboard_gets_hits_and_a_cited_answer_without_an_llm(driver, page_server):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    driver.get(page_server.url + "/")
-    focused = driver.switch_to.active_element
-    assert focused.get_attribute("id") == "question"  # the question box has the focus on arrival
-    driver.find_element(By.ID, "k").clear()
-    driver.find_element(By.ID, "k").send_keys(str(K))
-    driver.find_element(By.ID, "question").send_keys(QUESTION, Keys.ENTER)
-    _wait(driver, _answered, "the streamed answer")
-
-    with httpx.Client(base_url=page_server.url, timeout=60.0) as http:
-        search = http.post("/v1/search", json={"question": QUESTION, "k": K}).json()
-        answer = http.post("/v1/answer", json={"question": QUESTION, "k": K}).json()
+    _ask_by_keyboard(driver, page_server.url, QUESTION, K)
+    search, answer = _server_answer(page_server.url, QUESTION, K)
+    assert answer["citations"] and not answer["abstained"]  # extractive: the evidence's own sentences, cited
 
     # the hits: the server's, in its order, with their sections, highlighted terms and source links
-    items = driver.find_elements(By.CSS_SELECTOR, "#hits li.hit")
     _check_hit_list(driver, search, answer)
-    top = items[0]
+    top = driver.find_elements(By.CSS_SELECTOR, "#hits li.hit")[0]
     assert search["hits"][0]["document_id"] == "31000002"
     assert top.find_element(By.CSS_SELECTOR, ".section").text == search["hits"][0]["section"]
     assert top.find_element(By.CSS_SELECTOR, "h3 a").get_attribute("href") == "https://pubmed.ncbi.nlm.nih.gov/31000002/"
     marked = {m.text.lower() for m in driver.find_elements(By.CSS_SELECTOR, "#hits mark")}
     assert "diabetes" in marked and "drug" in marked and "the" not in marked and "what" not in marked
-    for item, hit in zip(items, search["hits"]):
+    for item, hit in zip(driver.find_elements(By.CSS_SELECTOR, "#hits li.hit"), search["hits"]):
         links = item.find_elements(By.CSS_SELECTOR, "h3 a")
         assert bool(links) == (hit["document_id"] in PMIDS.values())  # demo ids have no source to link to
 
-    # the answer: every citation mark is a link to the shown hit holding that evidence passage
-    text = driver.find_element(By.ID, "answer").text
-    assert text == answer["text"] and "[1, 2]" in text
-    marks = driver.find_elements(By.CSS_SELECTOR, "#answer .cite")
-    assert [m.text for m in marks] == ["1", "1", "2"]
-    for mark in marks:
-        assert mark.tag_name == "a" and "invalid" not in mark.get_attribute("class")
-        target = driver.find_element(By.CSS_SELECTOR, mark.get_attribute("href").split("/")[-1])
-        assert target.is_displayed() and target.get_attribute("class") == "hit"
-        n = int(mark.get_attribute("data-source"))
-        assert target.get_attribute("data-chunk") == answer["evidence"][n - 1]["chunk_id"]
+    marks = _check_citations(driver, answer)
 
-    # the time each stage took, then the answer's parts
+    # the time each stage took (no reasons: the box "Why each stage" was not ticked), then the answer's parts
     rows = driver.find_elements(By.CSS_SELECTOR, "#timings tbody tr")
     names = [r.find_element(By.TAG_NAME, "th").text for r in rows]
     assert names[:len(search["stages"])] == [s["name"] for s in search["stages"]]
-    assert "search total" in names and "answer generate" in names and "answer total" in names
+    assert "search total" in names and "answer retrieve" in names and "answer total" in names
+    assert not any(cell.is_displayed() for cell in driver.find_elements(By.CSS_SELECTOR, "#timings .why"))
 
-    # keyboard only: from the question, Tab reaches the hits count, the button, then the first citation; Enter on
-    # it moves the focus to its hit, with a visible focus ring
+    # keyboard only: from the question, Tab reaches the hits count, the box, the button, then the first citation;
+    # Enter on it moves the focus to its hit, with a visible focus ring
     driver.find_element(By.ID, "question").click()
-    body = driver.switch_to.active_element
+    focused = driver.switch_to.active_element
     order = []
-    for _ in range(3):
-        body.send_keys(Keys.TAB)
-        body = driver.switch_to.active_element
-        order.append(body.get_attribute("id") or body.get_attribute("class").split()[0])
-    assert order == ["k", "submit", "cite"]
-    body.send_keys(Keys.ENTER)
+    for _ in range(4):
+        focused.send_keys(Keys.TAB)
+        focused = driver.switch_to.active_element
+        order.append(focused.get_attribute("id") or focused.get_attribute("class").split()[0])
+    assert order == ["k", "explain", "submit", "cite"]
+    focused.send_keys(Keys.ENTER)
     focused = driver.switch_to.active_element
     assert focused.get_attribute("id") == marks[0].get_attribute("href").split("#")[-1]
     ring = driver.execute_script("const s = getComputedStyle(document.activeElement);"
@@ -162,26 +207,44 @@ def test_a_question_asked_by_keyboard_gets_hits_and_a_cited_answer(driver, page_
     assert not console_errors(driver)
 
 
-def test_a_new_question_replaces_the_last_one_and_errors_are_shown(driver, page_server):
+def test_an_llm_answer_written_in_pieces_links_every_citation(driver, llm_page_server):
+    _ask_by_keyboard(driver, llm_page_server.url, QUESTION, K)
+    search, answer = _server_answer(llm_page_server.url, QUESTION, K)
+    assert "".join(LLM_PIECES) in answer["text"]
+    _check_hit_list(driver, search, answer)
+    assert [m.text for m in _check_citations(driver, answer)] == ["1", "1", "2"]
+    assert not _offsite(requests_seen(driver), llm_page_server.url)
+
+
+def test_a_new_question_replaces_the_last_one_and_reasons_come_on_request(driver, page_server):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
     driver.get(page_server.url + "/")
     box = driver.find_element(By.ID, "question")
-    box.send_keys("   ", Keys.ENTER)  # blank: refused by the form itself, nothing is asked
+    box.send_keys("   ", Keys.ENTER)  # blank: refused by the page, nothing is asked
     assert driver.find_element(By.ID, "hits-section").get_attribute("hidden") is not None
+    assert "question" in driver.find_element(By.ID, "status").text.lower()
     box.clear()
     box.send_keys("x" * 4001)  # the box holds at most what the API accepts
     assert len(box.get_attribute("value")) == 4000
+
+    question = "How is asthma diagnosed?"
+    _ask_by_keyboard(driver, page_server.url, QUESTION, K)
+    box = driver.find_element(By.ID, "question")
     box.clear()
+    driver.find_element(By.ID, "explain").click()
     driver.find_element(By.ID, "k").clear()
     driver.find_element(By.ID, "k").send_keys("2")
-    box.send_keys("Is levodopa used to treat Parkinson's disease?", Keys.ENTER)
-    _wait(driver, _answered, "the second answer")
-    with httpx.Client(base_url=page_server.url, timeout=60.0) as http:
-        body = {"question": "Is levodopa used to treat Parkinson's disease?", "k": 2}
-        search, answer = http.post("/v1/search", json=body).json(), http.post("/v1/answer", json=body).json()
+    box.send_keys(question, Keys.ENTER)
+    _wait(driver, _answered, "the second answer")  # the status line said "Searching" at Enter
+    search, answer = _server_answer(page_server.url, question, 2)
     _check_hit_list(driver, search, answer)
+    _check_citations(driver, answer)
+    why = {r.find_element(By.TAG_NAME, "th").text: r.find_element(By.CSS_SELECTOR, ".why").text
+           for r in driver.find_elements(By.CSS_SELECTOR, "#timings tbody tr")}
+    reasons = {s["name"]: s["reason"] for s in search["stages"]}
+    assert {name: why[name] for name in reasons} == reasons and reasons["classify"]
     assert not _offsite(requests_seen(driver), page_server.url)
 
 
@@ -196,4 +259,5 @@ def test_the_api_docs_render_offline(driver, page_server):
     shown = {e.text.replace("\u200b", "") for e in driver.find_elements(By.CSS_SELECTOR, operations)}
     assert shown == documented and "/v1/search" in shown
     assert not console_errors(driver)
-    assert not _offsite(requests_seen(driver), page_server.url), _offsite(requests_seen(driver), page_server.url)
+    offsite = _offsite(requests_seen(driver), page_server.url)
+    assert not offsite, offsite

@@ -5,7 +5,7 @@ service's pages and ``bench/page.py``.
     with headless_chromium() as driver:
         driver.get(url)
         ...
-        urls = requests_seen(driver)        # every URL the page asked for so far
+        urls = requests_seen(driver)        # every URL the pages asked for since the last call
 
 The driver is started with the chromium-driver found on PATH (selenium's own manager would try to download one),
 with every wait bounded: page loads and scripts time out after ``timeout_s``.
@@ -56,19 +56,20 @@ def headless_chromium(width: int = 1100, height: int = 1400, timeout_s: float = 
     try:
         driver.set_page_load_timeout(timeout_s)
         driver.set_script_timeout(timeout_s)
-        driver.seen_urls = []  # requests read from the performance log so far (reading the log empties it)
         yield driver
     finally:
         driver.quit()
 
 
 def requests_seen(driver: "object") -> List[str]:
-    """Every URL the browser's pages requested since the session began (from Chrome's DevTools network events)."""
+    """Every URL the browser's pages requested since the last call (from Chrome's DevTools network events, whose
+    log reading empties)."""
+    urls = []
     for entry in driver.get_log("performance"):  # type: ignore[attr-defined]
         message = json.loads(entry["message"])["message"]
         if message.get("method") == "Network.requestWillBeSent":
-            driver.seen_urls.append(message["params"]["request"]["url"])  # type: ignore[attr-defined]
-    return list(driver.seen_urls)  # type: ignore[attr-defined]
+            urls.append(message["params"]["request"]["url"])
+    return urls
 
 
 def console_errors(driver: "object") -> List[str]:

@@ -1,5 +1,6 @@
 // The search page of `medretrieve serve`: plain JavaScript, no build step, no request to any other host.
-// On submit it asks POST v1/search (the hits and each stage's time), then POST v1/answer with "stream": true and
+// On submit it asks POST v1/search (the hits and each stage's time; each stage's reason too when "Why each stage"
+// is ticked, as "explain": true), then POST v1/answer with "stream": true and
 // reads its server-sent events: `evidence` (the hits the answer is grounded on), `delta` (answer text as it is
 // written), `answer` (the whole answer, citations checked) or `error`. Each citation mark [n] names evidence hit n;
 // it becomes a link to that hit in the list shown (by chunk id), so a reader can check the source.
@@ -22,10 +23,11 @@
   const SUFFIXES = ["ations", "ation", "ments", "ment", "ings", "ing", "ies", "ic", "al", "es", "ed", "ly", "s"];
 
   const $ = (id) => document.getElementById(id);
-  const form = $("ask"), question = $("question"), kInput = $("k"), statusLine = $("status");
+  const form = $("ask"), question = $("question"), kInput = $("k"), explainBox = $("explain");
+  const statusLine = $("status");
   const answerSection = $("answer-section"), answerBox = $("answer"), answerNote = $("answer-note");
   const hitsSection = $("hits-section"), hitsList = $("hits");
-  const timingsSection = $("timings-section"), timingsBody = document.querySelector("#timings tbody");
+  const timingsSection = $("timings-section"), timings = $("timings"), timingsBody = timings.querySelector("tbody");
 
   let running = null;  // the AbortController of the search in progress
 
@@ -149,11 +151,13 @@
     const bar = el("span", { class: "bar", "aria-hidden": "true" });
     bar.style.width = `${(6 * Math.min(1, Math.max(0, ms) / Math.max(totalMs, 1e-3))).toFixed(2)}rem`;  // CSSOM: CSP allows it
     return el("tr", {}, [el("th", { scope: "row", text: name }), el("td", { text: ran }),
-      el("td", { class: "ms" }, [`${ms.toFixed(1)}`, bar]), el("td", { text: note || "" })]);
+      el("td", { class: "ms" }, [`${ms.toFixed(1)}`, bar]), el("td", { class: "why", text: note || "" })]);
   }
 
-  function showSearchTimings(result) {
+  // Stage reasons come only when the search was asked with "explain" (the "Why each stage" box).
+  function showSearchTimings(result, explain) {
     const stages = result.stages || [];
+    timings.classList.toggle("lean", !explain);
     const total = Number((result.timings_ms && result.timings_ms.total) || 0);
     const rows = stages.map((s) => timingRow(
       s.name, s.cut ? "cut" : (s.ran ? "yes" : "no"), Number(s.elapsed_ms || 0), s.reason, total));
@@ -263,7 +267,7 @@
 
   // ------------------------------------------------------------------ one question
 
-  async function ask(text, k) {
+  async function ask(text, k, explain) {
     if (running) running.abort();
     const controller = new AbortController();
     running = controller;
@@ -274,11 +278,11 @@
     performance.mark("medretrieve:asked");  // marks for DevTools and bench/page.py: asked, hits, first-words, answered
     say("Searching\u2026");
     try {
-      const result = await (await postJson("v1/search", { question: text, k }, controller.signal)).json();
+      const result = await (await postJson("v1/search", { question: text, k, explain }, controller.signal)).json();
       clearTimeout(searchTimer);
       const stems = queryStems(text, result.expansions);
       showHits(result.hits || [], stems);
-      showSearchTimings(result);
+      showSearchTimings(result, explain);
       performance.mark("medretrieve:hits");
       say(`${(result.hits || []).length} hits in ${Number(result.timings_ms.total).toFixed(0)} ms; answering\u2026`);
       const answerTimer = setTimeout(() => controller.abort(new Error("the answer took too long")), ANSWER_TIMEOUT_MS);
@@ -312,7 +316,7 @@
     const k = Number(kInput.value);
     if (!text) { say("Type a question first.", true); question.focus(); return; }
     if (!Number.isInteger(k) || k < 1 || k > 100) { say("Hits must be a whole number from 1 to 100.", true); kInput.focus(); return; }
-    ask(text, k);
+    ask(text, k, explainBox.checked);
   });
 
   // A citation link takes the keyboard focus to its hit (not only the scroll position).
