@@ -125,18 +125,11 @@ class Backend(Protocol):
 @runtime_checkable
 class StreamingBackend(Backend, Protocol):
     """A backend that can also hand its reply over piece by piece, and be cancelled from another thread (the
-    HTTP server streams answers through it and cancels the generation when its client goes away)."""
+    HTTP server streams answers through it and cancels the generation when its client goes away). ``options``
+    are :meth:`generate`'s keyword arguments."""
 
-    def stream(
-        self,
-        messages: Sequence[dict],
-        *,
-        max_tokens: int = 512,
-        temperature: float = 0.0,
-        deadline_ms: Optional[float] = None,
-        response_format: ResponseFormat = None,
-        cancel: Optional["Cancel"] = None,
-    ) -> Iterator[str]: ...
+    def stream(self, messages: Sequence[dict], *, cancel: Optional["Cancel"] = None,
+               **options: Any) -> Iterator[str]: ...
 
 
 _ROLES = ("system", "user", "assistant")
