@@ -1,4 +1,5 @@
-"""``medretrieve serve``: the HTTP API over one collection, under uvicorn (one or several worker processes).
+"""``medretrieve serve``: the HTTP API over one collection, under uvicorn (one or several worker processes); in a
+browser, ``/`` is a search page and ``/docs`` the API's documentation (both offline).
 
 Several workers: each is its own process with its own retriever (searches are CPU-bound and hold the GIL part of
 the time, so processes, not threads, use several cores); they share the dense index's pages through the memory
@@ -32,7 +33,7 @@ PROTOCOL = "medretrieve.server.protocol:GuardedHttpToolsProtocol"
 
 
 def add_serve(sub: Any) -> None:
-    p = sub.add_parser("serve", help="serve a collection over HTTP (search, answer, metrics)",
+    p = sub.add_parser("serve", help="serve a collection over HTTP (search, answer, metrics, a search page)",
                        description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("collection", help="collection directory (medretrieve build)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
