@@ -318,14 +318,22 @@ def test_a_flipped_byte_in_the_sections_is_named_at_first_read(col, listed):
         opened.sections
 
 
-def test_a_flipped_byte_in_a_chunk_text_is_named_with_its_row(col):
+@pytest.mark.parametrize("flip,listed", [(0xFF, True), (ord("x"), True), (0xFF, False)])
+def test_a_flipped_byte_in_a_chunk_text_is_named_with_its_row(col, flip, listed):
+    """Invalid UTF-8 or a letter changed in valid text: the line's crc32 catches both; without the crc32s (a
+    collection written before them) the decode error still names the line."""
     data = bytearray((col / "chunks.jsonl").read_bytes())
     at = data.index(b"rash")
     row = data[:at].count(b"\n")
-    data[at] = 0xFF
+    data[at] = flip
     (col / "chunks.jsonl").write_bytes(bytes(data))
+    if not listed:
+        (col / "rows" / "crc.npy").unlink()
+        _drop_entry(col, "rows/crc.npy")
     opened = Collection.open(col, verify=False)  # the size is right: only reading the row finds it
-    with pytest.raises(DamagedCollection, match=f"chunks.jsonl line {row + 1} \\(row {row}\\) is not UTF-8"):
+    opened.rows[row - 1 if row else row + 1]  # its neighbours read fine
+    why = "does not match its crc32" if listed else "is not UTF-8"
+    with pytest.raises(DamagedCollection, match=f"chunks.jsonl line {row + 1} \\(row {row}\\) {why}"):
         opened.rows[row]
 
 
@@ -394,3 +402,13 @@ def test_a_build_on_binary_input_names_the_file_and_line_and_leaves_nothing(tmp_
     with pytest.raises(ValueError, match=f"no readable records.*input.jsonl:{line}: not UTF-8"):
         Collection.build(src, tmp_path / "other", encoder="default", progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_collection_without_line_crcs_gets_them_on_its_next_write(col):
+    (col / "rows" / "crc.npy").unlink()
+    _drop_entry(col, "rows/crc.npy")
+    c = Collection.open(col)
+    c.add([{"id": "new", "title": "New", "text": "A new document about drug number 9."}])
+    assert (col / "rows" / "crc.npy").is_file()
+    back = Collection.open(col, verify=True)
+    assert back.check()["chunks"] == len(back.rows) and back.rows.crc is not None

@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import time
+import zlib
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -49,8 +50,8 @@ from .store import (
 
 PathLike = Union[str, "os.PathLike[str]"]
 WORK = ".build"  # the build's own files inside the work directory (removed by finish)
-_APPENDED = ("ends.i64", "labels.i64", "document.i32", "tokens.i32", "token_counts.i64", "documents.jsonl",
-             "vocab.jsonl", "vectors.f32")
+_APPENDED = ("ends.i64", "crc.u32", "labels.i64", "document.i32", "tokens.i32", "token_counts.i64",
+             "documents.jsonl", "vocab.jsonl", "vectors.f32")
 
 
 def lexical_text(title: str, text: str, overlap: str) -> str:
@@ -234,7 +235,8 @@ class CollectionBuilder:
                 except ValueError:
                     state = None
             self._lock_fd = self._lock(w) if w.is_dir() else None
-            if not (resume and self.key is not None and state is not None and state.get("key") == self.key):
+            if not (resume and self.key is not None and isinstance(state, dict) and state.get("key") == self.key
+                    and set(state.get("sizes") or ()) == set(_APPENDED + (CHUNKS, SECTIONS))):
                 # another build's leftovers (other sources or settings), or not resumable: start afresh
                 shutil.rmtree(self.work)
                 self._unlock()
@@ -391,6 +393,7 @@ class CollectionBuilder:
                           for p in parts)
         self._append("ends.i64", ends)
         self._append("labels.i64", np.array([r.label for r in rows], dtype=np.int64))
+        self._append("crc.u32", np.array([zlib.crc32(x) for x in lines], dtype=np.uint32))
         self._append("document.i32", doc_ids)
         self._append("tokens.i32", np.asarray(token_ids, dtype=np.int32))
         self._append("token_counts.i64", counts)
@@ -475,11 +478,12 @@ class CollectionBuilder:
         return count
 
     def _write_rows(self, labels: np.ndarray) -> None:
-        """rows/: what ``ChunkTable.open`` maps (line offsets, labels, deleted flags, documents), copied from the
-        spill files a block at a time."""
+        """rows/: what ``ChunkTable.open`` maps (line offsets and crc32s, labels, deleted flags, documents), copied
+        from the spill files a block at a time."""
         w, d = self.work / WORK, self.work / ROWS
         d.mkdir()
         _raw_to_npy(w / "ends.i64", d / "offsets.npy", np.int64, offsets=False)
+        _raw_to_npy(w / "crc.u32", d / "crc.npy", np.uint32)
         _raw_to_npy(w / "labels.i64", d / "labels.npy", np.int64)
         np.lib.format.open_memmap(d / "deleted.npy", mode="w+", dtype=bool, shape=(len(labels),)).flush()
         _raw_to_npy(w / "document.i32", d / "document.npy", np.int32)

@@ -3,14 +3,15 @@
 ``chunks.jsonl`` holds one chunk per line in row order and is never rewritten in place: a write copies the
 existing lines byte for byte and appends the new ones. What a search needs for every row at once lives in small
 arrays beside it (``rows/``: line offsets, section labels, deleted flags, document of each row, and the document
-ids), memory-mapped at open, so opening a collection of a million chunks parses no JSON; a row's text is parsed
-when a search reaches it (each parsed line is checked to hold its row number, so a file whose lines were moved
-is caught rather than read as another chunk).
+ids, and the crc32 of each line), memory-mapped at open, so opening a collection of a million chunks parses no JSON;
+a row's text is parsed when a search reaches it, checked against its line's crc32 and to hold its row number, so a
+file whose lines were moved or changed is caught (with the line named) rather than read as another chunk.
 """
 from __future__ import annotations
 
 import json
 import mmap
+import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
@@ -51,9 +52,11 @@ class ChunkTable(Sequence[ChunkRow]):
 
     def __init__(self, path: Optional[Path] = None, offsets: Optional[np.ndarray] = None,
                  labels: Optional[np.ndarray] = None, deleted: Optional[np.ndarray] = None,
-                 document: Optional[np.ndarray] = None, documents: Optional[List[str]] = None) -> None:
+                 document: Optional[np.ndarray] = None, documents: Optional[List[str]] = None,
+                 crc: Optional[np.ndarray] = None) -> None:
         self.path = path
         self.offsets = offsets if offsets is not None else np.zeros(1, dtype=np.int64)
+        self.crc = crc  # crc32 of each line of the file (None: written before they were recorded)
         self.labels = np.asarray(labels if labels is not None else np.zeros(0, dtype=np.int64), dtype=np.int64)
         self.deleted = np.array(deleted if deleted is not None else np.zeros(0, dtype=bool), dtype=bool)
         self.document = np.asarray(document if document is not None else np.zeros(0, dtype=np.int32),
@@ -96,6 +99,10 @@ class ChunkTable(Sequence[ChunkRow]):
     def _parse(self, i: int) -> ChunkRow:
         self._map_file()
         raw = self._map[int(self.offsets[i]):int(self.offsets[i + 1])] if self._map is not None else b""
+        if self.crc is not None and zlib.crc32(raw) != int(self.crc[i]):
+            raise DamagedCollection(f"{self.path} line {i + 1} (row {i}) does not match its crc32 in rows/crc.npy: "
+                                    "the file was changed after it was written; rebuild the collection or restore "
+                                    "the file")
         try:
             d = json.loads(raw.decode("utf-8"))
             row = ChunkRow(**{k: v for k, v in d.items() if k != "deleted"})
@@ -194,9 +201,23 @@ class ChunkTable(Sequence[ChunkRow]):
                 or (n and int(arrays["labels"].min()) < 0)):
             raise DamagedCollection(f"{rows_dir} does not describe {path} ({n} rows, file of {size} bytes): its "
                                     "offsets, document codes or labels are out of order or out of range")
-        table = cls(path, offsets, arrays["labels"], arrays["deleted"], document, documents)
+        crc = load_array(rows_dir / "crc.npy", np.uint32, n) if (rows_dir / "crc.npy").exists() else None
+        table = cls(path, offsets, arrays["labels"], arrays["deleted"], document, documents, crc)
         table._map_file()
         return table
+
+    def _file_crc(self) -> np.ndarray:
+        """The crc32 of each line of the file (computed now for a collection written before they were recorded)."""
+        if not self.n_file:
+            return np.zeros(0, dtype=np.uint32)
+        self._map_file()
+        if self._map is None or len(self._map) < int(self.offsets[-1]):
+            raise DamagedCollection(f"{self.path} is shorter than its {self.n_file} rows")
+        if self.crc is not None:
+            return np.asarray(self.crc, dtype=np.uint32)
+        o = self.offsets
+        return np.fromiter((zlib.crc32(self._map[int(o[i]):int(o[i + 1])]) for i in range(self.n_file)),
+                           dtype=np.uint32, count=self.n_file)
 
     @classmethod
     def _from_lines(cls, path: Path) -> "ChunkTable":
@@ -223,21 +244,23 @@ class ChunkTable(Sequence[ChunkRow]):
         ``directory``; returns chunks.jsonl's digest."""
         out = directory / CHUNKS
         offsets = [int(x) for x in np.asarray(self.offsets)] if self.n_file else [0]
+        crcs = [self._file_crc()]
         with open(out, "wb") as fh:
             if self.n_file:
-                self._map_file()
                 end = int(self.offsets[-1])
-                if self._map is not None and len(self._map) < end:
-                    raise DamagedCollection(f"{self.path} is shorter than its {self.n_file} rows")
                 for a in range(0, end, 1 << 22):  # the lines this table was opened on, from its own map
                     fh.write(self._map[a:min(a + (1 << 22), end)])  # type: ignore[index]
+            new = []
             for row in self._new:
                 line = row.line()
                 fh.write(line)
                 offsets.append(offsets[-1] + len(line))
+                new.append(zlib.crc32(line))
+            crcs.append(np.asarray(new, dtype=np.uint32))
         rows_dir = directory / ROWS
         rows_dir.mkdir()
         np.save(rows_dir / "offsets.npy", np.asarray(offsets, dtype=np.int64))
+        np.save(rows_dir / "crc.npy", np.concatenate(crcs).astype(np.uint32))
         np.save(rows_dir / "labels.npy", np.asarray(self.labels, dtype=np.int64))
         np.save(rows_dir / "deleted.npy", np.asarray(self.deleted, dtype=bool))
         np.save(rows_dir / "document.npy", np.asarray(self.document, dtype=np.int32))
