@@ -79,7 +79,7 @@ py::tuple exact_search(py::array queries, py::array database, size_t k, const st
   return py::make_tuple(ids, scores, times_of(timing));
 }
 
-py::tuple mmr_batch(py::list candidates, size_t k, py::array_t<float, py::array::c_style | py::array::forcecast> lambdas,
+py::tuple mmr_batch(py::list candidates, size_t k, py::handle lambdas,
                     py::object queries, py::object relevances, const std::string& metric, py::object scales,
                     int warmup, int repeats) {
   const Metric met = parse_metric(metric, "metric");
@@ -226,7 +226,7 @@ void bind_cuda(py::module_& m) {
     require_cuda();
     return exact_search(q, d, k, metric, qs, ds, warmup, repeats);
   };
-  auto mmr = [](py::list c, size_t k, py::array_t<float, py::array::c_style | py::array::forcecast> lambdas,
+  auto mmr = [](py::list c, size_t k, py::handle lambdas,
                 py::object queries, py::object relevances, const std::string& metric, py::object scales, int warmup,
                 int repeats) {
     require_cuda();

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings/args.h"
 #include "bindings/bindings.h"
 #include "bindings/convert.h"
 #include "common/metric.h"
@@ -53,10 +54,11 @@ std::vector<fu::ScoredList> scored_lists(const IdLists& ids, const py::sequence&
 void bind_fusion(py::module_& m) {
   m.def(
       "_mmr",
-      [](py::array candidates, size_t k, float lambda, py::object query, py::object relevance,
+      [](py::array candidates, size_t k, py::handle lambda, py::object query, py::object relevance,
          const std::string& metric, py::object scales) {
         const Metric met = parse_metric(metric, "metric");
-        fu::MmrProblem p = mmr_problem(candidates, query, relevance, scales, lambda, "");
+        const float lam = float(real_arg(lambda, "lambda_", 0.0, 1.0));
+        fu::MmrProblem p = mmr_problem(candidates, query, relevance, scales, lam, "");
         fu::MmrResult r;
         {
           py::gil_scoped_release release;
@@ -70,8 +72,8 @@ void bind_fusion(py::module_& m) {
 
   m.def(
       "_mmr_batch",
-      [](py::list candidates, size_t k, py::array_t<float, py::array::c_style | py::array::forcecast> lambdas,
-         py::object queries, py::object relevances, const std::string& metric, py::object scales, size_t threads) {
+      [](py::list candidates, size_t k, py::handle lambdas, py::object queries, py::object relevances,
+         const std::string& metric, py::object scales, size_t threads) {
         const Metric met = parse_metric(metric, "metric");
         const std::vector<fu::MmrProblem> problems = mmr_problems(candidates, lambdas, queries, relevances, scales);
         // threads = 0: every core; larger counts are capped by the pool.

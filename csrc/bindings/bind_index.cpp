@@ -1,6 +1,6 @@
 // Bindings for the HNSW index and the flat index: type conversion, argument
-// checks, GIL release. The Python wrappers (medretrieve/index.py) normalise
-// inputs (dtype, contiguity, 1-d rows, label lists) before calling in here.
+// checks (bindings/args.h: the one layer that checks what users pass), GIL
+// release. The Python wrappers (medretrieve/index/) pass arguments through.
 // Every call that takes an index lock releases the GIL first: a search running
 // a Python filter needs the GIL in its worker threads while holding the lock
 // shared, so waiting for the lock with the GIL held could deadlock.
@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings/args.h"
 #include "bindings/bindings.h"
 #include "index/flat.h"
 #include "index/hnsw.h"
@@ -25,41 +26,16 @@ namespace mi = medretrieve::index;
 namespace medretrieve::bindings {
 namespace {
 
-template <typename T>
-using CArray = py::array_t<T, py::array::c_style | py::array::forcecast>;
-
-// Rows of a 2-d float32 matrix with `dim` columns; NaN, inf and |x| > 1e15 rejected.
-const float* rows_of(const CArray<float>& a, size_t dim, size_t* n, const char* what) {
-  if (a.ndim() != 1 && a.ndim() != 2) throw std::invalid_argument(std::string(what) + " must be a 1-d or 2-d array");
-  const size_t cols = size_t(a.shape(a.ndim() - 1));
-  if (cols != dim)
-    throw std::invalid_argument("Wrong dimensionality of the " + std::string(what) + ": got " + std::to_string(cols) +
-                                ", the index has dim=" + std::to_string(dim));
-  *n = a.ndim() == 2 ? size_t(a.shape(0)) : 1;  // a 1-d array is one row
-  mi::check_components(a.data(), *n, dim, what);
-  return a.data();
+// Components finite and within range (the core's rule, vector_store.h).
+const float* finite_rows(const Rows& r, size_t dim, const char* what) {
+  mi::check_components(r.data, r.n, dim, what);
+  return r.data;
 }
 
-// Labels as CSR: row i has values[offsets[i]:offsets[i+1]].
-std::optional<std::vector<std::vector<uint32_t>>> labels_of(const std::optional<CArray<int64_t>>& offsets,
-                                                           const std::optional<CArray<uint32_t>>& values, size_t n) {
-  if (!offsets) return std::nullopt;
-  if (!values) throw std::invalid_argument("label values missing");
-  if (offsets->ndim() != 1 || size_t(offsets->shape(0)) != n + 1)
-    throw std::invalid_argument("labels must have one entry per row");
-  const int64_t* off = offsets->data();
-  const size_t nv = size_t(values->size());
-  std::vector<std::vector<uint32_t>> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (off[i] < 0 || off[i] > off[i + 1] || size_t(off[i + 1]) > nv) throw std::invalid_argument("malformed label offsets");
-    out[i].assign(values->data() + off[i], values->data() + off[i + 1]);
-  }
-  return out;
-}
-
-std::optional<mi::LabelQuery> label_query(const std::optional<std::vector<uint32_t>>& labels) {
-  if (!labels) return std::nullopt;
-  return mi::LabelQuery::make(*labels);
+std::optional<mi::LabelQuery> label_query(py::handle labels) {
+  auto values = query_labels_arg(labels);
+  if (!values) return std::nullopt;
+  return mi::LabelQuery::make(*values);
 }
 
 // A Python predicate on external ids, called with the GIL held (from any worker).
@@ -79,8 +55,22 @@ std::optional<mi::IdPredicate> predicate_of(const IndexT& index, const std::opti
   });
 }
 
-void check_positive_k(long long k) {
-  if (k < 1) throw std::invalid_argument("k must be a positive integer, got " + std::to_string(k));
+// A callable filter(id) -> bool, or None.
+std::optional<py::function> filter_arg(py::handle filter) {
+  if (filter.is_none()) return std::nullopt;
+  if (!PyCallable_Check(filter.ptr())) throw py::type_error("filter must be callable: filter(label) -> bool");
+  return py::reinterpret_borrow<py::function>(filter);
+}
+
+// A non-negative integer construction parameter.
+size_t param_arg(py::handle v, const char* name) {
+  const auto bad = [&] {
+    return InputError(std::string(name) + " must be a non-negative integer, got " + std::string(py::repr(v)));
+  };
+  if (PyBool_Check(v.ptr()) || !PyIndex_Check(v.ptr())) throw bad();
+  const long long x = int_arg(v, name);
+  if (x < 0) throw bad();
+  return size_t(x);
 }
 
 py::tuple result_arrays(size_t nq, size_t k, std::vector<int64_t>& ids, std::vector<float>& scores) {
@@ -139,80 +129,117 @@ py::dict hnsw_stats(const mi::Hnsw& h) {
 }  // namespace
 
 void bind_index(py::module_& m) {
+  register_input_error(m);
+
   py::class_<mi::Hnsw>(m, "HnswIndex", "Native int8/float32 HNSW index (use medretrieve.Index).")
-      .def(py::init([](const std::string& space, const std::string& dtype, size_t dim, size_t max_elements, size_t M,
-                       size_t ef_construction, uint64_t seed, bool keep_float, bool allow_replace_deleted,
-                       float prune_alpha) {
+      .def(py::init([](const std::string& space, const std::string& dtype, size_t dim, py::object max_elements,
+                       py::object M, py::object ef_construction, py::object seed, bool keep_float,
+                       bool allow_replace_deleted, py::object prune_alpha) {
              mi::HnswParams p;
              p.space = medretrieve::parse_metric(space, "space");
              p.dtype = mi::parse_dtype(dtype);
              p.dim = dim;
-             p.max_elements = max_elements;
-             p.M = M;
-             p.ef_construction = ef_construction;
-             p.seed = seed;
+             p.max_elements = param_arg(max_elements, "max_elements");
+             p.M = param_arg(M, "M");
+             p.ef_construction = std::max<size_t>(1, param_arg(ef_construction, "ef_construction"));
+             if (p.M < 2) throw InputError("M must be at least 2");
+             if (keep_float && p.dtype != mi::DType::Int8) throw InputError("keep_float only applies to dtype='int8'");
+             const uint64_t s = PyLong_AsUnsignedLongLongMask(py::int_(seed).ptr());  // hnswlib's seeds wrap
+             if (PyErr_Occurred()) throw py::error_already_set();
+             p.seed = s;
              p.keep_float = keep_float;
              p.allow_replace_deleted = allow_replace_deleted;
-             p.prune_alpha = prune_alpha;
+             if (!prune_alpha.is_none()) {
+               const bool number = !PyBool_Check(prune_alpha.ptr()) &&
+                                   py::isinstance(prune_alpha, py::module_::import("numbers").attr("Real"));
+               const double a = number ? PyFloat_AsDouble(prune_alpha.ptr()) : 0.0;
+               if (!(a >= mi::HnswParams::kMinPruneAlpha && a <= mi::HnswParams::kMaxPruneAlpha))
+                 throw InputError("prune_alpha must be a number in [1, 2], got " + std::string(py::repr(prune_alpha)));
+               p.prune_alpha = float(a);
+             }
              return std::make_unique<mi::Hnsw>(p);
            }),
            py::arg("space"), py::arg("dtype"), py::arg("dim"), py::arg("max_elements"), py::arg("M"),
            py::arg("ef_construction"), py::arg("seed"), py::arg("keep_float"), py::arg("allow_replace_deleted"),
-           py::arg("prune_alpha") = mi::HnswParams::kDefaultPruneAlpha)
+           py::arg("prune_alpha") = py::none())
       .def("add",
-           [](mi::Hnsw& self, CArray<float> data, std::optional<CArray<uint64_t>> ids,
-              std::optional<CArray<int64_t>> label_offsets, std::optional<CArray<uint32_t>> label_values,
-              int num_threads, bool update, bool replace_deleted) {
-             size_t n;
-             const float* p = rows_of(data, self.params().dim, &n, "vectors");
-             if (ids && (ids->ndim() != 1 || size_t(ids->shape(0)) != n))
-               throw std::invalid_argument("ids must have one entry per row");
-             auto labels = labels_of(label_offsets, label_values, n);
+           [](mi::Hnsw& self, py::handle data, py::handle ids, py::handle labels, py::handle num_threads, bool update,
+              bool replace_deleted) {
+             const size_t dim = self.params().dim;
+             const Rows rows = rows_arg(data, dim, "vectors");
+             const float* p = finite_rows(rows, dim, "vectors");
+             const auto ext = ids_arg(ids, rows.n);
+             const auto row_labels = row_labels_arg(labels, rows.n);
+             const int threads = threads_arg(num_threads);
              py::gil_scoped_release nogil;
-             self.add(p, n, ids ? ids->data() : nullptr, labels ? &*labels : nullptr, num_threads, update, replace_deleted);
+             self.add(p, rows.n, ext ? ext->data() : nullptr, row_labels ? &*row_labels : nullptr, threads, update,
+                      replace_deleted);
            },
-           py::arg("data"), py::arg("ids") = py::none(), py::arg("label_offsets") = py::none(),
-           py::arg("label_values") = py::none(), py::arg("num_threads") = -1, py::arg("update") = false,
-           py::arg("replace_deleted") = false)
+           py::arg("data"), py::arg("ids") = py::none(), py::arg("labels") = py::none(),
+           py::arg("num_threads") = py::none(), py::arg("update") = false, py::arg("replace_deleted") = false)
       .def("search",
-           [](const mi::Hnsw& self, CArray<float> queries, long long k, std::optional<CArray<uint64_t>> ef,
-              std::optional<std::vector<uint32_t>> labels, std::optional<py::function> filter, int num_threads) {
-             check_positive_k(k);
-             size_t nq;
-             const float* q = rows_of(queries, self.params().dim, &nq, "queries");
-             if (ef && (ef->ndim() != 1 || (ef->shape(0) != 1 && size_t(ef->shape(0)) != nq)))
-               throw std::invalid_argument("ef must be one int or one per query (" + std::to_string(nq) + ")");
-             std::vector<size_t> efs;
-             if (ef) efs.assign(ef->data(), ef->data() + ef->shape(0));
+           [](const mi::Hnsw& self, py::handle queries, py::handle k_arg, py::handle ef_values, py::handle labels,
+              py::handle filter, py::handle num_threads) {
+             const size_t dim = self.params().dim;
+             const Rows rows = rows_arg(queries, dim, "queries");
+             const size_t k = count_arg(k_arg, "k");
+             const float* q = finite_rows(rows, dim, "queries");
+             const std::vector<size_t> efs = ef_arg(ef_values, rows.n);
              auto lq = label_query(labels);
-             auto pred = predicate_of(self, filter);
-             mi::check_k(size_t(k), self.count());  // before allocating the padded rows
-             std::vector<int64_t> ids(mi::result_cells(nq, size_t(k)));
+             auto pred = predicate_of(self, filter_arg(filter));
+             const int threads = threads_arg(num_threads);
+             mi::check_k(k, self.count());  // before allocating the padded rows
+             std::vector<int64_t> ids(mi::result_cells(rows.n, k));
              std::vector<float> scores(ids.size());
              {
                py::gil_scoped_release nogil;
-               self.search(q, nq, size_t(k), ef ? efs.data() : nullptr, efs.size(), lq ? &*lq : nullptr,
-                           pred ? &*pred : nullptr, num_threads, ids.data(), scores.data());
+               self.search(q, rows.n, k, efs.empty() ? nullptr : efs.data(), efs.size(), lq ? &*lq : nullptr,
+                           pred ? &*pred : nullptr, threads, ids.data(), scores.data());
              }
-             return result_arrays(nq, size_t(k), ids, scores);
+             return result_arrays(rows.n, k, ids, scores);
            },
            py::arg("queries"), py::arg("k"), py::arg("ef") = py::none(), py::arg("labels") = py::none(),
-           py::arg("filter") = py::none(), py::arg("num_threads") = -1)
+           py::arg("filter") = py::none(), py::arg("num_threads") = py::none())
       .def("train",
-           [](mi::Hnsw& self, CArray<float> sample) {
-             size_t n;
-             const float* p = rows_of(sample, self.params().dim, &n, "training vectors");
+           [](mi::Hnsw& self, py::handle sample) {
+             const Rows rows = rows_arg(sample, self.params().dim, "training vectors");
+             const float* p = finite_rows(rows, self.params().dim, "training vectors");
              py::gil_scoped_release nogil;
-             self.train(p, n);
+             self.train(p, rows.n);
            })
-      .def("mark_deleted", &mi::Hnsw::mark_deleted, py::call_guard<py::gil_scoped_release>())
-      .def("unmark_deleted", &mi::Hnsw::unmark_deleted, py::call_guard<py::gil_scoped_release>())
-      .def("resize", &mi::Hnsw::resize, py::call_guard<py::gil_scoped_release>())
+      .def("mark_deleted",
+           [](mi::Hnsw& self, py::handle id) {
+             const uint64_t ext = id_arg(id);
+             py::gil_scoped_release nogil;
+             self.mark_deleted(ext);
+           })
+      .def("unmark_deleted",
+           [](mi::Hnsw& self, py::handle id) {
+             const uint64_t ext = id_arg(id);
+             py::gil_scoped_release nogil;
+             self.unmark_deleted(ext);
+           })
+      .def("resize",
+           [](mi::Hnsw& self, py::handle new_size) {
+             const size_t n = param_arg(new_size, "new_size");
+             py::gil_scoped_release nogil;
+             self.resize(n);
+           })
       .def("set_allow_replace_deleted", &mi::Hnsw::set_allow_replace_deleted, py::arg("allow"),
            py::call_guard<py::gil_scoped_release>())
-      .def("set_ef", &mi::Hnsw::set_ef)
+      .def("set_ef",
+           [](mi::Hnsw& self, py::handle ef) {
+             const long long v = int_arg(ef, "ef");
+             if (v < 0) throw InputError("ef must be >= 0, got " + std::to_string(v));
+             self.set_ef(std::max<size_t>(1, size_t(v)));  // 0 is accepted, as in hnswlib
+           })
       .def_property_readonly("ef", &mi::Hnsw::ef)
-      .def("set_entry_beam", &mi::Hnsw::set_entry_beam)
+      .def("set_entry_beam",
+           [](mi::Hnsw& self, py::handle beam) {
+             const long long v = int_arg(beam, "entry_beam");
+             if (v < 0 || v > 4096) throw InputError("entry_beam must be in [0, 4096] (0: ef // 8), got " + std::to_string(v));
+             self.set_entry_beam(size_t(v));
+           })
       .def_property_readonly("entry_beam", &mi::Hnsw::entry_beam)
       .def("set_filter_exact_factor", &mi::Hnsw::set_filter_exact_factor)
       .def_property_readonly("count", &mi::Hnsw::count)
@@ -225,23 +252,35 @@ void bind_index(py::module_& m) {
           py::gil_scoped_release nogil;  // never wait for the index lock while holding the GIL
           v = self.ids();
         }
-        py::array_t<uint64_t> out(v.size());
-        std::copy(v.begin(), v.end(), out.mutable_data());
-        return out;
+        return vector_of_values(v);
+      })
+      .def("live_ids", [](const mi::Hnsw& self) {
+        std::vector<uint64_t> live;
+        {
+          py::gil_scoped_release nogil;
+          for (uint64_t ext : self.ids())
+            if (!self.is_deleted_ext(ext)) live.push_back(ext);
+        }
+        return vector_of_values(live);
       })
       .def("get_items",
-           [](const mi::Hnsw& self, CArray<uint64_t> ids) {
-             if (ids.ndim() != 1) throw std::invalid_argument("ids must be a 1-d array");
-             const size_t n = size_t(ids.shape(0)), dim = self.params().dim;
+           [](const mi::Hnsw& self, py::handle ids) {
+             const std::vector<uint64_t> ext = item_ids_arg(ids);
+             const size_t n = ext.size(), dim = self.params().dim;
              py::array_t<float> out({n, dim});
              float* o = out.mutable_data();
              {
                py::gil_scoped_release nogil;
-               self.get_items(ids.data(), n, o);
+               self.get_items(ext.data(), n, o);
              }
              return out;
            })
-      .def("labels_of", &mi::Hnsw::labels_of, py::call_guard<py::gil_scoped_release>())
+      .def("labels_of",
+           [](const mi::Hnsw& self, py::handle id) {
+             const uint64_t ext = id_arg(id);
+             py::gil_scoped_release nogil;
+             return self.labels_of(ext);
+           })
       .def("contains", &mi::Hnsw::contains)
       .def("is_deleted", &mi::Hnsw::is_deleted_ext)
       .def("memory_bytes", &mi::Hnsw::memory_bytes, py::call_guard<py::gil_scoped_release>())
@@ -269,84 +308,94 @@ void bind_index(py::module_& m) {
            }),
            py::arg("space"), py::arg("dtype"), py::arg("dim"))
       .def("add",
-           [](mi::FlatIndex& self, CArray<float> data, std::optional<CArray<uint64_t>> ids,
-              std::optional<CArray<int64_t>> label_offsets, std::optional<CArray<uint32_t>> label_values,
-              int num_threads, bool update, bool reuse_deleted, std::optional<size_t> max_live) {
-             size_t n;
-             const float* p = rows_of(data, self.store().dim(), &n, "vectors");
-             if (ids && (ids->ndim() != 1 || size_t(ids->shape(0)) != n))
-               throw std::invalid_argument("ids must have one entry per row");
-             auto labels = labels_of(label_offsets, label_values, n);
+           [](mi::FlatIndex& self, py::handle data, py::handle ids, py::handle labels, py::handle num_threads,
+              bool update, bool reuse_deleted, std::optional<size_t> max_live) {
+             const size_t dim = self.store().dim();
+             const Rows rows = rows_arg(data, dim, "vectors");
+             const float* p = finite_rows(rows, dim, "vectors");
+             const auto ext = ids_arg(ids, rows.n);
+             const auto row_labels = row_labels_arg(labels, rows.n);
+             const int threads = threads_arg(num_threads);
              mi::FlatAddMode mode;
              mode.update = update;
              mode.reuse_deleted = reuse_deleted;
              if (max_live) mode.max_live = *max_live;
              py::gil_scoped_release nogil;
-             self.add(p, n, ids ? ids->data() : nullptr, labels ? &*labels : nullptr, num_threads, mode);
+             self.add(p, rows.n, ext ? ext->data() : nullptr, row_labels ? &*row_labels : nullptr, threads, mode);
            },
-           py::arg("data"), py::arg("ids") = py::none(), py::arg("label_offsets") = py::none(),
-           py::arg("label_values") = py::none(), py::arg("num_threads") = -1, py::arg("update") = false,
-           py::arg("reuse_deleted") = false, py::arg("max_live") = py::none(),
+           py::arg("data"), py::arg("ids") = py::none(), py::arg("labels") = py::none(),
+           py::arg("num_threads") = py::none(), py::arg("update") = false, py::arg("reuse_deleted") = false,
+           py::arg("max_live") = py::none(),
            "update: existing ids take the new rows; reuse_deleted: new ids take deleted slots; max_live: "
            "RuntimeError when more live elements would result (hnswlib's BFIndex).")
       .def("search",
-           [](const mi::FlatIndex& self, CArray<float> queries, long long k, std::optional<std::vector<uint32_t>> labels,
-              std::optional<py::function> filter, int num_threads) {
-             check_positive_k(k);
-             size_t nq;
-             const float* q = rows_of(queries, self.store().dim(), &nq, "queries");
+           [](const mi::FlatIndex& self, py::handle queries, py::handle k_arg, py::handle labels, py::handle filter,
+              py::handle num_threads) {
+             const size_t dim = self.store().dim();
+             const Rows rows = rows_arg(queries, dim, "queries");
+             const size_t k = count_arg(k_arg, "k");
+             const float* q = finite_rows(rows, dim, "queries");
              auto lq = label_query(labels);
-             auto pred = predicate_of(self, filter);
-             mi::check_k(size_t(k), self.count());  // before allocating the padded rows
-             std::vector<int64_t> ids(mi::result_cells(nq, size_t(k)));
+             auto pred = predicate_of(self, filter_arg(filter));
+             const int threads = threads_arg(num_threads);
+             mi::check_k(k, self.count());  // before allocating the padded rows
+             std::vector<int64_t> ids(mi::result_cells(rows.n, k));
              std::vector<float> scores(ids.size());
              {
                py::gil_scoped_release nogil;
-               self.search(q, nq, size_t(k), lq ? &*lq : nullptr, pred ? &*pred : nullptr, num_threads, ids.data(),
+               self.search(q, rows.n, k, lq ? &*lq : nullptr, pred ? &*pred : nullptr, threads, ids.data(),
                            scores.data());
              }
-             return result_arrays(nq, size_t(k), ids, scores);
+             return result_arrays(rows.n, k, ids, scores);
            },
            py::arg("queries"), py::arg("k"), py::arg("labels") = py::none(), py::arg("filter") = py::none(),
-           py::arg("num_threads") = -1)
+           py::arg("num_threads") = py::none())
       .def("train",
-           [](mi::FlatIndex& self, CArray<float> sample) {
-             size_t n;
-             const float* p = rows_of(sample, self.store().dim(), &n, "training vectors");
+           [](mi::FlatIndex& self, py::handle sample) {
+             const Rows rows = rows_arg(sample, self.store().dim(), "training vectors");
+             const float* p = finite_rows(rows, self.store().dim(), "training vectors");
              py::gil_scoped_release nogil;
-             self.train(p, n);
+             self.train(p, rows.n);
            })
-      .def("mark_deleted", &mi::FlatIndex::mark_deleted, py::call_guard<py::gil_scoped_release>())
-      .def("unmark_deleted", &mi::FlatIndex::unmark_deleted, py::call_guard<py::gil_scoped_release>())
+      .def("mark_deleted",
+           [](mi::FlatIndex& self, py::handle id) {
+             const uint64_t ext = id_arg(id);
+             py::gil_scoped_release nogil;
+             self.mark_deleted(ext);
+           })
+      .def("unmark_deleted",
+           [](mi::FlatIndex& self, py::handle id) {
+             const uint64_t ext = id_arg(id);
+             py::gil_scoped_release nogil;
+             self.unmark_deleted(ext);
+           })
       .def("__len__", &mi::FlatIndex::size)
       .def_property_readonly("space", [](const mi::FlatIndex& self) { return std::string(medretrieve::metric_name(self.store().space())); })
       .def_property_readonly("dtype", [](const mi::FlatIndex& self) { return std::string(mi::dtype_name(self.store().dtype())); })
       .def_property_readonly("dim", [](const mi::FlatIndex& self) { return self.store().dim(); })
       .def_property_readonly("count", &mi::FlatIndex::count)
+      .def_property_readonly("read_only", &mi::FlatIndex::read_only)
       .def_property_readonly("declared_max", &mi::FlatIndex::declared_max)
       .def("set_declared_max", &mi::FlatIndex::set_declared_max, py::arg("n"))
-      .def("contains", &mi::FlatIndex::contains, py::call_guard<py::gil_scoped_release>())
-      .def("is_deleted", &mi::FlatIndex::is_deleted_ext, py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly("read_only", &mi::FlatIndex::read_only)
+      .def("contains", [](const mi::FlatIndex& self, py::handle id) { return self.contains(id_arg(id)); })
+      .def("is_deleted", [](const mi::FlatIndex& self, py::handle id) { return self.is_deleted_ext(id_arg(id)); })
       .def("ids", [](const mi::FlatIndex& self) {
         std::vector<uint64_t> v;
         {
           py::gil_scoped_release nogil;
           v = self.ids();
         }
-        py::array_t<uint64_t> out(v.size());
-        std::copy(v.begin(), v.end(), out.mutable_data());
-        return out;
+        return vector_of_values(v);
       })
       .def("get_items",
-           [](const mi::FlatIndex& self, CArray<uint64_t> ids) {
-             if (ids.ndim() != 1) throw std::invalid_argument("ids must be a 1-d array");
-             const size_t n = size_t(ids.shape(0)), dim = self.store().dim();
+           [](const mi::FlatIndex& self, py::handle ids) {
+             const std::vector<uint64_t> ext = item_ids_arg(ids);
+             const size_t n = ext.size(), dim = self.store().dim();
              py::array_t<float> out({n, dim});
              float* o = out.mutable_data();
              {
                py::gil_scoped_release nogil;
-               self.get_items(ids.data(), n, o);
+               self.get_items(ext.data(), n, o);
              }
              return out;
            })
@@ -366,9 +415,10 @@ void bind_index(py::module_& m) {
            },
            "(ids, int8 codes + scales | float rows, None) of the live rows, for a device copy.")
       .def("_pack_queries",
-           [](const mi::FlatIndex& self, CArray<float> queries) -> py::tuple {
-             size_t nq;
-             const float* q = rows_of(queries, self.store().dim(), &nq, "queries");
+           [](const mi::FlatIndex& self, py::handle queries) -> py::tuple {
+             const Rows rows = rows_arg(queries, self.store().dim(), "queries");
+             const size_t nq = rows.n;
+             const float* q = finite_rows(rows, self.store().dim(), "queries");
              mi::PackedQueries p;
              {
                py::gil_scoped_release nogil;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings/args.h"
 #include "bindings/bindings.h"
 #include "fusion/search_mmr.h"
 
@@ -18,24 +19,21 @@ namespace medretrieve::bindings {
 void bind_search_mmr(py::module_& m) {
   m.def(
       "search_mmr",
-      [](const mi::Hnsw& index, py::array_t<float, py::array::c_style | py::array::forcecast> query, long long k,
-         long long fetch_k, double lambda, std::optional<long long> ef,
-         std::optional<std::vector<uint32_t>> labels) {
+      [](const mi::Hnsw& index, py::handle query, py::handle k_arg, py::handle fetch_k_arg, py::handle lambda_arg,
+         py::handle ef_arg, py::handle labels) {
         const size_t dim = index.params().dim;
-        if (query.ndim() != 1 || size_t(query.shape(0)) != dim)
-          throw py::value_error("query must be one vector of dimension " + std::to_string(dim));
-        mi::check_components(query.data(), 1, dim, "query");
-        if (k < 0) throw py::value_error("k must be >= 0, got " + std::to_string(k));
-        if (fetch_k < 0) throw py::value_error("fetch_k must be >= 0, got " + std::to_string(fetch_k));
-        if (ef && *ef < 0) throw py::value_error("ef must be >= 0");
-        if (!(lambda >= 0.0 && lambda <= 1.0)) throw py::value_error("lambda_ must be in [0, 1]");
+        const Rows q = rows_arg(query, dim, "query");
+        if (q.n != 1) throw InputError("search_mmr takes one query, got " + std::to_string(q.n) + " rows");
+        mi::check_components(q.data, 1, dim, "query");
+        const size_t k = count_arg(k_arg, "k"), fetch_k = count_arg(fetch_k_arg, "fetch_k");
+        const float lambda = float(real_arg(lambda_arg, "lambda_", 0.0, 1.0));
+        const size_t ef = ef_arg.is_none() ? 0 : count_arg(ef_arg, "ef");
         std::optional<mi::LabelQuery> lq;
-        if (labels) lq = mi::LabelQuery::make(*labels);
+        if (auto values = query_labels_arg(labels)) lq = mi::LabelQuery::make(*values);
         fusion::SearchMmrResult r;
         {
           py::gil_scoped_release nogil;
-          r = fusion::search_mmr(index, query.data(), size_t(k), size_t(fetch_k), float(lambda),
-                                 ef ? size_t(*ef) : 0, lq ? &*lq : nullptr);
+          r = fusion::search_mmr(index, q.data, k, fetch_k, lambda, ef, lq ? &*lq : nullptr);
         }
         py::array_t<int64_t> ids(r.ids.size());
         py::array_t<float> scores(r.scores.size()), rel(r.relevance.size());

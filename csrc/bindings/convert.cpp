@@ -1,5 +1,7 @@
 #include "bindings/convert.h"
 
+#include "bindings/args.h"
+
 #include <algorithm>
 #include <cstdint>
 
@@ -41,12 +43,25 @@ fusion::MmrProblem mmr_problem(const py::handle& candidates, const py::handle& q
   return p;
 }
 
-std::vector<fusion::MmrProblem> mmr_problems(const py::list& candidates, const py::array_t<float>& lambdas,
+std::vector<float> lambdas_arg(const py::handle& lambdas, size_t B) {
+  if (!py::isinstance<py::array>(lambdas) && !py::isinstance<py::sequence>(lambdas))
+    return std::vector<float>(B, float(real_arg(lambdas, "lambdas", 0.0, 1.0)));
+  auto a = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(lambdas);
+  if (!a || a.ndim() != 1 || size_t(a.shape(0)) != B)
+    throw py::value_error("lambdas must be a number or have one entry per query (" + std::to_string(B) + ")");
+  std::vector<float> out(B);
+  for (size_t b = 0; b < B; ++b) {
+    if (!(a.data()[b] >= 0.0 && a.data()[b] <= 1.0)) throw py::value_error("every lambda must be in [0, 1]");
+    out[b] = float(a.data()[b]);
+  }
+  return out;
+}
+
+std::vector<fusion::MmrProblem> mmr_problems(const py::list& candidates, const py::handle& lambdas_in,
                                              const py::object& queries, const py::object& relevances,
                                              const py::object& scales) {
   const size_t B = py::len(candidates);
-  if (lambdas.ndim() != 1 || size_t(lambdas.shape(0)) != B)
-    throw py::value_error("lambdas must have one entry per query");
+  const std::vector<float> lambdas = lambdas_arg(lambdas_in, B);
   auto item = [](const py::object& seq, size_t i) -> py::object {
     return seq.is_none() ? py::object(py::none()) : py::object(seq[py::int_(i)]);
   };
@@ -54,7 +69,7 @@ std::vector<fusion::MmrProblem> mmr_problems(const py::list& candidates, const p
   problems.reserve(B);
   for (size_t b = 0; b < B; ++b)
     problems.push_back(mmr_problem(candidates[b], item(queries, b), item(relevances, b), item(scales, b),
-                                   lambdas.data()[b], B > 1 ? "query " + std::to_string(b) + ": " : ""));
+                                   lambdas[b], B > 1 ? "query " + std::to_string(b) + ": " : ""));
   return problems;
 }
 

@@ -45,9 +45,11 @@ py::tuple to_numpy(const std::vector<int64_t>& ids, const std::vector<float>& sc
 // fusion::check_problem (messages prefixed with `what`).
 fusion::MmrProblem mmr_problem(const py::handle& candidates, const py::handle& query, const py::handle& relevance,
                                const py::handle& scales, float lambda, const std::string& what);
-// One problem per entry of `candidates`; queries / relevances / scales are
-// None or one entry (possibly None) per problem.
-std::vector<fusion::MmrProblem> mmr_problems(const py::list& candidates, const py::array_t<float>& lambdas,
+// One problem per entry of `candidates`; lambdas is one real number for
+// every problem or one per problem, each in [0, 1] (the one place MMR's
+// lambda is checked); queries / relevances / scales are None or one entry
+// (possibly None) per problem.
+std::vector<fusion::MmrProblem> mmr_problems(const py::list& candidates, const py::handle& lambdas,
                                              const py::object& queries, const py::object& relevances,
                                              const py::object& scales);
 

@@ -2,6 +2,7 @@
 #include "fusion/mmr.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -12,14 +13,12 @@
 namespace medretrieve::fusion {
 namespace {
 
+// The callers check what users pass (the bindings: lambda, finite relevance;
+// search_mmr computes relevance from distances): debug asserts only here.
 void check_common(size_t n, const void* rows, const float* relevance, float lambda) {
-  if (!(lambda >= 0.f && lambda <= 1.f))  // also rejects NaN
-    throw std::invalid_argument("lambda must be in [0, 1], got " + std::to_string(lambda));
-  if (n > 0 && (rows == nullptr || relevance == nullptr))
-    throw std::invalid_argument("mmr: rows and relevance must not be null");
-  for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(relevance[i]))
-      throw std::invalid_argument("mmr: relevance of candidate " + std::to_string(i) + " is not finite");
+  assert(lambda >= 0.f && lambda <= 1.f);
+  assert(n == 0 || (rows != nullptr && relevance != nullptr));
+  (void)n, (void)rows, (void)relevance, (void)lambda;
 }
 
 [[noreturn]] void non_finite_similarity(size_t i, size_t j) {

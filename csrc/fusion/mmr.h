@@ -34,8 +34,9 @@ struct MmrResult {
 using medretrieve::Metric;
 
 // Float rows. relevance[i] = rel(candidate i). k > n selects n.
-// Throws std::invalid_argument on lambda outside [0, 1], null pointers or a
-// non-finite relevance / similarity (NaN or inf in the inputs).
+// lambda in [0, 1] and finite relevance are the caller's to check (debug
+// asserts); throws std::invalid_argument on a non-finite similarity between
+// candidates (NaN or inf in the rows).
 MmrResult mmr_select_f32(const float* const* rows, size_t n, size_t dim, const float* relevance,
                          size_t k, float lambda, Metric sim);
 

@@ -1,6 +1,7 @@
 #include "fusion/search_mmr.h"
 
 #include <algorithm>
+#include <cassert>
 #include <mutex>
 #include <shared_mutex>
 #include <stdexcept>
@@ -11,7 +12,7 @@ namespace medretrieve::fusion {
 
 SearchMmrResult search_mmr(const index::Hnsw& hnsw, const float* query, size_t k, size_t fetch_k, float lambda,
                            size_t ef, const index::LabelQuery* labels) {
-  if (!(lambda >= 0.f && lambda <= 1.f)) throw std::invalid_argument("lambda_ must be in [0, 1]");
+  assert(lambda >= 0.f && lambda <= 1.f);  // checked by the caller (the binding reads it)
   index::check_k(k, hnsw.count());
   index::check_k(fetch_k, hnsw.count(), "fetch_k");
   SearchMmrResult out;

@@ -2,6 +2,7 @@
 #include "index/search_pool.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -28,8 +29,8 @@ Hnsw::Hnsw(const HnswParams& params)
       level_rng_(params.seed) {
   if (params.M < 2 || params.M > 2048) throw std::invalid_argument("M must be in [2, 2048]");
   if (params.ef_construction == 0) throw std::invalid_argument("ef_construction must be positive");
-  if (!(params.prune_alpha >= HnswParams::kMinPruneAlpha && params.prune_alpha <= HnswParams::kMaxPruneAlpha))
-    throw std::invalid_argument("prune_alpha must be in [1, 2]");
+  // Checked where users set it (the binding) and where files bring it (load checks).
+  assert(params.prune_alpha >= HnswParams::kMinPruneAlpha && params.prune_alpha <= HnswParams::kMaxPruneAlpha);
   resize(params.max_elements);
 }
 

@@ -266,16 +266,15 @@ def mmr(
     if metric not in _METRICS:
         raise ValueError(f"metric must be one of {_METRICS}, got {metric!r}")
     k = _check_k(k)
-    lam = _check_lambda(lambda_, "lambda_")
     _check_device(device)
     cand, q, rel, sc = _mmr_args(query, candidates, relevance, scales, metric, "")
     if device == "cuda":
         results, _ = _core._cuda_mmr_batch(
-            [cand], k, np.array([lam], np.float32), None if q is None else [q],
+            [cand], k, lambda_, None if q is None else [q],
             None if rel is None else [rel], metric, None if sc is None else [sc],
         )
         return results[0]
-    return _core._mmr(cand, k, lam, q, rel, metric, sc)
+    return _core._mmr(cand, k, lambda_, q, rel, metric, sc)
 
 
 def mmr_batch(
@@ -309,16 +308,6 @@ def mmr_batch(
     if not isinstance(candidates_list, (list, tuple)):
         raise TypeError("candidates_list must be a list of (n, dim) matrices")
     B = len(candidates_list)
-    if isinstance(lambdas, numbers.Real) and not isinstance(lambdas, bool):
-        lam = np.full(B, _check_lambda(lambdas, "lambdas"), np.float32)
-    else:
-        lam_in = np.asarray(lambdas, dtype=np.float64)
-        if lam_in.shape != (B,):
-            raise ValueError(f"lambdas must be a number or have one entry per query ({B}), got shape {lam_in.shape}")
-        if not ((lam_in >= 0) & (lam_in <= 1)).all():
-            raise ValueError("every lambda must be in [0, 1]")
-        lam = lam_in.astype(np.float32)
-
     def per_query(seq: Optional[Sequence[object]], name: str) -> List[object]:
         if seq is None:
             return [None] * B
@@ -340,9 +329,9 @@ def mmr_batch(
     if device == "cuda":
         if B == 0:
             return []
-        results, _ = _core._cuda_mmr_batch(cands, k, lam, q_out, r_out, metric, s_out)
+        results, _ = _core._cuda_mmr_batch(cands, k, lambdas, q_out, r_out, metric, s_out)
         return results
-    return _core._mmr_batch(cands, k, lam, q_out, r_out, metric, s_out, threads)
+    return _core._mmr_batch(cands, k, lambdas, q_out, r_out, metric, s_out, threads)
 
 
 # --------------------------------------------------------------------------

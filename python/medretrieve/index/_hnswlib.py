@@ -1,14 +1,9 @@
 """hnswlib's result conventions, shared by ``Index.knn_query`` and ``BFIndex.knn_query``."""
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any
 
 import numpy as np
-
-
-def check_filter(filter: Optional[Callable[[int], bool]]) -> None:
-    if filter is not None and not callable(filter):
-        raise TypeError("filter must be callable: filter(label) -> bool")
 
 
 def knn_results(ids: np.ndarray, scores: np.ndarray, space: str, why_short: str) -> tuple[np.ndarray, np.ndarray]:

@@ -18,9 +18,8 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 
 from .. import _core
-from ._hnswlib import check_filter, knn_results
-from ._inputs import IndexInputError, as_id, as_ids, as_rows, check_dim, check_dtype, check_k, check_space, \
-    check_threads, int_arg
+from ._hnswlib import knn_results
+from ._inputs import IndexInputError, check_dim, check_dtype, check_space, non_negative
 
 
 class BFIndex:
@@ -46,9 +45,7 @@ class BFIndex:
         """Room for ``max_elements`` live vectors (rows are stored as they come, not allocated up front)."""
         if self._core is not None:
             raise RuntimeError("The index is already initiated.")
-        limit = int_arg(max_elements, "max_elements")
-        if limit < 0:
-            raise IndexInputError(f"max_elements must be >= 0, got {limit}")
+        limit = non_negative(max_elements, "max_elements")
         self._core = self._new_core(limit)
         self._max_elements = limit
 
@@ -60,21 +57,18 @@ class BFIndex:
     def add_items(self, data: Any, ids: Any = None, num_threads: int = -1) -> None:
         """Adds rows; an id already stored takes the new vector. Default ids continue from the rows added so far."""
         core = self._c()
-        rows = as_rows(data, self.dim)
-        n = rows.shape[0]
-        ids_arr = as_ids(ids, n)
-        if ids_arr is None:
-            ids_arr = np.arange(self._next_id, self._next_id + n, dtype=np.uint64)
-        core.add(rows, ids_arr, None, None, self._threads(num_threads), update=True, reuse_deleted=True,
+        n = 1 if np.ndim(data) <= 1 else len(data)  # a malformed data argument is refused natively
+        if ids is None:
+            ids = np.arange(self._next_id, self._next_id + n, dtype=np.uint64)
+        core.add(data, ids, None, self._threads(num_threads), update=True, reuse_deleted=True,
                  max_live=self._max_elements)
         self._next_id += n
 
     def delete_vector(self, label: int) -> None:
         """Removes an element (its id can be added again); an id not stored is ignored, as in hnswlib."""
         core = self._c()
-        ext = as_id(label)
-        if core.contains(ext) and not core.is_deleted(ext):
-            core.mark_deleted(ext)
+        if core.contains(label) and not core.is_deleted(label):
+            core.mark_deleted(label)
 
     def knn_query(
         self, data: Any, k: int = 1, num_threads: int = -1, filter: Optional[Callable[[int], bool]] = None
@@ -82,18 +76,16 @@ class BFIndex:
         """``(labels uint64 [n, k], distances float32 [n, k])``, closest first, exact; distances as hnswlib's
         (``1 - ip``, ``1 - cos``, squared L2). ``filter(label) -> bool`` is called with the GIL from the search
         threads, only for elements close enough to enter the top k."""
-        rows = as_rows(data, self.dim, "queries")
-        k = check_k(k)
-        check_filter(filter)
-        ids, scores = self._c().search(rows, k, None, filter, self._threads(num_threads))
+        ids, scores = self._c().search(data, k, None, filter, self._threads(num_threads))
         return knn_results(ids, scores, self.space, f"Fewer than k={k} elements pass")
 
-    def _threads(self, num_threads: Any) -> int:
-        n = check_threads(num_threads)
-        return check_threads(self.num_threads) if n < 0 else n
+    def _threads(self, num_threads: Any) -> Any:
+        """The call's thread count, or ``num_threads`` when the call leaves it at -1 / None."""
+        return self.num_threads if num_threads is None or (type(num_threads) is int and num_threads < 0) \
+            else num_threads
 
     def set_num_threads(self, num_threads: int) -> None:
-        self.num_threads = check_threads(num_threads)
+        self.num_threads = num_threads
 
     def get_max_elements(self) -> int:
         return self._max_elements
@@ -114,7 +106,7 @@ class BFIndex:
             raise IndexInputError(
                 f"index file holds space={core.space} dim={core.dim}, this BFIndex is space={self.space} dim={self.dim}"
             )
-        limit = max(int(core.declared_max), int_arg(max_elements, "max_elements"))
+        limit = max(int(core.declared_max), non_negative(max_elements, "max_elements"))
         core.set_declared_max(limit)
         self.dtype = core.dtype
         self._core, self._max_elements, self._next_id = core, limit, len(core)

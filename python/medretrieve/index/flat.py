@@ -8,10 +8,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 import numpy as np
 
 from .. import _core
-from ._inputs import (
-    IndexInputError, LabelsArg, as_id, as_ids, as_rows, check_dim, check_dtype, check_k, check_space,
-    check_threads, item_ids, labels_csr, query_labels,
-)
+from ._inputs import IndexInputError, LabelsArg, check_dim, check_dtype, check_space
 
 class FlatIndex:
     """Exact k-NN over float32 or int8 vectors (same quantizer as ``Index``), with labels and deletions.
@@ -66,15 +63,12 @@ class FlatIndex:
 
     def train(self, sample: Any) -> None:
         """int8: sets the quantization centre from ``sample`` rows (call before the first add)."""
-        self._core.train(as_rows(sample, self._dim, "training vectors"))
+        self._core.train(sample)
 
     def add(self, vectors: Any, ids: Any = None, labels: LabelsArg = None, num_threads: int = -1) -> None:
         """Adds rows (ids default to ``count + i``; existing ids raise ValueError; ids follow the module's id rule).
         Labels as in ``Index.add``."""
-        rows = as_rows(vectors, self._dim)
-        ids_arr = as_ids(ids, rows.shape[0])
-        off, vals = labels_csr(labels, rows.shape[0])
-        self._core.add(rows, ids_arr, off, vals, check_threads(num_threads))
+        self._core.add(vectors, ids, labels, num_threads)
         self._mutations += 1
 
     def search(
@@ -91,13 +85,9 @@ class FlatIndex:
 
         ``ef`` is accepted for signature compatibility and ignored (the search is exhaustive).
         """
-        rows = as_rows(queries, self._dim, "queries")
-        k = check_k(k)
-        if filter is not None and not callable(filter):
-            raise TypeError("filter must be callable: filter(id) -> bool")
-        if self._device == "cuda" and labels is None and filter is None and k > 0 and len(rows):
-            return self._search_device(rows, k)
-        return self._core.search(rows, k, query_labels(labels), filter, check_threads(num_threads))
+        if self._device == "cuda" and labels is None and filter is None:
+            return self._search_device(queries, k)
+        return self._core.search(queries, k, labels, filter, num_threads)
 
     def _device_table(self) -> tuple[Any, np.ndarray]:
         with self._table_lock:
@@ -109,11 +99,13 @@ class FlatIndex:
                 self._table = (table, ids, version)
             return self._table[0], self._table[1]
 
-    def _search_device(self, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _search_device(self, queries: Any, k: Any) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= 1024:
+            raise IndexInputError(f"k must be an integer in [1, 1024] on device='cuda', got {k!r}")
+        q, q_scales, offsets = self._core._pack_queries(queries)  # checks the queries
+        if len(q) == 0:
+            return np.zeros((0, k), np.int64), np.zeros((0, k), np.float32)
         table, ids = self._device_table()
-        if k > 1024:
-            raise IndexInputError(f"k must be <= 1024 on device='cuda', got {k}")
-        q, q_scales, offsets = self._core._pack_queries(rows)
         pos, scores = table.search(q, q_scales, k, "l2" if self._space == "l2" else "ip")
         found = pos >= 0
         out_ids = np.full(pos.shape, -1, dtype=np.int64)
@@ -122,16 +114,16 @@ class FlatIndex:
         return out_ids, scores
 
     def mark_deleted(self, id: int) -> None:
-        self._core.mark_deleted(as_id(id))
+        self._core.mark_deleted(id)
         self._mutations += 1
 
     def unmark_deleted(self, id: int) -> None:
-        self._core.unmark_deleted(as_id(id))
+        self._core.unmark_deleted(id)
         self._mutations += 1
 
     def get_items(self, ids: Any) -> np.ndarray:
         """Vectors of live elements, one row per id (int8: dequantized); a single id raises ValueError."""
-        return self._core.get_items(item_ids(ids))
+        return self._core.get_items(ids)
 
     def get_ids_list(self) -> list[int]:
         return [int(i) for i in self._core.ids()]

@@ -8,11 +8,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 import numpy as np
 
 from .. import _core
-from ._hnswlib import check_filter, knn_results
-from ._inputs import (
-    IndexInputError, LabelsArg, as_ef, as_id, as_ids, as_rows, check_count, check_dim, check_dtype, check_k,
-    check_space, check_threads, item_ids, labels_csr, query_labels,
-)
+from ._hnswlib import knn_results
+from ._inputs import IndexInputError, LabelsArg, check_dim, check_dtype, check_space
 
 @dataclass(frozen=True)
 class IndexStats:
@@ -76,23 +73,9 @@ class Index:
         dropped candidates that pass the rule relaxed by this factor (on squared distances, as Vamana's alpha). 1 keeps
         to hnswlib's rule; the default buys recall per ``ef`` for a longer build. Saved with the index.
         """
-        for name, v in (("max_elements", max_elements), ("M", M), ("ef_construction", ef_construction)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-                raise IndexInputError(f"{name} must be a non-negative integer, got {v!r}")
-        if M < 2:
-            raise IndexInputError("M must be at least 2")
-        dtype = check_dtype(dtype)
-        if keep_float and dtype != "int8":
-            raise IndexInputError("keep_float only applies to dtype='int8'")
-        extra = {}
-        if prune_alpha is not None:
-            if isinstance(prune_alpha, bool) or not isinstance(prune_alpha, (int, float, np.integer, np.floating)) \
-                    or not 1.0 <= float(prune_alpha) <= 2.0:
-                raise IndexInputError(f"prune_alpha must be a number in [1, 2], got {prune_alpha!r}")
-            extra["prune_alpha"] = float(prune_alpha)
         self._core = _core.HnswIndex(
-            self._space, dtype, self._dim, int(max_elements), int(M), max(1, int(ef_construction)),
-            int(random_seed) & (2**64 - 1), bool(keep_float), bool(allow_replace_deleted), **extra,
+            self._space, check_dtype(dtype), self._dim, max_elements, M, ef_construction, random_seed,
+            bool(keep_float), bool(allow_replace_deleted), prune_alpha,
         )
 
     def _c(self) -> Any:
@@ -155,16 +138,14 @@ class Index:
 
     def set_num_threads(self, num_threads: int) -> None:
         """Default thread count for add/search calls (-1: all cores; more than the hardware threads are capped)."""
-        self._num_threads = check_threads(num_threads)
+        if isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)):
+            raise TypeError(f"num_threads must be an integer, got {type(num_threads).__name__}")
+        self._num_threads = max(-1, min(int(num_threads), 2**31 - 1))
 
     def set_ef(self, ef: int) -> None:
         """Default efSearch (candidate list size); values below k are raised to k per query (0 is accepted, as
         in hnswlib)."""
-        if isinstance(ef, bool) or not isinstance(ef, (int, np.integer)):
-            raise TypeError(f"ef must be an integer, got {type(ef).__name__}")
-        if ef < 0:
-            raise IndexInputError(f"ef must be >= 0, got {ef}")
-        self._c().set_ef(max(1, int(ef)))
+        self._c().set_ef(ef)
 
     def set_entry_beam(self, beam: int) -> None:
         """Width of the beam search on layer 1 whose best ``beam`` elements seed the layer-0 search. 0 (the
@@ -173,15 +154,12 @@ class Index:
         ef // 8 grows with the layer-0 search, so it costs a near-constant share of a query (under a tenth of
         its time) at any ef (``bench/ann.py``, ``bench/scale.py --entry-beam``, RESULTS.md). Not saved with
         the index."""
-        if isinstance(beam, bool) or not isinstance(beam, (int, np.integer)):
-            raise TypeError(f"entry_beam must be an integer, got {type(beam).__name__}")
-        if not 0 <= beam <= 4096:
-            raise IndexInputError(f"entry_beam must be in [0, 4096] (0: ef // 8), got {beam}")
-        self._c().set_entry_beam(int(beam))
+        self._c().set_entry_beam(beam)
 
-    def _threads(self, num_threads: Any) -> int:
-        n = check_threads(num_threads)
-        return self._num_threads if n < 0 else n
+    def _threads(self, num_threads: Any) -> Any:
+        """The call's thread count, or this index's default when the call leaves it at -1 / None."""
+        return self._num_threads if num_threads is None or (type(num_threads) is int and num_threads < 0) \
+            else num_threads
 
     def get_current_count(self) -> int:
         return self.element_count
@@ -197,7 +175,7 @@ class Index:
     # --- native API -----------------------------------------------------
     def train(self, sample: Any) -> None:
         """int8: sets the quantization centre from ``sample`` rows (call before the first add)."""
-        self._c().train(as_rows(sample, self._dim, "training vectors"))
+        self._c().train(sample)
 
     def add(
         self,
@@ -214,10 +192,7 @@ class Index:
         ``ValueError`` unless ``update=True`` (then the vector - and the labels, when given - are replaced and the
         element re-linked). Multithreaded, GIL released.
         """
-        rows = as_rows(vectors, self._dim)
-        ids_arr = as_ids(ids, rows.shape[0])
-        off, vals = labels_csr(labels, rows.shape[0])
-        self._c().add(rows, ids_arr, off, vals, self._threads(num_threads), bool(update), False)
+        self._c().add(vectors, ids, labels, self._threads(num_threads), bool(update), False)
 
     def search(
         self,
@@ -234,9 +209,7 @@ class Index:
         ``ef``: one int or one per query (raised to k). ``labels``: keep only elements carrying any of these labels
         (exact search over the allowed subset when that is cheaper).
         """
-        rows = as_rows(queries, self._dim, "queries")
-        k = check_k(k)
-        return self._c().search(rows, k, as_ef(ef, rows.shape[0]), query_labels(labels), None, self._threads(num_threads))
+        return self._c().search(queries, k, ef, labels, None, self._threads(num_threads))
 
     def search_mmr(
         self,
@@ -258,21 +231,12 @@ class Index:
         ``fetch_k`` may be at most ``max(element_count, 1024)`` (ValueError beyond).
         Use ``medretrieve.lambda_for(query_type)`` for a per-query lambda.
         """
-        q = as_rows(query, self._dim, "query")
-        if q.shape[0] != 1:
-            raise IndexInputError(f"search_mmr takes one query, got {q.shape[0]} rows")
-        k = check_k(k)
-        fetch = check_count(fetch_k, "fetch_k")
-        lam = float(lambda_)
-        if not 0.0 <= lam <= 1.0:
-            raise IndexInputError(f"lambda_ must be in [0, 1], got {lambda_!r}")
-        ef_value = None if ef is None else check_count(ef, "ef")
-        ids, scores, relevance = _core.search_mmr(self._c(), q[0], k, fetch, lam, ef_value, query_labels(labels))
+        ids, scores, relevance = _core.search_mmr(self._c(), query, k, fetch_k, lambda_, ef, labels)
         return (ids, scores, relevance) if return_relevance else (ids, scores)
 
     def labels_of(self, id: int) -> list[int]:
         """The labels element ``id`` carries."""
-        return list(self._c().labels_of(as_id(id)))
+        return list(self._c().labels_of(id))
 
     def memory_bytes(self) -> int:
         """Native bytes held (slabs, links, ids, labels; excludes a memory-mapped file's pages)."""
@@ -310,9 +274,7 @@ class Index:
     # --- hnswlib API ----------------------------------------------------
     def add_items(self, data: Any, ids: Any = None, num_threads: int = -1, replace_deleted: bool = False) -> None:
         """hnswlib ``add_items``: existing ids are updated; ``replace_deleted`` reuses deleted slots."""
-        rows = as_rows(data, self._dim)
-        ids_arr = as_ids(ids, rows.shape[0])
-        self._c().add(rows, ids_arr, None, None, self._threads(num_threads), True, bool(replace_deleted))
+        self._c().add(data, ids, None, self._threads(num_threads), True, bool(replace_deleted))
 
     def knn_query(
         self,
@@ -327,10 +289,7 @@ class Index:
         (called with the GIL, from any search thread). Raises RuntimeError when fewer than k elements are found, and
         ValueError for ``k > max(element_count, 1024)``.
         """
-        rows = as_rows(data, self._dim, "queries")
-        k = check_k(k)
-        check_filter(filter)
-        ids, scores = self._c().search(rows, k, None, None, filter, self._threads(num_threads))
+        ids, scores = self._c().search(data, k, None, None, filter, self._threads(num_threads))
         return knn_results(ids, scores, self._space, "Probably ef or M is too small")
 
     def get_items(self, ids: Any = None, return_type: str = "numpy") -> Union[np.ndarray, list]:
@@ -338,12 +297,7 @@ class Index:
         if return_type not in ("numpy", "list"):
             raise IndexInputError("return_type must be 'numpy' or 'list'")
         core = self._c()
-        if ids is None:
-            all_ids = core.ids()
-            ids_arr = np.array([i for i in all_ids if not core.is_deleted(int(i))], dtype=np.uint64)
-        else:
-            ids_arr = item_ids(ids)
-        out = core.get_items(ids_arr)
+        out = core.get_items(core.live_ids() if ids is None else ids)
         return out if return_type == "numpy" else out.tolist()
 
     def get_ids_list(self) -> list[int]:
@@ -354,15 +308,15 @@ class Index:
 
     def mark_deleted(self, label: int) -> None:
         """Hides an element from results (it stays navigable; reusable with replace_deleted)."""
-        self._c().mark_deleted(as_id(label))
+        self._c().mark_deleted(label)
 
     def unmark_deleted(self, label: int) -> None:
-        self._c().unmark_deleted(as_id(label))
+        self._c().unmark_deleted(label)
 
     def resize_index(self, new_size: int) -> None:
         """hnswlib ``resize_index``: capacity to ``new_size`` elements (not below the count). Past a power of two
         every slab is rewritten with wider level-0 link ids (``IndexStats.link_bits``), a pass over the index."""
-        self._c().resize(int(new_size))
+        self._c().resize(new_size)
 
     def save_index(self, path: Union[str, os.PathLike]) -> None:
         self.save(path)

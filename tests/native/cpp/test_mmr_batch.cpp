@@ -105,11 +105,12 @@ TEST(MmrBatch, BadProblemsAreNamedAndErrorsLeaveTheBatch) {
   EXPECT_THROW(check_problem(p, ""), std::invalid_argument);
   p.query = nullptr;
   EXPECT_THROW(check_problem(p, ""), std::invalid_argument);  // neither query nor relevance
-  // A relevance that went bad after the check stops the batch with the core's error.
-  std::vector<float> rel = {1.f, NAN, 0.f, 2.f};
-  p.relevance = rel.data();
-  Owned ok;
-  std::vector<MmrProblem> batch = {make_problem(ok, 6, 3, false, 4, 0.5f), p};
+  // A problem the operator fails on inside the pool (a row whose similarities
+  // are not finite) stops the batch with the core's error.
+  Owned ok, bad;
+  MmrProblem nan_rows = make_problem(bad, 6, 3, false, 5, 0.5f);
+  bad.f32[4] = NAN;
+  std::vector<MmrProblem> batch = {make_problem(ok, 6, 3, false, 4, 0.5f), nan_rows};
   EXPECT_THROW(mmr_batch(batch, 2, Metric::IP, 2), std::invalid_argument);
 }
 
