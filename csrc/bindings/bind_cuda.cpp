@@ -107,7 +107,8 @@ py::tuple mmr_batch(py::list candidates, size_t k, py::handle lambdas,
   return py::make_tuple(out, times_of(timing));
 }
 
-py::tuple rrf(py::sequence lists, double k, py::object weights, size_t top_n, int warmup, int repeats) {
+py::tuple rrf(py::sequence lists, py::handle k_arg, py::object weights, size_t top_n, int warmup, int repeats) {
+  const double k = rrf_k_arg(k_arg);
   IdLists in(lists);
   const size_t L = in.views.size();
   std::vector<double> w = read_weights(weights, L);
@@ -232,7 +233,7 @@ void bind_cuda(py::module_& m) {
     require_cuda();
     return mmr_batch(c, k, lambdas, queries, relevances, metric, scales, warmup, repeats);
   };
-  auto fuse = [](py::sequence lists, double k, py::object weights, size_t top_n, int warmup, int repeats) {
+  auto fuse = [](py::sequence lists, py::handle k, py::object weights, size_t top_n, int warmup, int repeats) {
     require_cuda();
     return rrf(lists, k, weights, top_n, warmup, repeats);
   };

@@ -93,7 +93,8 @@ void bind_fusion(py::module_& m) {
 
   m.def(
       "_rrf",
-      [](py::sequence lists, double k, py::object weights, size_t top_n) {
+      [](py::sequence lists, py::handle k_arg, py::object weights, size_t top_n) {
+        const double k = rrf_k_arg(k_arg);
         IdLists in(lists);
         std::vector<double> w = read_weights(weights, in.views.size());
         fu::Fused f;

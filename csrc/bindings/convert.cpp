@@ -3,6 +3,7 @@
 #include "bindings/args.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace medretrieve::bindings {
@@ -138,13 +139,25 @@ IdLists::IdLists(const py::sequence& lists) : owned(py::len(lists)), views(py::l
 std::vector<double> read_weights(const py::handle& weights, size_t n_lists) {
   std::vector<double> w;
   if (weights.is_none()) return w;
-  auto a = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(weights);
-  if (!a || a.ndim() != 1) throw py::value_error("weights must be a 1-d sequence of numbers");
-  if (size_t(a.shape(0)) != n_lists)
-    throw py::value_error("weights has " + std::to_string(a.shape(0)) + " entries for " + std::to_string(n_lists) +
-                          " lists");
+  py::array raw = py::module_::import("numpy").attr("asarray")(weights);
+  const char kind = raw.dtype().kind();
+  if (kind != 'f' && kind != 'i' && kind != 'u')
+    throw py::type_error("weights must be numbers, got dtype " + std::string(py::str(raw.dtype())));
+  if (raw.ndim() != 1 || size_t(raw.shape(0)) != n_lists)
+    throw py::value_error("weights must have one entry per list (" + std::to_string(n_lists) + "), got shape " +
+                          std::string(py::str(raw.attr("shape"))));
+  auto a = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(raw);
   w.assign(a.data(), a.data() + n_lists);
+  for (double x : w)
+    if (!std::isfinite(x) || x < 0) throw py::value_error("weights must be finite and >= 0");
   return w;
+}
+
+double rrf_k_arg(const py::handle& k) {
+  const bool real = !PyBool_Check(k.ptr()) && py::isinstance(k, py::module_::import("numbers").attr("Real"));
+  const double x = real ? PyFloat_AsDouble(k.ptr()) : -1.0;
+  if (!std::isfinite(x) || x < 0) throw py::value_error("k must be a finite number >= 0, got " + std::string(py::repr(k)));
+  return x;
 }
 
 }  // namespace medretrieve::bindings

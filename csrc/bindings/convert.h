@@ -62,7 +62,10 @@ struct IdLists {
   explicit IdLists(const py::sequence& lists);
 };
 
-// None -> empty; else one finite number per list (ValueError otherwise).
+// None -> empty; else one number per list, finite and >= 0 (TypeError for
+// non-numbers, ValueError otherwise): the one place fusion weights are checked.
 std::vector<double> read_weights(const py::handle& weights, size_t n_lists);
+// RRF's k: a finite real number >= 0 (ValueError otherwise), checked once here.
+double rrf_k_arg(const py::handle& k);
 
 }  // namespace medretrieve::bindings

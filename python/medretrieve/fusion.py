@@ -15,7 +15,6 @@ to the dtypes the core expects and documents the rules.
 """
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -385,31 +384,14 @@ def rrf(
         ``(ids int64, scores float32)``, best first.
     """
     lists = _check_lists(ranked_lists, "ranked_lists")
-    if isinstance(k, bool) or not isinstance(k, numbers.Real) or not math.isfinite(k) or k < 0:
-        raise ValueError(f"k must be a finite number >= 0, got {k!r}")
     top = _check_top_n(top_n)
     _check_device(device)
     if top == 0:
         return _empty()
-    w = _weights(weights, len(lists))
     if device == "cuda":
-        ids, scores, _ = _core._cuda_rrf(lists, float(k), w, top or 0)
+        ids, scores, _ = _core._cuda_rrf(lists, k, weights, top or 0)
         return ids, scores
-    return _core._rrf(lists, float(k), w, top or 0)
-
-
-def _weights(weights: Optional[Sequence[float]], n_lists: int) -> Optional[np.ndarray]:
-    if weights is None:
-        return None
-    w = np.asarray(weights)
-    if w.dtype.kind not in "fiu" or w.dtype == np.bool_:
-        raise TypeError(f"weights must be numbers, got dtype {w.dtype}")
-    w = w.astype(np.float64)
-    if w.shape != (n_lists,):
-        raise ValueError(f"weights must have one entry per list ({n_lists}), got shape {w.shape}")
-    if not np.isfinite(w).all() or (w < 0).any():
-        raise ValueError("weights must be finite and >= 0")
-    return w
+    return _core._rrf(lists, k, weights, top or 0)
 
 
 def fuse_scores(
@@ -443,14 +425,13 @@ def fuse_scores(
     top = _check_top_n(top_n)
     if top == 0:
         return _empty()
-    w = _weights(weights, len(ids))
     score_arrays = []
     for i, s in enumerate(scores):
         arr = np.asarray(s)
         if arr.dtype.kind not in "fiu" or arr.dtype == np.bool_:
             raise TypeError(f"score list {i} must be numeric, got dtype {arr.dtype}")
         score_arrays.append(np.ascontiguousarray(arr, dtype=np.float32))
-    return _core._fuse_scores(ids, score_arrays, method, w, top or 0)
+    return _core._fuse_scores(ids, score_arrays, method, weights, top or 0)
 
 
 # --------------------------------------------------------------------------
