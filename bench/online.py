@@ -23,7 +23,8 @@ interleaved over ``--rounds``. Then the rate limiter (24 searches from 24 thread
 
 Usage (under the bench lock, the machine is shared)::
 
-    MEDRETRIEVE_CORE_DIR=build/dev PYTHONPATH=python flock /tmp/bench.lock nice python bench/online.py --questions 12
+    MEDRETRIEVE_CORE_DIR=build/dev PYTHONPATH=python MEDRETRIEVE_SHARED_DATA=../shared/data \\
+      flock /tmp/bench.lock nice python bench/online.py --questions 12 --rounds 3
 
 Prints markdown tables for bench/RESULTS.md.
 """
