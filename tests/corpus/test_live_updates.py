@@ -18,7 +18,8 @@ QUESTIONS = ["What is the first-line drug for type 2 diabetes?", "treatment of g
 
 def _doc(i: int) -> dict:
     return {"id": f"u{i}", "title": f"Update {i}",
-            "sections": [{"title": "Treatment", "text": f"Drug number {i} treats gout flares and migraine at dose {i}."},
+            "sections": [{"title": "Treatment",
+                          "text": f"Drug number {i} treats gout flares and migraine at dose {i}."},
                          {"title": "Symptoms", "text": f"Patients with condition {i} report thirst and wheezing."}]}
 
 

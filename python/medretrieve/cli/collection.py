@@ -35,7 +35,8 @@ def add_collection(sub: Any) -> None:
     p.add_argument("collection", help="collection directory")
     p.add_argument("ids", nargs="+", metavar="ID", help="document ids")
     p.set_defaults(func=_delete)
-    p = group.add_parser("check", help="verify every file's digest and read every record", formatter_class=HelpFormatter)
+    p = group.add_parser("check", help="verify every file's digest and read every record",
+                         formatter_class=HelpFormatter)
     p.add_argument("collection", help="collection directory")
     p.add_argument("--no-digests", dest="digests", action="store_false",
                    help="skip the sha256 of each file (sizes, structure and every record are still checked)")

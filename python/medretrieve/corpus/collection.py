@@ -386,8 +386,10 @@ class Collection:
             raise ValueError(f"verify must be True, False or 'auto', got {verify!r}")
         d = Path(directory)
         recover_leftovers(d)
+        if not (d / MANIFEST).is_file():
+            raise FileNotFoundError(f"{d} is not a medretrieve collection (no {MANIFEST})")
+        check_links(d)  # before the manifest is read: it may be such a link itself
         spec, stamp = _read_manifest_version(d)
-        check_links(d)
         overrides = {"encoder": encoder, "query_encoder": query_encoder}
         models = {key: _model_dir(d, key, entry.dir)
                   for key, entry in (("encoder", spec.encoder), ("query_encoder", spec.query_encoder))
