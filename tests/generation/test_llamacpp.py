@@ -48,8 +48,10 @@ def test_errors_are_typed(tmp_path, monkeypatch):
 
 
 def test_make_backend_checks_what_each_kind_needs(tmp_path, monkeypatch):
-    install(monkeypatch, lambda req: "x")
-    assert isinstance(make_backend("llamacpp", model_path=gguf(tmp_path / "m.gguf")), LlamaCppBackend)
+    fake = install(monkeypatch, lambda req: "x")
+    assert isinstance(make_backend("llamacpp", model_path=gguf(tmp_path / "m.gguf"), n_ctx=512, n_threads=2),
+                      LlamaCppBackend)
+    assert (fake.loaded[-1]["n_ctx"], fake.loaded[-1]["n_threads"]) == (512, 2)
     with pytest.raises(ValueError, match="needs the server's URL"):
         make_backend("openai", model="m")
     with pytest.raises(ValueError, match="needs a model path"):

@@ -460,3 +460,32 @@ def test_the_weak_flag_does_not_depend_on_the_deadline(collection):
         assert "rerank" in rushed.cut and not rushed.stage("rerank").ran
         if rushed.weak:
             assert "recovery" in rushed.cut
+
+
+def test_ef_rises_with_the_time_left_from_the_type_floor(collection):
+    """ef comes from the query type and the time left: the same budget with less of it left searches narrower,
+    never below the type's floor; list questions reach further than factoid ones; no deadline: the ceiling."""
+    import re
+
+    from medretrieve.retrieval.budget import Deadline
+    from medretrieve.retrieval.query import Query
+
+    ret = Retriever(collection, candidates=8)  # (so the ef, not the number of candidates, sets the width)
+    gen = ret.candidates
+    factoid, listq = Query.analyse("Which gene is mutated in cystic fibrosis?"), Query.analyse(
+        "Which genes are mutated in cystic fibrosis?")
+    (f_lo, f_hi), (l_lo, l_hi) = gen.ef_range(factoid), gen.ef_range(listq)
+    assert (f_lo, l_hi) == (64, 400) and f_lo < f_hi < l_hi and l_lo > f_lo
+    fresh, spent = Deadline(300), Deadline(300)
+    spent.start -= 0.15  # the same budget, 150 ms of it gone
+    assert gen.ef_for(factoid, Deadline(None)) == f_hi and gen.ef_for(listq, Deadline(None)) == l_hi
+    assert f_lo < gen.ef_for(factoid, spent) < gen.ef_for(factoid, fresh) <= f_hi
+    assert gen.ef_for(factoid, Deadline(0)) == f_lo
+    # a search says which ef it used; the weak flag's lists stay at the floor's whatever the time left
+    q = "Which genes are mutated in cystic fibrosis?"
+    calm, rushed = ret.search(q, k=5, deadline_ms=None), ret.search(q, k=5, deadline_ms=0)
+    assert re.match(rf"ef={l_hi} .*weak flag lists at ef={l_lo}", calm.stage("dense").reason)
+    assert rushed.stage("dense").reason.startswith(f"ef={l_lo} ")
+    assert (calm.weak, calm.weak_reasons) == (rushed.weak, rushed.weak_reasons)
+    with pytest.raises(ValueError, match="ef_time_ms"):
+        Retriever(collection, ef_time_ms=0)

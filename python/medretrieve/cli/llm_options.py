@@ -13,8 +13,8 @@ BACKEND_HELP = ("openai: an OpenAI-compatible server (vLLM, llama.cpp's server, 
 
 
 def add_llm_options(p: argparse.ArgumentParser, workers: bool = True) -> None:
-    """``--backend``, ``--llm``, ``--model``, ``--model-path``, ``--n-ctx``, ``--api-key``, ``--timeout-s``
-    (and ``--workers``)."""
+    """``--backend``, ``--llm``, ``--model``, ``--model-path``, ``--n-ctx``, ``--n-threads``, ``--api-key``,
+    ``--timeout-s`` (and ``--workers``)."""
     from ..generation.llamacpp import BACKENDS
 
     p.add_argument("--backend", choices=BACKENDS, default="openai", help=BACKEND_HELP)
@@ -26,6 +26,8 @@ def add_llm_options(p: argparse.ArgumentParser, workers: bool = True) -> None:
     p.add_argument("--model-path", default=None,
                    help="--backend transformers: the saved model folder; --backend llamacpp: the .gguf file")
     p.add_argument("--n-ctx", type=int, default=4096, help="--backend llamacpp: context window to allocate (tokens)")
+    p.add_argument("--n-threads", type=int, default=None,
+                   help="--backend llamacpp: CPU threads (default: llama.cpp's choice, half the cores)")
     p.add_argument("--api-key", default=None, help="API key (else MEDRETRIEVE_LLM_API_KEY / OPENAI_API_KEY)")
     p.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout of a server (s)")
     if workers:
@@ -46,7 +48,7 @@ def backend_from_args(args: argparse.Namespace, required: bool = True) -> Option
         return None
     return make_backend(args.backend, url=args.llm, model=args.model if args.backend == "openai" else None,
                         model_path=args.model_path, api_key=args.api_key, timeout_s=args.timeout_s,
-                        n_ctx=args.n_ctx)
+                        n_ctx=args.n_ctx, n_threads=args.n_threads)
 
 
 def model_label(args: argparse.Namespace) -> str:

@@ -73,6 +73,7 @@ class LlamaCppBackend:
         self.model_path = path
         self.model = Path(path).name
         self.n_ctx = n_ctx
+        self.llm: Any  # llama_cpp.Llama (its stream types vary between releases: read as plain dicts)
         try:
             self.llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_threads=n_threads, seed=seed, verbose=False)
         except (ValueError, RuntimeError, OSError) as exc:
@@ -122,10 +123,11 @@ class LlamaCppBackend:
 
 def make_backend(kind: str, *, url: Optional[str] = None, model: Optional[str] = None,
                  model_path: Optional[Union[str, os.PathLike]] = None, api_key: Optional[str] = None,
-                 timeout_s: float = 60.0, n_ctx: int = 4096) -> Any:
+                 timeout_s: float = 60.0, n_ctx: int = 4096, n_threads: Optional[int] = None) -> Any:
     """An LLM backend of ``kind`` (:data:`BACKENDS`): ``openai`` needs ``url`` and ``model`` (the name the server
     knows); ``transformers`` a saved model folder and ``llamacpp`` a GGUF file as ``model_path`` (``n_ctx``:
-    the context window llama.cpp allocates, tokens). ``timeout_s``: the server backend's per-request limit (s)."""
+    the context window llama.cpp allocates, tokens; ``n_threads``: its CPU threads). ``timeout_s``: the server
+    backend's per-request limit (s)."""
     if kind not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {kind!r}")
     if kind == "openai":
@@ -141,4 +143,4 @@ def make_backend(kind: str, *, url: Optional[str] = None, model: Optional[str] =
         raise ValueError(f"the {kind} backend needs a model path ({what}: --model-path)")
     if kind == "transformers":
         return TransformersBackend(model_path)
-    return LlamaCppBackend(model_path, n_ctx=n_ctx)
+    return LlamaCppBackend(model_path, n_ctx=n_ctx, n_threads=n_threads)

@@ -7,9 +7,13 @@
    infarction"), so it joins the question's own text instead of standing as a down-weighted variant.
 2. ``encode``: the question's text always, the variants while the budget allows (the rest are searched by BM25
    only); the vectors are kept on the query.
-3. ``dense`` + ``bm25`` (``route``): native HNSW search with an ef from the query type's importance (not from
-   the time left: the question's own first-stage lists must not depend on timing, see ``question_ids``), and
-   BM25 per text (the question's subject words counted ``1 + subject_boost`` times); for
+3. ``dense`` + ``bm25`` (``route``): native HNSW search and BM25 per text (the question's subject words counted
+   ``1 + subject_boost`` times). HNSW's ef comes from the query type and the time left (:meth:`CandidateGenerator.
+   ef_range`, :meth:`~CandidateGenerator.ef_for`): every list is first searched at the type's fixed floor, and
+   those lists alone make ``question_ids``, which the weak flag reads, so the flag never depends on timing; when
+   time is left the dense lists are searched again at a wider ef (up to the type's ceiling) and replace the
+   floor's in the fusion: the candidates gain recall from the time a search has, while the weak flag (and an
+   abstention built on it) stays what the question alone makes it. For
    treatment / symptom / test intents the first stage is restricted to those sections through index labels and
    falls back to the whole collection when that gives fewer than ``k`` chunks.
 4. ``feedback``: the question vector plus ``feedback_weight`` x the mean vector of the top ``feedback_docs``
@@ -42,8 +46,9 @@ ROUTES: Dict[str, Tuple[str, ...]] = {
 }
 # the section category of chunks whose section title matches none (index label 0)
 OTHER_SECTION = "other"
-# query type -> ef multiplier (broad questions need more recall)
+# query type -> ef multiplier (broad questions need more recall): scales the type's floor and its ceiling
 IMPORTANCE: Dict[str, float] = {"list": 1.5, "summary": 1.25, "factoid": 1.0, "yesno": 1.0}
+TOP_IMPORTANCE = max(IMPORTANCE.values())
 # share of the budget the first stages leave for reranking and what follows
 RESERVE = 0.35
 
@@ -179,13 +184,32 @@ class CandidateGenerator:
         return tuple(k for k in self.settings.expansions if have.get(k, True))
 
     # ------------------------------------------------------------- policies
-    def ef(self, query: Query) -> int:
-        """HNSW ef: ``ef_base`` x the query type's importance, clamped to [ef_min, ef_max]. Not scaled by the time
-        left: an HNSW search at these ef costs well under a millisecond, and a timing-dependent ef would make the
-        question's own first stage (and so the weak flag) depend on machine load."""
+    def ef_range(self, query: Query) -> Tuple[int, int]:
+        """The query type's HNSW ef range ``(floor, ceiling)``: the floor is ``ef_base`` x the type's importance,
+        the ceiling ``ef_max`` x importance / the largest importance (list questions reach ``ef_max``), both
+        clamped to [ef_min, ef_max]."""
         s = self.settings
-        ef = int(s.ef_base * IMPORTANCE.get(query.qtype, 1.0))
-        return int(min(s.ef_max, max(s.ef_min, ef)))
+        weight = IMPORTANCE.get(query.qtype, 1.0)
+        floor = int(min(s.ef_max, max(s.ef_min, s.ef_base * weight)))
+        ceiling = int(min(s.ef_max, max(floor, s.ef_max * weight / TOP_IMPORTANCE)))
+        return floor, ceiling
+
+    def ef(self, query: Query) -> int:
+        """The type's floor ef: what the question's own lists for the weak flag are searched at, whatever the time
+        left (a timing-dependent ef there would make the weak flag, and an abstention built on it, flip with
+        machine load)."""
+        return self.ef_range(query)[0]
+
+    def ef_for(self, query: Query, dl: Deadline) -> int:
+        """The ef the candidates are searched at: from the type's floor towards its ceiling in proportion to the
+        time left after the share kept for later stages (``RESERVE``), reaching the ceiling at ``ef_time_ms`` left;
+        the ceiling without a deadline. Never below the floor, so more time only widens the search."""
+        floor, ceiling = self.ef_range(query)
+        if dl.unlimited:
+            return ceiling
+        left = dl.remaining_ms() - dl.share_ms(RESERVE)
+        share = min(1.0, max(0.0, left / self.settings.ef_time_ms))
+        return int(round(floor + (ceiling - floor) * share))
 
     def _route_labels(self, query: Query, route: bool) -> Tuple[Tuple[str, ...], List[int]]:
         cats = ROUTES.get(query.intent, ()) if route else ()
@@ -235,13 +259,17 @@ class CandidateGenerator:
         scored: Dict[str, Dict[int, float]] = {"dense": {}, "bm25": {}}
         question_bm25: List[Optional[np.ndarray]] = [None]
         own: List[np.ndarray] = []  # the question's own lists of the last first-stage run
+        dense_at: List[int] = []  # where the last run's dense lists sit in ``lists`` (a wider ef replaces them)
 
         def run_first(labels: Optional[List[int]]) -> List[np.ndarray]:
             ids_l, sc_l, kinds, question_bm25[0] = self._first_stage(query, bm25_texts, ef, ncand, labels, dl, boost)
             n_dense = 0 if query.vectors is None else len(query.vectors)
             own.clear()
+            dense_at.clear()
             for j, (ids, sc, kind) in enumerate(zip(ids_l, sc_l, kinds)):
                 is_question = (kind == "dense" and j == 0) or (kind == "bm25" and j == n_dense)
+                if kind == "dense":
+                    dense_at.append(len(lists))
                 lists.append(ids)
                 weights.append(1.0 if is_question else s.variant_weight)
                 if is_question:
@@ -270,7 +298,17 @@ class CandidateGenerator:
         else:
             run_first(None)
             log.record("route", False, "no section route for intent " + query.intent if switches.route else "disabled")
-        log.record("dense", query.vectors is not None, f"ef={ef}" if query.vectors is not None else "disabled")
+        question_ids_from = list(own)  # the floor's lists: the weak flag reads these, whatever the time left
+        if query.vectors is not None:
+            wide = self.ef_for(query, dl)
+            floor, ceiling = self.ef_range(query)
+            if max(wide, ncand) > max(ef, ncand):  # (the search's ef is never below the candidates asked for)
+                self._widen(query, wide, ncand, search_labels, dl, lists, dense_at, scored["dense"])
+            left = "no deadline" if dl.unlimited else f"{dl.remaining_ms():.0f} ms left"
+            log.record("dense", True, f"ef={max(wide, ncand)} (type {query.qtype}: {floor}-{ceiling}, {left}; weak "
+                                      f"flag lists at ef={max(ef, ncand)})")
+        else:
+            log.record("dense", False, "disabled")
         log.record("bm25", switches.lexical, f"{len(bm25_texts)} query texts" if switches.lexical else "disabled")
 
         fb_vec = None
@@ -291,10 +329,32 @@ class CandidateGenerator:
             fused_ids, fused_scores = rrf(lists, k=s.rrf_k, weights=weights, top_n=ncand)
             fused_ids = np.asarray(fused_ids, dtype=np.int64)
             fused_scores = np.asarray(fused_scores, dtype=np.float32)
-            question_ids = np.asarray(rrf(own, k=s.rrf_k, top_n=ncand)[0] if own else [], dtype=np.int64)
+            question_ids = np.asarray(rrf(question_ids_from, k=s.rrf_k, top_n=ncand)[0] if question_ids_from else [],
+                                      dtype=np.int64)
         log.record("fuse", True, f"RRF of {len(lists)} lists -> {len(fused_ids)} candidates")
         return Candidates(texts, expansions, fused_ids, fused_scores, scored, question_bm25[0],
                           question_ids=question_ids, feedback_vector=fb_vec, labels=search_labels)
+
+    def _widen(self, query: Query, ef: int, k: int, labels: Optional[List[int]], dl: Deadline,
+               lists: List[np.ndarray], dense_at: Sequence[int], dense_scores: Dict[int, float]) -> None:
+        """The dense lists searched again at the wider ``ef``, in place of the floor's (same labels); rows new to
+        the question's own list get their dense score (the ranker's feature). A row's score does not depend on
+        ef, so the floor's scores stand."""
+        assert query.vectors is not None
+        col = self.collection
+        efs = [max(ef, k)] + [max(ef // 2, k)] * (len(query.vectors) - 1)
+        with dl.stage("dense"):
+            ids, scores = col.dense.search(query.vectors, k=min(k, max(len(col), 1)),
+                                           ef=np.asarray(efs, dtype=np.int64), labels=labels)
+            ids = np.asarray(ids, dtype=np.int64).reshape(len(query.vectors), -1)
+            scores = np.asarray(scores, dtype=np.float32).reshape(len(query.vectors), -1)
+        for i, at in enumerate(dense_at):
+            ok = ids[i] >= 0
+            ok[ok] = col.alive[ids[i][ok]]
+            lists[at] = ids[i][ok]
+            if i == 0:
+                for row, sc in zip(ids[i][ok].tolist(), scores[i][ok].tolist()):
+                    dense_scores.setdefault(row, sc)
 
     def _encode(self, query: Query, texts: Sequence[QueryText], dl: Deadline, log: StageLog) -> None:
         """Encode the question's text, and the variants while the budget allows; the vectors go on ``query``."""

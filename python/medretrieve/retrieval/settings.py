@@ -47,6 +47,7 @@ DEFAULT_EXPANSIONS: Tuple[str, ...] = ("training", "llm")
 _RANGES: Dict[str, Tuple[bool, Optional[float], Optional[float]]] = {
     "candidates": (True, 1, None), "rrf_k": (False, 0.0, None), "variant_weight": (False, 0.0, None),
     "ef_base": (True, 1, None), "ef_min": (True, 1, None), "ef_max": (True, 1, None),
+    "ef_time_ms": (False, 0.0, None),
     "rerank_depth": (True, 0, None), "weak_threshold": (False, 0.0, 1.0), "min_articles": (True, 0, None),
     "redundancy_threshold": (False, 0.0, 1.0), "near_duplicate": (False, 0.0, None),
     "llm_min_ms": (False, 0.0, None), "mmr_floor": (False, 0.0, 1.0), "feedback_weight": (False, 0.0, None),
@@ -69,6 +70,8 @@ def check_settings(**values: Any) -> None:
             what = "an integer" if integer else "a finite number"
             bounds = f" >= {lo}" if hi is None else f" in [{lo}, {hi}]"
             raise ValueError(f"{name} must be {what}{bounds}, got {value!r}")
+    if values.get("ef_time_ms") == 0:
+        raise ValueError("ef_time_ms must be > 0 (the time left at which ef reaches its ceiling)")
     if values.get("near_duplicate") == 0:
         raise ValueError("near_duplicate must be > 0 (a Jaccard of 0 would drop every hit after the first)")
     if "ef_min" in values and values["ef_min"] > values["ef_max"]:
@@ -90,8 +93,13 @@ class Settings:
 
     - ``candidates`` (>= 1): fused candidates kept for reranking; ``rrf_k`` (>= 0): the RRF constant;
       ``variant_weight`` (>= 0): RRF weight of an expansion's list, the question's own lists weigh 1.
-    - ``ef_base`` / ``ef_min`` / ``ef_max`` (1 <= ef_min <= ef_max): HNSW ef, ``ef_base`` scaled by the query
-      type's importance and the share of the deadline left, clamped to [ef_min, ef_max].
+    - ``ef_base`` / ``ef_min`` / ``ef_max`` (1 <= ef_min <= ef_max; the production seed's 40-400) and
+      ``ef_time_ms`` (> 0): HNSW ef from the query type and the time left. The type's floor, ``ef_base`` x its
+      importance, is what the question's own lists are searched at, and only they feed the weak flag, so the flag
+      does not move with machine load; the candidates are searched again at an ef that rises from the floor to
+      the type's ceiling (``ef_max`` for list questions, less for the narrower types) as the time left after the
+      reserve for later stages grows to ``ef_time_ms``, and at the ceiling without a deadline
+      (``CandidateGenerator.ef_for``). An ef never goes below the candidates asked for (``candidates``).
     - ``rerank_depth`` (>= 0): most pairs a cross-encoder scores; ``rerank_weights`` / ``rerank_weights_ce``:
       overrides of the formula's weights (keys of ``DEFAULT_RERANK_WEIGHTS`` / ``_CE``, finite, >= 0).
     - ``weak_threshold`` (0-1): lexical relevance of the top 5 below which a question is weak;
@@ -120,8 +128,9 @@ class Settings:
     rrf_k: float = 60.0
     variant_weight: float = 0.5
     ef_base: int = 64
-    ef_min: int = 32
-    ef_max: int = 256
+    ef_min: int = 40
+    ef_max: int = 400
+    ef_time_ms: float = 200.0
     rerank_depth: int = 50
     weak_threshold: float = 0.35
     min_articles: int = 3
