@@ -160,3 +160,21 @@ def test_score_submission_and_strip(tmp_path):
     assert scores["answers"]["exact"]["factoid"]["strict"] == 1.0
     with pytest.raises(ValueError, match="none of the submission"):
         score_submission([{"id": "zz"}], load_bioasq(path))
+
+
+def test_a_prompt_over_the_context_is_retried_with_half_the_evidence(tmp_path):
+    from medretrieve.generation.llm import LLMContextTooLong
+
+    class Small(Scripted):
+        def generate(self, messages, **kw):
+            if messages[-1]["content"].count("Metformin") + messages[-1]["content"].count("Insulin") > 2:
+                raise LLMContextTooLong("Requested tokens (3000) exceed context window of 2048")
+            return super().generate(messages, **kw)
+
+    llm = Small("EXACT: metformin\nIDEAL: Metformin.")
+    (entry,) = BatchRun(tmp_path / "run", "A+", Search(), llm, progress=False).run([question("q1")]).entries
+    assert entry["exact_answer"] == [["metformin"]] and "answered from the first 2" in entry["note"]
+    never = Small("x")
+    never.generate = lambda messages, **kw: (_ for _ in ()).throw(LLMContextTooLong("too long"))
+    result = BatchRun(tmp_path / "run2", "A+", Search(), never, progress=False).run([question("q1")])
+    assert result.failures and "LLMContextTooLong" in result.failures[0]["error"]

@@ -476,11 +476,19 @@ def test_ef_rises_with_the_time_left_from_the_type_floor(collection):
         "Which genes are mutated in cystic fibrosis?")
     (f_lo, f_hi), (l_lo, l_hi) = gen.ef_range(factoid), gen.ef_range(listq)
     assert (f_lo, l_hi) == (64, 400) and f_lo < f_hi < l_hi and l_lo > f_lo
-    fresh, spent = Deadline(300), Deadline(300)
-    spent.start -= 0.15  # the same budget, 150 ms of it gone
+    class Left(Deadline):  # a 300 ms budget with a given time left (a clock that does not move under load)
+        def __init__(self, left_ms: float) -> None:
+            super().__init__(300)
+            self.left_ms = left_ms
+
+        def remaining_ms(self) -> float:
+            return self.left_ms
+
     assert gen.ef_for(factoid, Deadline(None)) == f_hi and gen.ef_for(listq, Deadline(None)) == l_hi
-    assert f_lo < gen.ef_for(factoid, spent) < gen.ef_for(factoid, fresh) <= f_hi
-    assert gen.ef_for(factoid, Deadline(0)) == f_lo
+    # the same budget: 105 ms are kept for the later stages, the rest reaches the ceiling at ef_time_ms (200)
+    assert gen.ef_for(factoid, Left(300)) == round(f_lo + (f_hi - f_lo) * 195 / 200)
+    assert gen.ef_for(factoid, Left(150)) == round(f_lo + (f_hi - f_lo) * 45 / 200)
+    assert gen.ef_for(factoid, Left(80)) == gen.ef_for(factoid, Left(0)) == f_lo
     # a search says which ef it used; the weak flag's lists stay at the floor's whatever the time left
     q = "Which genes are mutated in cystic fibrosis?"
     calm, rushed = ret.search(q, k=5, deadline_ms=None), ret.search(q, k=5, deadline_ms=0)

@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 from .._files import read_json, write_json_atomic
 from ..corpus.sources import pmid_from_url
 from ..generation.extractive import extractive_bioasq
+from ..generation.llm import LLMContextTooLong
 from ..retrieval.recovery import prune
 from . import metrics
 from .datasets import BioASQQuestion
@@ -164,14 +165,25 @@ class BatchRun:
         if self.backend is None:
             exact, ideal = extractive_bioasq(q.body, q.type, evidence)
             return {"exact_answer": exact, "ideal_answer": ideal}
-        ans = generate_bioasq_answer(self.backend, q, evidence, self.phase, self.max_tokens, self.max_chars,
-                                     self.llm_deadline_ms)
+        used = list(evidence)
+        while True:
+            try:
+                ans = generate_bioasq_answer(self.backend, q, used, self.phase, self.max_tokens, self.max_chars,
+                                             self.llm_deadline_ms)
+                break
+            except LLMContextTooLong:
+                if len(used) <= 1:
+                    raise
+                used = used[:len(used) // 2]  # the best-ranked (or first given) half, as Answerer does
         exact = ans.exact
         if q.type in ("factoid", "list") and isinstance(exact, list):  # the submission's shape: synonym lists
             exact = [[x] if isinstance(x, str) else list(x) for x in exact]
         out = {"exact_answer": exact, "ideal_answer": ans.ideal}
         if ans.error:
             out["parse_error"] = ans.error
+        if len(used) < len(evidence):
+            out["note"] = (f"the prompt with {len(evidence)} snippets overflowed the model's context: answered from "
+                           f"the first {len(used)}")
         return out
 
     def answer(self, q: BioASQQuestion) -> dict:
