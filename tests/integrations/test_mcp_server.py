@@ -113,3 +113,18 @@ def test_over_a_medretrieve_server_the_answer_comes_from_its_llm(server):
     assert refused.is_error and "sections" in refused.content[0].text
     with pytest.raises(ValueError, match="answers with the LLM it was started with"):
         Engine(server.url, backend=object())
+
+
+def test_stdio_server_answers_with_the_llm_it_was_started_with(medretrieve_collection, fake_llm):
+    from conftest import CITED_ANSWER
+
+    params = _stdio(medretrieve_collection.directory, "--llm", fake_llm.base_url, "--model", "fake-model")
+
+    async def work(client):
+        return await client.call_tool("answer", {"question": QUESTION, "k": 2})
+
+    answered = asyncio.run(_session(params, work)).structured_content
+    assert answered["text"] == "".join(CITED_ANSWER) and not answered["abstained"]
+    assert answered["citations"][0]["sources"] == [1] and answered["citations"][0]["supported"]
+    assert answered["sources"][0]["document_id"] == "demo-002" and len(answered["sources"]) == 2
+    assert not any("extractive" in note for note in answered["notes"])
