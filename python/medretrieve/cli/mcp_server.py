@@ -34,9 +34,11 @@ def add_mcp(sub: Any) -> None:
 
 
 def _hit_count(text: str) -> int:
+    from ..wire import MAX_K
+
     value = int(text)
-    if not 1 <= value <= 100:
-        raise argparse.ArgumentTypeError(f"must be in [1, 100], got {text!r}")
+    if not 1 <= value <= MAX_K:
+        raise argparse.ArgumentTypeError(f"must be in [1, {MAX_K}], got {text!r}")
     return value
 
 

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from ..retrieval.results import SearchResult
+from ..records import SearchResult
 from .source import SearchCall, Searcher, SourceLike, hit_metadata
 
 

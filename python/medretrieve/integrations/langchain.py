@@ -20,7 +20,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from ..retrieval.results import SearchResult
+from ..records import SearchResult
 from .source import SearchCall, Searcher, hit_metadata
 
 

@@ -19,7 +19,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeRelationship, NodeWithScore, QueryBundle, RelatedNodeInfo, TextNode
 
-from ..retrieval.results import SearchResult
+from ..records import SearchResult
 from .source import SPAN_KEYS, SearchCall, Searcher, SourceLike, hit_metadata
 
 # metadata the LLM and an embedder do not read (bookkeeping, not evidence)

@@ -18,7 +18,7 @@ The tools run in worker threads; each search is bounded by the engine's ``deadli
 from __future__ import annotations
 
 import contextlib
-from typing import Annotated, Any, Iterator, List, Optional, Tuple, Type
+from typing import Annotated, Any, Iterator, List, Optional, Sequence, Tuple, Type
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -27,13 +27,9 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from .._version import __version__
-from ..generation.generate import Answer, Answerer
-from ..retrieval.results import Hit, SearchResult
+from ..records import Answer, Hit, SearchResult
+from ..wire import MAX_K, Section
 from .source import SPAN_KEYS, SearchCall, Searcher, source_url
-
-MAX_K = 100  # most hits one tool call may ask for
-SECTION_HELP = ("section categories every hit must come from: treatment, symptoms, diagnosis, etiology, prognosis, "
-                "background, methods, results, conclusions, other (default: all)")
 
 
 class Span(BaseModel):
@@ -133,7 +129,7 @@ class Engine:
         self.deadline_ms = deadline_ms
         self.answer_deadline_ms = answer_deadline_ms
 
-    def search(self, question: str, k: int, sections: Optional[List[str]]) -> SearchResult:
+    def search(self, question: str, k: int, sections: Optional[Sequence[str]]) -> SearchResult:
         with self._told():
             return self.searcher.search(question, SearchCall(k, self.deadline_ms, sections))
 
@@ -142,6 +138,8 @@ class Engine:
             if self.remote:
                 remote: Answer = self.searcher.target.answer(question, k=k, deadline_ms=self.answer_deadline_ms)
                 return remote
+            from ..generation.generate import Answerer  # the engine: loaded for a local collection only
+
             answerer = Answerer(self.searcher.target, self.backend, k=k)
             return answerer.answer(question, deadline_ms=self.answer_deadline_ms)
 
@@ -165,7 +163,8 @@ class Engine:
 
 Question = Annotated[str, Field(min_length=1, description="the question, in plain words")]
 HitCount = Annotated[int, Field(ge=1, le=MAX_K, description="how many hits (chunks) to return")]
-Sections = Annotated[Optional[List[str]], Field(description=SECTION_HELP)]
+Sections = Annotated[Optional[List[Section]], Field(min_length=1, description="section categories every hit must "
+                                                                          "come from (default: all)")]
 EvidenceCount = Annotated[int, Field(ge=1, le=MAX_K, description="how many evidence passages to read")]
 
 

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
-from ..retrieval.results import Hit, SearchResult
+from ..records import Hit, SearchResult
 
 PUBMED_ARTICLE_URL = "https://pubmed.ncbi.nlm.nih.gov/{}/"
 SPAN_KEYS = ("beginSection", "endSection", "offsetInBeginSection", "offsetInEndSection")
