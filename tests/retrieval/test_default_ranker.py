@@ -116,7 +116,7 @@ def test_portable_features_do_not_depend_on_the_similarity_scale(minilm_collecti
     cands = ret.candidates.gather(q, 10, dl, StageLog(dl), Switches(feedback=True), ranked=True)
     rows = cands.fused_ids.tolist()
     before = ret.reranker.features(q, cands, rows, FEATURES)
-    q.vectors = q.vectors * 60.0
+    cands.vectors = cands.vectors * 60.0
     cands.feedback_vector = cands.feedback_vector * 60.0
     after = ret.reranker.features(q, cands, rows, FEATURES)
     port = [FEATURES.index(f) for f in PORTABLE_FEATURES + ("feedback_rank",)]

@@ -58,22 +58,19 @@ class GlobalStats:
 
 
 class ShardPool:
-    """What one sharded search knows (module docstring). ``question``: the question's BM25 tokens as searched
-    (with any subject boost): what ``Candidates.question_bm25`` stands for."""
+    """What one sharded search knows (module docstring)."""
 
     def __init__(self, shards: ShardSet, stats: GlobalStats, deadline: Optional[Deadline] = None) -> None:
         self.shards = shards
         self.stats = stats
         self.deadline = deadline or Deadline(None)
-        self.question: List[str] = []
         self.chunks: Dict[int, ChunkRow] = {}
         self.vectors: Dict[int, np.ndarray] = {}
         self.tokens: Dict[int, List[str]] = {}
         self.documents: Dict[str, List[int]] = {}
         self.df: Dict[str, int] = {}
-        # keys whose rows the next dense search fetches along (set while feedback runs, see search.py); after
-        # the first stages, searches fetch their hits at once (recovery reads every hit)
-        self.fetch_along: Optional[np.ndarray] = None
+        # once the candidates are fetched (ShardedFirstStage.readable), searches fetch their hits at once
+        # (recovery reads every hit)
         self.fetch_hits = False
         self.answered: Set[int] = set()
         self.missed: Dict[int, str] = {}
@@ -220,12 +217,13 @@ class _Lexical:
         n = self._owner.stats.bm25_rows
         return np.log1p((n - d + 0.5) / (d + 0.5))
 
-    def scores_for(self, query: Any, keys: Sequence[int]) -> np.ndarray:
-        """BM25 scores of ``keys`` with the statistics of every shard, counted over the rows' stored tokens:
-        ``query`` is a list of tokens, or the stand-in score vector the first stage returned
-        (``Candidates.question_bm25``), which means the question's tokens as searched (the pool's)."""
+    def scores_for(self, query: Union[Sequence[str], np.ndarray], keys: Sequence[int]) -> np.ndarray:
+        """BM25 scores of ``keys`` for the query tokens with the statistics of every shard, counted over the rows'
+        stored tokens (no score vector over every row exists here: TypeError for one)."""
+        if isinstance(query, np.ndarray):
+            raise TypeError("a sharded collection scores BM25 query tokens, not a score vector over every row")
         pool = self._owner.pool
-        tokens = pool.question if isinstance(query, np.ndarray) else list(query)
+        tokens = list(query)
         keys = [int(k) for k in np.asarray(keys).reshape(-1).tolist()]
         if not keys:
             return np.zeros(0, dtype=np.float32)
@@ -257,15 +255,17 @@ class _Dense:
     def __init__(self, owner: "ShardedCollection") -> None:
         self._owner = owner
 
-    def search(self, vectors: np.ndarray, k: int, ef: Any = None, labels: Optional[List[int]] = None
-               ) -> Tuple[np.ndarray, np.ndarray]:
-        """HNSW search on every shard, merged by score: ``(keys [n, <=k], scores)`` (rows fetched into the pool)."""
+    def search(self, vectors: np.ndarray, k: int, ef: Any = None, labels: Optional[List[int]] = None,
+               fetch_along: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
+        """HNSW search on every shard, merged by score: ``(keys [n, <=k], scores)``. With ``fetch_along`` (keys
+        the caller reads next) or once the search's candidates are fetched (``pool.fetch_hits``), the hits' rows
+        and those of ``fetch_along`` come back in the same call."""
         owner, pool = self._owner, self._owner.pool
         q = np.asarray(vectors, dtype=np.float32).reshape(-1, owner.stats.dim)
         efs = np.broadcast_to(np.asarray(ef if ef is not None else k, dtype=np.int64), (len(q),)).tolist()
         replies = None
-        if pool.fetch_along is not None or pool.fetch_hits:  # one round trip: the search and the rows
-            along = pool.missing_by_shard(pool.fetch_along if pool.fetch_along is not None else [])
+        if fetch_along is not None or pool.fetch_hits:  # one round trip: the search and the rows
+            along = pool.missing_by_shard(fetch_along if fetch_along is not None else [])
             out = pool.call("dense_and_fetch", {i: (q, k, efs, labels, along.get(i, [])) for i in pool.live()})
             for shard, reply in out.results.items():
                 pool.add(shard, reply["rows"])

@@ -5,7 +5,8 @@ same :class:`~medretrieve.retrieval.results.SearchResult`, usable wherever a Ret
 many shard collections, each held by a Ray actor (:class:`~.shard.ShardSearcher`, memory-mapped). A search:
 
 1. analyses and expands the question and encodes it once, here (the query encoder of the shards' manifests);
-2. ``shards``: one call to every shard runs the dense and BM25 first stage there; it waits until the deadline less
+2. ``shards``: one call to every shard runs the dense and BM25 first stage there (the retriever's first stage is
+   :class:`~.first_stage.ShardedFirstStage`); it waits until the deadline less
    the 35% the later stages keep. Dense lists merge by inner product; BM25 lists are scored again here from each
    row's term counts with the statistics of all shards (document frequencies summed, the average length of all
    rows), so they merge as if one index held every shard (:func:`~medretrieve.corpus.lexical.bm25_from_counts`);
@@ -27,85 +28,17 @@ hits equal those of one collection of the shards concatenated (the tests check t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Type, Union
 
-import numpy as np
-
-from ..corpus.chunking import CATEGORY_IDS
-from ..fusion import rrf
-from ..retrieval.budget import Deadline
-from ..retrieval.candidates import RESERVE, ROUTES, CandidateGenerator, Candidates, QueryText, Switches
-from ..retrieval.query import Query
-from ..retrieval.results import SearchResult, StageLog
+from ..retrieval.collection_view import CollectionView
+from ..retrieval.first_stage import FirstStage
+from ..retrieval.results import SearchResult
 from ..retrieval.retriever import Retriever
 from .fanout import ShardSet, default_name_prefix
+from .first_stage import ShardedFirstStage
 from .pool import GlobalStats, ShardedCollection, ShardPool
 from .shard import ShardSearcher
 from .shards import PathLike, shard_dirs
-
-FEEDBACK_FETCH = 10  # rows of each own list whose chunks come back with the first stage (feedback reads the top 3)
-
-
-class ShardedCandidateGenerator(CandidateGenerator):
-    """The first stages with the dense and BM25 searches run on every shard (module docstring, step 2)."""
-
-    collection: ShardedCollection
-
-    def _route_labels(self, query: Query, route: bool) -> Tuple[Tuple[str, ...], List[int]]:
-        cats = ROUTES.get(query.intent, ()) if route else ()
-        labels = [CATEGORY_IDS[c] for c in cats]
-        if labels and not set(labels) & self.collection.stats.labels:  # no shard holds such a section
-            labels = []
-        return cats, labels
-
-    def _first_stage(self, query: Query, texts: Sequence[QueryText], ef: int, k: int, labels: Optional[List[int]],
-                     dl: Deadline, boost: Sequence[str] = ()
-                     ) -> Tuple[List[np.ndarray], List[np.ndarray], List[str], Optional[np.ndarray]]:
-        col = self.collection
-        pool = col.pool
-        qvecs = query.vectors if query.vectors is not None and len(query.vectors) else None
-        efs = [] if qvecs is None else [max(ef, k)] + [max(ef // 2, k)] * (len(qvecs) - 1)
-        queries = [list(t.tokens) + (list(boost) if j == 0 else []) for j, t in enumerate(texts)]
-        if queries:
-            pool.question = queries[0]
-        with dl.stage("shards"):
-            fetch_top = FEEDBACK_FETCH if self.settings.feedback_docs <= FEEDBACK_FETCH else 0
-            replies = pool.call("first_stage", {i: (qvecs, efs, k, queries, 2 * k, labels, fetch_top)
-                                                for i in pool.live()}, reserve_ms=dl.share_ms(RESERVE)).results
-        for shard, reply in replies.items():
-            pool.add(shard, reply["rows"])
-        ids_lists: List[np.ndarray] = []
-        score_lists: List[np.ndarray] = []
-        kinds: List[str] = []
-        if qvecs is not None:
-            with dl.stage("dense"):
-                for ids, sc in col.dense_lists(qvecs, k, efs, labels, replies={i: r["dense"] for i, r in replies.items()}):
-                    ids_lists.append(ids)
-                    score_lists.append(sc)
-                    kinds.append("dense")
-        with dl.stage("bm25"):
-            for ids, sc in col.lexical_lists(queries, k, labels, replies=replies) if queries else []:
-                ids_lists.append(ids)
-                score_lists.append(sc)
-                kinds.append("bm25")
-        # the question's BM25 over every row cannot travel; this stand-in tells the stages to score the rows they
-        # ask about with pool.question (ShardedCollection.lexical.scores_for)
-        question_bm25 = np.zeros(0, dtype=np.float32) if queries else None
-        return ids_lists, score_lists, kinds, question_bm25
-
-    def _feedback(self, qvec: np.ndarray, lists: Sequence[np.ndarray], weights: Sequence[float], ef: int,
-                  ncand: int, labels: Optional[List[int]], dl: Deadline
-                  ) -> Tuple[Optional[np.ndarray], Optional[np.ndarray], str]:
-        """As one collection's; its search fetches along the rows of the candidates fused so far (most of the
-        final ones), so the candidates need no round trip of their own."""
-        pool = self.collection.pool
-        pool.fetch_along = np.asarray(rrf(lists, k=self.settings.rrf_k, weights=weights, top_n=ncand)[0],
-                                      dtype=np.int64)
-        try:
-            return super()._feedback(qvec, lists, weights, ef, ncand, labels, dl)
-        finally:
-            pool.fetch_along = None
-
 
 class ShardedRetriever(Retriever):
     """Hybrid retrieval over many shard collections on Ray (module docstring).
@@ -120,7 +53,6 @@ class ShardedRetriever(Retriever):
     Starting waits for every shard to open (ValueError when one cannot, naming it).
     """
 
-    generator_class = ShardedCandidateGenerator
     collection: ShardedCollection
 
     def __init__(self, shards: Union[PathLike, Sequence[PathLike]], cross_encoder=None, training=None, *,
@@ -152,7 +84,8 @@ class ShardedRetriever(Retriever):
             models = {"encoder": stats[0]["encoder"], "query_encoder": stats[0]["query_encoder"],
                       "index": {"normalized": stats[0]["normalized"]}}
             super().__init__(ShardedCollection(self.shard_set, summed, encoder, models, str(qdir)), cross_encoder,
-                             training, ranker=ranker, llm_terms=llm_terms, settings=settings, warmup=False, **tuning)
+                             training, ranker=ranker, llm_terms=llm_terms, settings=settings, warmup=False,
+                             first_stage=self._sharded_first_stage, **tuning)
             if warmup:
                 self.warmup()
         except BaseException:
@@ -193,6 +126,12 @@ class ShardedRetriever(Retriever):
     def _warm_pair(self) -> tuple:
         return "warm up", "A passage of typical length that warms the cross-encoder up. " * 4
 
+    def _sharded_first_stage(self, collection: CollectionView) -> FirstStage:
+        """The retriever's ``first_stage``: the fan-out over this retriever's shards (:mod:`.first_stage`)."""
+        if collection is not self.collection:
+            raise ValueError("a sharded retriever searches its own ShardedCollection only")
+        return ShardedFirstStage(self.collection, self.settings.feedback_docs)
+
     def _pool(self) -> ShardPool:
         return ShardPool(self.shard_set, self.collection.stats)
 
@@ -209,22 +148,3 @@ class ShardedRetriever(Retriever):
                                     per_document=per_document, sections=sections)
         result.shards = pool.report()
         return result
-
-    def _gather(self, st: Any, query: Query, k: int, dl: Deadline, log: StageLog, switches: Switches,
-                ranked: bool, only: Optional[List[int]]) -> Candidates:
-        pool = self.collection.pool
-        pool.deadline = dl
-        cands = super()._gather(st, query, k, dl, log, switches, ranked, only)
-        with dl.stage("fetch"):
-            pool.ensure(np.concatenate([cands.fused_ids, cands.question_ids]))
-        pool.fetch_hits = True  # recovery's searches fetch their hits with them
-        keep = pool.known(cands.fused_ids)
-        cands.fused_ids, cands.fused_scores = cands.fused_ids[keep], cands.fused_scores[keep]
-        cands.question_ids = cands.question_ids[pool.known(cands.question_ids)]
-        log.record("fetch", True, f"{len(cands.fused_ids)} candidates' chunks from their shards")
-        left_out = len(pool.missed) + len(pool.failed)
-        total = len(self.shard_set)
-        log.record("shards", True, f"{total - left_out} of {total} shards answered"
-                   + (f" ({len(pool.missed)} missed the deadline, {len(pool.failed)} failed)" if left_out else ""),
-                   cut=bool(pool.missed))
-        return cands

@@ -6,8 +6,9 @@
    configured). An abbreviation expansion only spells out the question's own terms ("MI" -> "myocardial
    infarction"), so it joins the question's own text instead of standing as a down-weighted variant.
 2. ``encode``: the question's text always, the variants while the budget allows (the rest are searched by BM25
-   only); the vectors are kept on the query.
-3. ``dense`` + ``bm25`` (``route``): native HNSW search and BM25 per text (the question's subject words counted
+   only); the vectors travel beside the (immutable) query, in :class:`Candidates`.
+3. ``dense`` + ``bm25`` (``route``): the first stage (:mod:`.first_stage`: native HNSW search and BM25 per text,
+   or the sharded layer's fan-out) (the question's subject words counted
    ``1 + subject_boost`` times). HNSW's ef comes from the query type and the time left (:meth:`CandidateGenerator.
    ef_range`, :meth:`~CandidateGenerator.ef_for`): every list is first searched at the type's fixed floor, and
    those lists alone make ``question_ids``, which the weak flag reads, so the flag never depends on timing; when
@@ -20,7 +21,9 @@
    chunks of the question's own fused lists (:func:`feedback_vector`: in the collection's geometry), searched
    again (skipped when the budget is short).
 5. ``fuse``: RRF of every list; the question's own lists and the feedback list weigh 1, each variant's
-   ``variant_weight``.
+   ``variant_weight``; then the first stage makes the candidates' rows readable (:meth:`.FirstStage.readable`).
+
+:meth:`CandidateGenerator.recovery_queries` makes the extra queries recovery searches (:mod:`.recovery`).
 """
 from __future__ import annotations
 
@@ -33,7 +36,9 @@ from ..corpus.chunking import CATEGORY_IDS
 from ..corpus.lexical import tokenize
 from ..fusion import rrf
 from .budget import CostModel, Deadline
+from .collection_view import CollectionView
 from .expansion import TermSource, TrainingMemory, abbreviation_terms, relation_terms
+from .first_stage import FirstLists, FirstStage
 from .query import Query
 from .results import StageLog
 from .settings import Settings
@@ -51,6 +56,9 @@ IMPORTANCE: Dict[str, float] = {"list": 1.5, "summary": 1.25, "factoid": 1.0, "y
 TOP_IMPORTANCE = max(IMPORTANCE.values())
 # share of the budget the first stages leave for reranking and what follows
 RESERVE = 0.35
+# expansion kinds recovery asks, and how wide (terms, training neighbours)
+RECOVERY_KINDS = ("training", "abbreviations", "relations", "llm")
+RECOVERY_TERMS, RECOVERY_NEIGHBOURS = 15, 6
 
 
 def section_labels(sections: Sequence[str]) -> List[int]:
@@ -84,11 +92,24 @@ class Candidates:
     fused_ids: np.ndarray  # candidate rows, fused order
     fused_scores: np.ndarray
     scored: Dict[str, Dict[int, float]]  # "dense" / "bm25" -> row -> the question's own first-stage score
-    question_bm25: Optional[np.ndarray]  # BM25 of texts[0] over every row (None when BM25 was off)
+    # BM25 of the question's tokens as searched over every row (None when BM25 was off or the first stage holds
+    # no score vector, e.g. over shards: then the rerank scores ``bm25_query`` on the rows it reads)
+    question_bm25: Optional[np.ndarray]
+    bm25_query: List[str]  # the question's BM25 tokens as searched (with the subject boost when BM25 ran)
+    vectors: Optional[np.ndarray] = None  # the encoded query texts, row 0 the question's own (None: dense off)
     # RRF of the question's own dense and BM25 lists only: what no deadline changes (the weak flag reads it)
     question_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     feedback_vector: Optional[np.ndarray] = None
     labels: Optional[List[int]] = field(default=None)  # the section labels searched (None: all)
+
+
+@dataclass(frozen=True)
+class RecoveryQueries:
+    """The extra queries recovery searches: wider expansions not searched before and the relaxed content terms
+    (first), and the expansion terms by kind (for the report)."""
+
+    texts: List[QueryText]
+    terms: Dict[str, List[str]]
 
 
 @dataclass(frozen=True)
@@ -122,11 +143,12 @@ def feedback_vector(qvec: np.ndarray, top: np.ndarray, weight: float, normalized
 
 
 class CandidateGenerator:
-    """The first stages over one collection (see the module docstring)."""
+    """The first stages over one collection (see the module docstring), through its first stage ``first``."""
 
-    def __init__(self, collection, settings: Settings, costs: CostModel,
+    def __init__(self, collection: CollectionView, first: FirstStage, settings: Settings, costs: CostModel,
                  training: Optional[TrainingMemory] = None, llm_terms: Optional[TermSource] = None) -> None:
         self.collection = collection
+        self.first = first
         self.settings = settings
         self.costs = costs
         self.training = training
@@ -182,6 +204,19 @@ class CandidateGenerator:
         """The expansion kinds of ``settings.expansions`` that have a source here (training memory, LLM terms)."""
         have = {"training": self.training is not None, "llm": self.llm_terms is not None}
         return tuple(k for k in self.settings.expansions if have.get(k, True))
+
+    def recovery_queries(self, query: Query, used: Sequence[QueryText], dl: Deadline) -> RecoveryQueries:
+        """Recovery's extra queries (:class:`RecoveryQueries`): wider expansions than the first stage's, leaving
+        out texts already searched (``used``), then the relaxed query (the question's content terms alone, so
+        partial matches surface; none when the question has none, e.g. only stopwords)."""
+        extra, terms, _, _ = self.variants(query, dl, RECOVERY_KINDS, n_terms=RECOVERY_TERMS,
+                                           n_neighbours=RECOVERY_NEIGHBOURS)
+        used_texts = {t.text for t in used}
+        # the abbreviation expansion is already part of the question's own text
+        texts = [t for name, t in extra.items() if name != "abbreviations" and t.text not in used_texts]
+        if query.terms:
+            texts.append(QueryText("relaxed", " ".join(query.terms), list(query.terms)))
+        return RecoveryQueries(texts, terms)
 
     # ------------------------------------------------------------- policies
     def ef_range(self, query: Query) -> Tuple[int, int]:
@@ -243,39 +278,45 @@ class CandidateGenerator:
         texts = [QueryText("question", abbreviated.text if abbreviated else query.text,
                            abbreviated.tokens if abbreviated else list(query.tokens))] + list(variants.values())
 
+        vectors: Optional[np.ndarray] = None
         if switches.dense:
-            self._encode(query, texts, dl, log)
+            vectors = self._encode(texts, dl, log)
         else:
             log.record("encode", False, "dense retrieval disabled")
         bm25_texts = texts if switches.lexical else []
         times = s.subject_boost if s.subject_boost is not None else (0 if ranked else 1)
         boost = [t for ts, _ in query.subject for t in sorted(ts)] * times
+        bm25_query = list(texts[0].tokens) + (boost if switches.lexical else [])
+        n_dense = 0 if vectors is None else len(vectors)
 
         ef = self.ef(query)
         ncand = max(s.candidates, k)
+        efs = [] if vectors is None else [max(ef, ncand)] + [max(ef // 2, ncand)] * (n_dense - 1)
         cats, route_labels = self._route_labels(query, switches.route)
         lists: List[np.ndarray] = []
         weights: List[float] = []
         scored: Dict[str, Dict[int, float]] = {"dense": {}, "bm25": {}}
-        question_bm25: List[Optional[np.ndarray]] = [None]
         own: List[np.ndarray] = []  # the question's own lists of the last first-stage run
         dense_at: List[int] = []  # where the last run's dense lists sit in ``lists`` (a wider ef replaces them)
+        found: List[FirstLists] = []
 
         def run_first(labels: Optional[List[int]]) -> List[np.ndarray]:
-            ids_l, sc_l, kinds, question_bm25[0] = self._first_stage(query, bm25_texts, ef, ncand, labels, dl, boost)
-            n_dense = 0 if query.vectors is None else len(query.vectors)
+            got = self.first.search(vectors, efs, [t.tokens for t in bm25_texts], boost, ncand, labels, dl)
+            found[:] = [got]
             own.clear()
             dense_at.clear()
-            for j, (ids, sc, kind) in enumerate(zip(ids_l, sc_l, kinds)):
-                is_question = (kind == "dense" and j == 0) or (kind == "bm25" and j == n_dense)
-                if kind == "dense":
-                    dense_at.append(len(lists))
-                lists.append(ids)
-                weights.append(1.0 if is_question else s.variant_weight)
-                if is_question:
-                    own.append(ids)
-                    for i_, s_ in zip(ids.tolist(), sc.tolist()):
-                        scored[kind].setdefault(i_, s_)
+            ids_l = []
+            for kind, kind_lists in (("dense", got.dense), ("bm25", got.bm25)):
+                for j, (ids, sc) in enumerate(kind_lists):
+                    if kind == "dense":
+                        dense_at.append(len(lists))
+                    lists.append(ids)
+                    ids_l.append(ids)
+                    weights.append(1.0 if j == 0 else s.variant_weight)
+                    if j == 0:  # the question's own list
+                        own.append(ids)
+                        for i_, s_ in zip(ids.tolist(), sc.tolist()):
+                            scored[kind].setdefault(i_, s_)
             return ids_l
 
         search_labels = None
@@ -299,11 +340,11 @@ class CandidateGenerator:
             run_first(None)
             log.record("route", False, "no section route for intent " + query.intent if switches.route else "disabled")
         question_ids_from = list(own)  # the floor's lists: the weak flag reads these, whatever the time left
-        if query.vectors is not None:
+        if vectors is not None:
             wide = self.ef_for(query, dl)
             floor, ceiling = self.ef_range(query)
             if max(wide, ncand) > max(ef, ncand):  # (the search's ef is never below the candidates asked for)
-                self._widen(query, wide, ncand, search_labels, dl, lists, dense_at, scored["dense"])
+                self._widen(vectors, wide, ncand, search_labels, dl, lists, dense_at, scored["dense"])
             left = "no deadline" if dl.unlimited else f"{dl.remaining_ms():.0f} ms left"
             log.record("dense", True, f"ef={max(wide, ncand)} (type {query.qtype}: {floor}-{ceiling}, {left}; weak "
                                       f"flag lists at ef={max(ef, ncand)})")
@@ -313,8 +354,8 @@ class CandidateGenerator:
 
         fb_vec = None
         feedback = self.feedback_on(switches.feedback, ranked)
-        if feedback and query.vectors is not None and any(len(x) for x in lists):
-            fb_vec, fb_ids, fb_note = self._feedback(query.vectors[0], lists, weights, max(ef, ncand), ncand,
+        if feedback and vectors is not None and any(len(x) for x in lists):
+            fb_vec, fb_ids, fb_note = self._feedback(vectors[0], lists, weights, max(ef, ncand), ncand,
                                                      search_labels, dl)
             if fb_ids is not None:
                 lists.append(fb_ids)
@@ -332,99 +373,58 @@ class CandidateGenerator:
             question_ids = np.asarray(rrf(question_ids_from, k=s.rrf_k, top_n=ncand)[0] if question_ids_from else [],
                                       dtype=np.int64)
         log.record("fuse", True, f"RRF of {len(lists)} lists -> {len(fused_ids)} candidates")
-        return Candidates(texts, expansions, fused_ids, fused_scores, scored, question_bm25[0],
-                          question_ids=question_ids, feedback_vector=fb_vec, labels=search_labels)
+        keep_fused, keep_question = self.first.readable(fused_ids, question_ids, dl, log)
+        return Candidates(texts, expansions, fused_ids[keep_fused], fused_scores[keep_fused], scored,
+                          found[0].question_bm25 if found else None, bm25_query, vectors,
+                          question_ids=question_ids[keep_question], feedback_vector=fb_vec, labels=search_labels)
 
-    def _widen(self, query: Query, ef: int, k: int, labels: Optional[List[int]], dl: Deadline,
+    def _widen(self, vectors: np.ndarray, ef: int, k: int, labels: Optional[List[int]], dl: Deadline,
                lists: List[np.ndarray], dense_at: Sequence[int], dense_scores: Dict[int, float]) -> None:
         """The dense lists searched again at the wider ``ef``, in place of the floor's (same labels); rows new to
         the question's own list get their dense score (the ranker's feature). A row's score does not depend on
         ef, so the floor's scores stand."""
-        assert query.vectors is not None
-        col = self.collection
-        efs = [max(ef, k)] + [max(ef // 2, k)] * (len(query.vectors) - 1)
+        efs = [max(ef, k)] + [max(ef // 2, k)] * (len(vectors) - 1)
         with dl.stage("dense"):
-            ids, scores = col.dense.search(query.vectors, k=min(k, max(len(col), 1)),
-                                           ef=np.asarray(efs, dtype=np.int64), labels=labels)
-            ids = np.asarray(ids, dtype=np.int64).reshape(len(query.vectors), -1)
-            scores = np.asarray(scores, dtype=np.float32).reshape(len(query.vectors), -1)
+            wider = self.first.dense(vectors, k, efs, labels)
         for i, at in enumerate(dense_at):
-            ok = ids[i] >= 0
-            ok[ok] = col.alive[ids[i][ok]]
-            lists[at] = ids[i][ok]
+            ids, scores = wider[i]
+            lists[at] = ids
             if i == 0:
-                for row, sc in zip(ids[i][ok].tolist(), scores[i][ok].tolist()):
+                for row, sc in zip(ids.tolist(), scores.tolist()):
                     dense_scores.setdefault(row, sc)
 
-    def _encode(self, query: Query, texts: Sequence[QueryText], dl: Deadline, log: StageLog) -> None:
-        """Encode the question's text, and the variants while the budget allows; the vectors go on ``query``."""
+    def _encode(self, texts: Sequence[QueryText], dl: Deadline, log: StageLog) -> np.ndarray:
+        """The question's text encoded, and the variants while the budget allows: float32 [n, dim]."""
         n_enc = 1
         reserve = dl.share_ms(RESERVE)
         while n_enc < len(texts) and dl.remaining_ms() - reserve > (n_enc + 1) * self.costs.encode_ms.value:
             n_enc += 1
         with dl.stage("encode"):
-            query.vectors = self.collection.encode_queries([t.text for t in texts[:n_enc]])
+            vectors = self.collection.encode_queries([t.text for t in texts[:n_enc]])
         self.costs.encode_ms.update(dl.timings_ms["encode"] / n_enc)
         log.record("encode", True, f"{n_enc} of {len(texts)} query texts"
                    + ("" if n_enc == len(texts) else " (budget: variants searched by BM25 only)"),
                    cut=n_enc < len(texts))
-
-    def _first_stage(self, query: Query, texts: Sequence[QueryText], ef: int, k: int, labels: Optional[List[int]],
-                     dl: Deadline, boost: Sequence[str] = ()
-                     ) -> Tuple[List[np.ndarray], List[np.ndarray], List[str], Optional[np.ndarray]]:
-        """Dense lists for each row of ``query.vectors`` and BM25 lists for each text, and the BM25 score
-        vector of the first text (the question's own; the ranker's ``bm25`` feature reads it), None without
-        texts. ``boost``: extra BM25 query tokens for the first text (its subject words)."""
-        col = self.collection
-        ids_lists: List[np.ndarray] = []
-        score_lists: List[np.ndarray] = []
-        kinds: List[str] = []
-        alive = col.alive
-        qvecs = query.vectors
-        if qvecs is not None and len(qvecs):
-            efs = [max(ef, k)] + [max(ef // 2, k)] * (len(qvecs) - 1)
-            with dl.stage("dense"):
-                kk = min(k, max(len(col), 1))
-                ids, scores = col.dense.search(qvecs, k=kk, ef=np.asarray(efs, dtype=np.int64), labels=labels)
-                ids = np.asarray(ids, dtype=np.int64).reshape(len(qvecs), -1)
-                scores = np.asarray(scores, dtype=np.float32).reshape(len(qvecs), -1)
-                for i in range(len(qvecs)):
-                    ok = ids[i] >= 0
-                    ok[ok] = alive[ids[i][ok]]
-                    ids_lists.append(ids[i][ok])
-                    score_lists.append(scores[i][ok])
-                    kinds.append("dense")
-        question_bm25 = None
-        with dl.stage("bm25"):
-            allowed = alive if labels is None else col.allowed(labels)
-            for j, t in enumerate(texts):
-                all_scores = col.lexical.scores(t.tokens, extra_tokens=boost if j == 0 else ())
-                if j == 0:
-                    question_bm25 = all_scores
-                ids, scores = col.lexical.top(all_scores, k=k, allowed=allowed)
-                ids_lists.append(ids)
-                score_lists.append(scores)
-                kinds.append("bm25")
-        return ids_lists, score_lists, kinds, question_bm25
+        return vectors
 
     def _feedback(self, qvec: np.ndarray, lists: Sequence[np.ndarray], weights: Sequence[float], ef: int,
                   ncand: int, labels: Optional[List[int]], dl: Deadline
                   ) -> Tuple[Optional[np.ndarray], Optional[np.ndarray], str]:
         """Pseudo-relevance feedback: the question vector moved towards the mean of the top fused chunks
-        of the question's own lists, searched again. Returns (vector, ids, note); (None, None, note)
+        of the question's own lists, searched again (reading ahead the rows of the candidates fused so far, most
+        of the final ones, when the first stage fetches rows). Returns (vector, ids, note); (None, None, note)
         when skipped."""
         s = self.settings
         if dl.remaining_ms() - dl.share_ms(RESERVE) < 2.0 * self.costs.feedback_ms.value:
             return None, None, f"budget: {dl.remaining_ms():.0f} ms left"
         col = self.collection
+        ahead = (np.asarray(rrf(lists, k=s.rrf_k, weights=weights, top_n=ncand)[0], dtype=np.int64)
+                 if self.first.reads_ahead else None)
         with dl.stage("feedback"):
             own = [ids for ids, w in zip(lists, weights) if w == 1.0]
             top, _ = rrf(own, k=s.rrf_k, top_n=s.feedback_docs)
             top = np.asarray(top, dtype=np.int64)
-            vec = feedback_vector(qvec, col.vectors(top), s.feedback_weight, col.normalized)
-            ids, _ = col.dense.search(vec[None, :], k=min(ncand, max(len(col), 1)), ef=ef, labels=labels)
-            ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-            ids = ids[ids >= 0]
-            ids = ids[col.alive[ids]]
+            vec = feedback_vector(qvec, col.vectors(top.tolist()), s.feedback_weight, col.normalized)
+            ids = self.first.dense(vec[None, :], ncand, [ef], labels, read_ahead=ahead)[0][0]
         self.costs.feedback_ms.update(dl.timings_ms["feedback"])
         return vec, ids, f"question + {s.feedback_weight:g} x mean of the top {len(top)} fused chunks"

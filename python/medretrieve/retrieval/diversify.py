@@ -11,12 +11,13 @@ do not share a scale with the query-chunk ones. Skipped when less than 5% of the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 
 from ..fusion import lambda_for, mmr
 from .budget import Deadline
+from .collection_view import CollectionView
 from .query import Query
 from .rerank import Ranking
 from .settings import Settings
@@ -33,8 +34,10 @@ class Diversified:
     cut: bool = False  # skipped because the deadline was near
 
 
-def diversify(collection, settings: Settings, query: Query, ranking: Ranking, k: int, dl: Deadline) -> Diversified:
-    """MMR over the best of the reranked candidates (see the module docstring)."""
+def diversify(collection: CollectionView, settings: Settings, query: Query, qvec: Optional[np.ndarray],
+              ranking: Ranking, k: int, dl: Deadline) -> Diversified:
+    """MMR over the best of the reranked candidates (see the module docstring); ``qvec``: the encoded query texts
+    (row 0 the question's; None when dense retrieval was off)."""
     order, scores = ranking.order, ranking.scores
     if len(order) <= 1:
         return Diversified(False, "fewer than 2 candidates", order)
@@ -45,7 +48,7 @@ def diversify(collection, settings: Settings, query: Query, ranking: Ranking, k:
     if len(pool) < 2:
         return Diversified(False, f"fewer than 2 candidates within {settings.mmr_floor:.2f} of the best score", order)
     vecs = collection.vectors(pool)
-    qvec = query.vectors[0] if query.vectors is not None else None
+    qvec = qvec[0] if qvec is not None else None
     if not collection.normalized:  # raw inner products: compare directions, as in the unit-length geometry
         vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
         qvec = None if qvec is None else qvec / max(float(np.linalg.norm(qvec)), 1e-12)

@@ -13,7 +13,8 @@
 - ``alternatives``: content term of an abbreviation in the question -> token sets of its expansions, so
   "MI" also matches "myocardial infarction" wherever question terms are matched.
 
-``vectors`` holds the encoded query texts once the encode stage has run (row 0: the question's own text).
+The analysis is immutable (a frozen dataclass): what later stages derive from it (the encoded query texts, the
+first-stage lists) travels beside it (:class:`~.candidates.Candidates`).
 """
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
-import numpy as np
 
 from ..corpus.lexical import stopwords, tokenize, word_tokens
 from .vocabulary import abbreviations, wordpiece_count
@@ -145,7 +145,7 @@ def _alternatives(words: Sequence[str], tokens_of: Dict[str, List[str]]) -> Dict
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class Query:
     """One question, analysed once (see the module docstring). Build it with :meth:`analyse`."""
 
@@ -158,7 +158,6 @@ class Query:
     subject: Tuple[Subject, ...]
     entities: Tuple[str, ...]
     alternatives: Dict[str, List[FrozenSet[str]]] = field(default_factory=dict)
-    vectors: Optional[np.ndarray] = None  # encoded query texts, row 0 the question's own (set by the encode stage)
 
     @property
     def lower(self) -> str:

@@ -7,7 +7,8 @@
   apart, when not even the best of them reaches it: "no matching evidence"), when the top ``k`` come from fewer
   than ``min_articles`` articles, or when they are redundant (mean pairwise token Jaccard of the top 5 above
   ``redundancy_threshold``).
-- :meth:`Recovery.recover`: extra expansions and relaxed queries, merged selectively: only hits in the lower half
+- :meth:`Recovery.recover`: the extra queries it is given (wider expansions and the relaxed query,
+  :meth:`~.candidates.CandidateGenerator.recovery_queries`) searched through the first stage, merged selectively: only hits in the lower half
   whose lexical relevance is below the threshold (or, with too few articles, repeats of one article) are
   replaced, only by better ones, and never by a candidate whose document covers less of the question's subject.
 - :func:`prune`: snippets for a prompt, best first, capped per question and per document.
@@ -21,7 +22,9 @@ import numpy as np
 from ..corpus.lexical import tokenize
 from ..fusion import rrf
 from .budget import CostModel, Deadline
-from .candidates import CandidateGenerator, QueryText
+from .candidates import RecoveryQueries
+from .collection_view import CollectionView
+from .first_stage import FirstStage
 from .matching import ChunkTokens, jaccard, subject_share
 from .query import Query
 from .results import Hit, SearchResult
@@ -55,13 +58,13 @@ def prune(hits: Union[SearchResult, Sequence[Hit]], per_question: int = 2, per_d
 class Recovery:
     """Selection, weak-question detection and recovery over one collection (see the module docstring)."""
 
-    def __init__(self, collection, settings: Settings, costs: CostModel, tokens: ChunkTokens,
-                 generator: CandidateGenerator) -> None:
+    def __init__(self, collection: CollectionView, settings: Settings, costs: CostModel, tokens: ChunkTokens,
+                 first: FirstStage) -> None:
         self.collection = collection
         self.settings = settings
         self.costs = costs
         self.tokens = tokens
-        self.generator = generator
+        self.first = first
 
     def select(self, rows: Sequence[int], k: int, per_document: Optional[int]) -> List[int]:
         out: List[int] = []
@@ -106,41 +109,29 @@ class Recovery:
                 reasons.append(f"redundant: mean Jaccard {red:.2f} > {s.redundancy_threshold}")
         return reasons
 
-    def _recovery_lists(self, query: Query, used: Sequence[QueryText], dl: Deadline, only: Optional[List[int]]
-                        ) -> Tuple[List[np.ndarray], Dict[str, List[str]], int]:
-        """Candidate lists of the recovery queries: wider expansions, the relaxed content terms, and (time
-        allowing) a dense search of the first of them; also the terms used by kind and how many queries ran.
-        ``only``: the index labels the search is restricted to (None: all)."""
+    def _recovery_lists(self, query: Query, queries: RecoveryQueries, dl: Deadline, only: Optional[List[int]]
+                        ) -> List[np.ndarray]:
+        """Candidate lists of the recovery queries: BM25 of each, and (time allowing) a dense search of the first
+        of them. ``only``: the index labels the search is restricted to (None: all)."""
         s = self.settings
         col = self.collection
-        extra, terms, _, _ = self.generator.variants(query, dl, ("training", "abbreviations", "relations", "llm"),
-                                                     n_terms=15, n_neighbours=6)
-        used_texts = {t.text for t in used}
-        # the abbreviation expansion is already part of the question's own text
-        texts = [t for name, t in extra.items() if name != "abbreviations" and t.text not in used_texts]
-        # relaxed lexical query: the question's content terms alone, so partial matches surface (none when the
-        # question has no content term, e.g. only stopwords: then there is nothing to encode either)
-        if query.terms:
-            texts.append(QueryText("relaxed", " ".join(query.terms), list(query.terms)))
-        allowed = col.alive if only is None else col.allowed(only)
-        lists = [col.lexical.search(t.tokens, k=s.candidates, allowed=allowed)[0] for t in texts]
-        if texts and allowed.any() and dl.remaining_ms() > 2 * self.costs.encode_ms.value + 10:
+        texts = queries.texts
+        lists = [self.first.lexical(t.tokens, s.candidates, only)[0] for t in texts]
+        searchable = (col.alive if only is None else col.allowed(only)).any()
+        if texts and searchable and dl.remaining_ms() > 2 * self.costs.encode_ms.value + 10:
             qv = col.encode_queries([texts[0].text])
-            ids, _ = col.dense.search(qv, k=min(s.candidates, len(col)), ef=max(s.ef_max, s.candidates),
-                                      labels=only)
-            ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-            ids = ids[ids >= 0]
-            lists.append(ids[col.alive[ids]])
-        return lists, terms, len(texts)
+            lists.append(self.first.dense(qv, s.candidates, [max(s.ef_max, s.candidates)], only)[0][0])
+        return lists
 
-    def recover(self, query: Query, top: List[int], k: int, used: Sequence[QueryText], dl: Deadline,
+    def recover(self, query: Query, top: List[int], k: int, queries: RecoveryQueries, dl: Deadline,
                 only: Optional[List[int]] = None) -> Tuple[List[int], Dict[str, Any]]:
-        """Extra queries (restricted to the index labels ``only`` when given); replace only weak hits, and only
-        with better ones. Returns the new top and a report (``replaced``, ``note``, ``terms``, ``added_rows``,
-        lexical relevance before / after)."""
+        """The extra ``queries`` searched (restricted to the index labels ``only`` when given); replace only weak
+        hits, and only with better ones. Returns the new top and a report (``replaced``, ``note``, ``terms``,
+        ``added_rows``, lexical relevance before / after)."""
         s = self.settings
         rows = self.collection.rows
-        lists, terms, n_queries = self._recovery_lists(query, used, dl, only)
+        lists = self._recovery_lists(query, queries, dl, only)
+        terms, n_queries = queries.terms, len(queries.texts)
         cand, _ = rrf(lists, k=s.rrf_k, top_n=s.candidates) if lists else (np.zeros(0, np.int64), None)
         in_top = set(top)
         cand_rel = sorted(((self.tokens.lexical_relevance(query, r), r)

@@ -182,11 +182,11 @@ class Reranker:
         f["rrf"] = np.asarray(cands.fused_scores, dtype=np.float64) / max(float(cands.fused_scores[0]), 1e-12)
         f["log_rank"] = np.log1p(np.arange(n, dtype=np.float64))
         vecs = col.vectors(rows_a)
-        dense = vecs @ query.vectors[0] if query.vectors is not None else np.zeros(n)
+        dense = vecs @ cands.vectors[0] if cands.vectors is not None else np.zeros(n)
         f["dense"] = dense
         f["dense_gap"] = dense - dense.max()
         f["feedback"] = vecs @ cands.feedback_vector if cands.feedback_vector is not None else dense
-        bm25 = cands.question_bm25 if cands.question_bm25 is not None else cands.texts[0].tokens
+        bm25 = cands.question_bm25 if cands.question_bm25 is not None else cands.bm25_query
         bm = col.lexical.scores_for(bm25, rows_a).astype(np.float64)
         f["bm25"] = bm / max(float(bm.max()), 1e-12)
         idf = col.lexical.idf(list(query.terms))

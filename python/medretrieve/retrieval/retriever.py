@@ -27,15 +27,17 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Set, Union
+from typing import Any, Dict, List, Optional, Sequence, Set, Union, cast
 
 import numpy as np
 
 from ..corpus.spans import chunk_span
 from .budget import CostModel, Deadline
 from .candidates import Candidates, CandidateGenerator, Switches, section_labels
+from .collection_view import CollectionView, SearchableCollection
 from .diversify import Diversified, diversify
 from .expansion import TermSource, TrainingMemory
+from .first_stage import FirstStage, FirstStageFactory, LocalFirstStage
 from .matching import ChunkTokens
 from .online import OnlinePool, OnlineSource, OnlineStage
 from .query import Query
@@ -60,7 +62,7 @@ class _Recovered:
 class _Stages:
     """The stage objects over one collection (the local one, or an online search's pool)."""
 
-    collection: Any
+    collection: CollectionView
     tokens: ChunkTokens
     candidates: CandidateGenerator
     reranker: Reranker
@@ -86,14 +88,16 @@ class Retriever:
       (module docstring). Without a local corpus pass an empty
       :class:`~medretrieve.corpus.memory.MemoryCollection` (``MemoryCollection.from_encoders(dir)``).
     - ``warmup`` (default True): :meth:`warmup` at construction.
+    - ``first_stage``: the dense + BM25 gathering over the collection a search reads
+      (:class:`~.first_stage.FirstStage`, made by ``first_stage(collection)``); default
+      :class:`~.first_stage.LocalFirstStage`. The sharded retriever passes its fan-out over shards.
     """
 
-    generator_class = CandidateGenerator  # the first stages (a sharded retriever runs them on its shards)
-
-    def __init__(self, collection, cross_encoder=None, training=None, *,
+    def __init__(self, collection: CollectionView, cross_encoder=None, training=None, *,
                  ranker: RankerLike = "default",
                  llm_terms: Optional[TermSource] = None, settings: Optional[Settings] = None,
-                 online: Union[OnlineSource, OnlineStage, None] = None, warmup: bool = True, **tuning: Any) -> None:
+                 online: Union[OnlineSource, OnlineStage, None] = None, warmup: bool = True,
+                 first_stage: Optional[FirstStageFactory] = None, **tuning: Any) -> None:
         unknown = sorted(set(tuning) - set(Settings.names()))
         if unknown:
             raise TypeError(f"Retriever got unknown settings {unknown}; known: {sorted(Settings.names())}")
@@ -103,6 +107,7 @@ class Retriever:
         base = settings or Settings()
         self.settings = Settings(**{**{n: getattr(base, n) for n in Settings.names()}, **tuning})
         self.collection = collection
+        self.first_stage = first_stage or _local_first_stage
         if isinstance(cross_encoder, (str, bytes)) or hasattr(cross_encoder, "__fspath__"):
             from ..models.encoders import CrossEncoder
 
@@ -133,16 +138,18 @@ class Retriever:
     def cross_encoder(self):
         return self.reranker.cross_encoder
 
-    def _stages(self, collection: Any, ranker: Optional[LinearRanker], cross_encoder: Any, ranker_note: str
-                ) -> _Stages:
+    def _stages(self, collection: CollectionView, ranker: Optional[LinearRanker], cross_encoder: Any,
+                ranker_note: str, first: Optional[FirstStage] = None) -> _Stages:
+        """The stage objects over ``collection``, through ``first`` (default: ``first_stage(collection)``)."""
         tokens = ChunkTokens(collection)
-        candidates = self.generator_class(collection, self.settings, self.costs, self.training, self.llm_terms)
+        first = first or self.first_stage(collection)
+        candidates = CandidateGenerator(collection, first, self.settings, self.costs, self.training, self.llm_terms)
         return _Stages(collection, tokens, candidates,
                        Reranker(collection, self.settings, self.costs, tokens, ranker, cross_encoder,
                                 ranker_note=ranker_note),
-                       Recovery(collection, self.settings, self.costs, tokens, candidates))
+                       Recovery(collection, self.settings, self.costs, tokens, first))
 
-    def _snapshot(self) -> Any:
+    def _snapshot(self) -> CollectionView:
         """The collection as it is now: a collection that takes updates hands out immutable snapshots
         (``Collection.snapshot``), and a search reads one from its start to its end; others are read as they are."""
         take = getattr(self.collection, "snapshot", None)
@@ -174,7 +181,7 @@ class Retriever:
         col = self._snapshot()
         if self.online is not None:  # every online search encodes the question and the records it fetched
             col.encode_queries(["warm up"])
-            col.article_encoder().encode([("warm up", "warm up")])
+            cast(SearchableCollection, col).article_encoder().encode([("warm up", "warm up")])
         if len(col):
             col.document_rows("")  # the document -> chunks map (hit spans, ranker features), built once
             if self.ranker is not None:  # document frequencies
@@ -193,7 +200,7 @@ class Retriever:
     def _warm_pair(self) -> tuple:
         """A (title, text) of the collection for timing the cross-encoder at warm-up."""
         col = self._snapshot()
-        r = col.rows[int(np.flatnonzero(col.alive)[0])]
+        r = col.rows[int(np.flatnonzero(cast(SearchableCollection, col).alive)[0])]
         return r.title, r.text
 
     # ------------------------------------------------------------- search
@@ -231,9 +238,9 @@ class Retriever:
         ranked = rerank and self.ranker is not None
         local = self._local_stages()
         st = local if self.online is None else self._online_stages(local, query, k, dl, log, switches, ranked, only)
-        cands = self._gather(st, query, k, dl, log, switches, ranked, only)
+        cands = st.candidates.gather(query, k, dl, log, switches, ranked=ranked, only=only)
         ranking = st.reranker.rerank(query, cands, dl, log, enabled=rerank)
-        mmr = self._diversify(st.collection, query, ranking, k, dl, log,
+        mmr = self._diversify(st.collection, query, cands, ranking, k, dl, log,
                               self.settings.mmr if diversify is None else diversify)
         with dl.stage("prune"):
             top = st.recovery.select(mmr.order, k, per_document)
@@ -254,11 +261,6 @@ class Retriever:
                             rerank_depth=ranking.depth, expansions=cands.expansions, recovery=rec.report)
 
     # ------------------------------------------------------------- stages not in their own module
-    def _gather(self, st: _Stages, query: Query, k: int, dl: Deadline, log: StageLog, switches: Switches,
-                ranked: bool, only: Optional[List[int]]) -> Candidates:
-        """The first stages (expand .. fuse): the fused candidates (a sharded retriever also fetches their chunks)."""
-        return st.candidates.gather(query, k, dl, log, switches, ranked=ranked, only=only)
-
     def _online_stages(self, st: _Stages, query: Query, k: int, dl: Deadline, log: StageLog, switches: Switches,
                        ranked: bool, only: Optional[List[int]]) -> _Stages:
         """The local collection's fused candidates (``st``: the local stages), then the pool with the PubMed
@@ -284,13 +286,13 @@ class Retriever:
         pool.online = online
         return pool
 
-    def _diversify(self, collection: Any, query: Query, ranking: Ranking, k: int, dl: Deadline, log: StageLog,
-                   enabled: bool) -> Diversified:
+    def _diversify(self, collection: CollectionView, query: Query, cands: Candidates, ranking: Ranking, k: int,
+                   dl: Deadline, log: StageLog, enabled: bool) -> Diversified:
         if not enabled:
             log.record("mmr", False, "disabled" + ("" if self.settings.mmr else " (Settings.mmr is off by default)"))
             return Diversified(False, "disabled", ranking.order)
         with dl.stage("mmr"):
-            done = diversify(collection, self.settings, query, ranking, k, dl)
+            done = diversify(collection, self.settings, query, cands.vectors, ranking, k, dl)
         log.record("mmr", done.ran, done.note, done.cut)
         return done
 
@@ -305,7 +307,8 @@ class Retriever:
         if self.online is not None and st.online is not None:  # new articles join the pool recovery searches
             self.online.requery(query, st.online, dl, log)
         with dl.stage("recovery"):
-            new_top, report = st.recovery.recover(query, top, k, cands.texts, dl, only)
+            queries = st.candidates.recovery_queries(query, cands.texts, dl)
+            new_top, report = st.recovery.recover(query, top, k, queries, dl, only)
         log.record("recovery", True, report.get("note", ""))
         return _Recovered(new_top, report)
 
@@ -333,3 +336,9 @@ class Retriever:
             hits.append(Hit(r.chunk_id, r.document_id, r.text, r.title, r.section, float(score), sc,
                             dict(r.metadata), r.parent_id, span.to_bioasq() if span else None))
         return hits
+
+
+def _local_first_stage(collection: CollectionView) -> FirstStage:
+    """The default first stage: over a local collection (a collection without a first stage of its own scores
+    every row by BM25, :class:`~.collection_view.SearchableCollection`)."""
+    return LocalFirstStage(cast(SearchableCollection, collection))

@@ -22,6 +22,7 @@ from fastapi import FastAPI
 
 from .._files import write_text_atomic
 from .._version import __version__
+from ..corpus.collection import Collection
 from ..retrieval.retriever import Retriever
 from . import errors
 from .config import ServerConfig
@@ -38,6 +39,9 @@ def _resolve(source: Union[ServerConfig, str, "os.PathLike[str]", Retriever], se
             raise TypeError("pass settings inside the ServerConfig, not beside it")
         return source, None
     if isinstance(source, Retriever):
+        if not isinstance(source.collection, Collection):
+            raise TypeError(f"serve a Retriever over a Collection directory, not over a "
+                            f"{type(source.collection).__name__}")
         config = ServerConfig(str(source.collection.directory), **settings)
         if config.enable_reload:
             raise ValueError("enable_reload needs a collection directory, not a Retriever built elsewhere")

@@ -50,7 +50,11 @@ class Snapshot:
 
     @property
     def collection(self) -> Collection:
-        return self.retriever.collection
+        """The collection the snapshot's retriever searches (a server loads a Collection directory)."""
+        col = self.retriever.collection
+        if not isinstance(col, Collection):
+            raise TypeError(f"a server snapshot searches a Collection, not a {type(col).__name__}")
+        return col
 
 
 def load_snapshot(config: ServerConfig, generation: int) -> Snapshot:
