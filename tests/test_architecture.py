@@ -1,6 +1,7 @@
 """The package's architecture, checked from its source: wings import only wings below them, no module imports
-the package root, there is no import circle, only the CLI parses arguments, and the HTTP client stays lean (it
-reaches no engine module, and importing it in a fresh interpreter loads neither the native core nor numpy).
+the package root, there is no import circle, only the CLI parses arguments, the HTTP client stays lean (it
+reaches no engine module, and importing it in a fresh interpreter loads neither the native core nor numpy), and
+no module uses or overrides a private (``_name``) member of another wing (wings meet through declared interfaces).
 
 Every import statement counts, including those inside functions (a lazy import is still a dependency).
 """
@@ -210,3 +211,110 @@ def test_the_checker_sees_a_client_that_reaches_the_engine(tmp_path, monkeypatch
     monkeypatch.setattr(__import__(__name__), "PACKAGE", pkg)
     with pytest.raises(AssertionError, match=r"reaches engine modules .*\['index'\]"):
         test_the_client_reaches_only_the_wire_format()
+
+
+# ----------------------------------------------------------------- private names stay in their wing
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _same_wing(a: str, b: str) -> bool:
+    """Whether two modules sit in one wing (the native layer's modules share the bottom one)."""
+    return RANK.get(_wing(a), -1) == RANK.get(_wing(b), -2)
+
+
+def _foreign_names(name: str, tree: ast.AST, modules: Dict[str, Path]) -> Dict[str, str]:
+    """Local name -> the module of another wing it was imported from (``from X import N`` binds N to X.N's
+    module; ``import medretrieve.X as N`` binds N to X)."""
+    out: Dict[str, str] = {}
+    path = modules[name]
+    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
+                target = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and node.module.startswith("medretrieve."):
+                target = node.module[len("medretrieve."):]
+            else:
+                continue
+            for alias in node.names:
+                full = f"{target}.{alias.name}".lstrip(".")
+                source = full if full in modules else _resolve(full, modules)
+                if source and not _same_wing(source, name):
+                    out[alias.asname or alias.name] = full
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("medretrieve.") and alias.asname:
+                    target = alias.name[len("medretrieve."):]
+                    if not _same_wing(target, name):
+                        out[alias.asname] = target
+    return out
+
+
+def _class_methods(module: str, cls: str, modules: Dict[str, Path]) -> Set[str]:
+    """Methods a class defines in its own body (empty when the class is not found)."""
+    path = modules.get(module)
+    if path is None or path.suffix != ".py":
+        return set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            return {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return set()
+
+
+def test_no_module_uses_or_overrides_a_private_name_of_another_wing():
+    """A wing meets another through its public names: no ``from X import _name`` across wings, no ``N._name``
+    on a name imported from another wing, and no subclass of another wing's class defining a ``_name`` method
+    that class defines (overriding its private method)."""
+    modules = _modules()
+    bad = []
+    for name, path in modules.items():
+        if name in ROOT_ONLY or path.suffix != ".py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        foreign = _foreign_names(name, tree, modules)
+        for local, full in foreign.items():
+            if _private(full.rsplit(".", 1)[-1]) and full not in modules:
+                bad.append(f"{name} imports the private {full}")
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name)
+                    and node.value.id in foreign):
+                bad.append(f"{name}:{node.lineno} uses {foreign[node.value.id]}.{node.attr}")
+            if isinstance(node, ast.ClassDef):
+                own = {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+                for base in node.bases:
+                    if isinstance(base, ast.Name) and base.id in foreign:
+                        full = foreign[base.id]
+                        module, cls = full.rsplit(".", 1)
+                        for method in sorted(m for m in own & _class_methods(module, cls, modules) if _private(m)):
+                            bad.append(f"{name}:{node.lineno} {node.name} overrides {full}.{method}")
+    assert not bad, "private names used across wings:\n" + "\n".join(bad)
+
+
+def test_the_checker_sees_a_private_override_and_use_across_wings(tmp_path, monkeypatch):
+    """Planted: a sharded generator overriding the base generator's private first stage (as
+    ShardedCandidateGenerator did), a call of another wing's private function, an import of a private name."""
+    pkg = tmp_path / "medretrieve"
+    (pkg / "retrieval").mkdir(parents=True)
+    (pkg / "distributed").mkdir()
+    for init in (pkg, pkg / "retrieval", pkg / "distributed"):
+        (init / "__init__.py").write_text("")
+    (pkg / "retrieval" / "candidates.py").write_text(
+        "class CandidateGenerator:\n    def _first_stage(self):\n        return 1\n    def gather(self):\n"
+        "        return self._first_stage()\n\ndef _helper():\n    return 2\n")
+    (pkg / "retrieval" / "own.py").write_text(  # inside its own wing a private name is fine
+        "from .candidates import CandidateGenerator, _helper\n\nclass Mine(CandidateGenerator):\n"
+        "    def _first_stage(self):\n        return _helper()\n")
+    (pkg / "distributed" / "search.py").write_text(
+        "from ..retrieval import candidates\nfrom ..retrieval.candidates import CandidateGenerator, _helper\n\n"
+        "class Sharded(CandidateGenerator):\n    def _first_stage(self):\n        return candidates._helper()\n"
+        "    def gather(self):\n        return 3\n    def _own(self):\n        return 4\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", pkg)
+    with pytest.raises(AssertionError) as err:
+        test_no_module_uses_or_overrides_a_private_name_of_another_wing()
+    found = [line.strip() for line in str(err.value).split("\nassert ")[0].splitlines()[1:]]
+    assert sorted(found) == sorted([
+        "distributed.search imports the private retrieval.candidates._helper",
+        "distributed.search:6 uses retrieval.candidates._helper",
+        "distributed.search:4 Sharded overrides retrieval.candidates.CandidateGenerator._first_stage"])

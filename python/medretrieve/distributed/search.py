@@ -123,7 +123,7 @@ class ShardedRetriever(Retriever):
             super().warmup()
             pool.call("ping", {i: () for i in range(len(self.shard_set))})
 
-    def _warm_pair(self) -> tuple:
+    def warm_pair(self) -> tuple:
         return "warm up", "A passage of typical length that warms the cross-encoder up. " * 4
 
     def _sharded_first_stage(self, collection: CollectionView) -> FirstStage:

@@ -189,7 +189,7 @@ class Retriever:
             col.encode_queries(["warm up"])
             col.encode_queries(["warm up", "warm up two"])
             if self.cross_encoder is not None:
-                pair = self._warm_pair()
+                pair = self.warm_pair()
                 self.cross_encoder.score("warm up", [pair] * 8)  # cold: session start-up
                 t0 = time.perf_counter()
                 self.cross_encoder.score("warm up", [pair] * 8)
@@ -197,7 +197,7 @@ class Retriever:
         gc.collect()
         gc.freeze()
 
-    def _warm_pair(self) -> tuple:
+    def warm_pair(self) -> tuple:
         """A (title, text) of the collection for timing the cross-encoder at warm-up."""
         col = self._snapshot()
         r = col.rows[int(np.flatnonzero(cast(SearchableCollection, col).alive)[0])]
