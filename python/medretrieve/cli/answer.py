@@ -8,6 +8,7 @@ from typing import Any
 from ..generation.generate import MODES, field_of
 from ..generation.prompts import BIOASQ_TYPES
 from .options import HelpFormatter, deadline
+from .search import score_label
 
 
 def add_answer(subparsers: Any) -> None:
@@ -79,12 +80,16 @@ def format_answer(ans: Any, width: int = 100, verbose: bool = False) -> str:
     if ans.exact_answer is not None:
         lines.append(f"Exact answer: {ans.exact_answer}")
     if ans.evidence:
-        lines.append("Sources (relevance: the rerank score):")
-        for n, h in enumerate(ans.evidence[:ans.sources_used or len(ans.evidence)], 1):
+        shown = ans.evidence[:ans.sources_used or len(ans.evidence)]
+        recovered = sum("recovery" in (field_of(h, "scores") or {}) for h in shown)
+        lines.append("Sources, in the search's order (by rerank score"
+                     + (f"; recovery put {recovered} in place of weak hits" if recovered else "") + "):")
+        for n, h in enumerate(shown, 1):
             where = " > ".join(str(p) for p in (field_of(h, "title"), field_of(h, "section")) if p)
             score = field_of(h, "score")
             lines.append(f"  [{n}] {field_of(h, 'document_id', '')} {where}"
-                         + (f" (relevance {score:.3f})" if isinstance(score, (int, float)) else ""))
+                         + (f" ({score_label(field_of(h, 'scores') or {}, score)})"
+                            if isinstance(score, (int, float)) else ""))
     bad = ans.unsupported
     if bad:
         lines.append("Unsupported sentences:")
