@@ -26,6 +26,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 from .._assets import ASSETS
 from .._files import read_format_json, read_json, write_json_atomic
+from .collection_view import CollectionView
 from .ranker import MATCHED_FEATURES, PORTABLE_FEATURES, LinearRanker
 
 FORMAT = "medretrieve-default-ranker-1"
@@ -85,7 +86,7 @@ def default_bundle() -> RankerBundle:
     return RankerBundle.load(DEFAULT_RANKER_FILE)
 
 
-def encoder_fingerprints(collection: Any) -> Tuple[Optional[str], Optional[str]]:
+def encoder_fingerprints(collection: CollectionView) -> Tuple[Optional[str], Optional[str]]:
     """``sha256`` of the collection's article encoder and of the query encoder it searches with (None when not
     recorded)."""
     from ..models.encoders import read_manifest
@@ -98,7 +99,7 @@ def encoder_fingerprints(collection: Any) -> Tuple[Optional[str], Optional[str]]
     return article, query
 
 
-def choose(bundle: RankerBundle, collection: Any) -> Tuple[LinearRanker, str]:
+def choose(bundle: RankerBundle, collection: CollectionView) -> Tuple[LinearRanker, str]:
     """The bundle's ranker for ``collection`` and the reason, for the rerank stage (module docstring)."""
     want = bundle.encoder["sha256"]
     article, query = encoder_fingerprints(collection)
@@ -113,7 +114,7 @@ def choose(bundle: RankerBundle, collection: Any) -> Tuple[LinearRanker, str]:
 RankerLike = Union[LinearRanker, RankerBundle, str, "os.PathLike[str]", None]
 
 
-def resolve(ranker: RankerLike, collection: Any) -> Tuple[Optional[LinearRanker], str]:
+def resolve(ranker: RankerLike, collection: CollectionView) -> Tuple[Optional[LinearRanker], str]:
     """The ranker a :class:`~.retriever.Retriever` uses and how the rerank stage names it.
 
     ``"default"``: the shipped bundle (:func:`choose`); None: no learned ranker (the heuristic formula); a

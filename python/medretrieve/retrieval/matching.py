@@ -13,6 +13,7 @@ from typing import AbstractSet, FrozenSet, KeysView, List, Mapping, Sequence, Se
 import numpy as np
 
 from ..corpus.lexical import raw_tokens, tokenize
+from .collection_view import CollectionView
 from .query import Query, Subject
 
 Alternatives = Mapping[str, Sequence[FrozenSet[str]]]
@@ -60,7 +61,7 @@ class ChunkTokens:
     end at 1M chunks".)
     """
 
-    def __init__(self, collection, max_rows: int = 50_000) -> None:
+    def __init__(self, collection: CollectionView, max_rows: int = 50_000) -> None:
         self.collection = collection
         self.max_rows = max_rows
         self._rows: "OrderedDict[int, KeysView[str]]" = OrderedDict()

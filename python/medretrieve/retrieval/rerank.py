@@ -25,6 +25,7 @@ import numpy as np
 
 from .budget import CostModel, Deadline
 from .candidates import Candidates
+from .collection_view import CollectionView
 from .matching import ChunkTokens, coverage, subject_share
 from .query import Query
 from .ranker import FEATURES, LinearRanker
@@ -52,7 +53,7 @@ class Ranking:
 class Reranker:
     """The rerank stage over one collection (see the module docstring)."""
 
-    def __init__(self, collection, settings: Settings, costs: CostModel, tokens: ChunkTokens,
+    def __init__(self, collection: CollectionView, settings: Settings, costs: CostModel, tokens: ChunkTokens,
                  ranker: Optional[LinearRanker] = None, cross_encoder=None, ranker_note: str = "") -> None:
         self.collection = collection
         self.settings = settings
@@ -177,17 +178,16 @@ class Reranker:
         n = len(rows)
         if not n:
             return np.zeros((0, len(names)))
-        rows_a = np.asarray(rows, dtype=np.int64)
         f: Dict[str, np.ndarray] = {}
         f["rrf"] = np.asarray(cands.fused_scores, dtype=np.float64) / max(float(cands.fused_scores[0]), 1e-12)
         f["log_rank"] = np.log1p(np.arange(n, dtype=np.float64))
-        vecs = col.vectors(rows_a)
+        vecs = col.vectors(rows)
         dense = vecs @ cands.vectors[0] if cands.vectors is not None else np.zeros(n)
         f["dense"] = dense
         f["dense_gap"] = dense - dense.max()
         f["feedback"] = vecs @ cands.feedback_vector if cands.feedback_vector is not None else dense
         bm25 = cands.question_bm25 if cands.question_bm25 is not None else cands.bm25_query
-        bm = col.lexical.scores_for(bm25, rows_a).astype(np.float64)
+        bm = col.lexical.scores_for(bm25, rows).astype(np.float64)
         f["bm25"] = bm / max(float(bm.max()), 1e-12)
         idf = col.lexical.idf(list(query.terms))
         f["coverage"] = np.array([coverage(query, idf, self.tokens.of_row(r)) for r in rows])
