@@ -91,7 +91,7 @@ def main() -> None:
     from medretrieve.corpus.collection import Collection
     from medretrieve.distributed import ShardedRetriever
     from medretrieve.distributed.build import split_collection
-    from medretrieve.distributed.shard import process_memory
+    from medretrieve.distributed.shard_actor import process_memory
     from medretrieve.models.encoders import default_model_dir
     from medretrieve.retrieval.retriever import Retriever
 

@@ -835,7 +835,7 @@ def filled_collection(encoder: str, work: Path, n_total: int, threads: int = -1)
 
 def _status_kb() -> Dict[str, int]:
     """VmRSS, VmHWM, RssAnon, RssFile of this process (kB)."""
-    from medretrieve.distributed.shard import process_memory
+    from medretrieve.distributed.shard_actor import process_memory
 
     return {k: v // 1024 for k, v in process_memory().items()}
 

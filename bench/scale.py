@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import datagen  # noqa: E402
 
 from medretrieve.corpus.spill import VectorSpill, build_index  # noqa: E402
-from medretrieve.distributed.shard import process_memory  # noqa: E402
+from medretrieve.distributed.shard_actor import process_memory  # noqa: E402
 
 K = 10
 FILTER_LABEL = 3  # of 10 uniform labels: 10% of the vectors

@@ -56,7 +56,7 @@ def sharded_corpus(tmp_path_factory, encoder_dir):
     """(shard directories, the one-collection directory, records per shard): float32 indexes, so the dense
     scores of shards and of the one collection are the same numbers."""
     from medretrieve.corpus.collection import Collection
-    from medretrieve.distributed.shards import shard_of
+    from medretrieve.distributed.layout import shard_of
 
     if "sharded" in _BUILT:  # built once per session, whichever module asks first
         return _BUILT["sharded"]

@@ -20,10 +20,10 @@ if TYPE_CHECKING:
     from .build import build_sharded
     from .search import ShardedRetriever
     from .serve import ShardedSearch
-    from .shards import shard_dirs, shard_of
+    from .layout import shard_dirs, shard_of
 
-_LAZY = {"ShardedRetriever": "search", "build_sharded": "build", "ShardedSearch": "serve", "shard_of": "shards",
-         "shard_dirs": "shards"}
+_LAZY = {"ShardedRetriever": "search", "build_sharded": "build", "ShardedSearch": "serve", "shard_of": "layout",
+         "shard_dirs": "layout"}
 
 
 def __getattr__(name: str) -> Any:

@@ -5,7 +5,7 @@ The pipeline (order preserved end to end, so each shard receives its documents i
 1. read: one Ray Data task per source file, with medretrieve's readers (:func:`~medretrieve.corpus.sources.
    read_records`); BioASQ files, whose documents merge across files, and records given in memory are read here;
 2. chunk: :func:`~medretrieve.corpus.chunking.chunk_record` per record, each chunk tagged with its document's shard
-   (:func:`~.shards.shard_of`);
+   (:func:`~.layout.shard_of`);
 3. encode: an actor pool of ONNX article encoders (``encoders`` actors, one ONNX Runtime session each with
    ``encoder_threads`` threads, ``batch`` chunks per call), :func:`~medretrieve.corpus.builder.embed_chunks`;
 4. write: the driver routes each batch to its shards' writer actors (:class:`ShardWriter`), each an out-of-core
@@ -34,7 +34,7 @@ from ..corpus.chunking import Chunk, ChunkingConfig, SectionPart, chunk_record
 from ..corpus.sources import FORMATS, ReadReport, Record, Section, SourceLike, detect_format, read_records
 from ..corpus.store import is_collection
 from .fanout import ensure_ray
-from .shards import MANIFEST, shard_name, shard_of, write_manifest
+from .layout import MANIFEST, shard_name, shard_of, write_manifest
 
 PathLike = Union[str, "os.PathLike[str]"]
 _CHUNK_FIELDS = ("chunk_id", "document_id", "title", "section", "core_text", "overlap_text", "position",

@@ -1,6 +1,6 @@
 """Shard actors on Ray and the fan-out of one call to many of them under a deadline.
 
-:class:`ShardSet` starts one Ray actor per shard (:class:`~.shard.ShardSearcher`, the collection opened
+:class:`ShardSet` starts one Ray actor per shard (:class:`~.shard_actor.ShardSearcher`, the collection opened
 memory-mapped) with ``max_restarts=-1``: an actor whose process dies is started again by Ray and reopens its
 shard. :meth:`ShardSet.call` sends one method call to many shards at once and waits at most ``timeout_s``; every
 shard ends up in exactly one of three places of the returned :class:`Outcome`: answered (its result), missed (the
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
-from .shard import ShardSearcher
+from .shard_actor import ShardSearcher
 
 
 def require_ray():

@@ -4,7 +4,7 @@ shard (``ShardedRetriever`` passes it as the retriever's ``first_stage``; :mod:`
 - :meth:`ShardedFirstStage.search`: one call to every shard runs the dense and BM25 searches there (and sends back
   the chunks of the best ``FEEDBACK_FETCH`` rows of each list, which feedback reads); it waits until the deadline
   less the share the later stages keep. Dense lists merge by inner product; BM25 lists are scored again with the
-  statistics of all shards (:meth:`~.pool.ShardedCollection.lexical_lists`). It holds no BM25 score over every
+  statistics of all shards (:meth:`~.sharded_collection.ShardedCollection.lexical_lists`). It holds no BM25 score over every
   row (that cannot travel): the rerank scores the question's tokens on the rows it reads.
 - :meth:`ShardedFirstStage.dense`: a dense search on every shard; with ``read_ahead`` (feedback: the candidates
   fused so far) or once the candidates are fetched (recovery), the rows come back in the same call.
@@ -20,14 +20,14 @@ from ..retrieval.budget import Deadline
 from ..retrieval.candidates import RESERVE
 from ..retrieval.first_stage import FirstLists, RankedList
 from ..retrieval.results import StageLog
-from .pool import ShardedCollection
+from .sharded_collection import ShardedCollection
 
 FEEDBACK_FETCH = 10  # rows of each own list whose chunks come back with the first stage (feedback reads the top 3)
 
 
 class ShardedFirstStage:
     """:class:`~medretrieve.retrieval.first_stage.FirstStage` over every shard of a
-    :class:`~.pool.ShardedCollection` (module docstring); ``feedback_docs``: the chunks feedback reads
+    :class:`~.sharded_collection.ShardedCollection` (module docstring); ``feedback_docs``: the chunks feedback reads
     (``Settings.feedback_docs``)."""
 
     reads_ahead = True

@@ -2,7 +2,7 @@
 
 :class:`ShardedRetriever` is a :class:`~medretrieve.retrieval.retriever.Retriever` (same ``search`` signature,
 same :class:`~medretrieve.retrieval.results.SearchResult`, usable wherever a Retriever is) whose collection is
-many shard collections, each held by a Ray actor (:class:`~.shard.ShardSearcher`, memory-mapped). A search:
+many shard collections, each held by a Ray actor (:class:`~.shard_actor.ShardSearcher`, memory-mapped). A search:
 
 1. analyses and expands the question and encodes it once, here (the query encoder of the shards' manifests);
 2. ``shards``: one call to every shard runs the dense and BM25 first stage there (the retriever's first stage is
@@ -15,14 +15,14 @@ many shard collections, each held by a Ray actor (:class:`~.shard.ShardSearcher`
    RRF fusion, then ``fetch``: whatever the fused candidates still lack (chunks, vectors, tokens, documents) from
    their shards. Two round trips to each shard in most searches;
 4. rerank, MMR, pruning, weak detection and recovery run once, over every shard's candidates, unchanged
-   (:class:`~.pool.ShardedCollection` answers their questions from what was fetched; recovery's extra searches
+   (:class:`~.sharded_collection.ShardedCollection` answers their questions from what was fetched; recovery's extra searches
    fan out too).
 
 A shard that misses a call's deadline or fails (its actor died; Ray restarts it for later searches) is left out of
 the rest of that search: the result holds the other shards' hits, ``result.shards`` says which shards answered,
 which missed and which failed, ``result.partial`` is True and the ``shards`` stage is marked cut.
 
-Ties: rows are keyed ``shard << 40 | row`` (:mod:`.pool`), so over shards built from a corpus split in order the
+Ties: rows are keyed ``shard << 40 | row`` (:mod:`.sharded_collection`), so over shards built from a corpus split in order the
 hits equal those of one collection of the shards concatenated (the tests check this on a small corpus).
 """
 from __future__ import annotations
@@ -36,9 +36,9 @@ from ..retrieval.results import SearchResult
 from ..retrieval.retriever import Retriever
 from .fanout import ShardSet, default_name_prefix
 from .first_stage import ShardedFirstStage
-from .pool import GlobalStats, ShardedCollection, ShardPool
-from .shard import ShardSearcher
-from .shards import PathLike, shard_dirs
+from .sharded_collection import GlobalStats, ShardedCollection, ShardPool
+from .shard_actor import ShardSearcher
+from .layout import PathLike, shard_dirs
 
 class ShardedRetriever(Retriever):
     """Hybrid retrieval over many shard collections on Ray (module docstring).

@@ -23,7 +23,7 @@ from ray import serve
 
 from .fanout import default_name_prefix, ensure_ray
 from .search import ShardedRetriever
-from .shards import PathLike, shard_dirs
+from .layout import PathLike, shard_dirs
 
 _SWITCHES = ("expand", "rerank", "diversify", "recover", "route", "dense", "lexical", "feedback")
 

@@ -26,7 +26,7 @@ from ..corpus.chunks import ChunkRow
 from ..corpus.lexical import bm25_from_counts
 from ..retrieval.budget import Deadline
 from .fanout import Outcome, ShardSet
-from .shard import distinct_terms
+from .shard_actor import distinct_terms
 
 KEY_BITS = 40  # rows per shard below 2**40
 
@@ -125,7 +125,7 @@ class ShardPool:
         return need
 
     def add(self, shard: int, payload: Dict[str, Any]) -> None:
-        """Keep the :meth:`~.shard.ShardSearcher.fetch` payload of a shard."""
+        """Keep the :meth:`~.shard_actor.ShardSearcher.fetch` payload of a shard."""
         for j, row in enumerate(payload["rows"]):
             key = key_of(shard, int(row))
             self.chunks[key] = ChunkRow(**payload["chunks"][j])
