@@ -37,10 +37,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Set, Tuple, Union
 
+from ..corpus.collection import Collection
 from ..corpus.lexical import stopwords, tokenize
 from ..corpus.memory import MemoryCollection
 from ..corpus.pubmed import PubMedError, PubMedTimeout
 from ..corpus.pubmed_cache import PubMedCache
+from ..corpus.snapshot import CollectionSnapshot
 from ..corpus.sources import Record
 from .budget import Deadline
 from .online_pool import FillReport, PoolFiller, VectorStore
@@ -170,7 +172,7 @@ class OnlineStage:
         return float("inf") if dl.unlimited else dl.remaining_ms()
 
     # ------------------------------------------------------------- the pool
-    def pool(self, query: Query, local: Any, local_rows: Sequence[int], dl: Deadline, log: StageLog,
+    def pool(self, query: Query, local: Union[Collection, CollectionSnapshot], local_rows: Sequence[int], dl: Deadline, log: StageLog,
              expansions: Optional[Dict[str, List[str]]] = None) -> OnlinePool:
         """The pool one search ranks (module docstring); ``expansions``: the question's expansion terms by kind
         (what the expand stage found), each kind one more PubMed query."""

@@ -22,18 +22,19 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..corpus.builder import chunk_rows, embed_chunks
 from ..corpus.chunking import Chunk, SectionPart, chunk_record
+from ..corpus.memory import MemoryCollection
 from ..corpus.pubmed_cache import PubMedCache
 from ..corpus.sources import Record
 from .budget import Ema
 
 
-def encoder_identity(collection: Any) -> str:
+def encoder_identity(collection: MemoryCollection) -> str:
     """What a chunk vector of ``collection`` depends on besides the chunk, as a short hex key."""
     enc = collection.article_encoder()
     key = {"sha256": enc.manifest.sha256, "max_length": enc.max_length, "normalized": bool(collection.normalized),
@@ -139,7 +140,7 @@ class PoolFiller:
         self.batch_chunks = batch_chunks
         self.chunk_ms = Ema(10.0)
 
-    def fill(self, pool: Any, records: Sequence[Record], time_left_ms: Callable[[], float],
+    def fill(self, pool: MemoryCollection, records: Sequence[Record], time_left_ms: Callable[[], float],
              reserve_ms: float = 0.0) -> FillReport:
         """Add ``records`` to ``pool`` (a :class:`~medretrieve.corpus.memory.MemoryCollection`): stored vectors
         first, then the rest encoded while ``time_left_ms() - reserve_ms`` allows."""
@@ -168,7 +169,7 @@ class PoolFiller:
         self._encode(pool, todo, identity, time_left_ms, reserve_ms, report)
         return report
 
-    def _encode(self, pool: Any, todo: List[_Pending], identity: str, time_left_ms: Callable[[], float],
+    def _encode(self, pool: MemoryCollection, todo: List[_Pending], identity: str, time_left_ms: Callable[[], float],
                 reserve_ms: float, report: FillReport) -> None:
         start = 0
         per_chunk = self.chunk_ms.value  # ms; then what the previous batch of this fill measured
@@ -203,6 +204,6 @@ class PoolFiller:
             start = end
 
     @staticmethod
-    def _add(pool: Any, items: Sequence[_Pending], vectors: np.ndarray) -> None:
+    def _add(pool: MemoryCollection, items: Sequence[_Pending], vectors: np.ndarray) -> None:
         chunks = [c for p in items for c in p.chunks]
         pool.add_rows(chunk_rows(chunks, len(pool.rows)), vectors, [s for p in items for s in p.parts])

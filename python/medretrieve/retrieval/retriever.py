@@ -31,6 +31,8 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Union, cast
 
 import numpy as np
 
+from ..corpus.collection import Collection
+from ..corpus.snapshot import CollectionSnapshot
 from ..corpus.spans import chunk_span
 from .budget import CostModel, Deadline
 from .candidates import Candidates, CandidateGenerator, Switches, section_labels
@@ -266,6 +268,9 @@ class Retriever:
         """The local collection's fused candidates (``st``: the local stages), then the pool with the PubMed
         records (:mod:`.online`)."""
         assert self.online is not None
+        if not isinstance(st.collection, (Collection, CollectionSnapshot)):
+            raise TypeError(f"an online search adds PubMed records to a local collection, not to a "
+                            f"{type(st.collection).__name__}")
         local_rows: List[int] = []
         expansions: Dict[str, List[str]] = {}
         kinds = st.candidates.active_expansions() if switches.expand else ()
