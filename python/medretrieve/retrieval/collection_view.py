@@ -7,13 +7,14 @@ Three kinds implement it: a :class:`~medretrieve.corpus.collection.Collection` (
 ``ShardedCollection`` (a stand-in over the rows one sharded search fetched). The stages after the first one read
 only :class:`CollectionView`; the first stage over one local collection (:class:`.first_stage.LocalFirstStage`)
 also scores every row by BM25 (:class:`SearchableCollection`). mypy checks that each kind implements what it is
-given as (``tests/retrieval/test_collection_view.py`` names them).
+used as (:func:`_kinds_implement_the_protocols` below; ``ShardedRetriever`` passes its ``ShardedCollection`` as a
+:class:`CollectionView`), and ``tests/retrieval/test_collection_view.py`` checks their members at run time.
 
 Rows are integers: a collection's row numbers, or a sharded search's ``shard << 40 | row`` keys.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
 
 import numpy as np
 
@@ -67,6 +68,7 @@ class DenseView(Protocol):
                ) -> Tuple[np.ndarray, np.ndarray]: ...
 
 
+@runtime_checkable
 class CollectionView(Protocol):
     """What the retrieval stages read of a collection (module docstring)."""
 
@@ -115,6 +117,7 @@ class CollectionView(Protocol):
         """Query vectors float32 [n, dim]."""
 
 
+@runtime_checkable
 class SearchableCollection(CollectionView, Protocol):
     """A local collection: its BM25 index scores every row (:class:`.first_stage.LocalFirstStage` reads it)."""
 
@@ -128,3 +131,14 @@ class SearchableCollection(CollectionView, Protocol):
 
     def article_encoder(self) -> Any:
         """The article (chunk) encoder: an online search encodes the records it fetched."""
+
+
+if TYPE_CHECKING:
+    from ..corpus.collection import Collection
+    from ..corpus.memory import MemoryCollection
+    from ..corpus.snapshot import CollectionSnapshot
+
+    def _kinds_implement_the_protocols(collection: Collection, snapshot: CollectionSnapshot,
+                                       memory: MemoryCollection) -> List[SearchableCollection]:
+        """Never called: mypy checks that the local collection kinds are searchable collections."""
+        return [collection, snapshot, memory]
