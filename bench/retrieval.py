@@ -1083,6 +1083,8 @@ def ef_policy(args) -> None:
         print(f"| {name} | {np.mean([r['MAP@10'] for r in rows]):.4f} | {np.mean([r['R@10'] for r in rows]):.4f} | "
               f"{np.mean(efs):.0f} | {weak} |")
     sys.stdout.flush()
+    if not args.queries:  # --queries 0: the quality half only
+        return
     big = Collection.open(filled_collection(args.encoder, work, args.chunks))
     texts = [q["body"] for q in load_questions()]
     qs = [texts[i % len(texts)] for i in range(args.queries)]
@@ -1142,7 +1144,8 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=None, help="fit-encoder: peak learning rate (default fit_encoder's)")
     p.add_argument("--fold", default="7B1_golden.json", help="cross-encoder: the held-out golden file")
     p.add_argument("--chunks", type=int, default=100_000)
-    p.add_argument("--queries", type=int, default=1000)
+    p.add_argument("--queries", type=int, default=1000,
+                   help="ef-policy: latency queries per rule (0: the quality half only)")
     p.add_argument("--deadline-ms", type=float, default=300.0)
     p.add_argument("--cross-encoder", action="store_true")
     p.add_argument("--quantize", choices=("int8", "int8-weights", "none"), default=None,
