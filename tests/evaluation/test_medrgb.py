@@ -216,8 +216,14 @@ def test_full_run_scores_a_perfect_model(tmp_path, backend_factory):
     with FakeLLMServer(smart_llm) as srv:
         run = _runner(backend_factory(srv.base_url), tmp_path / "run").run(QUESTIONS, SETTINGS)
         n_requests = len(srv.requests)
+        formats = [r["json"].get("response_format") for r in srv.requests]
     m = run.metrics
     assert run.errors == []
+    # every answer is asked for under its scenario's schema: the answer an enum of the letters
+    schemas = [f["json_schema"]["schema"] for f in formats if f and f["type"] == "json_schema"]
+    assert len(schemas) == 21
+    assert {tuple(s["properties"]["answer_choice"]["enum"]) for s in schemas} == {
+        ("A", "B", "C", "D"), ("A", "B", "C", "D", "insufficient information")}
     assert len(run.items) == 3 * len(SETTINGS) == 21
     assert m["standard-n5"]["accuracy"] == 1.0
     # p=40: 2 signal + 3 noise; the perfect model picks out its own documents
@@ -235,8 +241,9 @@ def test_full_run_scores_a_perfect_model(tmp_path, backend_factory):
             assert kinds["signal"] == round(5 * item.p / 100) and kinds["noise"] == 5 - kinds["signal"]
         if item.scenario == "robustness":
             assert kinds["counterfactual"] == 5 - round(5 * item.p / 100)
-    # 3 topic lists + 3 sub-QA + 3x5 counterfactuals + 21 answers + 12 integration / robustness items x 2 judge calls
-    assert n_requests == 3 + 3 + 15 + 21 + 24
+    # 3 topic lists + 3 sub-QA + 3x3 counterfactuals (p=40 swaps 3 of 5; p=100 none) + 21 answers
+    # + 12 integration / robustness items x 2 judge calls
+    assert n_requests == 3 + 3 + 9 + 21 + 24
     assert run.judge == {"model": "fake-model", "separate": False, "used": True}
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["settings"]["sufficiency-n5-p40"]["n"] == 5 and results["settings"]["sufficiency-n5-p40"]["p"] == 40
@@ -457,3 +464,20 @@ def test_robustness_sub_answers_and_fact_detection_per_setting(tmp_path, backend
         assert m["false_alarm_rate"] == (None if key.endswith("p0") else 0.0)  # p=0: every document is rewritten
         assert m["sub_answer_em"] == 0.0 and m["judge_score"] == 0.0 and m["accuracy"] == 0.0
     assert all(i.sub_questions and i.sub_golds == ["alpha", "beta"] for i in run.items)
+
+
+def test_only_the_swapped_documents_are_rewritten(tmp_path, backend_factory):
+    """A counterfactual costs an LLM call: only documents some robustness setting swaps are rewritten."""
+    from llm_server import FakeLLMServer
+    from medretrieve.evaluation.medrgb import robustness_swaps
+
+    settings = make_settings(["robustness"], n_values=[5], p_values=[60, 80])
+    with FakeLLMServer(smart_llm) as srv:
+        run = _runner(backend_factory(srv.base_url), tmp_path, judge=False).run(QUESTIONS, settings)
+        rewritten = [r for r in srv.requests if "robustness test" in r["json"]["messages"][0]["content"]]
+    for q in QUESTIONS:
+        want = robustness_swaps(5, 60, f"1|{q.id}|5|60") | robustness_swaps(5, 80, f"1|{q.id}|5|80")
+        asked = [r for r in rewritten if f"MARK-{q.id}" in r["json"]["messages"][-1]["content"]]
+        assert len(asked) == len(want) and 1 <= len(want) <= 3
+    assert all(Counter(i.doc_kinds)["counterfactual"] == 5 - round(5 * i.p / 100) for i in run.items)
+    assert run.metrics["robustness-n5-p60"]["fact_detection_rate"] == 1.0 and run.errors == []

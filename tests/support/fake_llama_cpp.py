@@ -50,8 +50,21 @@ def install(monkeypatch: Any, handler: Handler, piece_delay_s: float = 0.0) -> t
     cls = type("Llama", (Llama,), {"handler": staticmethod(handler), "piece_delay_s": piece_delay_s, "loaded": []})
     module = types.ModuleType("llama_cpp")
     module.Llama = cls  # type: ignore[attr-defined]
+    grammar = types.ModuleType("llama_cpp.llama_grammar")
+    grammar.json_schema_to_gbnf = _schema_to_gbnf  # type: ignore[attr-defined]
+    module.llama_grammar = grammar  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "llama_cpp", module)
+    monkeypatch.setitem(sys.modules, "llama_cpp.llama_grammar", grammar)
     return cls
+
+
+def _schema_to_gbnf(schema: str) -> str:
+    """Like llama.cpp's converter for what the tests need: a schema without a known ``type`` is refused."""
+    import json
+
+    if json.loads(schema).get("type") not in ("object", "array", "string"):
+        raise ValueError("Unrecognized schema")
+    return "root ::= object"
 
 
 def gguf(path: Any) -> Any:

@@ -17,7 +17,8 @@ How a question's context is built
    ``robustness`` uses the top ``n`` signal documents of which all but
    ``round(n*p/100)`` are replaced by LLM counterfactual versions
    (``prompts.counterfactual_messages``), so ``p`` is the share of factually
-   correct documents (:func:`compose_robustness_context`). Every random choice
+   correct documents (:func:`compose_robustness_context`); only the documents
+   some setting swaps are rewritten (:func:`robustness_swaps`). Every random choice
    is seeded by ``(seed, question id, n, p)``.
 4. Integration and robustness sub-questions and their gold answers are written
    by the LLM from the question's top signal documents
@@ -26,6 +27,10 @@ How a question's context is built
    test; the model under test itself when none is given, as the run reports).
    Robustness also scores fact detection: the counterfactual documents the model
    flags, per setting.
+5. The answer is asked for as JSON with the prompt's fields under a JSON schema
+   (``schemas.medrgb_response_format``: the answer an enum of the option
+   letters); a backend that decodes under a schema (llama.cpp, vLLM) then
+   cannot stop before the answer, which is still the model's pick.
 
 Runs are resumable and parallel: every finished piece of work (signal
 documents, sub-questions, counterfactuals, one question x setting) is appended
@@ -151,12 +156,10 @@ def compose_robustness_context(
     Which documents are swapped and the final order are seeded. Raises
     ``ValueError`` when documents or needed counterfactuals are missing.
     """
-    keep = n_signal(n, p)
     top = list(signal_docs)[:n]
     if len(top) < n:
         raise ValueError(f"need {n} signal documents for robustness n={n}, have {len(top)}")
-    rng = random.Random(str(seed))
-    swap = set(rng.sample(range(n), n - keep))
+    rng, swap = _robustness_draw(n, p, seed)
     out = []
     for i, d in enumerate(top):
         if i in swap:
@@ -168,6 +171,19 @@ def compose_robustness_context(
             out.append(dataclasses.replace(d, is_signal=True, counterfactual=False))
     rng.shuffle(out)
     return out
+
+
+def _robustness_draw(n: int, p: float, seed: Union[int, str]) -> tuple[random.Random, set[int]]:
+    """The seeded generator of a robustness context and the positions (0-based, in the top ``n``) it swaps for
+    counterfactuals; the generator goes on to shuffle the context."""
+    rng = random.Random(str(seed))
+    return rng, set(rng.sample(range(n), n - n_signal(n, p)))
+
+
+def robustness_swaps(n: int, p: float, seed: Union[int, str]) -> set[int]:
+    """Positions (0-based) among the top ``n`` signal documents that :func:`compose_robustness_context` replaces
+    with counterfactual versions for these arguments: the only documents that need a rewrite."""
+    return _robustness_draw(n, p, seed)[1]
 
 
 @dataclass(frozen=True)
@@ -487,13 +503,14 @@ class MedRGBRunner:
 
     # -- plumbing ---------------------------------------------------------
 
-    def _generate(self, messages: list[dict], json_object: bool = False, backend: Any = None) -> str:
+    def _generate(self, messages: list[dict], response_format: Union[None, str, dict] = None,
+                  backend: Any = None) -> str:
         return (backend or self.backend).generate(
             messages,
             max_tokens=self.max_tokens,
             temperature=0.0,
             deadline_ms=self.deadline_ms,
-            response_format="json" if json_object else None,
+            response_format=response_format,
         )
 
     def _search(self, query: str, k: int, question_id: str) -> list[ContextDoc]:
@@ -628,7 +645,7 @@ class MedRGBRunner:
 
         q, doc = job
         try:
-            text = self._generate(prompts.counterfactual_messages(doc.text, q.answer_text), json_object=True)
+            text = self._generate(prompts.counterfactual_messages(doc.text, q.answer_text), "json")
             parsed = parsers.parse_counterfactual(text)
         except MODEL_FAILURES as exc:
             # An unusable rewrite is recorded; robustness items needing it are reported, not scored.
@@ -655,7 +672,7 @@ class MedRGBRunner:
         pool: list[ContextDoc],
         cfs: Mapping[str, ContextDoc],
     ) -> list[ContextDoc]:
-        seed = f"{self.seed}|{q.id}|{setting.n}|{setting.p}"
+        seed = self._seed_of(q, setting)
         if setting.scenario == "standard":
             if len(signal) < setting.n:
                 raise ValueError(f"need {setting.n} retrieved documents, have {len(signal)}")
@@ -664,9 +681,14 @@ class MedRGBRunner:
             return compose_robustness_context(signal, cfs, setting.n, setting.p, seed)
         return compose_context(signal, pool, setting.n, setting.p, seed, question_id=q.id)
 
+    def _seed_of(self, q: MCQuestion, setting: Setting) -> str:
+        """The seed of a question's context in a setting (noise draw, swaps, order)."""
+        return f"{self.seed}|{q.id}|{setting.n}|{setting.p}"
+
     def _item(self, job: tuple, cache: JsonlCache) -> None:
         from ..generation import parsers
         from ..generation import prompts
+        from ..generation import schemas
 
         q, setting, signal, pool, cfs, sub_qa = job
         try:
@@ -683,9 +705,12 @@ class MedRGBRunner:
             setting.scenario, q.question, q.options, shown, sub_questions=sub_questions or None,
             max_chars=self.doc_max_chars,
         )
+        # the reply's fields as a schema: a constrained decoder writes each of them (module docstring, step 5)
+        reply_format = schemas.medrgb_response_format(
+            setting.scenario, q.options, len(shown), len(sub_questions), max_tokens=self.max_tokens)
         failure = ""
         try:
-            raw = self._generate(messages, json_object=True)
+            raw = self._generate(messages, reply_format)
         except LLMBadResponse as exc:  # e.g. the context is too long for the model: scored as unreadable
             raw, failure = "", f"{type(exc).__name__}: {exc}"
         except LLMError as exc:
@@ -778,12 +803,13 @@ class MedRGBRunner:
             self._parallel(lambda q: self._sub_qa_for(q, signal[q.id], sub_cache), todo, "sub-questions")
         cf_cache = JsonlCache(self.out_dir / "counterfactual.jsonl", lambda r: f"{r['question_id']}|{r['doc_id']}")
         robust = [s for s in settings if s.scenario == "robustness"]
-        if any(s.n > n_signal(s.n, s.p) for s in robust):
-            # one rewrite per document that some robustness setting may swap (the top max-n)
-            top = max(s.n for s in robust)
-            rewrites = [(q, d) for q in questions if q.id in signal for d in signal[q.id][:top]
-                        if f"{q.id}|{d.doc_id}" not in cf_cache]
-            self._parallel(lambda job: self._counterfactual_for(job, cf_cache), rewrites, "counterfactuals")
+        # one rewrite per document that some robustness setting swaps (an LLM call each: only those)
+        rewrites = []
+        for q in questions:
+            swapped = {i for s in robust for i in robustness_swaps(s.n, s.p, self._seed_of(q, s))}
+            rewrites += [(q, d) for i, d in enumerate(signal.get(q.id, [])) if i in swapped
+                         and f"{q.id}|{d.doc_id}" not in cf_cache]
+        self._parallel(lambda job: self._counterfactual_for(job, cf_cache), rewrites, "counterfactuals")
 
         item_cache = JsonlCache(self.out_dir / "items.jsonl", lambda r: f"{r['question_id']}|{r['setting']}")
         jobs: list[tuple] = []

@@ -14,6 +14,8 @@ backend by kind.
 """
 from __future__ import annotations
 
+import functools
+import json
 import os
 import threading
 import time
@@ -30,6 +32,7 @@ from .llm import (
     TransformersBackend,
     _checked_request,
 )
+from .schemas import schema_of
 
 BACKENDS = ("openai", "transformers", "llamacpp")
 
@@ -94,7 +97,7 @@ class LlamaCppBackend:
         kwargs: dict = {"messages": msgs, "max_tokens": max_tokens, "temperature": float(temperature),
                         "stream": True}
         if fmt is not None:
-            kwargs["response_format"] = fmt
+            kwargs["response_format"] = llamacpp_response_format(fmt)
         pieces: list[str] = []
         with self._lock:
             try:
@@ -119,6 +122,28 @@ class LlamaCppBackend:
             except RuntimeError as exc:
                 raise LLMBadResponse(f"llama.cpp generation failed: {exc}") from exc
         return "".join(pieces)
+
+
+def llamacpp_response_format(fmt: dict) -> dict:
+    """An OpenAI ``response_format`` as llama-cpp-python takes it: a ``json_schema`` one becomes
+    ``{"type": "json_object", "schema": ...}`` (llama-cpp-python reads only that spelling, and would otherwise
+    decode with no grammar at all); others pass unchanged. Raises ``ValueError`` when llama.cpp cannot turn the
+    schema into a grammar (it would fall back to any JSON object without a word)."""
+    schema = schema_of(fmt)
+    if schema is None:
+        return fmt
+    _check_grammar(json.dumps(schema, sort_keys=True))
+    return {"type": "json_object", "schema": schema}
+
+
+@functools.lru_cache(maxsize=64)
+def _check_grammar(schema_json: str) -> None:
+    from llama_cpp import llama_grammar
+
+    try:
+        llama_grammar.json_schema_to_gbnf(schema_json)
+    except Exception as exc:  # the converter raises assorted types on a schema it cannot express
+        raise ValueError(f"llama.cpp cannot turn the JSON schema into a grammar: {exc}") from exc
 
 
 def make_backend(kind: str, *, url: Optional[str] = None, model: Optional[str] = None,
