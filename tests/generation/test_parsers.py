@@ -18,6 +18,12 @@ YESNO_OUTPUTS = [
     ('Sure! Here is the answer:\n{"exact_answer": "no", "ideal_answer": "No, it does not."}', "no"),
     ("Yes. Baloxavir was approved by the FDA in 2018.", "yes"),
     ("<think>The snippets say approved.</think>\nEXACT: yes\nBaloxavir is approved.", "yes"),
+    # SmolLM2-135M's replies in the 12B1 Phase A+ / B runs (no EXACT line, the answer said in a sentence)
+    ("The answer is no.", "no"),
+    ('The answer to the question "Should all babies diagnosed with spina bifida be operated within the first week '
+     'of life?" is "yes."', "yes"),
+    ('The answer to the question "has MDMA(ecstasy) been successfully used to treat PTSD disorder?" is no.', "no"),
+    ('The answer to the question "Is there no cure?" is "yes"', "yes"),  # not the question's own "no"
 ]
 
 
@@ -75,6 +81,9 @@ def test_parse_summary():
     [
         ("I cannot tell from the snippets.", "yesno"),
         ("EXACT: insufficient information", "yesno"),
+        ("The answer is not clear from the snippets.", "yesno"),
+        ('The answer to "Is no drug approved?" is unclear.', "yesno"),  # the question's "Is no" is no answer
+        ("The answer to Is no drug approved? is unclear.", "yesno"),
         ("IDEAL: some genes are involved.", "factoid"),
         ("EXACT:\nIDEAL: nothing", "list"),
         ("   ", "summary"),

@@ -151,6 +151,20 @@ def _yes_no(text: str) -> Optional[str]:
     return m.group(1).lower() if m else None
 
 
+# "The answer is no.", 'The answer to the question "Is X?" is "yes"': on a line naming the answer, the last
+# "is yes/no" past any echoed question (its "?"), so a yes or no inside the question is not read; "is not" is neither.
+_IS_YES_NO_RE = re.compile(r"\bis\s*[:*_\"'“”‘’]*\s*(yes|no)\b", re.IGNORECASE)
+
+
+def _answer_is_yes_no(text: str) -> Optional[str]:
+    found: list[str] = []
+    for line in text.splitlines():
+        named = re.search(r"\banswer\b", line, re.IGNORECASE)
+        if named:
+            found += _IS_YES_NO_RE.findall(line[named.end():].rsplit("?", 1)[-1])
+    return found[-1].lower() if found else None
+
+
 def _exact_items(exact: str) -> list[str]:
     """Entities of an EXACT value: a JSON list (possibly nested, as in BioASQ files) or delimited text."""
     if exact.lstrip().startswith("["):
@@ -214,7 +228,7 @@ def parse_bioasq(text: str, qtype: str) -> dict:
     if qtype == "yesno":
         answer = _yes_no(exact) if exact else None
         if answer is None:
-            answer = _yes_no(ideal or body)
+            answer = _yes_no(ideal or body) or _answer_is_yes_no(body)
         if answer is None:
             raise ParseError("no yes/no answer found (expected a line 'EXACT: yes' or 'EXACT: no')", raw)
         return {"exact_answer": answer, "ideal_answer": ideal}
