@@ -62,22 +62,39 @@ float l2sq_f32(const float* a, const float* b, size_t n) {
 // dot(a, b) = sum |a_i| * (sign(a_i) * b_i): vpmaddubsw multiplies unsigned by
 // signed bytes and adds pairs into int16 (two products <= 2 * 127^2 < 2^15, so
 // codes in [-127, 127] never saturate), vpmaddwd widens the pairs to int32.
-inline __m256i dot_i8_step(__m256i acc, __m256i a, __m256i b) {
+// Six instructions per 32 codes; four accumulators so that a 384-d code is
+// three unrolled iterations with no loop tail (graph search calls this ~450
+// times a query: before, 137 instructions a call at 384-d, now ~90).
+inline __m256i dot_i8_step(__m256i acc, __m256i a, __m256i b, __m256i ones) {
   const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(a), _mm256_sign_epi8(b, a));
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, ones));
 }
 
 inline __m256i load256(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
 int32_t dot_i8(const int8_t* a, const int8_t* b, size_t n) {
+  const __m256i ones = _mm256_set1_epi16(1);
   __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+  __m256i acc2 = _mm256_setzero_si256(), acc3 = _mm256_setzero_si256();
   size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    acc0 = dot_i8_step(acc0, load256(a + i), load256(b + i));
-    acc1 = dot_i8_step(acc1, load256(a + i + 32), load256(b + i + 32));
+  for (; i + 128 <= n; i += 128) {
+    acc0 = dot_i8_step(acc0, load256(a + i), load256(b + i), ones);
+    acc1 = dot_i8_step(acc1, load256(a + i + 32), load256(b + i + 32), ones);
+    acc2 = dot_i8_step(acc2, load256(a + i + 64), load256(b + i + 64), ones);
+    acc3 = dot_i8_step(acc3, load256(a + i + 96), load256(b + i + 96), ones);
   }
-  for (; i + 32 <= n; i += 32) acc0 = dot_i8_step(acc0, load256(a + i), load256(b + i));
-  int32_t s = hsum256_epi32(_mm256_add_epi32(acc0, acc1));
+  for (; i + 32 <= n; i += 32) acc0 = dot_i8_step(acc0, load256(a + i), load256(b + i), ones);
+  __m256i acc = _mm256_add_epi32(_mm256_add_epi32(acc0, acc1), _mm256_add_epi32(acc2, acc3));
+  int32_t s;
+  if (i + 16 <= n) {  // one 16-code step at half width
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i));
+    const __m128i y = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i));
+    const __m128i pairs = _mm_maddubs_epi16(_mm_abs_epi8(x), _mm_sign_epi8(y, x));
+    s = hsum256_epi32(_mm256_add_epi32(acc, _mm256_zextsi128_si256(_mm_madd_epi16(pairs, _mm_set1_epi16(1)))));
+    i += 16;
+  } else {
+    s = hsum256_epi32(acc);
+  }
   for (; i < n; ++i) s += int32_t(a[i]) * int32_t(b[i]);
   return s;
 }
