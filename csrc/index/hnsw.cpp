@@ -15,8 +15,48 @@
 
 namespace medretrieve::index {
 
+// Working memory a search thread keeps from one query to the next (a search
+// otherwise allocated about 20 times: the query's copy and code, neighbour
+// lists, the beam's heaps, the pool).
+struct SearchScratch {
+  QueryCtx ctx;
+  std::vector<uint32_t> fresh, starts;
+  std::vector<Candidate> top, cand;  // beam_upper's heaps: (distance, id) and (-distance, id)
+  SearchPool pool{1};
+};
+
 namespace {
 constexpr uint64_t pack_ep(uint32_t ep, int level) { return (uint64_t(uint32_t(level)) << 32) | ep; }
+
+// The thread's SearchScratch for the life of one search, or a private one when
+// a search on this thread already holds it (a filter callback that searches).
+class ScratchLease {
+ public:
+  ScratchLease() {
+    thread_local SearchScratch shared;
+    thread_local bool busy = false;
+    if (busy) {
+      own_ = std::make_unique<SearchScratch>();
+      s_ = own_.get();
+    } else {
+      busy = true;
+      busy_ = &busy;
+      s_ = &shared;
+    }
+  }
+  ~ScratchLease() {
+    if (busy_) *busy_ = false;
+  }
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+  SearchScratch& operator*() const { return *s_; }
+  SearchScratch* operator->() const { return s_; }
+
+ private:
+  SearchScratch* s_;
+  std::unique_ptr<SearchScratch> own_;
+  bool* busy_ = nullptr;
+};
 }  // namespace
 
 Hnsw::Hnsw(const HnswParams& params)
@@ -133,9 +173,11 @@ uint32_t Hnsw::greedy_descent(const QueryCtx& ctx, uint32_t ep, int from_level, 
 
 size_t Hnsw::take_unvisited(const uint32_t* ids, size_t n, VisitedList& vis, uint32_t* fresh) const {
   size_t m = 0;
-  for (size_t i = 0; i < n; ++i)
-    if (!vis.test_and_set(ids[i])) fresh[m++] = ids[i];
-  for (size_t i = 0; i < std::min(m, kPrefetchAhead); ++i) store_.prefetch(fresh[i]);
+  for (size_t i = 0; i < n; ++i) {  // fresh has room for n: written always, kept when unseen
+    fresh[m] = ids[i];
+    m += !vis.seen_then_mark(ids[i]);
+  }
+  for (size_t i = 0; i < std::min(m, store_.prefetch_ahead()); ++i) store_.prefetch(fresh[i]);
   return m;
 }
 
@@ -147,9 +189,11 @@ size_t Hnsw::take_unvisited0(uint32_t id, VisitedList& vis, uint32_t* fresh) con
   size_t m = 0;
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t nb = store_.link0(id, i);
-    if (nb < limit && !vis.test_and_set(nb)) fresh[m++] = nb;
+    if (nb >= limit) continue;
+    fresh[m] = nb;  // as take_unvisited: no branch on whether nb was seen
+    m += !vis.seen_then_mark(nb);
   }
-  for (size_t i = 0; i < std::min(m, kPrefetchAhead); ++i) store_.prefetch(fresh[i]);
+  for (size_t i = 0; i < std::min(m, store_.prefetch_ahead()); ++i) store_.prefetch(fresh[i]);
   return m;
 }
 
@@ -166,6 +210,7 @@ Hnsw::MaxHeap Hnsw::search_layer_build(const QueryCtx& ctx, uint32_t ep, int lev
   vis->test_and_set(ep);
   std::vector<uint32_t> buf, fresh(M0_);
   buf.reserve(M0_);
+  const size_t ahead = store_.prefetch_ahead();
   while (!cand.empty()) {
     const Candidate c = cand.top();
     if (-c.first > lower && top.size() >= p_.ef_construction) break;
@@ -176,7 +221,7 @@ Hnsw::MaxHeap Hnsw::search_layer_build(const QueryCtx& ctx, uint32_t ep, int lev
     }
     const size_t m = take_unvisited(buf.data(), buf.size(), *vis, fresh.data());
     for (size_t i = 0; i < m; ++i) {
-      if (i + kPrefetchAhead < m) store_.prefetch(fresh[i + kPrefetchAhead]);
+      if (i + ahead < m) store_.prefetch(fresh[i + ahead]);
       const uint32_t nb = fresh[i];
       const float d = store_.distance(ctx, nb);
       if (top.size() < p_.ef_construction || d < lower) {
@@ -191,37 +236,48 @@ Hnsw::MaxHeap Hnsw::search_layer_build(const QueryCtx& ctx, uint32_t ep, int lev
 }
 
 // The `ef` elements closest to the query on an upper `level` (no locks: searches hold the shared lock).
-std::vector<uint32_t> Hnsw::beam_upper(const QueryCtx& ctx, uint32_t ep, int level, size_t ef) const {
+void Hnsw::beam_upper(SearchScratch& s, const QueryCtx& ctx, uint32_t ep, int level, size_t ef) const {
   auto vis = visited_.borrow();
-  MaxHeap top, cand;
+  std::vector<Candidate>& top = s.top;  // max-heap on distance: the farthest kept on top
+  std::vector<Candidate>& cand = s.cand;  // max-heap on -distance: the closest unexpanded on top
+  top.clear();
+  cand.clear();
   const float d0 = store_.distance(ctx, ep);
-  top.emplace(d0, ep);
-  cand.emplace(-d0, ep);
+  top.emplace_back(d0, ep);
+  cand.emplace_back(-d0, ep);
   vis->test_and_set(ep);
   float lower = d0;
-  std::vector<uint32_t> fresh(p_.M);
+  s.fresh.resize(std::max(p_.M, M0_));
+  uint32_t* fresh = s.fresh.data();
+  const size_t ahead = store_.prefetch_ahead();
   while (!cand.empty()) {
-    const Candidate c = cand.top();
+    const Candidate c = cand.front();
     if (-c.first > lower && top.size() >= ef) break;
-    cand.pop();
+    std::pop_heap(cand.begin(), cand.end());
+    cand.pop_back();
     const Links l = upper_links(c.second, level);
-    const size_t m = take_unvisited(l.ids, l.n, *vis, fresh.data());  // upper elements lie far apart: prefetch
+    const size_t m = take_unvisited(l.ids, l.n, *vis, fresh);  // upper elements lie far apart: prefetch
     for (size_t i = 0; i < m; ++i) {
-      if (i + kPrefetchAhead < m) store_.prefetch(fresh[i + kPrefetchAhead]);
+      if (i + ahead < m) store_.prefetch(fresh[i + ahead]);
       const uint32_t nb = fresh[i];
       const float d = store_.distance(ctx, nb);
       if (top.size() < ef || d < lower) {
-        cand.emplace(-d, nb);
-        top.emplace(d, nb);
-        if (top.size() > ef) top.pop();
-        lower = top.top().first;
+        cand.emplace_back(-d, nb);
+        std::push_heap(cand.begin(), cand.end());
+        top.emplace_back(d, nb);
+        std::push_heap(top.begin(), top.end());
+        if (top.size() > ef) {
+          std::pop_heap(top.begin(), top.end());
+          top.pop_back();
+        }
+        lower = top.front().first;
       }
     }
   }
-  std::vector<uint32_t> out;
-  out.reserve(top.size());
-  for (; !top.empty(); top.pop()) out.push_back(top.top().second);
-  return out;
+  // Farthest first, as popping the heap would give them.
+  std::sort_heap(top.begin(), top.end());
+  s.starts.resize(top.size());
+  for (size_t i = 0; i < top.size(); ++i) s.starts[i] = top[top.size() - 1 - i].second;
 }
 
 Hnsw::MaxHeap Hnsw::search_layer0(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
@@ -242,13 +298,14 @@ Hnsw::MaxHeap Hnsw::search_layer0(const QueryCtx& ctx, const uint32_t* eps, size
     cand.emplace(-d0, ep);
   }
   std::vector<uint32_t> fresh(M0_);
+  const size_t ahead = store_.prefetch_ahead();
   while (!cand.empty()) {
     const Candidate c = cand.top();
     if (-c.first > lower && (top.size() >= ef || !screening)) break;
     cand.pop();
     const size_t m = take_unvisited0(c.second, *vis, fresh.data());
     for (size_t i = 0; i < m; ++i) {
-      if (i + kPrefetchAhead < m) store_.prefetch(fresh[i + kPrefetchAhead]);
+      if (i + ahead < m) store_.prefetch(fresh[i + ahead]);
       const uint32_t nb = fresh[i];
       const float d = store_.distance(ctx, nb);
       if (top.size() < ef || d < lower) {
@@ -265,22 +322,25 @@ Hnsw::MaxHeap Hnsw::search_layer0(const QueryCtx& ctx, const uint32_t* eps, size
   return top;
 }
 
-std::vector<Candidate> Hnsw::search_layer0_pool(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps,
-                                                size_t ef) const {
+std::vector<Candidate> Hnsw::search_layer0_pool(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps,
+                                                size_t n_eps, size_t ef) const {
   auto vis = visited_.borrow();
   // The pool never holds more than the stored elements; an ef past them (user input or a file's
   // default) must not reserve memory for it.
-  SearchPool pool(std::min(ef, store_.count()));
+  SearchPool& pool = s.pool;
+  pool.reset(std::min(ef, store_.count()));
   for (size_t e = 0; e < n_eps; ++e)
     if (!vis->test_and_set(eps[e])) pool.insert(store_.distance(ctx, eps[e]), eps[e]);
-  std::vector<uint32_t> fresh(M0_);
+  s.fresh.resize(std::max(p_.M, M0_));
+  uint32_t* fresh = s.fresh.data();
+  const size_t ahead = store_.prefetch_ahead();
   while (pool.has_unexpanded()) {
     const uint32_t id = pool.expand_next();
     uint32_t next;
     if (pool.peek_next(next)) store_.prefetch_links0(next);  // most often the one expanded next
-    const size_t m = take_unvisited0(id, *vis, fresh.data());
+    const size_t m = take_unvisited0(id, *vis, fresh);
     for (size_t i = 0; i < m; ++i) {
-      if (i + kPrefetchAhead < m) store_.prefetch(fresh[i + kPrefetchAhead]);
+      if (i + ahead < m) store_.prefetch(fresh[i + ahead]);
       pool.insert(store_.distance(ctx, fresh[i]), fresh[i]);
     }
   }
@@ -290,9 +350,10 @@ std::vector<Candidate> Hnsw::search_layer0_pool(const QueryCtx& ctx, const uint3
 }
 
 void Hnsw::push_distances(uint32_t base, const uint32_t* ids, size_t n, size_t keep, MaxHeap& out) const {
-  for (size_t i = 0; i < std::min(n, kPrefetchAhead); ++i) store_.prefetch(ids[i]);
+  const size_t ahead = store_.prefetch_ahead();
+  for (size_t i = 0; i < std::min(n, ahead); ++i) store_.prefetch(ids[i]);
   for (size_t i = 0; i < n; ++i) {
-    if (i + kPrefetchAhead < n) store_.prefetch(ids[i + kPrefetchAhead]);
+    if (i + ahead < n) store_.prefetch(ids[i + ahead]);
     if (ids[i] == base) continue;
     out.emplace(store_.distance_between(base, ids[i]), ids[i]);
     if (out.size() > keep) out.pop();
@@ -728,6 +789,12 @@ void Hnsw::replace_farthest_link(uint32_t other, uint32_t id) {
 
 std::vector<Candidate> Hnsw::search_prepared(const QueryCtx& ctx, size_t k, size_t ef, const LabelQuery* lq,
                                              const IdPredicate* predicate) const {
+  ScratchLease scratch;
+  return search_with(*scratch, ctx, k, ef, lq, predicate);
+}
+
+std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx& ctx, size_t k, size_t ef,
+                                         const LabelQuery* lq, const IdPredicate* predicate) const {
   if (k == 0) return {};
   const uint64_t state = ep_state_.load();
   const uint32_t ep = uint32_t(state);
@@ -766,11 +833,12 @@ std::vector<Candidate> Hnsw::search_prepared(const QueryCtx& ctx, size_t k, size
   // cluster, which only a much larger ef escapes.
   const size_t beam = entry_beam_for(ef);
   const ElementFilter* screen = filter.restricts() ? &filter : nullptr;
-  std::vector<uint32_t> starts;
+  const std::vector<uint32_t>& starts = scratch.starts;
+  scratch.starts.clear();
   uint32_t start = kNone;
   if (beam > 1 && max_level >= 1)
-    starts = beam_upper(ctx, greedy_descent(ctx, ep, max_level, 1, false), 1, beam);
-  else  // the classic path allocates no entry list
+    beam_upper(scratch, ctx, greedy_descent(ctx, ep, max_level, 1, false), 1, beam);
+  else  // the classic path: one entry point
     start = greedy_descent(ctx, ep, max_level, 0, false);
   const uint32_t* eps = starts.empty() ? &start : starts.data();
   const size_t n_eps = starts.empty() ? 1 : starts.size();
@@ -780,7 +848,7 @@ std::vector<Candidate> Hnsw::search_prepared(const QueryCtx& ctx, size_t k, size
     found.resize(top.size());
     for (size_t i = found.size(); i-- > 0; top.pop()) found[i] = top.top();
   } else {
-    found = search_layer0_pool(ctx, eps, n_eps, ef);
+    found = search_layer0_pool(scratch, ctx, eps, n_eps, ef);
   }
   if (store_.keep_float()) {  // recall recovery: exact float32 re-score of the ef candidates
     for (Candidate& c : found) c.first = store_.exact_distance(ctx, c.second);
@@ -792,9 +860,9 @@ std::vector<Candidate> Hnsw::search_prepared(const QueryCtx& ctx, size_t k, size
 
 std::vector<Candidate> Hnsw::search_internal(const float* query, size_t k, size_t ef, const LabelQuery* lq,
                                              const IdPredicate* predicate) const {
-  QueryCtx ctx;
-  store_.prepare_query(query, ctx);
-  return search_prepared(ctx, k, ef, lq, predicate);
+  ScratchLease scratch;
+  store_.prepare_query(query, scratch->ctx);
+  return search_with(*scratch, scratch->ctx, k, ef, lq, predicate);
 }
 
 void Hnsw::search(const float* queries, size_t nq, size_t k, const size_t* ef, size_t n_ef, const LabelQuery* lq,

@@ -65,6 +65,7 @@ struct HnswParams {
 };
 
 class MappedFile;
+struct SearchScratch;  // per-thread working memory of searches (hnsw.cpp)
 
 class Hnsw {
  public:
@@ -72,8 +73,6 @@ class Hnsw {
   static constexpr int kMaxLevel = 30;
   // Filtered-search cost model: distance evaluations per expanded node, in units of M.
   static constexpr double kGraphCostPerNode = 0.75;
-  // Vectors whose reads are in flight ahead of the one being scored.
-  static constexpr size_t kPrefetchAhead = 2;
   // prune_alpha's relaxed links leave 1/kRelaxedSlack of a list free (select_neighbors).
   static constexpr size_t kRelaxedSlack = 4;
 
@@ -203,7 +202,7 @@ class Hnsw {
   std::vector<uint32_t> links_copy(uint32_t id, int level) const;
   uint32_t greedy_descent(const QueryCtx& ctx, uint32_t ep, int from_level, int to_level, bool locked) const;
   // Marks the not yet visited ids among ids[0..n) visited, copies them to
-  // `fresh` (returns how many) and prefetches the first kPrefetchAhead: the
+  // `fresh` (returns how many) and prefetches the first store().prefetch_ahead(): the
   // distance loops then prefetch exactly the vectors they will read, ahead.
   size_t take_unvisited(const uint32_t* ids, size_t n, VisitedList& vis, uint32_t* fresh) const;
   size_t take_unvisited0(uint32_t id, VisitedList& vis, uint32_t* fresh) const;
@@ -213,8 +212,13 @@ class Hnsw {
   MaxHeap search_layer0(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
                         const ElementFilter* filter) const;
   // Unfiltered layer-0 search from eps[0..n_eps) over one sorted pool (search_pool.h); the ef closest, closest first.
-  std::vector<Candidate> search_layer0_pool(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef) const;
-  std::vector<uint32_t> beam_upper(const QueryCtx& ctx, uint32_t ep, int level, size_t ef) const;
+  std::vector<Candidate> search_layer0_pool(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps,
+                                            size_t ef) const;
+  // The `ef` elements closest to the query on an upper `level`, into s.starts (farthest first).
+  void beam_upper(SearchScratch& s, const QueryCtx& ctx, uint32_t ep, int level, size_t ef) const;
+  // search_prepared over working memory the caller leased (hnsw.cpp, ScratchLease).
+  std::vector<Candidate> search_with(SearchScratch& s, const QueryCtx& ctx, size_t k, size_t ef, const LabelQuery* labels,
+                                     const IdPredicate* predicate) const;
   // Pushes (distance to base, id) for ids other than base, keeping the `keep` closest.
   void push_distances(uint32_t base, const uint32_t* ids, size_t n, size_t keep, MaxHeap& out) const;
   // Keeps at most m of top (distances to `base`), diversified (see norm_range.h).

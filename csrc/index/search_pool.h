@@ -15,7 +15,14 @@ namespace medretrieve::index {
 
 class SearchPool {
  public:
-  explicit SearchPool(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) { items_.reserve(capacity_); }
+  explicit SearchPool(size_t capacity) { reset(capacity); }
+  // Empties the pool for a new search, keeping its memory.
+  void reset(size_t capacity) {
+    capacity_ = std::max<size_t>(capacity, 1);
+    cursor_ = 0;
+    items_.clear();
+    items_.reserve(capacity_);
+  }
 
   // Inserts (distance, id) when it is among the `capacity` closest so far;
   // returns whether it was.
@@ -59,7 +66,7 @@ class SearchPool {
   static bool closer(const Item& a, const Item& b) {
     return a.distance < b.distance || (a.distance == b.distance && a.id < b.id);
   }
-  size_t capacity_;
+  size_t capacity_ = 1;
   size_t cursor_ = 0;
   std::vector<Item> items_;
 };

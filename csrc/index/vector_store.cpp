@@ -124,6 +124,8 @@ void VectorStore::set_layout(uint32_t bits) {
   off_code_ = align_up(off_aux_ + 4, 16);
   stride_ = align_up(off_code_ + dim_ * (dtype_ == DType::Int8 ? 1 : 4), 16);
   prefetch_end_ = std::min(stride_, off_code_ + kPrefetchCodeBytes);
+  const size_t lines = (prefetch_end_ - (off_scale_ & ~size_t(63)) + 63) / 64;
+  prefetch_ahead_ = std::clamp<size_t>(kLinesInFlight / lines, 2, 8);
 }
 
 uint32_t VectorStore::link_bits_for(size_t capacity) {

@@ -162,6 +162,10 @@ class VectorStore {
     const char* p = slab(id);
     for (size_t off = off_scale_ & ~size_t(63); off < prefetch_end_; off += 64) __builtin_prefetch(p + off);
   }
+  // How many vectors graph search keeps prefetched ahead of the one it scores:
+  // about kLinesInFlight cache lines (what a core's miss buffers hold), so
+  // 4 short int8 codes (384-d: 7 lines each) or 2 longer vectors.
+  size_t prefetch_ahead() const { return prefetch_ahead_; }
   // Starts the read of id's header and level-0 link list (the lines before
   // those prefetch() covers).
   void prefetch_links0(uint32_t id) const {
@@ -232,6 +236,8 @@ class VectorStore {
   size_t dim_, link_slots_;
   bool keep_float_;
   static constexpr size_t kPrefetchCodeBytes = 1024;
+  static constexpr size_t kLinesInFlight = 28;
+  size_t prefetch_ahead_ = 2;
   uint32_t link_bits_ = 32, link_mask_ = ~0u;
   size_t off_sig_, off_scale_, off_aux_, off_code_, stride_, prefetch_end_;
   const kernels::KernelTable* kt_;

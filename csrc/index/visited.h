@@ -29,6 +29,14 @@ class VisitedList {
     tags_[id] = tag_;
     return false;
   }
+  // The same without a branch (the tag is stored either way): graph search
+  // marks every neighbour it meets, and whether one was seen before is a
+  // coin flip the branch predictor loses about a third of the time.
+  bool seen_then_mark(uint32_t id) {
+    const bool seen = tags_[id] == tag_;
+    tags_[id] = tag_;
+    return seen;
+  }
   size_t size() const { return tags_.size(); }
 
  private:

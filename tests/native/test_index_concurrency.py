@@ -82,3 +82,29 @@ def test_filter_exception_propagates() -> None:
         assert "filter failed" in str(exc)
     else:
         raise AssertionError("the filter's exception was swallowed")
+
+
+def test_filter_that_searches_the_same_index_gets_its_own_working_memory() -> None:
+    # A search keeps its working memory per thread between queries (hnsw.cpp, ScratchLease); a filter callback
+    # that searches again on that thread must get memory of its own, not the outer search's query and pool.
+    for dtype in ("int8", "float32"):
+        x = embedding_like(2000, DIM, seed=37)
+        q = embedding_like(6, DIM, seed=38)
+        idx = medretrieve.Index("ip", DIM)
+        idx.init_index(2000, M=10, ef_construction=60, dtype=dtype)
+        idx.add(x)
+        idx.set_ef(64)
+        plain, plain_d = idx.knn_query(q, k=5, num_threads=1)
+        alone = [idx.search(q[j], 3, num_threads=1)[0][0].tolist() for j in range(len(q))]
+        nested: list[tuple[int, list[int]]] = []
+
+        def keep(label: int) -> bool:
+            j = label % len(q)
+            nested.append((j, idx.search(q[j], 3, num_threads=1)[0][0].tolist()))
+            return True
+
+        got, got_d = idx.knn_query(q, k=5, num_threads=1, filter=keep)
+        assert got.tolist() == plain.tolist(), dtype
+        np.testing.assert_array_equal(got_d, plain_d)
+        assert len(nested) >= 5 * len(q)
+        assert all(result == alone[j] for j, result in nested), dtype
