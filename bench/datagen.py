@@ -11,7 +11,9 @@ Ground truth is exact float32 search (numpy matrix products in chunks), cached u
 
 ``SHAPES`` names the data shapes the ANN benchmark runs on, so that no single distribution decides: clustered sets
 of several intrinsic dimensions, cluster counts and noise levels, near-uniform high-dimensional data, MedCPT-like
-unnormalised vectors, and real MiniLM (all-MiniLM-L6-v2) vectors of the shared BioASQ snippets (``minilm-bioasq``).
+unnormalised vectors, and real MiniLM (all-MiniLM-L6-v2) vectors of the shared BioASQ snippets (``minilm-bioasq``)
+and the same passages by medretrieve's embedded default encoder (``default-bioasq``: what a collection built with
+``--encoder default`` stores).
 
     python bench/datagen.py --n 20000 --nq 1000       # writes the cache and prints a summary
     python bench/datagen.py --shape minilm-bioasq     # encodes (once) and summarises a named shape
@@ -165,8 +167,9 @@ SHAPES: dict[str, dict] = {
     "uniform-32d": {"latent": 32, "clusters": 1, "centre_scale": 0.0, "offset": 0.0},
     "medcpt-like": {"latent": 64, "clusters": 1000, "offset": 2.0, "norm": 8.0},
 }
-REAL_SHAPES = ("minilm-bioasq",)
-BIOASQ = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "bioasq"
+REAL_SHAPES = ("minilm-bioasq", "default-bioasq")
+BIOASQ = Path(os.environ.get("MEDRETRIEVE_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data")
+              ) / "bioasq"
 
 
 def bioasq_texts() -> tuple[list[str], list[str]]:
@@ -214,6 +217,31 @@ def minilm_bioasq(cache: Path = DEFAULT_CACHE) -> tuple[np.ndarray, np.ndarray]:
     return base, queries
 
 
+def default_bioasq(n: int, cache: Path = DEFAULT_CACHE) -> tuple[np.ndarray, np.ndarray]:
+    """(vectors of the first ``n`` passages of :func:`bioasq_texts`, question vectors) by medretrieve's embedded
+    default encoder (fine-tuned all-MiniLM-L6-v2, int8 ONNX, 384-d, normalised; article tower for passages, query
+    tower for questions), as ``medretrieve build --encoder default`` would store them; encoded once and cached."""
+    path = cache / f"default_bioasq_{n}.npz"
+    if path.exists():
+        with np.load(path) as z:
+            return z["base"], z["queries"]
+    passages, questions = bioasq_texts()
+    if not passages:
+        raise FileNotFoundError(f"no BioASQ golden files under {BIOASQ} (set MEDRETRIEVE_SHARED_DATA)")
+    if n > len(passages):
+        raise ValueError(f"default-bioasq has {len(passages)} passages; asked for {n}")
+    from medretrieve.models.encoders import ArticleEncoder, QueryEncoder, default_model_dir
+
+    model = default_model_dir()
+    base = ArticleEncoder.from_dir(model).encode(passages[:n], batch_size=64).astype(np.float32)
+    queries = QueryEncoder.from_dir(model).encode(questions, batch_size=64).astype(np.float32)
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}.npz")
+    np.savez(tmp, base=base, queries=queries)
+    os.replace(tmp, path)
+    return base, queries
+
+
 def load_shape(name: str, n: int, nq: int, k: int = 100, cache: Path = DEFAULT_CACHE
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
     """(base, queries, ground truth [nq, k], description) of a named shape. The real shape has its own size (n and
@@ -223,17 +251,19 @@ def load_shape(name: str, n: int, nq: int, k: int = 100, cache: Path = DEFAULT_C
         base, queries, gt = load(spec, k, cache)
         fields = ", ".join(f"{key}={value}" for key, value in SHAPES[name].items()) or "defaults"
         return base, queries, gt, f"{name} ({fields}) {n}x{spec.dim}, {nq} queries"
-    if name != "minilm-bioasq":
+    if name not in REAL_SHAPES:
         raise ValueError(f"unknown shape {name!r}; known: {', '.join([*SHAPES, *REAL_SHAPES])}")
-    base, queries = minilm_bioasq(cache)
+    base, queries = minilm_bioasq(cache) if name == "minilm-bioasq" else default_bioasq(n, cache)
     base, queries = base[:n], queries[:nq]
-    path = cache / f"minilm_bioasq_gt_{len(base)}_{len(queries)}_k{k}_lowid.npy"  # ties to the lower id
+    stem = name.replace("-", "_")
+    path = cache / f"{stem}_gt_{len(base)}_{len(queries)}_k{k}_lowid.npy"  # ties to the lower id
     if path.exists():
         gt = np.load(path)
     else:
         gt = exact_knn(base, queries, k)
         np.save(path, gt)
-    return base, queries, gt, f"{name} (all-MiniLM-L6-v2 of BioASQ snippets, sentences, windows; questions as queries) " \
+    model = "all-MiniLM-L6-v2" if name == "minilm-bioasq" else "the embedded default encoder"
+    return base, queries, gt, f"{name} ({model} of BioASQ snippets, sentences, windows; questions as queries) " \
                               f"{len(base)}x{base.shape[1]}, {len(queries)} queries"
 
 
