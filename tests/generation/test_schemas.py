@@ -26,6 +26,7 @@ def test_fields_follow_each_prompt_in_order():
     integ = _schema("integration", OPTIONS, 5, 3)
     assert list(integ["properties"]) == ["sub_answers", "step_by_step_thinking", "answer_choice"]
     assert integ["properties"]["sub_answers"]["minItems"] == integ["properties"]["sub_answers"]["maxItems"] == 3
+    assert integ["properties"]["sub_answers"]["items"]["properties"]["documents"]["maxItems"] == 5
     rob = _schema("robustness", ["x", "y", "z"], 4, 2)
     assert list(rob["properties"]) == ["document_analysis", "sub_answers", "step_by_step_thinking", "answer_choice"]
     assert rob["properties"]["document_analysis"]["minItems"] == 4 and rob["properties"]["answer_choice"]["enum"] == [

@@ -19,7 +19,9 @@ from .prompts import INSUFFICIENT, MEDRGB_SCENARIOS, option_letters
 
 __all__ = ["medrgb_response_format", "schema_of"]
 
-_DOC_NUMBERS = {"type": "array", "items": {"type": "integer"}}
+def _doc_numbers(n_documents: int) -> dict:
+    # bounded: SmolLM2 otherwise counts "1, 2, 3, ..." until the token budget runs out, and the reply is cut
+    return {"type": "array", "items": {"type": "integer"}, "maxItems": n_documents}
 
 
 def _text(max_chars: Optional[int]) -> dict:
@@ -57,7 +59,7 @@ def medrgb_response_format(
         choices.append(INSUFFICIENT)
     props: dict[str, Any] = {}
     if scenario == "sufficiency":
-        props["relevant_documents"] = {**_DOC_NUMBERS, "maxItems": n_documents}
+        props["relevant_documents"] = _doc_numbers(n_documents)
     if scenario == "robustness":
         entry = {"type": "object", "properties": {"document": {"type": "integer"},
                                                   "has_factual_error": {"type": "boolean"},
@@ -67,7 +69,8 @@ def medrgb_response_format(
                                       "maxItems": n_documents}
     if n_sub_questions:
         sub = {"type": "object", "properties": {"sub_question": _text(cap),
-                                                "answer": _text(cap), "documents": _DOC_NUMBERS},
+                                                "answer": _text(cap),
+                                                "documents": _doc_numbers(n_documents)},
                "required": ["sub_question", "answer", "documents"]}
         props["sub_answers"] = {"type": "array", "items": sub, "minItems": n_sub_questions,
                                 "maxItems": n_sub_questions}
