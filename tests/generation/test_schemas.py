@@ -41,11 +41,12 @@ def test_fields_follow_each_prompt_in_order():
         assert all(f'"{name}"' in user for name in schema["properties"])
 
 
-def test_text_fields_share_half_the_token_budget():
-    assert _schema("standard", OPTIONS, 5, max_tokens=256)["properties"]["step_by_step_thinking"]["maxLength"] == 512
-    rob = _schema("robustness", OPTIONS, 5, 3, max_tokens=256)["properties"]  # 1 + 5 + 2x3 text fields
-    assert rob["step_by_step_thinking"]["maxLength"] == 512 // 12
-    assert rob["document_analysis"]["items"]["properties"]["correction"]["maxLength"] == 512 // 12
+def test_text_fields_share_the_token_budget_in_characters():
+    assert _schema("standard", OPTIONS, 5, max_tokens=256)["properties"]["step_by_step_thinking"]["maxLength"] == 256
+    rob = _schema("robustness", OPTIONS, 5, 3, max_tokens=384)["properties"]  # 1 + 5 + 2x3 text fields
+    assert rob["step_by_step_thinking"]["maxLength"] == 384 // 12
+    assert rob["document_analysis"]["items"]["properties"]["correction"]["maxLength"] == 384 // 12
+    assert _schema("robustness", OPTIONS, 5, 3, max_tokens=64)["properties"]["step_by_step_thinking"]["maxLength"] == 16
     assert "maxLength" not in _schema("standard", OPTIONS, 5)["properties"]["step_by_step_thinking"]
 
 

@@ -39,9 +39,10 @@ def medrgb_response_format(
 
     ``n_documents``: documents shown (robustness: one ``document_analysis`` entry each; sufficiency: at most that
     many ``relevant_documents``); ``n_sub_questions``: sub-questions shown (integration, and robustness when
-    given: that many ``sub_answers``); ``max_tokens``: the reply's token budget, of which the free-text fields
-    (thinking, corrections, sub-answers) share about half (2 characters a token between them, ``maxLength``
-    each) so the answer fields after them still fit; None: no caps.
+    given: that many ``sub_answers``); ``max_tokens``: the reply's token budget; the free-text fields (thinking,
+    corrections, sub-answers) share ``max_tokens`` characters (``maxLength`` each, at least 16), about a quarter
+    of the budget, so the fields after them still fit (SmolLM2's robustness replies were cut at 256 tokens with
+    twice that); None: no caps.
     """
     if scenario not in MEDRGB_SCENARIOS:
         raise ValueError(f"scenario must be one of {MEDRGB_SCENARIOS}, got {scenario!r}")
@@ -53,7 +54,9 @@ def medrgb_response_format(
     if scenario == "integration" and n_sub_questions < 1:
         raise ValueError("the integration scenario needs sub-questions (n_sub_questions >= 1)")
     text_fields = 1 + (n_documents if scenario == "robustness" else 0) + 2 * n_sub_questions
-    cap = None if max_tokens is None else max(16, 2 * max_tokens // text_fields)
+    # ~1 character a budget token between the free-text fields (~1/4 of the budget): keys, numbers and
+    # punctuation take the rest (most of it in robustness: 5 analyses, 3 sub-answers)
+    cap = None if max_tokens is None else max(16, max_tokens // text_fields)
     choices = list(option_letters(options))
     if scenario == "sufficiency":
         choices.append(INSUFFICIENT)
