@@ -1,11 +1,11 @@
-// Python bindings of the optional CUDA back end (csrc/cuda): convert types,
-// check arguments, release the GIL. Built whether or not CUDA is: without it
-// _cuda_available() reports (False, why) and every other entry point raises
-// RuntimeError("CUDA is not available: ...").
+// Python bindings of the optional CUDA back end (csrc/cuda/host.h for the
+// fused operators, csrc/cuda/cuda_api.h for exact search and the device
+// table): convert types, check arguments, release the GIL. Built whether or
+// not CUDA is: without it _cuda_available() reports (False, why) and every
+// other entry point raises RuntimeError("CUDA is not available: ...").
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
-#include <cmath>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -15,7 +15,9 @@
 #include "bindings/convert.h"
 #include "common/metric.h"
 #include "cuda/cuda_api.h"
+#include "cuda/host.h"
 #include "fusion/mmr_batch.h"
+#include "fusion/rrf.h"
 
 namespace py = pybind11;
 namespace fu = medretrieve::fusion;
@@ -24,30 +26,22 @@ namespace medretrieve::bindings {
 
 namespace {
 
-bool cuda_ok(std::string* why) {
-#if defined(MEDRETRIEVE_WITH_CUDA)
-  return cuda::available(why);
-#else
-  if (why) *why = "medretrieve was built without the CUDA back end (MEDRETRIEVE_CUDA=OFF or nvcc not found)";
-  return false;
-#endif
-}
-
-void require_cuda() {
-  std::string why;
-  if (!cuda_ok(&why)) throw std::runtime_error("CUDA is not available: " + why);
-}
-
-#if defined(MEDRETRIEVE_WITH_CUDA)
-
-py::list times_of(const cuda::Timing& t) {
+py::list kernel_times(const cuda::Timing& t) {
   py::list out;
   for (float v : t.times_ms) out.append(v);
   return out;
 }
 
+#if defined(MEDRETRIEVE_WITH_CUDA)
+
+// A top-k bound of the exact kernels, checked before the (nq, k) outputs are allocated.
+void check_topk(size_t k) {
+  if (k == 0 || k > cuda::kMaxTopK) throw py::value_error("k must be in [1, " + std::to_string(cuda::kMaxTopK) + "]");
+}
+
 py::tuple exact_search(py::array queries, py::array database, size_t k, const std::string& metric,
                        py::object qscale, py::object dbscale, int warmup, int repeats) {
+  cuda::require_usable();
   const Metric met = parse_metric(metric, "metric");
   if (queries.ndim() != 2 || database.ndim() != 2) throw py::value_error("queries and database must be 2-d");
   require_c_contiguous(queries, "queries");
@@ -55,7 +49,7 @@ py::tuple exact_search(py::array queries, py::array database, size_t k, const st
   const size_t nq = size_t(queries.shape(0)), n = size_t(database.shape(0)), dim = size_t(database.shape(1));
   if (size_t(queries.shape(1)) != dim)
     throw py::value_error("queries have dim " + std::to_string(queries.shape(1)) + ", database " + std::to_string(dim));
-  if (k == 0 || k > cuda::kMaxTopK) throw py::value_error("k must be in [1, " + std::to_string(cuda::kMaxTopK) + "]");
+  check_topk(k);
   py::array_t<int64_t> ids({nq, k});
   py::array_t<float> scores({nq, k});
   int64_t* oi = ids.mutable_data();
@@ -76,66 +70,14 @@ py::tuple exact_search(py::array queries, py::array database, size_t k, const st
   } else {
     throw py::type_error("queries and database must both be float32 or both be int8");
   }
-  return py::make_tuple(ids, scores, times_of(timing));
-}
-
-py::tuple mmr_batch(py::list candidates, size_t k, py::handle lambdas,
-                    py::object queries, py::object relevances, const std::string& metric, py::object scales,
-                    int warmup, int repeats) {
-  const Metric met = parse_metric(metric, "metric");
-  const std::vector<fu::MmrProblem> problems = mmr_problems(candidates, lambdas, queries, relevances, scales);
-  cuda::Timing timing{warmup, repeats, {}};
-  std::vector<fu::MmrResult> results;
-  {
-    py::gil_scoped_release release;
-    const fu::PackedMmrBatch p = fu::pack_mmr_batch(problems, k, met);
-    const size_t B = problems.size();
-    std::vector<int64_t> order(B * p.k, -1);
-    std::vector<float> mmr_scores(B * p.k);
-    if (B > 0 && p.k > 0) {
-      if (p.int8)
-        cuda::mmr_i8(p.rows_i8.data(), p.scale.data(), p.offset.data(), 0.f, p.weight, p.offsets.data(), B, p.dim,
-                     p.relevance.data(), p.lambdas.data(), p.k, order.data(), mmr_scores.data(), &timing);
-      else
-        cuda::mmr_f32(p.rows_f32.data(), p.offsets.data(), B, p.dim, p.relevance.data(), p.lambdas.data(), p.k, met,
-                      order.data(), mmr_scores.data(), &timing);
-    }
-    results = fu::unpack_mmr_batch(problems, p, order.data(), mmr_scores.data());
-  }
-  py::list out;
-  for (const auto& r : results) out.append(to_numpy(r.order, r.scores));
-  return py::make_tuple(out, times_of(timing));
-}
-
-py::tuple rrf(py::sequence lists, py::handle k_arg, py::object weights, size_t top_n, int warmup, int repeats) {
-  const double k = rrf_k_arg(k_arg);
-  IdLists in(lists);
-  const size_t L = in.views.size();
-  std::vector<double> w = read_weights(weights, L);
-  if (!std::isfinite(k) || k < 0) throw py::value_error("rrf: k must be finite and >= 0");
-  for (double x : w)
-    if (!std::isfinite(x) || x < 0) throw py::value_error("rrf: weights must be finite and >= 0");
-  std::vector<int64_t> out_ids;
-  std::vector<float> out_scores;
-  cuda::Timing timing{warmup, repeats, {}};
-  {
-    py::gil_scoped_release release;
-    std::vector<int64_t> flat, offsets(L + 1, 0);
-    for (size_t l = 0; l < L; ++l) {
-      flat.insert(flat.end(), in.views[l].ids, in.views[l].ids + in.views[l].size);
-      offsets[l + 1] = int64_t(flat.size());
-    }
-    cuda::rrf(flat.data(), offsets.data(), L, k, w.empty() ? nullptr : w.data(), top_n, out_ids, out_scores, &timing);
-  }
-  py::tuple res = to_numpy(out_ids, out_scores);
-  return py::make_tuple(res[0], res[1], times_of(timing));
+  return py::make_tuple(ids, scores, kernel_times(timing));
 }
 
 // Device-resident rows for FlatIndex(device="cuda"); search returns row positions.
 void bind_table(py::module_& m) {
   py::class_<cuda::DeviceTable>(m, "_CudaTable")
       .def(py::init([] {
-        require_cuda();
+        cuda::require_usable();
         return std::make_unique<cuda::DeviceTable>();
       }))
       .def(
@@ -165,8 +107,7 @@ void bind_table(py::module_& m) {
             if (queries.ndim() != 2 || size_t(queries.shape(1)) != self.dim())
               throw py::value_error("queries must be 2-d with dim " + std::to_string(self.dim()));
             require_c_contiguous(queries, "queries");
-            if (k == 0 || k > cuda::kMaxTopK)
-              throw py::value_error("k must be in [1, " + std::to_string(cuda::kMaxTopK) + "]");
+            check_topk(k);
             const size_t nq = size_t(queries.shape(0));
             py::array_t<int64_t> ids({nq, k});
             py::array_t<float> scores({nq, k});
@@ -191,13 +132,44 @@ void bind_table(py::module_& m) {
       .def_property_readonly("device_bytes", &cuda::DeviceTable::device_bytes);
 }
 
+#else  // without the back end: the same name, raising once the caller asks for it
+
+py::tuple exact_search(py::object, py::object, size_t, const std::string&, py::object, py::object, int, int) {
+  cuda::require_usable();
+  return py::tuple();  // not reached: require_usable() threw
+}
+
 #endif  // MEDRETRIEVE_WITH_CUDA
 
-// Without the back end: the same names, raising once the caller asks for them.
-template <typename... Args>
-py::tuple unavailable(Args...) {
-  require_cuda();
-  return py::tuple();
+py::tuple mmr_batch(py::list candidates, size_t k, py::handle lambdas, py::object queries, py::object relevances,
+                    const std::string& metric, py::object scales, int warmup, int repeats) {
+  cuda::require_usable();
+  const Metric met = parse_metric(metric, "metric");
+  const std::vector<fu::MmrProblem> problems = mmr_problems(candidates, lambdas, queries, relevances, scales);
+  cuda::Timing timing{warmup, repeats, {}};
+  std::vector<fu::MmrResult> results;
+  {
+    py::gil_scoped_release release;
+    results = cuda::mmr_batch(problems, k, met, &timing);
+  }
+  py::list out;
+  for (const auto& r : results) out.append(to_numpy(r.order, r.scores));
+  return py::make_tuple(out, kernel_times(timing));
+}
+
+py::tuple rrf(py::sequence lists, py::handle k_arg, py::object weights, size_t top_n, int warmup, int repeats) {
+  cuda::require_usable();
+  const double k = rrf_k_arg(k_arg);
+  IdLists in(lists);
+  const std::vector<double> w = read_weights(weights, in.views.size());
+  cuda::Timing timing{warmup, repeats, {}};
+  fu::Fused f;
+  {
+    py::gil_scoped_release release;
+    f = cuda::rrf_lists(in.views, k, w.empty() ? nullptr : w.data(), top_n, &timing);
+  }
+  py::tuple res = to_numpy(f.ids, f.scores);
+  return py::make_tuple(res[0], res[1], kernel_times(timing));
 }
 
 }  // namespace
@@ -207,50 +179,22 @@ void bind_cuda(py::module_& m) {
       "_cuda_available",
       [] {
         std::string why;
-        const bool ok = cuda_ok(&why);
+        const bool ok = cuda::usable(&why);
         return py::make_tuple(ok, why);
       },
       "(usable, reason): whether the CUDA kernels can run here and, if not, why.");
-
-  m.def("_cuda_device_summary", []() -> std::string {
-    require_cuda();
+  m.def("_cuda_device_summary", &cuda::usable_device_summary);
 #if defined(MEDRETRIEVE_WITH_CUDA)
-    return cuda::device_summary();
-#else
-    return {};
-#endif
-  });
-
-#if defined(MEDRETRIEVE_WITH_CUDA)
-  auto exact = [](py::array q, py::array d, size_t k, const std::string& metric, py::object qs, py::object ds,
-                  int warmup, int repeats) {
-    require_cuda();
-    return exact_search(q, d, k, metric, qs, ds, warmup, repeats);
-  };
-  auto mmr = [](py::list c, size_t k, py::handle lambdas,
-                py::object queries, py::object relevances, const std::string& metric, py::object scales, int warmup,
-                int repeats) {
-    require_cuda();
-    return mmr_batch(c, k, lambdas, queries, relevances, metric, scales, warmup, repeats);
-  };
-  auto fuse = [](py::sequence lists, py::handle k, py::object weights, size_t top_n, int warmup, int repeats) {
-    require_cuda();
-    return rrf(lists, k, weights, top_n, warmup, repeats);
-  };
   bind_table(m);
-#else
-  auto exact = unavailable<py::object, py::object, size_t, std::string, py::object, py::object, int, int>;
-  auto mmr = unavailable<py::object, size_t, py::object, py::object, py::object, std::string, py::object, int, int>;
-  auto fuse = unavailable<py::object, double, py::object, size_t, int, int>;
 #endif
-
-  m.def("_cuda_exact_search", exact, py::arg("queries"), py::arg("database"), py::arg("k"), py::arg("metric") = "ip",
-        py::arg("query_scales") = py::none(), py::arg("database_scales") = py::none(), py::arg("warmup") = 0,
-        py::arg("repeats") = 0, "Exact top-k on the GPU: (ids, scores, kernel times in ms).");
-  m.def("_cuda_mmr_batch", mmr, py::arg("candidates"), py::arg("k"), py::arg("lambdas"), py::arg("queries") = py::none(),
-        py::arg("relevances") = py::none(), py::arg("metric") = "ip", py::arg("scales") = py::none(),
-        py::arg("warmup") = 0, py::arg("repeats") = 0, "Batched MMR on the GPU: (results, kernel times in ms).");
-  m.def("_cuda_rrf", fuse, py::arg("lists"), py::arg("k") = 60.0, py::arg("weights") = py::none(),
+  m.def("_cuda_exact_search", &exact_search, py::arg("queries"), py::arg("database"), py::arg("k"),
+        py::arg("metric") = "ip", py::arg("query_scales") = py::none(), py::arg("database_scales") = py::none(),
+        py::arg("warmup") = 0, py::arg("repeats") = 0, "Exact top-k on the GPU: (ids, scores, kernel times in ms).");
+  m.def("_cuda_mmr_batch", &mmr_batch, py::arg("candidates"), py::arg("k"), py::arg("lambdas"),
+        py::arg("queries") = py::none(), py::arg("relevances") = py::none(), py::arg("metric") = "ip",
+        py::arg("scales") = py::none(), py::arg("warmup") = 0, py::arg("repeats") = 0,
+        "Batched MMR on the GPU: (results, kernel times in ms).");
+  m.def("_cuda_rrf", &rrf, py::arg("lists"), py::arg("k") = 60.0, py::arg("weights") = py::none(),
         py::arg("top_n") = 0, py::arg("warmup") = 0, py::arg("repeats") = 0,
         "RRF on the GPU: (ids, scores, kernel times in ms).");
 }

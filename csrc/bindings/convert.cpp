@@ -34,12 +34,13 @@ fusion::MmrProblem mmr_problem(const py::handle& candidates, const py::handle& q
   } else if (has_dtype<int8_t>(c)) {
     p.int8 = true;
     p.i8 = static_cast<const int8_t*>(c.data());
-    if (!scales.is_none()) p.scales = vector_of<float>(scales, p.n, "scales");
   } else {
     throw py::type_error(what + "candidates must be float32 or int8");
   }
-  if (!query.is_none()) p.query = vector_of<float>(query, p.dim, "query");
-  if (!relevance.is_none()) p.relevance = vector_of<float>(relevance, p.n, "relevance");
+  // Read whatever the dtype: check_problem refuses scales beside float32 rows.
+  if (!scales.is_none()) p.scales = vector_of<float>(scales, p.n, (what + "scales").c_str());
+  if (!query.is_none()) p.query = vector_of<float>(query, p.dim, (what + "query").c_str());
+  if (!relevance.is_none()) p.relevance = vector_of<float>(relevance, p.n, (what + "relevance").c_str());
   fusion::check_problem(p, what);
   return p;
 }

@@ -2,8 +2,11 @@
 
 The work happens in the native core (``medretrieve._core``, ``csrc/fusion``):
 SIMD distance kernels, no n x n similarity matrix, the GIL released. This
-module checks arguments (clear ``ValueError`` / ``TypeError``), converts them
-to the dtypes the core expects and documents the rules.
+module converts arguments to the dtypes the core expects, checks what the
+binding cannot see (``device``, ``k`` and ``top_n`` as Python ints, per-query
+list lengths) and documents the rules; the binding checks the rest (metric,
+lambda, RRF ``k`` and weights, finite vectors...) with clear ``ValueError`` /
+``TypeError``.
 
 * :func:`mmr` / :func:`mmr_batch` -- maximal marginal relevance,
   ``MMR(d) = lambda * rel(d) - (1 - lambda) * max_{j in selected} sim(d, d_j)``.
@@ -200,8 +203,9 @@ def _mmr_args(
     metric: str,
     what: str,
 ) -> Tuple[np.ndarray, Optional[np.ndarray], Optional[np.ndarray], Optional[np.ndarray]]:
-    # NaN / inf and negative scales are rejected by the native core (one pass
-    # over each vector, no extra copies).
+    # NaN / inf, negative scales, scales beside float32 rows, neither a query
+    # nor a relevance vector: refused by the binding (convert.cpp, one pass
+    # over each vector, no extra copies). Here only conversions and shapes.
     if type(candidates) is np.ndarray and candidates.ndim == 2 and candidates.flags.c_contiguous and (
         candidates.dtype == np.float32 or candidates.dtype == np.int8
     ):
@@ -211,13 +215,7 @@ def _mmr_args(
     n, dim = cand.shape
     q = None if query is None else _float_vector(query, dim, f"{what}query", False)
     rel = None if relevance is None else _float_vector(relevance, n, f"{what}relevance", False)
-    if q is None and rel is None:
-        raise ValueError(f"{what}give a query or a relevance vector")
-    sc = None
-    if scales is not None:
-        if cand.dtype != np.int8:
-            raise ValueError(f"{what}scales apply only to int8 candidates")
-        sc = _float_vector(scales, n, f"{what}scales", False)
+    sc = None if scales is None else _float_vector(scales, n, f"{what}scales", False)
     return cand, q, rel, sc
 
 
@@ -262,8 +260,6 @@ def mmr(
         relevant candidate (score ``lambda_ * rel``); ties go to the higher
         relevance, then to the lower position.
     """
-    if metric not in _METRICS:
-        raise ValueError(f"metric must be one of {_METRICS}, got {metric!r}")
     k = _check_k(k)
     _check_device(device)
     cand, q, rel, sc = _mmr_args(query, candidates, relevance, scales, metric, "")
@@ -297,8 +293,6 @@ def mmr_batch(
     ``(order, scores)`` pair per query, identical to calling :func:`mmr`.
     On ``device="cuda"`` every candidate matrix must share dtype and dim.
     """
-    if metric not in _METRICS:
-        raise ValueError(f"metric must be one of {_METRICS}, got {metric!r}")
     k = _check_k(k)
     threads = _check_k(threads, "threads")
     _check_device(device)
@@ -326,8 +320,6 @@ def mmr_batch(
         r_out.append(r)
         s_out.append(s)
     if device == "cuda":
-        if B == 0:
-            return []
         results, _ = _core._cuda_mmr_batch(cands, k, lambdas, q_out, r_out, metric, s_out)
         return results
     return _core._mmr_batch(cands, k, lambdas, q_out, r_out, metric, s_out, threads)
@@ -350,8 +342,9 @@ def _check_lists(lists: object, what: str) -> list:
     return list(lists)
 
 
-def _empty() -> Ranked:
-    return np.zeros(0, np.int64), np.zeros(0, np.float32)
+def _first(ids: np.ndarray, scores: np.ndarray, top: Optional[int]) -> Ranked:
+    """The binding's result, cut to zero entries when the caller asked for top_n=0 (the binding's "all")."""
+    return (ids[:0], scores[:0]) if top == 0 else (ids, scores)
 
 
 def rrf(
@@ -386,12 +379,13 @@ def rrf(
     lists = _check_lists(ranked_lists, "ranked_lists")
     top = _check_top_n(top_n)
     _check_device(device)
-    if top == 0:
-        return _empty()
+    # The binding checks k and weights (and reads top_n=0 as "all"): top_n=0
+    # goes through it too, so bad arguments are refused whatever top_n is.
     if device == "cuda":
         ids, scores, _ = _core._cuda_rrf(lists, k, weights, top or 0)
-        return ids, scores
-    return _core._rrf(lists, k, weights, top or 0)
+    else:
+        ids, scores = _core._rrf(lists, k, weights, top or 0)
+    return _first(ids, scores, top)
 
 
 def fuse_scores(
@@ -418,20 +412,16 @@ def fuse_scores(
     """
     ids = _check_lists(id_lists, "id_lists")
     scores = _check_lists(score_lists, "score_lists")
-    if len(ids) != len(scores):
-        raise ValueError(f"{len(ids)} id lists but {len(scores)} score lists")
-    if method not in ("minmax", "zscore"):
-        raise ValueError(f"method must be 'minmax' or 'zscore', got {method!r}")
     top = _check_top_n(top_n)
-    if top == 0:
-        return _empty()
+    # The binding checks the method, the list counts and the weights.
     score_arrays = []
     for i, s in enumerate(scores):
         arr = np.asarray(s)
         if arr.dtype.kind not in "fiu" or arr.dtype == np.bool_:
             raise TypeError(f"score list {i} must be numeric, got dtype {arr.dtype}")
         score_arrays.append(np.ascontiguousarray(arr, dtype=np.float32))
-    return _core._fuse_scores(ids, score_arrays, method, weights, top or 0)
+    fused_ids, fused_scores = _core._fuse_scores(ids, score_arrays, method, weights, top or 0)
+    return _first(fused_ids, fused_scores, top)
 
 
 # --------------------------------------------------------------------------

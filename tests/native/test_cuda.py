@@ -31,6 +31,9 @@ def test_device_cuda_raises_clear_runtime_error() -> None:
     calls = [
         lambda: mmr(np.ones(8), x, 2, device="cuda"),
         lambda: mmr_batch([np.ones(8)], [x], 2, device="cuda"),
+        lambda: mmr_batch([], [], 2, device="cuda"),
+        lambda: medretrieve._core._cuda_mmr_batch([], 2, 0.5),
+        lambda: medretrieve._core._cuda_rrf([[1, 2]]),
         lambda: rrf([[1, 2], [2]], device="cuda"),
         lambda: fusion.cuda_exact_search(x, x, 2),
         lambda: medretrieve._core._cuda_device_summary(),

@@ -360,6 +360,28 @@ def test_rrf_bad_input(lists: object, kwargs: dict, error: type, match: str) -> 
         rrf(lists, **kwargs)  # type: ignore[arg-type]
 
 
+def test_top_n_zero_still_checks_arguments() -> None:
+    """An empty answer is no excuse for accepting bad arguments: the binding checks them whatever top_n is."""
+    with pytest.raises(ValueError, match="k must be"):
+        rrf([[1, 2]], k=-1, top_n=0)
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        rrf([[1, 2]], weights=[-1.0], top_n=0)
+    with pytest.raises(ValueError, match="minmax"):
+        fuse_scores([[1, 2]], [[1.0, 2.0]], method="rank", top_n=0)
+    with pytest.raises(ValueError, match="score lists"):
+        fuse_scores([[1, 2]], [[1.0, 2.0], [3.0]], top_n=0)
+
+
+def test_binding_refuses_scales_beside_float32_rows() -> None:
+    """The one check of scales lives in the binding: called directly, it refuses them too (not silently ignored)."""
+    x = np.eye(4, 8, dtype=np.float32)
+    with pytest.raises(ValueError, match="scales apply only to int8"):
+        medretrieve._core._mmr(x, 2, 0.5, np.ones(8, np.float32), None, "ip", np.ones(4, np.float32))
+    with pytest.raises(ValueError, match="query 1: scales apply only to int8"):
+        medretrieve._core._mmr_batch([x, x], 2, 0.5, [np.ones(8, np.float32)] * 2, None, "ip",
+                                     [None, np.ones(4, np.float32)])
+
+
 # ------------------------------------------------------------ score fusion
 
 
