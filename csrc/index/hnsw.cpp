@@ -339,7 +339,13 @@ std::vector<Candidate> Hnsw::search_layer0_pool(SearchScratch& s, const QueryCtx
     uint32_t next;
     if (pool.peek_next(next)) store_.prefetch_links0(next);  // most often the one expanded next
     const size_t m = take_unvisited0(id, *vis, fresh);
-    for (size_t i = 0; i < m; ++i) {
+    size_t i = 0;
+    for (float d[4]; i + 4 <= m; i += 4) {  // four at a time: one kernel call, the query read once
+      for (size_t j = i + ahead; j < std::min(i + 4 + ahead, m); ++j) store_.prefetch(fresh[j]);
+      store_.distance4(ctx, fresh + i, d);
+      for (size_t j = 0; j < 4; ++j) pool.insert(d[j], fresh[i + j]);
+    }
+    for (; i < m; ++i) {
       if (i + ahead < m) store_.prefetch(fresh[i + ahead]);
       pool.insert(store_.distance(ctx, fresh[i]), fresh[i]);
     }

@@ -195,6 +195,21 @@ class VectorStore {
     return space_ == Space::L2 ? kt_->l2sq_f32(ctx.vec.data(), code_f32(id), dim_)
                                : -kt_->dot_f32(ctx.vec.data(), code_f32(id), dim_);
   }
+  // out[j] = distance(ctx, ids[j]) for j < 4, to the bit: int8 codes go
+  // through one four-code kernel call (the query read once per block).
+  void distance4(const QueryCtx& ctx, const uint32_t* ids, float* out) const {
+    if (dtype_ != DType::Int8) {
+      for (size_t j = 0; j < 4; ++j) out[j] = distance(ctx, ids[j]);
+      return;
+    }
+    const int8_t* codes[4] = {code_i8(ids[0]), code_i8(ids[1]), code_i8(ids[2]), code_i8(ids[3])};
+    int32_t dots[4];
+    kt_->dot_i8_x4(ctx.code.data(), codes, dim_, dots);
+    for (size_t j = 0; j < 4; ++j) {
+      const float d = float(dots[j]) * scale(ids[j]);
+      out[j] = space_ == Space::L2 ? ctx.base + aux(ids[j]) + ctx.factor * d : ctx.base + ctx.factor * d;
+    }
+  }
   // Exact float32 distance from the kept originals (falls back to distance()).
   float exact_distance(const QueryCtx& ctx, uint32_t id) const;
   float distance_between(uint32_t a, uint32_t b) const;

@@ -24,7 +24,17 @@ struct KernelTable {
   // sum_i a[i] * b[i] in exact int32 arithmetic. Codes are in [-127, 127]
   // so n <= 2^17 cannot overflow (127 * 127 * 2^17 < 2^31).
   int32_t (*dot_i8)(const int8_t* a, const int8_t* b, size_t n);
+  // out[j] = dot_i8(q, b[j], n) for j < 4: graph search scores a node's
+  // neighbours four at a time, loading and preparing q once per block.
+  void (*dot_i8_x4)(const int8_t* q, const int8_t* const* b, size_t n, int32_t* out);
 };
+
+// dot_i8_x4 as four calls of a level's dot_i8 (levels whose one-vector kernel
+// is already bound by memory rather than by instructions).
+template <int32_t (*Dot)(const int8_t*, const int8_t*, size_t)>
+void dot_i8_x4_each(const int8_t* q, const int8_t* const* b, size_t n, int32_t* out) {
+  for (size_t j = 0; j < 4; ++j) out[j] = Dot(q, b[j], n);
+}
 
 // Highest level this CPU and OS support (XSAVE-enabled register state).
 SimdLevel cpu_level();

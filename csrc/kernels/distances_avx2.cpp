@@ -99,10 +99,32 @@ int32_t dot_i8(const int8_t* a, const int8_t* b, size_t n) {
   return s;
 }
 
+// Four codes against one query: per 32 codes the query is loaded and its
+// absolute value taken once (4 x 5 + 2 instructions instead of 4 x 7), and
+// the four independent accumulators keep the multiply units busy.
+void dot_i8_x4(const int8_t* q, const int8_t* const* b, size_t n, int32_t* out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i x = load256(q + i);
+    const __m256i ax = _mm256_abs_epi8(x);
+    for (size_t j = 0; j < 4; ++j) {
+      const __m256i pairs = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(load256(b[j] + i), x));
+      acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(pairs, ones));
+    }
+  }
+  for (size_t j = 0; j < 4; ++j) {
+    int32_t s = hsum256_epi32(acc[j]);
+    for (size_t t = i; t < n; ++t) s += int32_t(q[t]) * int32_t(b[j][t]);
+    out[j] = s;
+  }
+}
+
 }  // namespace
 
 const KernelTable& avx2_table() {
-  static const KernelTable t{SimdLevel::AVX2, dot_f32, l2sq_f32, dot_i8};
+  static const KernelTable t{SimdLevel::AVX2, dot_f32, l2sq_f32, dot_i8, dot_i8_x4};
   return t;
 }
 

@@ -64,6 +64,34 @@ TEST(Kernels, Int8DotIsExact) {
   }
 }
 
+TEST(Kernels, Int8DotOfFourIsExactAndEqualsFourDots) {
+  std::mt19937 rng(13);
+  std::uniform_int_distribution<int> ud(-127, 127);
+  for (const KernelTable* t : levels()) {
+    for (size_t n : kSizes) {
+      std::vector<int8_t> q(n), rows(4 * n);
+      for (auto& v : q) v = int8_t(ud(rng));
+      for (auto& v : rows) v = int8_t(ud(rng));
+      const int8_t* b[4] = {rows.data(), rows.data() + n, rows.data() + 2 * n, rows.data() + 3 * n};
+      int32_t got[4];
+      t->dot_i8_x4(q.data(), b, n, got);
+      for (size_t j = 0; j < 4; ++j) {
+        int64_t ref = 0;
+        for (size_t i = 0; i < n; ++i) ref += int64_t(q[i]) * b[j][i];
+        EXPECT_EQ(got[j], ref) << level_name(t->level) << " n=" << n << " j=" << j;
+        EXPECT_EQ(got[j], t->dot_i8(q.data(), b[j], n)) << level_name(t->level) << " n=" << n << " j=" << j;
+      }
+    }
+    // Extremes, and rows of different signs in one block.
+    std::vector<int8_t> hi(4096, 127), lo(4096, -127);
+    const int8_t* b[4] = {hi.data(), lo.data(), hi.data(), lo.data()};
+    int32_t got[4];
+    t->dot_i8_x4(lo.data(), b, lo.size(), got);
+    EXPECT_EQ(got[0], -127 * 127 * 4096) << level_name(t->level);
+    EXPECT_EQ(got[1], 127 * 127 * 4096) << level_name(t->level);
+  }
+}
+
 TEST(Quantizer, RoundTripErrorIsBoundedByHalfAStep) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.f, 2.f);
