@@ -12,10 +12,14 @@ std::vector<Candidate> exact_topk(const VectorStore& store, const QueryCtx& ctx,
                                   const uint32_t* ids, size_t n, size_t k, bool use_exact) {
   std::priority_queue<Candidate> top;  // max-heap: the worst kept result on top
   if (k == 0) return {};
+  // Per-element work the scan can skip: the deletion / label test when there is
+  // nothing to exclude, and software prefetch on a sequential scan (the hardware
+  // prefetcher follows it; the extra instructions made a 16-d scan ~20% slower).
+  const bool check_stored = filter.query != nullptr || store.deleted_count() > 0;
   for (size_t i = 0; i < n; ++i) {
     const uint32_t id = ids ? ids[i] : uint32_t(i);
-    if (i + 4 < n) store.prefetch(ids ? ids[i + 4] : uint32_t(i + 4));
-    if (!filter.stored_ok(id)) continue;
+    if (ids && i + 4 < n) store.prefetch(ids[i + 4]);
+    if (check_stored && !filter.stored_ok(id)) continue;
     const float d = use_exact ? store.exact_distance(ctx, id) : store.distance(ctx, id);
     const bool full = top.size() == k;
     if (full && !(d < top.top().first)) continue;
