@@ -8,6 +8,8 @@ label-filtered recall / QPS when 10%, 5% and 2.5% of the elements are allowed.
     nice python bench/ann.py --n 20000 --nq 1000 --efc 100
     nice python bench/ann.py --n 200000 --nq 1000 --efc 100          # the issue's size (slow on 2 cores)
     nice python bench/ann.py --shape minilm-bioasq --n 100000        # real MiniLM vectors of the BioASQ snippets
+    MEDRETRIEVE_SIMD=avx2 nice python bench/ann.py --shape default-bioasq --n 21000 --nq 840 \
+        --libs "medretrieve int8,faiss HNSWSQ8,hnswlib float32" --deep-efs ""   # the embedded encoder's vectors, AVX2
     nice python bench/ann.py --n 200000 --interleaved --libs "hnswlib float32,medretrieve int8,..."  # fair QPS
     nice python bench/ann.py --shape all --n 100000 --efs 16,32,64,128,256,512   # issue 19: every data shape
     nice python bench/ann.py --shape all --n 100000 --libs "medretrieve float32,faiss HNSWFlat"  # the graphs alone
@@ -438,7 +440,7 @@ def main() -> None:
     ap.add_argument("--efs", default="10,16,24,32,48,64,96,128")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--libs", default="all", help="comma list of name prefixes, all, or (with --shape) none")
-    ap.add_argument("--shape", help="comma list of named data shapes (bench/datagen.py SHAPES, minilm-bioasq) or "
+    ap.add_argument("--shape", help="comma list of named data shapes (bench/datagen.py SHAPES, minilm-bioasq, default-bioasq) or "
                     "'all': one interleaved run per shape with the issue-19 summary (implies --interleaved)")
     ap.add_argument("--entry-beam", type=int, default=0,
                     help="with --shape: medretrieve's Index.entry_beam (0, the default: ef // 8; 1: one descent)")
