@@ -1,7 +1,7 @@
 // Device discovery. The module links cudart statically, so it imports on a
 // machine without a driver; cudaGetDeviceCount's error then says why.
+#include <cstdio>
 #include <mutex>
-#include <sstream>
 
 #include "cuda/common.cuh"
 
@@ -57,10 +57,12 @@ std::string device_summary() {
   detail::require_device();
   cudaDeviceProp prop;
   MR_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::ostringstream os;
-  os << prop.name << ", " << prop.multiProcessorCount << " SMs, " << double(prop.totalGlobalMem) / (1ull << 30)
-     << " GiB, sm_" << prop.major << prop.minor;
-  return os.str();
+  // snprintf, not an ostringstream: on the H200 image (nvcc 13, GCC 13) an ostream in this nvcc-compiled file
+  // crashed in its num_put facet whenever numpy had been imported before the module (cuda-gdb, 2026-12-04).
+  char text[320];
+  std::snprintf(text, sizeof text, "%s, %d SMs, %.1f GiB, sm_%d%d", prop.name, prop.multiProcessorCount,
+                double(prop.totalGlobalMem) / double(1ull << 30), prop.major, prop.minor);
+  return text;
 }
 
 namespace detail {
