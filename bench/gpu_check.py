@@ -43,6 +43,19 @@ def rel_err(out: np.ndarray, ref: np.ndarray) -> float:
     return float(np.linalg.norm(out64[finite] - ref64[finite]) / (den if den > 0 else 1.0))
 
 
+def order_agreement(ids: np.ndarray, ref_ids: np.ndarray, ref_scores: np.ndarray, rel_tol: float = 1e-5) -> float:
+    """Fraction of positions holding the reference's id, or an id whose reference score ties the reference's
+    score there within ``rel_tol`` of the row's largest magnitude: float32 sums may swap neighbours that float64
+    tells apart (one H200 run: float32 l2 k=100 swapped 0.23% of positions, every swap a tie at 1e-7)."""
+    agree = 0
+    for row_ids, row_ref, row_scores in zip(ids, ref_ids, ref_scores):
+        score_of = dict(zip(row_ref.tolist(), row_scores.tolist()))
+        tol = rel_tol * max(1.0, float(np.abs(row_scores).max()))
+        for pos, i in enumerate(row_ids.tolist()):
+            agree += i == row_ref[pos] or abs(score_of.get(i, np.inf) - row_scores[pos]) <= tol
+    return agree / ids.size
+
+
 def reference_topk(q: np.ndarray, x: np.ndarray, k: int, metric: str, block: int = 16):
     """Exact top-k in float64 (ties: smaller row id), a few queries at a time."""
     ids_out, scores_out = [], []
@@ -113,6 +126,7 @@ def check_exact(c: Checker, name: str, dtype: str, metric: str, nq: int, n: int,
     kk = min(k, n)  # when k > n the tail must be id -1, score -inf
     tail_ok = bool((ids[:, kk:] == -1).all() and np.isneginf(scores[:, kk:]).all())
     id_agree = float((ids[:m, :kk] == ref_ids).mean())
+    order_agree = order_agreement(ids[:m, :kk], ref_ids, ref_scores)
     recall = float(np.mean([len(set(a) & set(b)) / kk for a, b in zip(ids[:m, :kk], ref_ids)]))
     err = rel_err(scores[:m, :kk], ref_scores)
     c.save(name, seed=np.array(seed), ids=ids[:m], scores=scores[:m], ref_ids=ref_ids, ref_scores=ref_scores)
@@ -120,10 +134,11 @@ def check_exact(c: Checker, name: str, dtype: str, metric: str, nq: int, n: int,
         "shape": f"{nq}x{n}x{dim} k={k} {dtype} {metric}",
         "rel_err": err,
         "id_agreement": id_agree,
+        "order_agreement_up_to_ties": order_agree,
         "recall": recall,
         "checked_queries": m,
         **timing_row(times),
-        "passed": err < 1e-4 and recall == 1.0 and id_agree > 0.999 and tail_ok,
+        "passed": err < 1e-4 and recall == 1.0 and order_agree == 1.0 and tail_ok,
     }
     med_s = statistics.median(times) / 1e3
     db_bytes = n * dim * (1 if dtype == "int8" else 4)
@@ -205,6 +220,12 @@ def check_flat_index(c: Checker, name: str, dtype: str, space: str, n: int, nq: 
             "cpu_ms": round(cpu_ms, 2), "passed": agree >= 0.999 and err < 1e-4}
 
 
+def agree_cell(row: Dict[str, object]) -> str:
+    """The table's "ids agree" cell: positional agreement, and agreement up to float ties where it differs."""
+    exact, up_to_ties = row.get("id_agreement", ""), row.get("order_agreement_up_to_ties")
+    return f"{exact} ({up_to_ties} up to ties)" if up_to_ties is not None and up_to_ties != exact else str(exact)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_check_out")))
@@ -269,7 +290,7 @@ def main() -> int:
                      f"{r['int8_compute_floor_ms']} ms (fraction {r['fraction_of_compute_floor']})")
         err = r.get("rel_err")
         lines.append(f"| {r['case']} | {r.get('shape', '')} | {r['status']} | "
-                     f"{'' if err is None else f'{err:.2e}'} | {r.get('id_agreement', '')} | "
+                     f"{'' if err is None else f'{err:.2e}'} | {agree_cell(r)} | "
                      f"{r.get('median_ms', '')} | {notes} |")
     table = "\n".join(lines)
     (out / "table.md").write_text(table + "\n")
