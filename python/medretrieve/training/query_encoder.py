@@ -9,7 +9,7 @@ questions with relevant documents (BioASQ golden files), moving only the query e
 collection's own document vectors keeps the index, the lexical side and every stored vector valid,
 and the result is an ordinary ONNX query encoder (``Collection.open(dir, query_encoder=...)``,
 ``medretrieve search --query-encoder``). It lifts dense and hybrid retrieval of held-out questions; with a
-learned ranker it has not helped (bench/RESULTS.md, "Query-encoder adaptation"). A ranker fitted on the
+learned ranker it has not helped (bench/RESULTS.md, "Tried and not shipped"). A ranker fitted on the
 questions the encoder was trained on sees dense scores better than new questions will get, so fit rankers on
 other questions than the encoder's.
 
