@@ -251,7 +251,7 @@ def make_session(model_path: Union[str, Path], providers: Optional[Sequence[Any]
     (None: ORT's default, one per physical core). ``arena``: ORT's CPU memory
     arena, which speeds up large batches but keeps the largest activations
     the session ever saw for the life of the process; single queries run as
-    fast without it (bench/RESULTS.md, "Memory per worker").
+    fast without it (bench/RESULTS.md, "Serving": memory per worker).
     """
     import onnxruntime as ort
 
