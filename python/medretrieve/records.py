@@ -26,8 +26,9 @@ class Hit:
     reranking is off; a recovered hit's lexical relevance); ``scores`` holds each stage's value for this chunk
     (``dense``, ``bm25``, ``rrf``, ``rerank``, ``cross_encoder``, ``mmr``, ``recovery``; empty in a compact
     record). ``span``: where the text sits in its source document, as BioASQ snippet fields (``beginSection``,
-    ``endSection``, ``offsetInBeginSection``, ``offsetInEndSection``; :func:`medretrieve.corpus.spans.chunk_span`),
-    None when the collection does not know the chunk's section."""
+    ``endSection``, ``offsetInBeginSection``, ``offsetInEndSection``; :func:`medretrieve.corpus.spans.chunk_span`;
+    and ``text``, the section's characters at those offsets, only where they differ from the chunk's
+    whitespace-normalised ``text``), None when the collection does not know the chunk's section."""
 
     chunk_id: str
     document_id: str

@@ -132,7 +132,9 @@ def test_phase_b_answers_from_the_batch_snippets(tmp_path):
 def test_an_unreadable_reply_is_the_models_answer(tmp_path):
     q = question("y1", "yesno", "Is metformin the first line drug?")
     (entry,) = BatchRun(tmp_path / "run", "A+", Search(), Scripted("I cannot tell."), progress=False).run([q]).entries
-    assert entry["exact_answer"] is None and entry["ideal_answer"] == "I cannot tell." and entry["parse_error"]
+    assert entry["ideal_answer"] == "I cannot tell." and entry["parse_error"]
+    # no exact answer in the reply: one read from the snippets (BioASQ scores a missing one as wrong)
+    assert entry["exact_answer"] == "yes" and entry["exact_answer_from"] == "snippets"
 
 
 def test_score_submission_and_strip(tmp_path):
@@ -178,3 +180,74 @@ def test_a_prompt_over_the_context_is_retried_with_half_the_evidence(tmp_path):
     never.generate = lambda messages, **kw: (_ for _ in ()).throw(LLMContextTooLong("too long"))
     result = BatchRun(tmp_path / "run2", "A+", Search(), never, progress=False).run([question("q1")])
     assert result.failures and "LLMContextTooLong" in result.failures[0]["error"]
+
+
+# ----------------------------------------------------------------------------- exact answers per type (fake server)
+
+TYPED = [BioASQQuestion("y", "Does aspirin inhibit platelet cyclooxygenase?", "yesno", ["501"],
+                        [Snippet("501", "Aspirin irreversibly inhibits platelet cyclooxygenase.")], None, []),
+         BioASQQuestion("f", "What is the first line drug for type 2 diabetes?", "factoid", ["502"],
+                        [Snippet("502", "Metformin is the first line drug for type 2 diabetes.")], None, []),
+         BioASQQuestion("l", "Which organs does cystic fibrosis affect?", "list", ["503"],
+                        [Snippet("503", "The disease affects the lung and pancreas.")], None, []),
+         BioASQQuestion("s", "What causes cystic fibrosis?", "summary", ["503"],
+                        [Snippet("503", "Cystic fibrosis is caused by mutations in the CFTR gene.")], None, [])]
+
+
+def _run_b(tmp_path, handler) -> tuple[list, list]:
+    from llm_server import FakeLLMServer
+
+    from medretrieve.generation.llm import OpenAIBackend
+
+    with FakeLLMServer(handler) as srv:
+        entries = BatchRun(tmp_path / "run", "B", None, OpenAIBackend(srv.base_url, "fake-model"), max_tokens=128,
+                           progress=False).run(TYPED).entries
+        return entries, [r["json"] for r in srv.requests]
+
+
+def test_each_type_gets_its_exact_answer_in_the_bioasq_shape(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    from bioasq_golden import bioasq_llm, validate
+
+    from medretrieve.generation.generate import write_bioasq_submission
+
+    entries, requests = _run_b(tmp_path, bioasq_llm)
+    y, f, lst, s = entries
+    assert y["exact_answer"] == "yes" and f["exact_answer"] == [["metformin"], ["insulin"]]
+    assert lst["exact_answer"] == [["lung"], ["pancreas"]] and s["exact_answer"] is None and s["ideal_answer"]
+    assert not any("exact_answer_from" in e or "parse_error" in e for e in entries)  # all from the model
+    for request, q in zip(requests, TYPED):  # each asked under its type's schema, which the reply fits
+        schema = request["response_format"]["json_schema"]["schema"]
+        assert request["response_format"]["json_schema"]["name"] == f"bioasq_{q.type}"
+        jsonschema.validate(json.loads(bioasq_llm(request)[1]["choices"][0]["message"]["content"]), schema)
+    doc = write_bioasq_submission(entries, tmp_path / "submission.json", phase="B")
+    validate(doc, "phaseB")
+    assert doc["questions"][1]["exact_answer"] == [["metformin"], ["insulin"]] and "exact_answer" not in \
+        doc["questions"][3]
+
+
+def test_a_reply_without_an_exact_answer_gets_one_from_the_snippets(tmp_path):
+    """SmolLM2-135M wrote numbered prose and no exact answer to factoid and list prompts: the entry then takes
+    the exact answer from the snippets it was shown and says so; the model's prose stays its ideal answer."""
+    pytest.importorskip("jsonschema")
+    from bioasq_golden import validate
+
+    from medretrieve.generation.generate import write_bioasq_submission
+
+    def prose(request):
+        return "1. The snippets say so.\n2. The snippets say so."
+
+    entries, _ = _run_b(tmp_path, prose)
+    y, f, lst, s = entries
+    assert y["exact_answer"] == "yes" and f["exact_answer"][0] == ["Metformin"]
+    assert ["pancreas"] in lst["exact_answer"]
+    assert [e.get("exact_answer_from") for e in entries] == ["snippets", "snippets", "snippets", None]
+    assert all(e["parse_error"] for e in (f, lst)) and f["ideal_answer"].startswith("1. The snippets say so.")
+    assert s["exact_answer"] is None and s["ideal_answer"]
+    validate(write_bioasq_submission(entries, tmp_path / "submission.json", phase="B"), "phaseB")
+
+    def empty_list(request):  # a JSON reply whose list is empty is no answer either
+        return json.dumps({"exact_answer": [], "ideal_answer": "Cystic fibrosis affects the lung."})
+
+    entries, _ = _run_b(tmp_path / "again", empty_list)
+    assert entries[2]["exact_answer_from"] == "snippets" and entries[2]["exact_answer"]

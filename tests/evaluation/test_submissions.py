@@ -142,3 +142,35 @@ def test_schema_catches_what_the_writer_never_writes():
             validate(bad, "phaseA")
     with pytest.raises(jsonschema.ValidationError):
         validate({"questions": [{"id": "q", "ideal_answer": "x", "exact_answer": "maybe"}]}, "phaseB")
+
+
+def test_snippet_text_is_the_article_text_at_its_offsets_with_other_whitespace(tmp_path):
+    """A chunk's text is whitespace-normalised; a snippet quotes its section's own characters (here a
+    non-breaking space, two spaces and a line break), so ``article[begin:end] == text`` as BioASQ checks."""
+    from encoder_fixtures import export_tiny
+
+    abstract = "Background first. Aspirin\u00a0irreversibly inhibits  platelet\ncyclooxygenase. Low dose aspirin helps."
+    gold = "Aspirin\u00a0irreversibly inhibits  platelet\ncyclooxygenase."
+    begin = abstract.index(gold)
+    golden = tmp_path / "golden.json"
+    golden.write_text(json.dumps({"questions": [{
+        "id": "w1", "type": "yesno", "body": "Does aspirin inhibit platelet cyclooxygenase?", "exact_answer": "yes",
+        "ideal_answer": ["Yes."], "documents": [URL + "601"],
+        "snippets": [{"document": URL + "601", "text": gold, "offsetInBeginSection": begin,
+                      "offsetInEndSection": begin + len(gold), "beginSection": "abstract",
+                      "endSection": "abstract"}]}]}))
+    col = tmp_path / "col"
+    assert main(["build", str(golden), str(col), "--encoder", str(export_tiny(tmp_path, "symmetric")), "--quiet"]) == 0
+    sub = tmp_path / "phase_a.json"
+    assert main(["eval", "retrieval", str(col), "--bioasq", str(golden), "--out", str(tmp_path / "o"),
+                 "--deadline-ms", "none", "--no-progress", "--submission", str(sub)]) == 0
+    doc = json.loads(sub.read_text())
+    validate(doc, "phaseA")
+    (sn,) = doc["questions"][0]["snippets"]
+    assert sn["text"] == gold == abstract[sn["offsetInBeginSection"]:sn["offsetInEndSection"]]
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.retrieval.retriever import Retriever
+
+    (hit,) = Retriever(Collection.open(col), ranker=None).search("aspirin platelet", k=1, deadline_ms=None).hits
+    assert hit.text == "Aspirin irreversibly inhibits platelet cyclooxygenase."  # what the prompt reads
+    assert hit.span is not None and hit.span["text"] == gold

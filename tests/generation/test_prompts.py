@@ -1,6 +1,7 @@
 """Prompt builders: templates load from files, every placeholder is filled, formats are asked for."""
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -69,14 +70,19 @@ def test_sources_are_numbered_with_titles():
 
 
 def test_bioasq_formats_by_type_and_phase():
+    from medretrieve.generation.schemas import bioasq_response_format
+
     yesno = P.bioasq_messages(Q, "yesno", SNIPPETS)[1]["content"]
-    assert "EXACT: yes" in yesno and "IDEAL:" in yesno and "[1] Baloxavir" in yesno and Q in yesno
+    assert '"exact_answer": "yes"' in yesno and "[1] Baloxavir" in yesno and Q in yesno
     assert "retrieved" in yesno
     factoid = P.bioasq_messages(Q, "factoid", SNIPPETS, phase="B")[1]["content"]
-    assert "up to 5" in factoid and " | " in factoid and "experts" in factoid
-    assert " | " in P.bioasq_messages(Q, "list", SNIPPETS)[1]["content"]
-    summary = P.bioasq_messages(Q, "summary", SNIPPETS)[1]["content"]
-    assert "IDEAL:" in summary and "EXACT" not in summary
+    assert "up to 5" in factoid and "experts" in factoid
+    for qtype in P.BIOASQ_TYPES:  # the JSON each prompt shows has the fields of the type's schema, in order
+        user = P.bioasq_messages(Q, qtype, SNIPPETS)[1]["content"]
+        example = json.loads(next(line for line in user.splitlines() if line.startswith("{")))
+        schema = bioasq_response_format(qtype)["json_schema"]["schema"]
+        assert list(example) == list(schema["properties"]) and "EXACT:" not in user
+    assert "exact_answer" not in P.bioasq_messages(Q, "summary", SNIPPETS)[1]["content"]
     with pytest.raises(ValueError, match="qtype"):
         P.bioasq_messages(Q, "boolean", SNIPPETS)
     with pytest.raises(ValueError, match="phase"):

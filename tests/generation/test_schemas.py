@@ -113,3 +113,41 @@ def test_smollm2_under_the_schema_always_answers():
     reply = backend.generate(messages, max_tokens=128, response_format=medrgb_response_format(
         "standard", OPTIONS, 0, max_tokens=128), deadline_ms=300_000)
     assert parsers.parse_medrgb(reply, "standard", OPTIONS)["choice"] in ("A", "B")
+
+
+def _bioasq(qtype: str, max_tokens=None) -> dict:
+    from medretrieve.generation.schemas import bioasq_response_format
+
+    return bioasq_response_format(qtype, max_tokens)["json_schema"]["schema"]
+
+
+def test_bioasq_schemas_by_type():
+    from medretrieve.generation.schemas import LIST_ENTITIES, bioasq_response_format
+
+    assert _bioasq("yesno")["properties"]["exact_answer"]["enum"] == ["yes", "no"]
+    factoid, lst = _bioasq("factoid")["properties"]["exact_answer"], _bioasq("list")["properties"]["exact_answer"]
+    assert (factoid["minItems"], factoid["maxItems"], lst["maxItems"]) == (1, 5, LIST_ENTITIES)
+    assert factoid["items"]["minLength"] == 1 and factoid["items"]["maxLength"] <= 60
+    assert list(_bioasq("summary")["properties"]) == ["ideal_answer"]
+    for qtype in prompts.BIOASQ_TYPES:  # the exact answer first: a reply cut at the budget still holds it
+        schema = _bioasq(qtype, 100)
+        assert list(schema["properties"])[-1] == "ideal_answer" and schema["required"] == list(schema["properties"])
+        assert schema["properties"]["ideal_answer"]["maxLength"] == 200
+    for reply, qtype, exact in (({"exact_answer": "no", "ideal_answer": "No."}, "yesno", "no"),
+                                ({"exact_answer": ["TP53", "tp53", "BRCA1"], "ideal_answer": "."}, "list",
+                                 ["TP53", "BRCA1"]),
+                                ({"exact_answer": ["1,25-dihydroxyvitamin D3"], "ideal_answer": "."}, "factoid",
+                                 ["1,25-dihydroxyvitamin D3"])):
+        assert parsers.parse_bioasq(json.dumps(reply), qtype)["exact_answer"] == exact
+    with pytest.raises(ValueError, match="qtype"):
+        bioasq_response_format("boolean")
+    with pytest.raises(ValueError, match="max_tokens"):
+        bioasq_response_format("list", 0)
+
+
+@pytest.mark.parametrize("qtype", prompts.BIOASQ_TYPES)
+def test_llama_cpp_makes_a_grammar_of_every_bioasq_schema(qtype):
+    """With the real llama-cpp-python (not in CI)."""
+    grammar = pytest.importorskip("llama_cpp.llama_grammar")
+    gbnf = grammar.json_schema_to_gbnf(json.dumps(_bioasq(qtype, 96)))
+    assert "ideal-answer-kv" in gbnf and ("exact-answer-kv" in gbnf) == (qtype != "summary")

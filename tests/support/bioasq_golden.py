@@ -60,12 +60,17 @@ def offsets_index_the_text(doc: dict, articles: dict = ABSTRACTS) -> bool:
 
 
 def bioasq_llm(request: Any) -> tuple:
-    """Scripted LLM: a BioASQ answer of the type the prompt asks for."""
+    """Scripted LLM: a BioASQ answer of the type the prompt asks for, as the JSON object the prompt shows (and
+    the request's ``response_format`` schema asks for)."""
     from llm_server import chat_reply
 
     prompt = request["messages"][-1]["content"]
-    if "yes/no" in prompt:
-        return 200, chat_reply("EXACT: yes\nIDEAL: Yes, aspirin inhibits it."), 0.0
-    if "factoid" in prompt:
-        return 200, chat_reply("EXACT: metformin | insulin\nIDEAL: Metformin."), 0.0
-    return 200, chat_reply("IDEAL: Mutations in the CFTR gene."), 0.0
+    if "(yes/no)" in prompt:
+        reply = {"exact_answer": "yes", "ideal_answer": "Yes, aspirin inhibits it."}
+    elif "(factoid)" in prompt:
+        reply = {"exact_answer": ["metformin", "insulin"], "ideal_answer": "Metformin."}
+    elif "(list)" in prompt:
+        reply = {"exact_answer": ["lung", "pancreas"], "ideal_answer": "The lung and the pancreas."}
+    else:
+        reply = {"ideal_answer": "Mutations in the CFTR gene."}
+    return 200, chat_reply(json.dumps(reply)), 0.0

@@ -27,12 +27,15 @@ _WORD = re.compile(r"\S+")
 class Span:
     """A text's place in its source: section name and the character span [begin, end) in that section.
     ``in_source``: False when the source gave no offset for the section (the span is then within the
-    section's own text)."""
+    section's own text). ``text``: the section's own characters at the span, which BioASQ checks a snippet's
+    text against; they differ from the chunk's text where the section has other whitespace (a non-breaking
+    space, a line break, two spaces)."""
 
     section: str
     begin: int
     end: int
     in_source: bool = True
+    text: Optional[str] = None  # the section's characters at [begin, end): a chunk's text is whitespace-normalised
 
     def to_bioasq(self) -> Dict[str, Any]:
         """The four BioASQ snippet fields."""
@@ -105,4 +108,4 @@ def chunk_span(collection: Any, row: int) -> Optional[Span]:
     base = getattr(part, "source_offset", None)
     section = getattr(part, "source_section", "") or "abstract"
     shift = base if base is not None else 0
-    return Span(section, shift + local[0], shift + local[1], base is not None)
+    return Span(section, shift + local[0], shift + local[1], base is not None, part.text[local[0]:local[1]])

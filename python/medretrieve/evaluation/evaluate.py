@@ -66,14 +66,15 @@ def bioasq_evidence(hits: Sequence[Any], k: int = 10) -> dict[str, list]:
     """BioASQ Phase A evidence from ranked hits: ``documents`` (PubMed URLs of the first ``k`` distinct
     documents) and ``snippets`` (the first ``k`` hits that know their place in the source, ``Hit.span``: the
     text with its section and character span). A hit without a span is left out of the snippets rather than
-    given made-up offsets."""
+    given made-up offsets. A snippet's ``text`` is the section's own characters at its offsets (the span's
+    ``text`` where the hit's whitespace-normalised text differs from them)."""
     docs = metrics._unique(str(_get(h, "document_id", "")) for h in hits if _get(h, "document_id", ""))[:k]
     snippets: list[dict] = []
     for h in hits:
         span = _get(h, "span", None)
         if span and len(snippets) < k:
-            snippets.append({"document": PUBMED_URL + str(_get(h, "document_id")), "text": str(_get(h, "text")),
-                             **span})
+            snippets.append({"document": PUBMED_URL + str(_get(h, "document_id")),
+                             **span, "text": str(span.get("text", _get(h, "text")))})
     return {"documents": [PUBMED_URL + d for d in docs], "snippets": snippets}
 
 
@@ -348,14 +349,16 @@ def make_bioasq_answer_fn(search_fn: Optional[SearchFn], backend: Any, k: int = 
 def generate_bioasq_answer(backend: Any, q: BioASQQuestion, evidence: Sequence[Any], phase: str = "A+",
                            max_tokens: int = 512, max_chars: Optional[int] = 1500,
                            deadline_ms: Optional[float] = None) -> BioASQAnswer:
-    """One BioASQ answer from ``backend`` (``prompts.bioasq_messages`` over ``evidence``, read with
+    """One BioASQ answer from ``backend`` (``prompts.bioasq_messages`` over ``evidence``, asked for as JSON under
+    ``schemas.bioasq_response_format``, which llama.cpp and vLLM enforce while decoding; read with
     ``parsers.parse_bioasq``). Raises the backend's ``LLMError``; an unreadable reply comes back with ``error``
     set and no exact answer."""
-    from ..generation import parsers, prompts
+    from ..generation import parsers, prompts, schemas
 
     text = backend.generate(prompts.bioasq_messages(q.body, q.type, list(evidence), phase=phase,
                                                     max_chars=max_chars),
-                            max_tokens=max_tokens, temperature=0.0, deadline_ms=deadline_ms)
+                            max_tokens=max_tokens, temperature=0.0, deadline_ms=deadline_ms,
+                            response_format=schemas.bioasq_response_format(q.type, max_tokens))
     try:
         parsed = parsers.parse_bioasq(text, q.type)
     except ValueError as exc:

@@ -12,6 +12,12 @@
   the answers are extractive (:func:`~medretrieve.generation.extractive.extractive_bioasq`).
 - Phase ``B``: answers from the snippets the batch gives (no retrieval).
 
+With an LLM, a reply that holds no exact answer for a yes/no, factoid or list question (unreadable, or an empty
+list) gets one read from the snippets shown to the model, as the extractive answers are
+(:func:`~medretrieve.generation.extractive.extractive_bioasq` over the model's ideal answer and the snippets);
+the entry then says ``"exact_answer_from": "snippets"`` (the question's cache file and ``results.json``; the
+submission holds the BioASQ fields only).
+
 Resuming: each finished question is written to ``out/questions/<id>.json`` at once, and a rerun over the same
 folder skips them; ``out/run.json`` records what the answers depend on (phase, sources, stages), and a rerun with
 other options in the same folder is refused rather than mixing two systems' answers. A question that fails
@@ -181,6 +187,13 @@ class BatchRun:
         out = {"exact_answer": exact, "ideal_answer": ans.ideal}
         if ans.error:
             out["parse_error"] = ans.error
+        if q.type != "summary" and not exact:
+            # BioASQ scores a missing exact answer as wrong: read one from the snippets the model was shown
+            # (the model's own ideal answer first), as the extractive run does, and say so in the entry
+            found, _ = extractive_bioasq(q.body, q.type, [{"text": ans.ideal}, *used] if ans.ideal else used)
+            if found:
+                out["exact_answer"] = found
+                out["exact_answer_from"] = "snippets"
         if len(used) < len(evidence):
             out["note"] = (f"the prompt with {len(evidence)} snippets overflowed the model's context: answered from "
                            f"the first {len(used)}")

@@ -28,6 +28,7 @@ from .parsers import (
     split_exact,
 )
 from .prompts import BIOASQ_TYPES, bioasq_messages, cite_messages
+from .schemas import bioasq_response_format
 
 __all__ = ["write_bioasq_submission", "AbstentionPolicy", "Answer", "Answerer", "Citation", "MODES", "field_of"]
 
@@ -303,6 +304,12 @@ class Answerer:
             return bioasq_messages(question, qtype or "summary", hits, phase="A+", max_chars=self.max_source_chars)
         return cite_messages(question, hits, mode=self.mode, qtype=qtype, max_chars=self.max_source_chars)
 
+    def _response_format(self, qtype: Optional[str]) -> dict:
+        """Mode ``bioasq``: the reply's JSON schema (the prompt asks for that object); other modes: free text."""
+        if self.mode != "bioasq":
+            return {}
+        return {"response_format": bioasq_response_format(qtype or "summary", self.max_tokens)}
+
     def answer(self, question: str, qtype: Optional[str] = None, deadline_ms: Optional[float] = None) -> Answer:
         """Answer ``question``; ``qtype`` (yesno | factoid | list | summary) asks for an
         exact answer too (default: the retriever's ``query_type`` when it is one of those).
@@ -347,6 +354,7 @@ class Answerer:
                     raw = self.backend.generate(
                         self._messages(question, qtype, used), max_tokens=self.max_tokens,
                         temperature=self.temperature, deadline_ms=None if math.isinf(remaining) else remaining,
+                        **self._response_format(qtype),
                     )
                     break
                 except LLMContextTooLong as exc:

@@ -202,11 +202,8 @@ def parse_bioasq(text: str, qtype: str) -> dict:
         ideal = d.get("ideal_answer", d.get("ideal", d.get("explanation")))
         if isinstance(ideal, list):
             ideal = " ".join(str(x) for x in ideal)
-        if isinstance(exact, list):
-            flat = []
-            for x in exact:
-                flat.extend(x if isinstance(x, list) else [x])
-            exact = " | ".join(str(x) for x in flat)
+        if isinstance(exact, list):  # one entity per entry (an inner list: the entity and its synonyms)
+            exact = json.dumps([x for x in exact if x not in (None, "", [])], ensure_ascii=False)
         if exact is not None and not isinstance(exact, str):
             exact = str(exact)
     else:

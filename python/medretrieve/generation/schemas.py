@@ -1,4 +1,4 @@
-"""JSON schemas of the replies the MedRGB prompts ask for, as an OpenAI ``response_format``.
+"""JSON schemas of the replies the MedRGB and BioASQ prompts ask for, as an OpenAI ``response_format``.
 
 Why: with a bare ``{"type": "json_object"}`` a small model writes *some* JSON object and may close it before the
 answer, e.g. SmolLM2-135M under llama.cpp's JSON grammar replied ``{"step_by_step_thinking": "A, B"}`` to every
@@ -6,6 +6,8 @@ MedRGB question (the 4-question smoke run's "replies without an answer choice").
 as ``required`` (the answer an ``enum`` of the letters) makes a constrained decoder (llama.cpp's grammar, vLLM's
 guided decoding) write every field in the prompt's order; which letter, and what the other fields say, is still
 the model's choice. ``step_by_step_thinking`` is capped (``maxLength``) so the answer fits in the token budget.
+The BioASQ schema (:func:`bioasq_response_format`) does the same for the exact answer of each question type:
+SmolLM2-135M, asked for an ``EXACT:`` line in words, wrote numbered prose for every factoid and list question.
 
 The returned dict is OpenAI's ``{"type": "json_schema", "json_schema": {"name", "schema"}}``; a server
 that rejects it gets plain text (:class:`~.llm.OpenAIBackend` drops the field), and
@@ -15,9 +17,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from .prompts import INSUFFICIENT, MEDRGB_SCENARIOS, option_letters
+from .extractive import FACTOID_CANDIDATES
+from .prompts import BIOASQ_TYPES, INSUFFICIENT, MEDRGB_SCENARIOS, option_letters
 
-__all__ = ["medrgb_response_format", "schema_of"]
+__all__ = ["bioasq_response_format", "medrgb_response_format", "schema_of"]
+
+#: a list answer is capped where a small model starts to repeat itself
+LIST_ENTITIES = 20
+ENTITY_MAX_CHARS = 60  # an entity is a short name (a gene, drug, disease, number), not a sentence
 
 def _doc_numbers(n_documents: int) -> dict:
     # bounded: SmolLM2 otherwise counts "1, 2, 3, ..." until the token budget runs out, and the reply is cut
@@ -81,6 +88,33 @@ def medrgb_response_format(
     props["answer_choice"] = {"type": "string", "enum": choices}
     schema = {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
     return {"type": "json_schema", "json_schema": {"name": f"medrgb_{scenario}", "schema": schema}}
+
+
+def bioasq_response_format(qtype: str, max_tokens: Optional[int] = None) -> dict:
+    """The ``response_format`` of a BioASQ answer (``templates/bioasq_<qtype>.txt``): ``exact_answer`` first, so
+    a reply cut at the token budget still holds it, then ``ideal_answer``.
+
+    ``exact_answer`` by type: yesno ``"yes"`` or ``"no"``; factoid 1 to 5 ranked candidate names; list 1 to
+    :data:`LIST_ENTITIES` entity names (each name at most :data:`ENTITY_MAX_CHARS` characters); summary has none.
+    ``max_tokens``: the reply's token budget; the ideal answer gets about 2 characters a budget token (English
+    runs ~4 characters a token, so the JSON around it and the exact answer still fit); None: no cap.
+    """
+    if qtype not in BIOASQ_TYPES:
+        raise ValueError(f"qtype must be one of {BIOASQ_TYPES}, got {qtype!r}")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        raise ValueError(f"max_tokens must be a positive integer or None, got {max_tokens!r}")
+    name = {"type": "string", "minLength": 1, "maxLength": ENTITY_MAX_CHARS}
+    exact: Optional[dict] = None
+    if qtype == "yesno":
+        exact = {"type": "string", "enum": ["yes", "no"]}
+    elif qtype == "factoid":
+        exact = {"type": "array", "items": name, "minItems": 1, "maxItems": FACTOID_CANDIDATES}
+    elif qtype == "list":
+        exact = {"type": "array", "items": name, "minItems": 1, "maxItems": LIST_ENTITIES}
+    props: dict[str, Any] = {} if exact is None else {"exact_answer": exact}
+    props["ideal_answer"] = _text(None if max_tokens is None else max(32, 2 * max_tokens))
+    schema = {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+    return {"type": "json_schema", "json_schema": {"name": f"bioasq_{qtype}", "schema": schema}}
 
 
 def schema_of(response_format: Mapping[str, Any]) -> Optional[dict]:

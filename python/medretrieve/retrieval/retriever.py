@@ -33,7 +33,7 @@ import numpy as np
 
 from ..corpus.collection import Collection
 from ..corpus.snapshot import CollectionSnapshot
-from ..corpus.spans import chunk_span
+from ..corpus.spans import Span, chunk_span
 from .budget import CostModel, Deadline
 from .candidates import Candidates, CandidateGenerator, Switches, section_labels
 from .collection_view import CollectionView, SearchableCollection
@@ -337,10 +337,20 @@ class Retriever:
                 score = sc["recovery"]
             else:
                 score = score_of.get(row, sc.get("rrf", 0.0))
-            span = chunk_span(col, row)
             hits.append(Hit(r.chunk_id, r.document_id, r.text, r.title, r.section, float(score), sc,
-                            dict(r.metadata), r.parent_id, span.to_bioasq() if span else None))
+                            dict(r.metadata), r.parent_id, _span_fields(chunk_span(col, row), r.text)))
         return hits
+
+
+def _span_fields(span: Optional[Span], text: str) -> Optional[Dict[str, Any]]:
+    """A hit's ``span``: the BioASQ offsets, and the section's own characters at them (``text``) where they
+    differ from the chunk's whitespace-normalised text, so a snippet quotes exactly what its offsets index."""
+    if span is None:
+        return None
+    fields = span.to_bioasq()
+    if span.text is not None and span.text != text:
+        fields["text"] = span.text
+    return fields
 
 
 def _local_first_stage(collection: CollectionView) -> FirstStage:
