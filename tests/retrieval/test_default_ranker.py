@@ -113,12 +113,12 @@ def test_portable_features_do_not_depend_on_the_similarity_scale(minilm_collecti
     ret = Retriever(minilm_collection, ranker=None)
     q = Query.analyse("Which inhalers treat asthma?")
     dl = Deadline(None)
-    cands = ret.candidates.gather(q, 10, dl, StageLog(dl), Switches(feedback=True), ranked=True)
+    cands = ret.candidates.gather(ret.scope(), q, 10, dl, StageLog(dl), Switches(feedback=True), ranked=True)
     rows = cands.fused_ids.tolist()
-    before = ret.reranker.features(q, cands, rows, FEATURES)
+    before = ret.reranker.features(ret.scope(), q, cands, rows, FEATURES)
     cands.vectors = cands.vectors * 60.0
     cands.feedback_vector = cands.feedback_vector * 60.0
-    after = ret.reranker.features(q, cands, rows, FEATURES)
+    after = ret.reranker.features(ret.scope(), q, cands, rows, FEATURES)
     port = [FEATURES.index(f) for f in PORTABLE_FEATURES + ("feedback_rank",)]
     np.testing.assert_allclose(after[:, port], before[:, port])
     assert not np.allclose(after[:, FEATURES.index("dense")], before[:, FEATURES.index("dense")])

@@ -339,9 +339,9 @@ def test_doc_subject_feature_prefers_documents_about_the_questions_subject(tmp_p
         # the features exactly as search computes them for the fused candidates
         dl = Deadline(None)
         query = Query.analyse(q)
-        cands = ret.candidates.gather(query, 3, dl, StageLog(dl), Switches(expand=False, route=False, feedback=False))
+        cands = ret.candidates.gather(ret.scope(), query, 3, dl, StageLog(dl), Switches(expand=False, route=False, feedback=False))
         rows = cands.fused_ids.tolist()
-        X = ret.reranker.features(query, cands, rows, FEATURES)
+        X = ret.reranker.features(ret.scope(), query, cands, rows, FEATURES)
         feats[q] = {col.rows[r].document_id: X[i, FEATURES.index("doc_subject")] for i, r in enumerate(rows)}
     with_subject = feats["What is the mechanism of action of motolimod?"]
     assert with_subject["m1"] == with_subject["m2"] == 1.0 and with_subject["l1"] == 0.0

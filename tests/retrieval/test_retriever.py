@@ -384,7 +384,8 @@ def test_recovery_never_trades_a_hit_for_one_covering_less_of_the_subject(tmp_pa
     # a weak top 4: two unrelated hits on top, then another unrelated one and the subject's abstract
     top = [row["f0"], row["f1"], row["f2"], row["z"]]
     query, dl = Query.analyse(q), Deadline(None)
-    new_top, info = ret.recovery.recover(query, top, 4, ret.candidates.recovery_queries(query, [], dl), dl)
+    new_top, info = ret.recovery.recover(ret.scope(), query, top, 4, ret.candidates.recovery_queries(query, [], dl),
+                                         dl)
     assert info["replaced"] >= 1  # the unrelated weak hit is replaced by a leukemia abstract ...
     assert row["z"] in new_top  # ... but the subject's abstract is not, though it matches fewer words
     assert new_top[:2] == top[:2]
@@ -406,10 +407,12 @@ def test_recovery_passes_over_a_near_duplicate_of_a_kept_hit_for_the_next_best(t
     row = {r.document_id: r.row for r in col.rows}
     query = Query.analyse("Does zanubrutinib treat chronic lymphocytic leukemia in adults?")
     ret = Retriever(col)
-    assert ret.tokens.lexical_relevance(query, row["dup"]) > ret.tokens.lexical_relevance(query, row["alt"])
+    tokens = ret.scope().tokens
+    assert tokens.lexical_relevance(query, row["dup"]) > tokens.lexical_relevance(query, row["alt"])
     top = [row["kept"], row["f0"], row["f1"], row["f2"]]
     dl = Deadline(None)
-    new_top, info = ret.recovery.recover(query, top, 4, ret.candidates.recovery_queries(query, [], dl), dl)
+    new_top, info = ret.recovery.recover(ret.scope(), query, top, 4, ret.candidates.recovery_queries(query, [], dl),
+                                         dl)
     assert info["replaced"] >= 1 and row["alt"] in new_top[2:]
     assert row["dup"] not in new_top and new_top[:2] == top[:2]
 

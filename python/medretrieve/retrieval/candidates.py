@@ -23,6 +23,15 @@
 5. ``fuse``: RRF of every list; the question's own lists and the feedback list weigh 1, each variant's
    ``variant_weight``; then the first stage makes the candidates' rows readable (:meth:`.FirstStage.readable`).
 
+The question's own fusion (RRF of its own floor lists: ``question_ids``, what the weak flag reads) is derived once
+per search and passed on: feedback takes its top rows from it while the question's own dense list is the floor's
+(a wider ef that changed it makes another fusion), so does the fusion of every list when those are the question's
+own alone; an online search's local gather, which only seeds the pool, skips it (``own_fusion=False``): the
+pool's gather derives it.
+
+The generator holds what lasts across searches (settings, cost estimates, term sources); each call reads the
+:class:`~.scope.SearchScope` it is given (the collection and its first stage).
+
 :meth:`CandidateGenerator.recovery_queries` makes the extra queries recovery searches (:mod:`.recovery`).
 """
 from __future__ import annotations
@@ -41,6 +50,7 @@ from .expansion import TermSource, TrainingMemory, abbreviation_terms, relation_
 from .first_stage import FirstLists, FirstStage
 from .query import Query
 from .results import StageLog
+from .scope import SearchScope
 from .settings import Settings
 
 # intent -> section categories searched first
@@ -143,12 +153,10 @@ def feedback_vector(qvec: np.ndarray, top: np.ndarray, weight: float, normalized
 
 
 class CandidateGenerator:
-    """The first stages over one collection (see the module docstring), through its first stage ``first``."""
+    """The first stages of a search (see the module docstring), over the scope each call is given."""
 
-    def __init__(self, collection: CollectionView, first: FirstStage, settings: Settings, costs: CostModel,
-                 training: Optional[TrainingMemory] = None, llm_terms: Optional[TermSource] = None) -> None:
-        self.collection = collection
-        self.first = first
+    def __init__(self, settings: Settings, costs: CostModel, training: Optional[TrainingMemory] = None,
+                 llm_terms: Optional[TermSource] = None) -> None:
         self.settings = settings
         self.costs = costs
         self.training = training
@@ -246,21 +254,23 @@ class CandidateGenerator:
         share = min(1.0, max(0.0, left / self.settings.ef_time_ms))
         return int(round(floor + (ceiling - floor) * share))
 
-    def _route_labels(self, query: Query, route: bool) -> Tuple[Tuple[str, ...], List[int]]:
+    def _route_labels(self, col: CollectionView, query: Query, route: bool) -> Tuple[Tuple[str, ...], List[int]]:
         cats = ROUTES.get(query.intent, ()) if route else ()
         labels = [CATEGORY_IDS[c] for c in cats]
-        col = self.collection
         if labels and not col.allowed(labels).any():
             labels = []
         return cats, labels
 
     # ------------------------------------------------------------- the first stages
-    def gather(self, query: Query, k: int, dl: Deadline, log: StageLog, switches: Switches = Switches(),
-               ranked: bool = False, only: Optional[List[int]] = None) -> Candidates:
-        """Stages 1-5 of the module docstring: the fused candidates. ``ranked``: a learned ranker will order
-        them (it decides the default ``subject_boost``). ``only``: index labels a caller restricted the search
-        to (:func:`section_labels`); they replace section routing and are never widened."""
+    def gather(self, scope: SearchScope, query: Query, k: int, dl: Deadline, log: StageLog,
+               switches: Switches = Switches(), ranked: bool = False, only: Optional[List[int]] = None,
+               own_fusion: bool = True) -> Candidates:
+        """Stages 1-5 of the module docstring over ``scope``: the fused candidates. ``ranked``: a learned ranker
+        will order them (it decides the default ``subject_boost``). ``only``: index labels a caller restricted
+        the search to (:func:`section_labels`); they replace section routing and are never widened.
+        ``own_fusion``: whether to fuse the question's own lists (``question_ids``; False leaves it empty)."""
         s = self.settings
+        first = scope.first
         variants: Dict[str, QueryText] = {}
         expansions: Dict[str, List[str]] = {}
         kinds = self.active_expansions()
@@ -280,7 +290,7 @@ class CandidateGenerator:
 
         vectors: Optional[np.ndarray] = None
         if switches.dense:
-            vectors = self._encode(texts, dl, log)
+            vectors = self._encode(scope.collection, texts, dl, log)
         else:
             log.record("encode", False, "dense retrieval disabled")
         bm25_texts = texts if switches.lexical else []
@@ -292,29 +302,30 @@ class CandidateGenerator:
         ef = self.ef(query)
         ncand = max(s.candidates, k)
         efs = [] if vectors is None else [max(ef, ncand)] + [max(ef // 2, ncand)] * (n_dense - 1)
-        cats, route_labels = self._route_labels(query, switches.route)
+        cats, route_labels = self._route_labels(scope.collection, query, switches.route)
         lists: List[np.ndarray] = []
         weights: List[float] = []
         scored: Dict[str, Dict[int, float]] = {"dense": {}, "bm25": {}}
-        own: List[np.ndarray] = []  # the question's own lists of the last first-stage run
+        own_at: List[int] = []  # where the question's own lists of the last first-stage run sit in ``lists``
         dense_at: List[int] = []  # where the last run's dense lists sit in ``lists`` (a wider ef replaces them)
         found: List[FirstLists] = []
 
         def run_first(labels: Optional[List[int]]) -> List[np.ndarray]:
-            got = self.first.search(vectors, efs, [t.tokens for t in bm25_texts], boost, ncand, labels, dl)
+            got = first.search(vectors, efs, [t.tokens for t in bm25_texts], boost, ncand, labels, dl)
             found[:] = [got]
-            own.clear()
+            own_at.clear()
             dense_at.clear()
             ids_l = []
             for kind, kind_lists in (("dense", got.dense), ("bm25", got.bm25)):
                 for j, (ids, sc) in enumerate(kind_lists):
                     if kind == "dense":
                         dense_at.append(len(lists))
+                    if j == 0:  # the question's own list
+                        own_at.append(len(lists))
                     lists.append(ids)
                     ids_l.append(ids)
                     weights.append(1.0 if j == 0 else s.variant_weight)
-                    if j == 0:  # the question's own list
-                        own.append(ids)
+                    if j == 0:
                         for i_, s_ in zip(ids.tolist(), sc.tolist()):
                             scored[kind].setdefault(i_, s_)
             return ids_l
@@ -339,12 +350,21 @@ class CandidateGenerator:
         else:
             run_first(None)
             log.record("route", False, "no section route for intent " + query.intent if switches.route else "disabled")
-        question_ids_from = list(own)  # the floor's lists: the weak flag reads these, whatever the time left
+        # the question's own fusion over the floor's lists, derived once: the weak flag reads it, whatever the
+        # time left, and feedback reads its top while the dense lists are the floor's
+        question_ids = np.zeros(0, np.int64)
+        own_fused: Optional[Tuple[np.ndarray, np.ndarray]] = None
+        if own_fusion and own_at:
+            with dl.stage("fuse"):
+                own_fused = rrf([lists[i] for i in own_at], k=s.rrf_k, top_n=ncand)
+            question_ids = np.asarray(own_fused[0], dtype=np.int64)
+        widened = False  # whether the wider ef changed the question's own dense list
         if vectors is not None:
             wide = self.ef_for(query, dl)
             floor, ceiling = self.ef_range(query)
             if max(wide, ncand) > max(ef, ncand):  # (the search's ef is never below the candidates asked for)
-                self._widen(vectors, wide, ncand, search_labels, dl, lists, dense_at, scored["dense"])
+                widened = self._widen(first, vectors, wide, ncand, search_labels, dl, lists, dense_at,
+                                      scored["dense"])
             left = "no deadline" if dl.unlimited else f"{dl.remaining_ms():.0f} ms left"
             log.record("dense", True, f"ef={max(wide, ncand)} (type {query.qtype}: {floor}-{ceiling}, {left}; weak "
                                       f"flag lists at ef={max(ef, ncand)})")
@@ -355,8 +375,12 @@ class CandidateGenerator:
         fb_vec = None
         feedback = self.feedback_on(switches.feedback, ranked)
         if feedback and vectors is not None and any(len(x) for x in lists):
-            fb_vec, fb_ids, fb_note = self._feedback(vectors[0], lists, weights, max(ef, ncand), ncand,
-                                                     search_labels, dl)
+            # feedback reads every list weighing 1 so far (a routed run's too, when the route fell back): while
+            # those are the floor's own lists, their fusion is the question's own, already derived
+            fb_at = [i for i, w in enumerate(weights) if w == 1.0]
+            own_top = question_ids if own_fusion and not widened and fb_at == own_at else None
+            fb_vec, fb_ids, fb_note = self._feedback(scope, vectors[0], lists, weights, [lists[i] for i in fb_at],
+                                                     own_top, max(ef, ncand), ncand, search_labels, dl)
             if fb_ids is not None:
                 lists.append(fb_ids)
                 weights.append(1.0)
@@ -367,64 +391,71 @@ class CandidateGenerator:
                        "off with a learned ranker (Settings.feedback)")
 
         with dl.stage("fuse"):
-            fused_ids, fused_scores = rrf(lists, k=s.rrf_k, weights=weights, top_n=ncand)
+            if own_fused is not None and not widened and len(lists) == len(own_at):
+                # every list is one of the question's own (no variant, no routed run, no feedback, the floor's
+                # ef), each weighing 1: the fusion of them all is the question's own, derived above
+                fused_ids, fused_scores = own_fused
+            else:
+                fused_ids, fused_scores = rrf(lists, k=s.rrf_k, weights=weights, top_n=ncand)
             fused_ids = np.asarray(fused_ids, dtype=np.int64)
             fused_scores = np.asarray(fused_scores, dtype=np.float32)
-            question_ids = np.asarray(rrf(question_ids_from, k=s.rrf_k, top_n=ncand)[0] if question_ids_from else [],
-                                      dtype=np.int64)
         log.record("fuse", True, f"RRF of {len(lists)} lists -> {len(fused_ids)} candidates")
-        keep_fused, keep_question = self.first.readable(fused_ids, question_ids, dl, log)
+        keep_fused, keep_question = first.readable(fused_ids, question_ids, dl, log)
         return Candidates(texts, expansions, fused_ids[keep_fused], fused_scores[keep_fused], scored,
                           found[0].question_bm25 if found else None, bm25_query, vectors,
                           question_ids=question_ids[keep_question], feedback_vector=fb_vec, labels=search_labels)
 
-    def _widen(self, vectors: np.ndarray, ef: int, k: int, labels: Optional[List[int]], dl: Deadline,
-               lists: List[np.ndarray], dense_at: Sequence[int], dense_scores: Dict[int, float]) -> None:
+    def _widen(self, first: FirstStage, vectors: np.ndarray, ef: int, k: int, labels: Optional[List[int]],
+               dl: Deadline, lists: List[np.ndarray], dense_at: Sequence[int], dense_scores: Dict[int, float]) -> bool:
         """The dense lists searched again at the wider ``ef``, in place of the floor's (same labels); rows new to
         the question's own list get their dense score (the ranker's feature). A row's score does not depend on
-        ef, so the floor's scores stand."""
+        ef, so the floor's scores stand. Returns whether the question's own list changed (a small collection's
+        does not: the floor already found every row)."""
         efs = [max(ef, k)] + [max(ef // 2, k)] * (len(vectors) - 1)
         with dl.stage("dense"):
-            wider = self.first.dense(vectors, k, efs, labels)
+            wider = first.dense(vectors, k, efs, labels)
+        changed = False
         for i, at in enumerate(dense_at):
             ids, scores = wider[i]
-            lists[at] = ids
             if i == 0:
+                changed = not np.array_equal(lists[at], ids)
                 for row, sc in zip(ids.tolist(), scores.tolist()):
                     dense_scores.setdefault(row, sc)
+            lists[at] = ids
+        return changed
 
-    def _encode(self, texts: Sequence[QueryText], dl: Deadline, log: StageLog) -> np.ndarray:
+    def _encode(self, col: CollectionView, texts: Sequence[QueryText], dl: Deadline, log: StageLog) -> np.ndarray:
         """The question's text encoded, and the variants while the budget allows: float32 [n, dim]."""
         n_enc = 1
         reserve = dl.share_ms(RESERVE)
         while n_enc < len(texts) and dl.remaining_ms() - reserve > (n_enc + 1) * self.costs.encode_ms.value:
             n_enc += 1
         with dl.stage("encode"):
-            vectors = self.collection.encode_queries([t.text for t in texts[:n_enc]])
+            vectors = col.encode_queries([t.text for t in texts[:n_enc]])
         self.costs.encode_ms.update(dl.timings_ms["encode"] / n_enc)
         log.record("encode", True, f"{n_enc} of {len(texts)} query texts"
                    + ("" if n_enc == len(texts) else " (budget: variants searched by BM25 only)"),
                    cut=n_enc < len(texts))
         return vectors
 
-    def _feedback(self, qvec: np.ndarray, lists: Sequence[np.ndarray], weights: Sequence[float], ef: int,
-                  ncand: int, labels: Optional[List[int]], dl: Deadline
-                  ) -> Tuple[Optional[np.ndarray], Optional[np.ndarray], str]:
+    def _feedback(self, scope: SearchScope, qvec: np.ndarray, lists: Sequence[np.ndarray], weights: Sequence[float],
+                  own: Sequence[np.ndarray], own_top: Optional[np.ndarray], ef: int, ncand: int,
+                  labels: Optional[List[int]], dl: Deadline) -> Tuple[Optional[np.ndarray], Optional[np.ndarray], str]:
         """Pseudo-relevance feedback: the question vector moved towards the mean of the top fused chunks
-        of the question's own lists, searched again (reading ahead the rows of the candidates fused so far, most
-        of the final ones, when the first stage fetches rows). Returns (vector, ids, note); (None, None, note)
-        when skipped."""
+        of the lists ``own`` (``own_top``: their fusion when already derived, else fused here),
+        searched again (reading ahead the rows of the candidates fused so far, most of the final ones, when the
+        first stage fetches rows). Returns (vector, ids, note); (None, None, note) when skipped."""
         s = self.settings
         if dl.remaining_ms() - dl.share_ms(RESERVE) < 2.0 * self.costs.feedback_ms.value:
             return None, None, f"budget: {dl.remaining_ms():.0f} ms left"
-        col = self.collection
+        col, first = scope.collection, scope.first
         ahead = (np.asarray(rrf(lists, k=s.rrf_k, weights=weights, top_n=ncand)[0], dtype=np.int64)
-                 if self.first.reads_ahead else None)
+                 if first.reads_ahead else None)
         with dl.stage("feedback"):
-            own = [ids for ids, w in zip(lists, weights) if w == 1.0]
-            top, _ = rrf(own, k=s.rrf_k, top_n=s.feedback_docs)
-            top = np.asarray(top, dtype=np.int64)
+            # RRF's order is total (score, best rank, id), so the top of a longer fusion is the shorter one
+            top = (own_top[:s.feedback_docs] if own_top is not None
+                   else np.asarray(rrf(own, k=s.rrf_k, top_n=s.feedback_docs)[0], dtype=np.int64))
             vec = feedback_vector(qvec, col.vectors(top.tolist()), s.feedback_weight, col.normalized)
-            ids = self.first.dense(vec[None, :], ncand, [ef], labels, read_ahead=ahead)[0][0]
+            ids = first.dense(vec[None, :], ncand, [ef], labels, read_ahead=ahead)[0][0]
         self.costs.feedback_ms.update(dl.timings_ms["feedback"])
         return vec, ids, f"question + {s.feedback_weight:g} x mean of the top {len(top)} fused chunks"

@@ -23,11 +23,10 @@ from ..corpus.lexical import tokenize
 from ..fusion import rrf
 from .budget import CostModel, Deadline
 from .candidates import RecoveryQueries
-from .collection_view import CollectionView
-from .first_stage import FirstStage
-from .matching import ChunkTokens, jaccard, subject_share
+from .matching import jaccard, subject_share
 from .query import Query
 from .results import Hit, SearchResult
+from .scope import SearchScope
 from .settings import Settings, check_settings
 
 
@@ -56,85 +55,85 @@ def prune(hits: Union[SearchResult, Sequence[Hit]], per_question: int = 2, per_d
 
 
 class Recovery:
-    """Selection, weak-question detection and recovery over one collection (see the module docstring)."""
+    """Selection, weak-question detection and recovery (see the module docstring): built once per retriever,
+    each call reads the :class:`~.scope.SearchScope` it is given."""
 
-    def __init__(self, collection: CollectionView, settings: Settings, costs: CostModel, tokens: ChunkTokens,
-                 first: FirstStage) -> None:
-        self.collection = collection
+    def __init__(self, settings: Settings, costs: CostModel) -> None:
         self.settings = settings
         self.costs = costs
-        self.tokens = tokens
-        self.first = first
 
-    def select(self, rows: Sequence[int], k: int, per_document: Optional[int]) -> List[int]:
+    def select(self, scope: SearchScope, rows: Sequence[int], k: int, per_document: Optional[int]) -> List[int]:
+        tokens = scope.tokens
         out: List[int] = []
         seen: List[AbstractSet[str]] = []
         per_doc: Dict[str, int] = {}
         for r in rows:
-            doc = self.collection.rows[r].document_id
+            doc = scope.collection.rows[r].document_id
             if per_document is not None and per_doc.get(doc, 0) >= per_document:
                 continue
-            if self.tokens.near_duplicate_of(r, seen, self.settings.near_duplicate):
+            if tokens.near_duplicate_of(r, seen, self.settings.near_duplicate):
                 continue
             out.append(r)
-            seen.append(self.tokens.of_row(r))
+            seen.append(tokens.of_row(r))
             per_doc[doc] = per_doc.get(doc, 0) + 1
             if len(out) >= k:
                 break
         return out
 
-    def _mean_relevance(self, query: Query, rows: Sequence[int]) -> float:
-        return float(np.mean([self.tokens.lexical_relevance(query, r) for r in rows])) if rows else 0.0
+    @staticmethod
+    def _mean_relevance(scope: SearchScope, query: Query, rows: Sequence[int]) -> float:
+        return float(np.mean([scope.tokens.lexical_relevance(query, r) for r in rows])) if rows else 0.0
 
-    def weak_reasons(self, query: Query, top: Sequence[int], k: int) -> List[str]:
+    def weak_reasons(self, scope: SearchScope, query: Query, top: Sequence[int], k: int) -> List[str]:
         s = self.settings
+        col, tokens = scope.collection, scope.tokens
         if not top:
             return ["no hits"]
         reasons = []
         head = top[:5]
-        shares = [self.tokens.lexical_relevance(query, r) for r in head]
+        shares = [tokens.lexical_relevance(query, r) for r in head]
         lexrel = float(np.mean(shares))
         if lexrel < s.weak_threshold:
             reasons.append(f"low lexical relevance {lexrel:.2f} < {s.weak_threshold}")
         if max(shares) < s.weak_threshold:  # (implies the one above) not one hit matches the question
             reasons.append(f"no matching evidence: the best hit holds {max(shares):.2f} of the question's terms")
-        docs = {self.collection.rows[r].document_id for r in top}
-        need = min(s.min_articles, self.collection.n_documents, k)
+        docs = {col.rows[r].document_id for r in top}
+        need = min(s.min_articles, col.n_documents, k)
         if len(docs) < need:
             reasons.append(f"few articles: {len(docs)} < {need}")
         if len(head) >= 2:
-            red = float(np.mean([jaccard(self.tokens.of_row(a), self.tokens.of_row(b))
+            red = float(np.mean([jaccard(tokens.of_row(a), tokens.of_row(b))
                                  for i, a in enumerate(head) for b in head[i + 1:]]))
             if red > s.redundancy_threshold:
                 reasons.append(f"redundant: mean Jaccard {red:.2f} > {s.redundancy_threshold}")
         return reasons
 
-    def _recovery_lists(self, query: Query, queries: RecoveryQueries, dl: Deadline, only: Optional[List[int]]
-                        ) -> List[np.ndarray]:
+    def _recovery_lists(self, scope: SearchScope, queries: RecoveryQueries, dl: Deadline,
+                        only: Optional[List[int]]) -> List[np.ndarray]:
         """Candidate lists of the recovery queries: BM25 of each, and (time allowing) a dense search of the first
         of them. ``only``: the index labels the search is restricted to (None: all)."""
         s = self.settings
-        col = self.collection
+        col, first = scope.collection, scope.first
         texts = queries.texts
-        lists = [self.first.lexical(t.tokens, s.candidates, only)[0] for t in texts]
+        lists = [first.lexical(t.tokens, s.candidates, only)[0] for t in texts]
         searchable = (col.alive if only is None else col.allowed(only)).any()
         if texts and searchable and dl.remaining_ms() > 2 * self.costs.encode_ms.value + 10:
             qv = col.encode_queries([texts[0].text])
-            lists.append(self.first.dense(qv, s.candidates, [max(s.ef_max, s.candidates)], only)[0][0])
+            lists.append(first.dense(qv, s.candidates, [max(s.ef_max, s.candidates)], only)[0][0])
         return lists
 
-    def recover(self, query: Query, top: List[int], k: int, queries: RecoveryQueries, dl: Deadline,
-                only: Optional[List[int]] = None) -> Tuple[List[int], Dict[str, Any]]:
+    def recover(self, scope: SearchScope, query: Query, top: List[int], k: int, queries: RecoveryQueries,
+                dl: Deadline, only: Optional[List[int]] = None) -> Tuple[List[int], Dict[str, Any]]:
         """The extra ``queries`` searched (restricted to the index labels ``only`` when given); replace only weak
         hits, and only with better ones. Returns the new top and a report (``replaced``, ``note``, ``terms``,
         ``added_rows``, lexical relevance before / after)."""
         s = self.settings
-        rows = self.collection.rows
-        lists = self._recovery_lists(query, queries, dl, only)
+        rows, tokens = scope.collection.rows, scope.tokens
+        lists = self._recovery_lists(scope, queries, dl, only)
         terms, n_queries = queries.terms, len(queries.texts)
         cand, _ = rrf(lists, k=s.rrf_k, top_n=s.candidates) if lists else (np.zeros(0, np.int64), None)
         in_top = set(top)
-        cand_rel = sorted(((self.tokens.lexical_relevance(query, r), r)
+        cand_rel = sorted(((tokens.lexical_relevance(query, r), r)
                            for r in np.asarray(cand, dtype=np.int64).tolist() if r not in in_top),
                           key=lambda x: -x[0])
         new_top = list(top)
@@ -146,7 +145,7 @@ class Recovery:
             return doc_ids[row]
 
         few_articles = len({doc_of(r) for r in top}) < min(s.min_articles, k)
-        rel_now = {r: self.tokens.lexical_relevance(query, r) for r in new_top}
+        rel_now = {r: tokens.lexical_relevance(query, r) for r in new_top}
         # only the lower half of the list is open to replacement: the top hits are the retrievers' strongest
         # agreement and are never displaced; weakest first, then (too few articles) repeats of one article
         half = max(1, len(new_top) // 2)
@@ -166,7 +165,7 @@ class Recovery:
         def subject_of(row: int) -> float:
             d = doc_of(row)
             if d not in doc_subject:
-                doc_subject[d] = subject_share(query.subject, self.tokens.of_document(d)) if query.subject else 0.0
+                doc_subject[d] = subject_share(query.subject, tokens.of_document(d)) if query.subject else 0.0
             return doc_subject[d]
 
         def relevant_enough(rel: float, old_rel: float, need_new_doc: bool) -> bool:
@@ -186,7 +185,7 @@ class Recovery:
                 # replaces; the near-duplicate test, the costliest, comes last
                 if r in used_rows or subject_of(r) < old_subject or (need_new_doc and doc_of(r) in docs_now):
                     continue
-                if any(jaccard(self.tokens.of_row(r), self.tokens.of_row(o)) >= s.near_duplicate for o in new_top):
+                if any(jaccard(tokens.of_row(r), tokens.of_row(o)) >= s.near_duplicate for o in new_top):
                     continue
                 new_top[i] = r
                 used_rows.add(r)
@@ -201,5 +200,5 @@ class Recovery:
                 added.append(r)
         note = f"{n_queries} recovery queries ({', '.join(terms) or 'relaxed terms only'}); {len(added)} weak hits replaced"
         return new_top, {"replaced": len(added), "note": note, "terms": terms, "added_rows": set(added),
-                         "lexical_relevance_before": self._mean_relevance(query, top[:5]),
-                         "lexical_relevance_after": self._mean_relevance(query, new_top[:5])}
+                         "lexical_relevance_before": self._mean_relevance(scope, query, top[:5]),
+                         "lexical_relevance_after": self._mean_relevance(scope, query, new_top[:5])}

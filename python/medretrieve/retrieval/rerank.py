@@ -25,11 +25,11 @@ import numpy as np
 
 from .budget import CostModel, Deadline
 from .candidates import Candidates
-from .collection_view import CollectionView
-from .matching import ChunkTokens, coverage, subject_share
+from .matching import coverage, subject_share
 from .query import Query
 from .ranker import FEATURES, LinearRanker
 from .results import StageLog
+from .scope import SearchScope
 from .settings import Settings
 
 _CE_RESERVE = 0.30  # share of the budget a cross-encoder leaves for what follows
@@ -51,14 +51,13 @@ class Ranking:
 
 
 class Reranker:
-    """The rerank stage over one collection (see the module docstring)."""
+    """The rerank stage (see the module docstring): built once per retriever, each call reads the
+    :class:`~.scope.SearchScope` it is given."""
 
-    def __init__(self, collection: CollectionView, settings: Settings, costs: CostModel, tokens: ChunkTokens,
-                 ranker: Optional[LinearRanker] = None, cross_encoder=None, ranker_note: str = "") -> None:
-        self.collection = collection
+    def __init__(self, settings: Settings, costs: CostModel, ranker: Optional[LinearRanker] = None,
+                 cross_encoder=None, ranker_note: str = "") -> None:
         self.settings = settings
         self.costs = costs
-        self.tokens = tokens
         self.ranker = ranker
         self.ranker_note = ranker_note  # which learned ranker and why (the default's choice), for the stage reason
         self.cross_encoder = cross_encoder
@@ -71,7 +70,8 @@ class Reranker:
         log.record("rerank", False, reason, cut)
         return Ranking(cands.fused_ids.tolist(), scores.tolist(), {}, 0, {})
 
-    def rerank(self, query: Query, cands: Candidates, dl: Deadline, log: StageLog, enabled: bool = True) -> Ranking:
+    def rerank(self, scope: SearchScope, query: Query, cands: Candidates, dl: Deadline, log: StageLog,
+               enabled: bool = True) -> Ranking:
         if not enabled:
             return self.skip(cands, log, "disabled")
         if not len(cands.fused_ids):
@@ -85,14 +85,14 @@ class Reranker:
             # the learned ranker's probability stands in for the fused rank (and, without a cross-encoder, for
             # the whole heuristic formula); with both, the cross-encoder reads the candidates in the ranker's
             # order, so a budget-cut depth keeps the ranker's best
-            learned = self.ranker.score(self.features(query, cands, rows)) if self.ranker is not None else None
+            learned = self.ranker.score(self.features(scope, query, cands, rows)) if self.ranker is not None else None
             ce_order = rows if learned is None else [rows[i] for i in np.argsort(-learned, kind="stable")]
             use_ce = self.cross_encoder is not None and self.settings.rerank_depth > 0
-            ce = self._cross_encode(query, ce_order[:n], dl) if use_ce else {}
+            ce = self._cross_encode(scope, query, ce_order[:n], dl) if use_ce else {}
             first = base if learned is None else learned
             signals: Dict[int, float] = {}
             for i, r in enumerate(rows):  # every row: the cross-encoder's depth runs in the ranker's order
-                s = self._signal(query, r, i, base, learned, ce)
+                s = self._signal(scope, query, r, i, base, learned, ce)
                 if s is not None:  # None: beyond the cross-encoder's depth
                     signals[r] = s
             reranked = sorted(signals, key=lambda r: -signals[r])
@@ -118,8 +118,8 @@ class Reranker:
             return f"{which} over {n_reranked} candidates (no cross-encoder)"
         return f"heuristics over {n_reranked} candidates (no cross-encoder)"
 
-    def _signal(self, query: Query, r: int, i: int, base: np.ndarray, learned: Optional[np.ndarray],
-                ce: Dict[int, float]) -> Optional[float]:
+    def _signal(self, scope: SearchScope, query: Query, r: int, i: int, base: np.ndarray,
+                learned: Optional[np.ndarray], ce: Dict[int, float]) -> Optional[float]:
         """The rerank score of candidate ``r`` (fused position ``i``); None beyond the cross-encoder's depth."""
         s = self.settings
         if r in ce and learned is not None:
@@ -128,7 +128,7 @@ class Reranker:
             return _sigmoid(math.log(p / (1.0 - p)) + s.ranker_ce_weight * ce[r])
         if r in ce:
             w = s.rerank_weights_ce
-            kw, tt, en = self._heuristics(query, r)
+            kw, tt, en = self._heuristics(scope, query, r)
             return (w["rrf"] * float(base[i]) + w["ce"] * _sigmoid(ce[r]) + w["keyword"] * kw + w["title"] * tt
                     + w["entity"] * en)
         if self.cross_encoder is not None:
@@ -136,18 +136,21 @@ class Reranker:
         if learned is not None:
             return float(learned[i])
         w = s.rerank_weights
-        kw, tt, en = self._heuristics(query, r)
+        kw, tt, en = self._heuristics(scope, query, r)
         return w["rrf"] * float(base[i]) + w["keyword"] * kw + w["title"] * tt + w["entity"] * en
 
-    def _heuristics(self, query: Query, r: int) -> tuple:
+    @staticmethod
+    def _heuristics(scope: SearchScope, query: Query, r: int) -> tuple:
         """keyword, title and entity match of candidate ``r``."""
-        kw = self.tokens.lexical_relevance(query, r)
-        tt = self.tokens.title_match(query, r) if query.terms else 0.0
-        return kw, tt, (self.tokens.entity_match(query, r) if query.entities else kw)
+        tokens = scope.tokens
+        kw = tokens.lexical_relevance(query, r)
+        tt = tokens.title_match(query, r) if query.terms else 0.0
+        return kw, tt, (tokens.entity_match(query, r) if query.entities else kw)
 
-    def _cross_encode(self, query: Query, rows: Sequence[int], dl: Deadline) -> Dict[int, float]:
+    def _cross_encode(self, scope: SearchScope, query: Query, rows: Sequence[int], dl: Deadline
+                      ) -> Dict[int, float]:
         """Cross-encoder logits of ``rows`` in order, in batches while the budget allows."""
-        col = self.collection
+        col = scope.collection
         reserve = dl.share_ms(_CE_RESERVE)
         out: Dict[int, float] = {}
         depth = 0
@@ -168,11 +171,11 @@ class Reranker:
         return out
 
     # ------------------------------------------------------------- ranker features
-    def features(self, query: Query, cands: Candidates, rows: Sequence[int],
+    def features(self, scope: SearchScope, query: Query, cands: Candidates, rows: Sequence[int],
                  names: Optional[Sequence[str]] = None) -> np.ndarray:
         """The ranker features ``names`` (default: the installed ranker's, else all of :data:`FEATURES`) of
-        candidate ``rows`` (in fused order) [n, F]."""
-        col = self.collection
+        candidate ``rows`` (in fused order, rows of ``scope``'s collection) [n, F]."""
+        col, tokens = scope.collection, scope.tokens
         if names is None:
             names = self.ranker.features if self.ranker is not None else FEATURES
         n = len(rows)
@@ -190,12 +193,12 @@ class Reranker:
         bm = col.lexical.scores_for(bm25, rows).astype(np.float64)
         f["bm25"] = bm / max(float(bm.max()), 1e-12)
         idf = col.lexical.idf(list(query.terms))
-        f["coverage"] = np.array([coverage(query, idf, self.tokens.of_row(r)) for r in rows])
+        f["coverage"] = np.array([coverage(query, idf, tokens.of_row(r)) for r in rows])
         docs = [col.rows[r].document_id for r in rows]
         doc_cov: Dict[str, float] = {}
         doc_subject: Dict[str, float] = {}
         for d in set(docs):
-            toks = self.tokens.of_document(d)
+            toks = tokens.of_document(d)
             doc_cov[d] = coverage(query, idf, toks)
             doc_subject[d] = subject_share(query.subject, toks) if query.subject else doc_cov[d]
         f["doc_coverage"] = np.array([doc_cov[d] for d in docs])
@@ -211,7 +214,7 @@ class Reranker:
         for d in docs[:30]:
             head[d] = head.get(d, 0) + 1
         f["doc_count"] = np.array([head.get(d, 0) for d in docs], dtype=np.float64)
-        f["entity"] = (np.array([self.tokens.entity_match(query, r) for r in rows]) if query.entities
+        f["entity"] = (np.array([tokens.entity_match(query, r) for r in rows]) if query.entities
                        else f["coverage"])
         for name in ("dense", "feedback", "doc_dense"):  # the encoder-independent views (ranker.PORTABLE_FEATURES)
             f[f"{name}_rank"] = _log_rank(f[name])

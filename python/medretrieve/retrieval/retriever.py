@@ -21,13 +21,17 @@ question re-queries PubMed with relaxed terms before recovery (``pubmed_recovery
 Optional stages shrink or are skipped to meet ``deadline_ms`` (None: no deadline); every stage reports whether it
 ran, why not, and how long it took. Hits come in final order (after MMR and recovery). A Retriever may be shared
 by threads: per-search state lives in the search call.
+
+The stage objects (candidates, reranker, recovery) are built once, at construction; a search hands each the
+:class:`~.scope.SearchScope` it reads: the collection snapshot's (built once per snapshot, :meth:`Retriever.scope`)
+or, online, the one over its pool.
 """
 from __future__ import annotations
 
 import gc
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Set, Union, cast
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union, cast
 
 import numpy as np
 
@@ -42,6 +46,7 @@ from .expansion import TermSource, TrainingMemory
 from .first_stage import FirstStage, FirstStageFactory, LocalFirstStage
 from .matching import ChunkTokens
 from .online import OnlinePool, OnlineSource, OnlineStage
+from .scope import SearchScope
 from .query import Query
 from .default_ranker import RankerLike, resolve
 from .ranker import LinearRanker
@@ -58,18 +63,6 @@ WEAK_DEPTH = 10  # first-stage hits the weak flag reads (at least)
 class _Recovered:
     top: List[int]
     report: Dict[str, Any]
-
-
-@dataclass
-class _Stages:
-    """The stage objects over one collection (the local one, or an online search's pool)."""
-
-    collection: CollectionView
-    tokens: ChunkTokens
-    candidates: CandidateGenerator
-    reranker: Reranker
-    recovery: Recovery
-    online: Optional[OnlinePool] = None  # an online search's pool and the PubMed terms it asked
 
 
 class Retriever:
@@ -117,12 +110,12 @@ class Retriever:
         if training is not None and not isinstance(training, TrainingMemory):
             training = TrainingMemory.from_bioasq(training)
         chosen, note = resolve(ranker, collection)
-        self.training = training
-        self.llm_terms = llm_terms
         self.costs = CostModel()
         self.online = online if online is None or isinstance(online, OnlineStage) else OnlineStage(online)
-        self._local = self._stages(self._snapshot(), chosen, cross_encoder, note)
-        self._set_local(self._local)
+        self.candidates = CandidateGenerator(self.settings, self.costs, training, llm_terms)
+        self.reranker = Reranker(self.settings, self.costs, chosen, cross_encoder, ranker_note=note)
+        self.recovery = Recovery(self.settings, self.costs)
+        self._scope = self._scope_over(self._snapshot())
         if warmup:
             self.warmup()
 
@@ -140,16 +133,10 @@ class Retriever:
     def cross_encoder(self):
         return self.reranker.cross_encoder
 
-    def _stages(self, collection: CollectionView, ranker: Optional[LinearRanker], cross_encoder: Any,
-                ranker_note: str, first: Optional[FirstStage] = None) -> _Stages:
-        """The stage objects over ``collection``, through ``first`` (default: ``first_stage(collection)``)."""
-        tokens = ChunkTokens(collection)
-        first = first or self.first_stage(collection)
-        candidates = CandidateGenerator(collection, first, self.settings, self.costs, self.training, self.llm_terms)
-        return _Stages(collection, tokens, candidates,
-                       Reranker(collection, self.settings, self.costs, tokens, ranker, cross_encoder,
-                                ranker_note=ranker_note),
-                       Recovery(collection, self.settings, self.costs, tokens, first))
+    def _scope_over(self, collection: CollectionView) -> SearchScope:
+        """What a search over ``collection`` reads: it, its first stage (``first_stage(collection)``) and its
+        chunks' token sets."""
+        return SearchScope(collection, self.first_stage(collection), ChunkTokens(collection))
 
     def _snapshot(self) -> CollectionView:
         """The collection as it is now: a collection that takes updates hands out immutable snapshots
@@ -157,18 +144,14 @@ class Retriever:
         take = getattr(self.collection, "snapshot", None)
         return take() if take is not None else self.collection
 
-    def _set_local(self, st: _Stages) -> None:
-        self._local = st
-        self.tokens, self.candidates, self.reranker, self.recovery = st.tokens, st.candidates, st.reranker, st.recovery
-
-    def _local_stages(self) -> _Stages:
-        """The stages over the collection's current snapshot (built once per snapshot: a search started before an
-        update keeps the stages it took, over the state it began with)."""
-        st, snap = self._local, self._snapshot()
-        if st.collection is not snap:
-            st = self._stages(snap, self.ranker, self.cross_encoder, self.reranker.ranker_note)
-            self._set_local(st)
-        return st
+    def scope(self) -> SearchScope:
+        """The scope over the collection's current snapshot (built once per snapshot: a search started before an
+        update keeps the scope it took, over the state it began with)."""
+        scope, snap = self._scope, self._snapshot()
+        if scope.collection is not snap:
+            scope = self._scope_over(snap)
+            self._scope = scope
+        return scope
 
     def warmup(self) -> None:
         """Load the encoders and run them once, so the first search does not pay session start-up; then
@@ -238,58 +221,62 @@ class Retriever:
         log.record("classify", True, f"{query.qtype} / intent {query.intent}")
         switches = Switches(expand, route, dense, lexical, feedback)
         ranked = rerank and self.ranker is not None
-        local = self._local_stages()
-        st = local if self.online is None else self._online_stages(local, query, k, dl, log, switches, ranked, only)
-        cands = st.candidates.gather(query, k, dl, log, switches, ranked=ranked, only=only)
-        ranking = st.reranker.rerank(query, cands, dl, log, enabled=rerank)
-        mmr = self._diversify(st.collection, query, cands, ranking, k, dl, log,
+        scope, pool = self.scope(), None
+        if self.online is not None:
+            scope, pool = self._online_scope(scope, query, k, dl, log, switches, ranked, only)
+        cands = self.candidates.gather(scope, query, k, dl, log, switches, ranked=ranked, only=only)
+        ranking = self.reranker.rerank(scope, query, cands, dl, log, enabled=rerank)
+        mmr = self._diversify(scope.collection, query, cands, ranking, k, dl, log,
                               self.settings.mmr if diversify is None else diversify)
         with dl.stage("prune"):
-            top = st.recovery.select(mmr.order, k, per_document)
+            top = self.recovery.select(scope, mmr.order, k, per_document)
         log.record("prune", True, f"{len(mmr.order)} candidates -> {len(top)} hits")
         with dl.stage("weak"):
             # read from the question's own first-stage lists, which no deadline changes, so the flag (and an
             # abstention built on it) does not flip with machine load; over at least 10 hits, so it does not
             # depend on the k asked for either
             wk = max(k, WEAK_DEPTH)
-            weak_reasons = st.recovery.weak_reasons(
-                query, st.recovery.select(cands.question_ids.tolist(), wk, per_document), wk)
+            weak_reasons = self.recovery.weak_reasons(
+                scope, query, self.recovery.select(scope, cands.question_ids.tolist(), wk, per_document), wk)
         log.record("weak", True, "; ".join(weak_reasons) or "not weak")
-        rec = self._recover(st, query, top, k, cands, dl, log, bool(weak_reasons) and recover, recover, only)
-        hits = self._hits(st, query, rec, cands, ranking, mmr.scores)
+        rec = self._recover(scope, pool, query, top, k, cands, dl, log, bool(weak_reasons) and recover, recover,
+                            only)
+        hits = self._hits(scope, query, rec, cands, ranking, mmr.scores)
         rec.report.pop("added_rows", None)
         return SearchResult(query.text, hits, query.qtype, bool(weak_reasons), weak_reasons,
                             rec.report.get("replaced", 0) > 0, log.stages, dl.finish(), intent=query.intent,
                             rerank_depth=ranking.depth, expansions=cands.expansions, recovery=rec.report)
 
     # ------------------------------------------------------------- stages not in their own module
-    def _online_stages(self, st: _Stages, query: Query, k: int, dl: Deadline, log: StageLog, switches: Switches,
-                       ranked: bool, only: Optional[List[int]]) -> _Stages:
-        """The local collection's fused candidates (``st``: the local stages), then the pool with the PubMed
-        records (:mod:`.online`)."""
+    def _online_scope(self, local: SearchScope, query: Query, k: int, dl: Deadline, log: StageLog,
+                      switches: Switches, ranked: bool, only: Optional[List[int]]) -> Tuple[SearchScope, OnlinePool]:
+        """The local collection's fused candidates (``local``: the snapshot's scope), then the pool with the
+        PubMed records (:mod:`.online`) and the scope over it (the pool is new with each search; the stage
+        objects are not)."""
         assert self.online is not None
-        if not isinstance(st.collection, (Collection, CollectionSnapshot)):
+        col = local.collection
+        if not isinstance(col, (Collection, CollectionSnapshot)):
             raise TypeError(f"an online search adds PubMed records to a local collection, not to a "
-                            f"{type(st.collection).__name__}")
+                            f"{type(col).__name__}")
         local_rows: List[int] = []
         expansions: Dict[str, List[str]] = {}
-        kinds = st.candidates.active_expansions() if switches.expand else ()
+        kinds = self.candidates.active_expansions() if switches.expand else ()
         sub = dl.fork()  # the local first stages are timed apart from the pool's
-        if len(st.collection):
+        if len(col):
             with dl.stage("local"):
-                local = st.candidates.gather(query, k, sub, StageLog(sub), switches, ranked=ranked, only=only)
-            local_rows = local.fused_ids.tolist()
-            expansions = local.expansions
+                # the local candidates only seed the pool: the question's own fusion is the pool's, derived there
+                found = self.candidates.gather(local, query, k, sub, StageLog(sub), switches, ranked=ranked,
+                                               only=only, own_fusion=False)
+            local_rows = found.fused_ids.tolist()
+            expansions = found.expansions
             log.record("local", True, f"{len(local_rows)} fused candidates from the local collection")
         else:
             log.record("local", False, "no local collection")
             if kinds:  # the expansion variants each become a PubMed query
                 with dl.stage("expand"):
-                    expansions = st.candidates.variants(query, sub, kinds)[1]
-        online = self.online.pool(query, st.collection, local_rows, dl, log, expansions)
-        pool = self._stages(online.collection, self.ranker, self.cross_encoder, self.reranker.ranker_note)
-        pool.online = online
-        return pool
+                    expansions = self.candidates.variants(query, sub, kinds)[1]
+        pool = self.online.pool(query, col, local_rows, dl, log, expansions)
+        return self._scope_over(pool.collection), pool
 
     def _diversify(self, collection: CollectionView, query: Query, cands: Candidates, ranking: Ranking, k: int,
                    dl: Deadline, log: StageLog, enabled: bool) -> Diversified:
@@ -301,25 +288,26 @@ class Retriever:
         log.record("mmr", done.ran, done.note, done.cut)
         return done
 
-    def _recover(self, st: _Stages, query: Query, top: List[int], k: int, cands: Candidates, dl: Deadline,
-                 log: StageLog, weak: bool, enabled: bool, only: Optional[List[int]]) -> _Recovered:
+    def _recover(self, scope: SearchScope, pool: Optional[OnlinePool], query: Query, top: List[int], k: int,
+                 cands: Candidates, dl: Deadline, log: StageLog, weak: bool, enabled: bool,
+                 only: Optional[List[int]]) -> _Recovered:
         if not weak:
             log.record("recovery", False, "question not weak" if enabled else "disabled")
             return _Recovered(top, {})
         if dl.remaining_ms() <= dl.share_ms(0.25):
             log.record("recovery", False, f"budget: {dl.remaining_ms():.0f} ms left", cut=True)
             return _Recovered(top, {})
-        if self.online is not None and st.online is not None:  # new articles join the pool recovery searches
-            self.online.requery(query, st.online, dl, log)
+        if self.online is not None and pool is not None:  # new articles join the pool recovery searches
+            self.online.requery(query, pool, dl, log)
         with dl.stage("recovery"):
-            queries = st.candidates.recovery_queries(query, cands.texts, dl)
-            new_top, report = st.recovery.recover(query, top, k, queries, dl, only)
+            queries = self.candidates.recovery_queries(query, cands.texts, dl)
+            new_top, report = self.recovery.recover(scope, query, top, k, queries, dl, only)
         log.record("recovery", True, report.get("note", ""))
         return _Recovered(new_top, report)
 
-    def _hits(self, st: _Stages, query: Query, rec: _Recovered, cands: Candidates, ranking: Ranking,
+    def _hits(self, scope: SearchScope, query: Query, rec: _Recovered, cands: Candidates, ranking: Ranking,
               mmr_scores: Dict[int, float]) -> List[Hit]:
-        col = st.collection
+        col = scope.collection
         score_of = dict(zip(ranking.order, ranking.scores))
         rrf_of = dict(zip(cands.fused_ids.tolist(), cands.fused_scores.tolist()))
         added: Set[int] = rec.report.get("added_rows", set())
@@ -333,7 +321,7 @@ class Retriever:
                 if row in values:
                     sc[name] = float(values[row])
             if row in added:
-                sc["recovery"] = st.tokens.lexical_relevance(query, row)
+                sc["recovery"] = scope.tokens.lexical_relevance(query, row)
                 score = sc["recovery"]
             else:
                 score = score_of.get(row, sc.get("rrf", 0.0))

@@ -62,12 +62,13 @@ def ranker_rows(retriever: Any, examples: Any, progress: bool = False) -> Ranker
         matched += 1
         dl = Deadline(None)
         query = Query.analyse(question)
-        cands = retriever.candidates.gather(query, 10, dl, StageLog(dl), ranked=True)
+        scope = retriever.scope()
+        cands = retriever.candidates.gather(scope, query, 10, dl, StageLog(dl), ranked=True)
         rows = cands.fused_ids.tolist()
         labels = [rows_of[r].document_id in relevant for r in rows]
         if not any(labels):
             continue
-        X.append(retriever.reranker.features(query, cands, rows, FEATURES))
+        X.append(retriever.reranker.features(scope, query, cands, rows, FEATURES))
         y.append(np.asarray(labels, dtype=np.float64))
     if not X:
         raise ValueError(f"no training question has a relevant document among its candidates ({matched} of "
