@@ -1,31 +1,34 @@
-"""Clients of a medretrieve server (``medretrieve serve``), sync (:class:`Client`) and async (:class:`AsyncClient`),
-over httpx. They return the library's own records (:mod:`medretrieve.records`): ``search`` a
-:class:`~medretrieve.records.SearchResult`, ``answer`` an :class:`~medretrieve.records.Answer`, and build their
-requests with the server's own request models (:mod:`medretrieve.wire`), so a request the server would refuse as
-invalid is refused before it is sent (:class:`~.errors.InvalidRequest` with ``status`` 0, naming the field). They
-load no engine: no native core, numpy or encoders.
+"""Clients of a medretrieve server (``medretrieve serve``), sync (:class:`Client`, over the lean keep-alive
+transport of :mod:`.transport`) and async (:class:`AsyncClient`, over httpx). They return the library's own
+records (:mod:`medretrieve.records`): ``search`` a :class:`~medretrieve.records.SearchResult`, ``answer`` an
+:class:`~medretrieve.records.Answer`, and build their requests with the server's own request models
+(:mod:`medretrieve.wire`), so a request the server would refuse as invalid is refused before it is sent
+(:class:`~.errors.InvalidRequest` with ``status`` 0, naming the field). They load no engine: no native core, numpy
+or encoders.
 
 Failures raise the typed errors of :mod:`.errors`. 429 (shed) and 503 (still loading) are retried up to
 ``retries`` times after the server's Retry-After (a refused connection after a short backoff), unless the wait is
 longer than ``max_retry_after_s`` or would not leave time before the call's ``deadline_ms``; a retried search
 carries what is left of its deadline. Every attempt waits at most ``timeout_s`` seconds, and at most 1 s past
-the call's deadline.
+the call's deadline (a streamed answer: each read). Bodies are read and written with orjson.
 """
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Sequence, Tuple, Type
+from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Sequence, Tuple, Type, Union
 
 import httpx
+import orjson
 from pydantic import BaseModel, ValidationError
 
 from ..records import Answer, Hit, SearchResult
 from ..wire import AnswerRequest, BatchSearchRequest, SearchRequest, field_errors
 from .errors import ClientError, InvalidRequest, Unavailable, error_for
+from .transport import REFUSED, TIMED_OUT, TRANSPORT_ERRORS, HttpxTransport, LeanTransport
 
+_JSON_TYPE = {"Content-Type": "application/json"}
 _DEADLINE_GRACE_S = 1.0  # how long past a call's deadline the client still waits for the server's reply (s)
 
 
@@ -66,7 +69,11 @@ def _answer_body(question: str, k: int, deadline_ms: Optional[float], qtype: Opt
                     max_tokens=max_tokens, stream=stream or None, explain=explain or None)
 
 
-def _retry_after(response: httpx.Response) -> Optional[float]:
+def _encoded(body: Optional[Dict[str, Any]]) -> Optional[bytes]:
+    return None if body is None else orjson.dumps(body)
+
+
+def _retry_after(response: Any) -> Optional[float]:
     raw = response.headers.get("Retry-After")
     try:
         return max(0.0, float(raw)) if raw is not None else None
@@ -74,11 +81,12 @@ def _retry_after(response: httpx.Response) -> Optional[float]:
         return None
 
 
-def _parsed(response: httpx.Response) -> Any:
-    """The JSON of a 2xx response; the typed error of any other."""
+def _parsed(response: Any) -> Any:
+    """The JSON of a 2xx response (an ``httpx.Response`` or a :class:`.transport.Reply`); the typed error of any
+    other."""
     try:
-        body: Any = response.json()
-    except ValueError:
+        body: Any = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
         body = response.text
     if response.is_success:
         return body
@@ -98,7 +106,7 @@ class _SSE:
         elif line.startswith("data:"):
             self.data.append(line[5:].strip())
         elif not line and self.data:
-            out = (self.event, json.loads("\n".join(self.data)))
+            out = (self.event, orjson.loads("\n".join(self.data)))
             self.event, self.data = "message", []
             return out
         return None
@@ -169,7 +177,7 @@ class _Retries:
         """Seconds to wait before the next attempt, or None when ``outcome`` (a response) is final. A transport
         error: retried after a short backoff when the connection was refused, else raised as Unavailable."""
         if isinstance(outcome, Exception):
-            if not isinstance(outcome, httpx.ConnectError):
+            if not isinstance(outcome, REFUSED):
                 raise self._unreachable(outcome) from outcome
             wait: Optional[float] = None
         elif outcome.status_code in (429, 503):
@@ -185,7 +193,7 @@ class _Retries:
         return wait
 
     def _unreachable(self, exc: Exception) -> ClientError:
-        if isinstance(exc, httpx.TimeoutException):
+        if isinstance(exc, TIMED_OUT):
             return Unavailable(f"no reply within {self.timeout_s:.2f} s ({type(exc).__name__})")
         return Unavailable(f"cannot reach the server: {type(exc).__name__}: {exc}")
 
@@ -195,13 +203,16 @@ class Client(_Base):
 
     ``timeout_s``: the longest wait for one reply (s); ``retries``: attempts after a 429 / 503 / refused
     connection; ``max_retry_after_s``: a longer Retry-After is not waited for. ``transport``: an httpx transport
-    (tests, or ``httpx.WSGITransport``-style in-process use).
+    (tests, or ``httpx.WSGITransport``-style in-process use); without one, an ``http://`` server is reached over
+    keep-alive ``http.client`` connections (:class:`.transport.LeanTransport`), an ``https://`` one over httpx.
     """
 
     def __init__(self, url: str, *, timeout_s: float = 10.0, retries: int = 2, max_retry_after_s: float = 5.0,
                  headers: Optional[Dict[str, str]] = None, transport: Optional[httpx.BaseTransport] = None) -> None:
         super().__init__(url, timeout_s, retries, max_retry_after_s)
-        self._http = httpx.Client(base_url=self.url, headers=headers, transport=transport)
+        self._http: Union[LeanTransport, HttpxTransport] = (
+            LeanTransport(self.url, headers) if transport is None and self.url.startswith("http://")
+            else HttpxTransport(self.url, headers, transport))
 
     def close(self) -> None:
         self._http.close()
@@ -213,20 +224,19 @@ class Client(_Base):
         self.close()
 
     def _send(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
-              deadline_ms: Optional[float] = None, stream: bool = False) -> httpx.Response:
+              deadline_ms: Optional[float] = None, stream: bool = False) -> Any:
         """The final response (retried as the module docstring says); with ``stream``, unread and open."""
         retries = self._retries(body, deadline_ms)
         while True:
             sent, timeout = retries.attempt()
-            request = self._http.build_request(method, path, json=sent, timeout=timeout)
             try:
-                outcome: Any = self._http.send(request, stream=stream)
-            except httpx.TransportError as exc:
+                outcome: Any = self._http.send(method, path, _encoded(sent), timeout, stream)
+            except TRANSPORT_ERRORS as exc:
                 outcome = exc
             wait = retries.wait_after(outcome)
             if wait is None:
                 return outcome
-            if isinstance(outcome, httpx.Response):
+            if not isinstance(outcome, Exception):
                 outcome.close()
             time.sleep(wait)
 
@@ -289,7 +299,7 @@ class Client(_Base):
 
     def ready(self) -> bool:
         """Whether the server answers searches (no retry: a loading server answers False)."""
-        return self._http.get("/readyz", timeout=self.timeout_s).status_code == 200
+        return self._http.send("GET", "/readyz", None, self.timeout_s).status_code == 200
 
     def metrics(self) -> str:
         """The Prometheus text of ``/metrics``."""
@@ -326,7 +336,8 @@ class AsyncClient(_Base):
         retries = self._retries(body, deadline_ms)
         while True:
             sent, timeout = retries.attempt()
-            request = self._http.build_request(method, path, json=sent, timeout=timeout)
+            request = self._http.build_request(method, path, content=_encoded(sent), timeout=timeout,
+                                               headers=None if sent is None else _JSON_TYPE)
             try:
                 outcome: Any = await self._http.send(request, stream=stream)
             except httpx.TransportError as exc:

@@ -1,0 +1,57 @@
+"""The sync client's lean transport (medretrieve.client.transport) against scripted raw-socket servers: keep-alive
+reuse, idle connections the server closed, ``Connection: close``, and one deadline for a whole attempt."""
+from __future__ import annotations
+
+import time
+
+import orjson
+import pytest
+from raw_http import CLOSE, RawServer, reply
+
+from medretrieve.client import Client, Unavailable
+from medretrieve.records import SearchResult
+
+RESULT = orjson.dumps(SearchResult("q", [], "factoid", False, [], False, [], {"total": 1.0}).to_dict())
+
+
+def test_searches_share_one_keep_alive_connection():
+    with RawServer(lambda n, request: [reply(200, RESULT)]) as srv, Client(srv.url) as client:
+        assert [client.search("q").question for _ in range(5)] == ["q"] * 5
+        assert srv.connections == 1
+        head, _, body = srv.requests[0].partition(b"\r\n\r\n")
+        assert head.startswith(b"POST /v1/search HTTP/1.1") and b"content-type: application/json" in head.lower()
+        assert orjson.loads(body) == {"question": "q", "k": 10}
+
+
+def test_an_idle_connection_the_server_closed_is_replaced():
+    """uvicorn closes a keep-alive connection idle past its timeout (5 s): the next call opens a new one."""
+    with RawServer(lambda n, request: [reply(200, RESULT), 0.05, CLOSE]) as srv, Client(srv.url) as client:
+        for _ in range(3):
+            assert client.search("q").question == "q"
+            time.sleep(0.2)  # the server has closed it by now
+        assert srv.connections == 3
+
+
+def test_a_connection_the_server_closes_is_not_reused():
+    script = lambda n, request: [reply(200, RESULT, ["Connection: close"]), CLOSE]  # noqa: E731
+    with RawServer(script) as srv, Client(srv.url) as client:
+        assert [client.search("q").question for _ in range(3)] == ["q"] * 3
+        assert srv.connections == 3
+
+
+def test_a_reply_trickled_a_byte_at_a_time_is_bounded_by_the_attempts_timeout():
+    """Each byte comes well within the timeout, but the whole reply would take ~6 s: the attempt gives up at its
+    timeout (a per-receive socket timeout alone would wait for all of it)."""
+    whole = reply(200, RESULT)
+    with RawServer(lambda n, request: [piece for b in whole for piece in (bytes([b]), 0.01)]) as srv:
+        with Client(srv.url, timeout_s=0.5, retries=0) as client:
+            t0 = time.monotonic()
+            with pytest.raises(Unavailable, match="no reply within 0.50 s"):
+                client.search("q")
+            assert time.monotonic() - t0 < 1.5
+
+
+def test_a_server_that_closes_without_answering_is_unavailable():
+    with RawServer(lambda n, request: [CLOSE]) as srv, Client(srv.url, retries=0) as client:
+        with pytest.raises(Unavailable, match="cannot reach the server"):
+            client.search("q")
