@@ -16,8 +16,9 @@ response, from ``Server-Timing``: what the server controls; the rest is sockets,
 clients' and server's event loops waiting for a CPU).
 
 - overhead: the same questions searched in-process (``Retriever.search``, encoders on one thread as the server
-  opens them) and over HTTP (one worker, one keep-alive connection per client) with two clients, httpx (what
-  ``medretrieve.client`` uses) and the standard library's ``http.client`` (the leanest: it shows the client's
+  opens them) and over HTTP (one worker, one keep-alive connection per client) with three clients:
+  ``medretrieve.client.Client`` (what users call: the request checked by the server's models, a ``SearchResult``
+  back, over keep-alive ``http.client``), raw httpx, and raw ``http.client`` (the leanest: it shows the client's
   share), interleaved so the box's load hits every path alike. "Added by HTTP" is, per request, the client's
   round trip minus the search's own time as the server reports it (``Server-Timing: work``); "beyond the
   server" the round trip minus the server's whole time (``Server-Timing: total``, arrival to serialised
@@ -59,6 +60,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import retrieval as rb  # noqa: E402  (bench/retrieval.py: the 100k collection of its latency benchmark)
 
+from medretrieve.client import Client  # noqa: E402
 from medretrieve.testing.server import ServerProcess  # noqa: E402
 
 CPUS = len(os.sched_getaffinity(0))
@@ -145,26 +147,31 @@ def overhead(args: argparse.Namespace) -> None:
     qs = questions(args.queries)
     ret = Retriever(Collection.open(col, encoder_threads=1))  # as the server opens it
     lib: List[float] = []
-    rows = {"httpx": OverheadRow("httpx.Client (medretrieve.client's transport)"),
-            "stdlib": OverheadRow("http.client (stdlib)")}
-    with server(col, 1) as srv, httpx.Client(base_url=srv.url, timeout=10.0) as hx:
+    rows = {"client": OverheadRow("medretrieve.client.Client (search: request checked, SearchResult back)"),
+            "httpx": OverheadRow("httpx.Client"), "stdlib": OverheadRow("http.client (stdlib)")}
+    with server(col, 1) as srv, httpx.Client(base_url=srv.url, timeout=10.0) as hx, Client(srv.url) as ours:
         lean = StdlibClient(srv.url)
 
         def via_httpx(body: dict) -> Tuple[int, Dict[str, float], int]:
             r = hx.post("/v1/search", json=body)
             return r.status_code, _server_timing(r), len(r.content)
 
-        clients = {"httpx": via_httpx, "stdlib": lambda body: lean.post("/v1/search", body)}
+        def via_client(body: dict) -> Tuple[int, Dict[str, float], int]:
+            ours.search(body["question"], k=body["k"], explain=body.get("explain", False))
+            return 200, ours.last_server_timing, 0  # a failure raises
+
+        clients = {"client": via_client, "httpx": via_httpx, "stdlib": lambda body: lean.post("/v1/search", body)}
         extra = {"explain": True} if args.explain else {}
         for q in qs[:20]:  # warm every path
             ret.search(q, k=10, deadline_ms=300)
             for send in clients.values():
                 send({"question": q, "k": 10, **extra})
+        order = list(clients)
         for i, q in enumerate(qs):
             t0 = time.perf_counter()
             ret.search(q, k=10, deadline_ms=300)
             lib.append((time.perf_counter() - t0) * 1000)
-            for name in (("httpx", "stdlib") if i % 2 else ("stdlib", "httpx")):  # alternate who goes first
+            for name in order[i % 3:] + order[:i % 3]:  # rotate who goes first
                 t0 = time.perf_counter()
                 status, timing, nbytes = clients[name]({"question": q, "k": 10, **extra})
                 assert status == 200, status
@@ -172,7 +179,7 @@ def overhead(args: argparse.Namespace) -> None:
         lean.close()
         simd = _simd_of(srv)
     print(f"\nHTTP overhead: {col.name}, {len(qs)} questions interleaved (in-process, then both clients "
-          f"in alternating order), deadline 300 ms, k=10, 1 worker, one keep-alive connection per client, server "
+          f"in rotating order), deadline 300 ms, k=10, 1 worker, one keep-alive connection per client, server "
           f"SIMD {simd}, {'explain' if args.explain else 'compact'} responses of "
           f"{np.mean(rows['stdlib'].nbytes):.0f} bytes on average\n")
     print("| client | path | p50 ms | p90 ms | p99 ms | mean ms |")

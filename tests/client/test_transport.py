@@ -15,9 +15,12 @@ RESULT = orjson.dumps(SearchResult("q", [], "factoid", False, [], False, [], {"t
 
 
 def test_searches_share_one_keep_alive_connection():
-    with RawServer(lambda n, request: [reply(200, RESULT)]) as srv, Client(srv.url) as client:
+    timing = ["Server-Timing: queue;dur=0.01, work;dur=2.50, total;dur=3.00"]
+    with RawServer(lambda n, request: [reply(200, RESULT, timing)]) as srv, Client(srv.url) as client:
+        assert client.last_server_timing == {}
         assert [client.search("q").question for _ in range(5)] == ["q"] * 5
         assert srv.connections == 1
+        assert client.last_server_timing == {"queue": 0.01, "work": 2.5, "total": 3.0}
         head, _, body = srv.requests[0].partition(b"\r\n\r\n")
         assert head.startswith(b"POST /v1/search HTTP/1.1") and b"content-type: application/json" in head.lower()
         assert orjson.loads(body) == {"question": "q", "k": 10}

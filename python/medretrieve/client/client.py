@@ -73,6 +73,19 @@ def _encoded(body: Optional[Dict[str, Any]]) -> Optional[bytes]:
     return None if body is None else orjson.dumps(body)
 
 
+def _server_timing(header: str) -> Dict[str, float]:
+    """``queue;dur=0.01, work;dur=20.5, total;dur=21.2`` as ``{"queue": 0.01, ...}`` (ms; malformed parts
+    skipped)."""
+    out: Dict[str, float] = {}
+    for part in header.split(","):
+        name, _, value = part.strip().partition(";dur=")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
 def _retry_after(response: Any) -> Optional[float]:
     raw = response.headers.get("Retry-After")
     try:
@@ -134,6 +147,14 @@ class _Base:
         self.timeout_s = float(timeout_s)
         self.retries = int(retries)
         self.max_retry_after_s = float(max_retry_after_s)
+        # the last response's Server-Timing (ms by name: queue, work, total; {} when it had none): round trip
+        # minus "total" is what the HTTP door cost (with several threads or tasks: whichever response came last)
+        self.last_server_timing: Dict[str, float] = {}
+
+    def _note(self, outcome: Any) -> None:
+        """Keep a response's Server-Timing (see ``last_server_timing``)."""
+        if not isinstance(outcome, BaseException):
+            self.last_server_timing = _server_timing(outcome.headers.get("Server-Timing") or "")
 
     def _retries(self, body: Optional[Dict[str, Any]], deadline_ms: Optional[float]) -> "_Retries":
         return _Retries(self, body, deadline_ms)
@@ -233,6 +254,7 @@ class Client(_Base):
                 outcome: Any = self._http.send(method, path, _encoded(sent), timeout, stream)
             except TRANSPORT_ERRORS as exc:
                 outcome = exc
+            self._note(outcome)
             wait = retries.wait_after(outcome)
             if wait is None:
                 return outcome
@@ -342,6 +364,7 @@ class AsyncClient(_Base):
                 outcome: Any = await self._http.send(request, stream=stream)
             except httpx.TransportError as exc:
                 outcome = exc
+            self._note(outcome)
             wait = retries.wait_after(outcome)
             if wait is None:
                 return outcome
