@@ -57,7 +57,7 @@ from medretrieve.corpus.pubmed import PubMedSource  # noqa: E402
 from medretrieve.corpus.sources import Record, Section, read_records  # noqa: E402
 from medretrieve.models.encoders import default_model_dir  # noqa: E402
 from medretrieve.retrieval.online import OnlineStage  # noqa: E402
-from medretrieve.retrieval.online_pool import PoolFiller, VectorStore  # noqa: E402
+from medretrieve.retrieval.pool_filler import PoolFiller, VectorStore  # noqa: E402
 from medretrieve.retrieval.retriever import Retriever  # noqa: E402
 
 STAGES = ("pubmed_search", "pubmed_fetch", "pool", "pubmed_recovery")

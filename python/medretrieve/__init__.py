@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from .integrations.llamaindex import LlamaIndexRetriever as LlamaIndexRetriever
     from .retrieval.online import OnlineStage as OnlineStage
     from .retrieval.query import Query as Query
-    from .retrieval.ranker import LinearRanker as LinearRanker
+    from .retrieval.learned_ranker import LinearRanker as LinearRanker
     from .records import Hit as Hit
     from .records import SearchResult as SearchResult
     from .records import StageInfo as StageInfo
@@ -109,7 +109,7 @@ _LAZY = {
     "Hit": "records",
     "StageInfo": "records",
     "Query": "retrieval.query",
-    "LinearRanker": "retrieval.ranker",
+    "LinearRanker": "retrieval.learned_ranker",
     "Answerer": "generation.generate",
     "Answer": "records",
     # framework doors, each behind its extra (langchain, llamaindex, haystack)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from medretrieve.corpus.builder import CollectionBuilder, source_fingerprint
-from medretrieve.corpus.chunks import ChunkRow
+from medretrieve.corpus.chunk_table import ChunkRow
 from medretrieve.corpus.collection import Collection
 from medretrieve.corpus.lexical import LexicalIndex
 from medretrieve.corpus.sources import read_records

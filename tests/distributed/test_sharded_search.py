@@ -17,7 +17,7 @@ from sharded_data import QUESTIONS, encoder_dir, ray_cluster, sharded_corpus  # 
 from medretrieve.corpus.collection import Collection  # noqa: E402
 from medretrieve.distributed import ShardedRetriever, shard_of  # noqa: E402
 from medretrieve.distributed.shard_actor import ShardSearcher  # noqa: E402
-from medretrieve.retrieval.ranker import FEATURES, LinearRanker  # noqa: E402
+from medretrieve.retrieval.learned_ranker import FEATURES, LinearRanker  # noqa: E402
 from medretrieve.retrieval.retriever import Retriever  # noqa: E402
 
 

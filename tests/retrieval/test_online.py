@@ -210,7 +210,7 @@ def test_vectors_are_encoded_once_across_questions_and_runs(tmp_path):
 def test_vectors_of_another_encoder_or_chunking_are_not_reused(tmp_path, encoder_dir):
     from medretrieve.corpus.chunking import ChunkingConfig
     from medretrieve.corpus.memory import MemoryCollection
-    from medretrieve.retrieval.online_pool import encoder_identity
+    from medretrieve.retrieval.pool_filler import encoder_identity
 
     a = MemoryCollection.from_encoders(encoder_dir)
     b = MemoryCollection.from_encoders(encoder_dir, chunking=ChunkingConfig(max_tokens=64))
@@ -232,7 +232,7 @@ def _spied_pool(encoder_dir, monkeypatch):
 
 def test_chunks_of_many_articles_are_encoded_in_one_batch(encoder_dir, monkeypatch):
     from medretrieve.corpus.memory import MemoryCollection
-    from medretrieve.retrieval.online_pool import PoolFiller, VectorStore
+    from medretrieve.retrieval.pool_filler import PoolFiller, VectorStore
 
     pool, calls = _spied_pool(encoder_dir, monkeypatch)
     records = [Record(str(i + 1), a.title, a.sections) for i, a in enumerate(ARTICLES)]
@@ -246,7 +246,7 @@ def test_chunks_of_many_articles_are_encoded_in_one_batch(encoder_dir, monkeypat
 
 def test_encoding_stops_at_the_budget_and_says_so(encoder_dir):
     from medretrieve.corpus.memory import MemoryCollection
-    from medretrieve.retrieval.online_pool import PoolFiller, VectorStore
+    from medretrieve.retrieval.pool_filler import PoolFiller, VectorStore
 
     records = [Record(str(i + 1), a.title, a.sections) for i, a in enumerate(ARTICLES)]
     budget = iter([1e9, 0.0, 0.0, 0.0])
@@ -257,7 +257,7 @@ def test_encoding_stops_at_the_budget_and_says_so(encoder_dir):
 
 
 def test_a_wrong_cost_estimate_costs_one_small_batch_under_a_deadline(encoder_dir, monkeypatch):
-    from medretrieve.retrieval.online_pool import PROBE_CHUNKS, PoolFiller, VectorStore
+    from medretrieve.retrieval.pool_filler import PROBE_CHUNKS, PoolFiller, VectorStore
 
     pool, calls = _spied_pool(encoder_dir, monkeypatch)
     filler = PoolFiller(VectorStore(None), batch_chunks=64)

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from medretrieve.retrieval.ranker import FEATURES, LinearRanker
-from medretrieve.training.ranker import fit_ranker
+from medretrieve.retrieval.learned_ranker import FEATURES, LinearRanker
+from medretrieve.training.ranker_fitting import fit_ranker
 
 from demo_training import TRAINING  # tests/ is on sys.path (tests/conftest.py)
 

@@ -421,7 +421,7 @@ def test_one_search_tokenises_the_question_once(collection, monkeypatch):
     """The question is analysed once (retrieval.query.Query); no stage tokenises it again, whichever stages run:
     expansions, training memory, a learned ranker's features, recovery (forced by an unreachable threshold)."""
     from medretrieve.corpus import lexical
-    from medretrieve.training.ranker import fit_ranker
+    from medretrieve.training.ranker_fitting import fit_ranker
 
     question = "Which drugs treat type 2 diabetes and MI in adults?"
     memory = TrainingMemory([TrainingItem("What lowers blood sugar?", ["demo-002"], ["Metformin lowers glucose."])])

@@ -23,7 +23,7 @@ def _digest(path: Path) -> str:
 
 
 def test_the_ranker_step_fits_on_the_given_sets_and_writes_only_the_assets_folder_named(tmp_path):
-    from medretrieve.retrieval.default_ranker import DEFAULT_RANKER_FILE, RankerBundle
+    from medretrieve.retrieval.shipped_ranker import DEFAULT_RANKER_FILE, RankerBundle
 
     shipped = _digest(DEFAULT_RANKER_FILE)
     assets = tmp_path / "assets"

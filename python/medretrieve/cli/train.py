@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..retrieval.ranker import DEFAULT_L2
+from ..retrieval.learned_ranker import DEFAULT_L2
 from .options import RANKER_HELP, HelpFormatter, ranker_arg
 
 
@@ -34,7 +34,7 @@ def _fit_ranker(args: argparse.Namespace) -> int:
     from ..corpus.collection import Collection
     from ..retrieval.expansion import TrainingMemory
     from ..retrieval.retriever import Retriever
-    from ..training.ranker import fit_ranker
+    from ..training.ranker_fitting import fit_ranker
 
     col = Collection.open(args.collection)
     memory = TrainingMemory.from_bioasq(args.training)

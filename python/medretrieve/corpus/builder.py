@@ -38,7 +38,7 @@ import numpy as np
 from .._files import write_json_atomic
 from .._version import package_version
 from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record, overlap_weights
-from .chunks import ROWS, ChunkRow
+from .chunk_table import ROWS, ChunkRow
 from .lexical import TOKENIZER_VERSION, BM25Matrix, LexicalIndex, tokenize
 from .sources import ReadReport, Record
 from .spill import VectorSpill, build_index

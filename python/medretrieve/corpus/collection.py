@@ -7,7 +7,7 @@ Layout (``format: medretrieve-collection-1``)::
     chunks.jsonl      one chunk per line, in row order: row, chunk_id, document_id, title, section, text,
                       overlap, position, parent_id, label, metadata (lines are appended, never rewritten)
     rows/             per-row arrays read at open (memory-mapped): line offsets, labels, deleted flags,
-                      document of each row, and the document ids (:mod:`.chunks`)
+                      document of each row, and the document ids (:mod:`.chunk_table`)
     sections.jsonl    the parent sections (section_id, document_id, title, section, text), read on first use
     dense.index       medretrieve.Index over the chunk vectors (id = row; label = section category)
     lexical/          the BM25 index (medretrieve.corpus.lexical.LexicalIndex: fitted matrix, token ids; mmap)
@@ -53,7 +53,7 @@ import numpy as np
 
 from .builder import CollectionBuilder, chunk_rows, embed_chunks, lexical_text, source_fingerprint
 from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record
-from .chunks import ROWS, ChunkRow, ChunkTable
+from .chunk_table import ROWS, ChunkRow, ChunkTable
 from .lexical import LexicalIndex
 from .manifest import CollectionManifest, read_manifest, validate_manifest
 from .snapshot import CollectionSnapshot, Encoders, load_snapshot

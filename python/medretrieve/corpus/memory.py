@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Union
 
 from .chunking import ChunkingConfig, chunk_record
-from .chunks import ChunkRow, ChunkTable
+from .chunk_table import ChunkRow, ChunkTable
 from .builder import encoder_pair, new_index, new_manifest
 from .collection import Collection, _Draft
 from .snapshot import CollectionSnapshot

@@ -20,7 +20,7 @@ import numpy as np
 
 from .chunking import ChunkingConfig, SectionPart
 from .builder import geometry_mismatch, lexical_text
-from .chunks import ChunkTable
+from .chunk_table import ChunkTable
 from .lexical import TOKENIZER_VERSION, LexicalIndex
 from .manifest import CollectionManifest
 from .store import (

@@ -39,15 +39,15 @@ class ShardedFirstStage:
     def search(self, vectors: Optional[np.ndarray], efs: Sequence[int], token_lists: Sequence[Sequence[str]],
                boost: Sequence[str], k: int, labels: Optional[List[int]], dl: Deadline) -> FirstLists:
         col = self.collection
-        pool = col.pool
-        pool.deadline = dl  # every later call of this search waits within its deadline
+        state = col.state
+        state.deadline = dl  # every later call of this search waits within its deadline
         qvecs = vectors if vectors is not None and len(vectors) else None
         queries = [list(t) + (list(boost) if j == 0 else []) for j, t in enumerate(token_lists)]
         with dl.stage("shards"):
-            replies = pool.call("first_stage", {i: (qvecs, list(efs), k, queries, 2 * k, labels, self.fetch_top)
-                                                for i in pool.live()}, reserve_ms=dl.share_ms(RESERVE)).results
+            replies = state.call("first_stage", {i: (qvecs, list(efs), k, queries, 2 * k, labels, self.fetch_top)
+                                                 for i in state.live()}, reserve_ms=dl.share_ms(RESERVE)).results
         for shard, reply in replies.items():
-            pool.add(shard, reply["rows"])
+            state.add(shard, reply["rows"])
         out = FirstLists([], [])
         if qvecs is not None:
             with dl.stage("dense"):
@@ -70,15 +70,15 @@ class ShardedFirstStage:
 
     def readable(self, fused: np.ndarray, question: np.ndarray, dl: Deadline, log: StageLog
                  ) -> Tuple[np.ndarray, np.ndarray]:
-        pool = self.collection.pool
+        state = self.collection.state
         with dl.stage("fetch"):
-            pool.ensure(np.concatenate([fused, question]))
-        pool.fetch_hits = True  # recovery's searches fetch their hits with them
-        keep_fused, keep_question = pool.known(fused), pool.known(question)
+            state.ensure(np.concatenate([fused, question]))
+        state.fetch_hits = True  # recovery's searches fetch their hits with them
+        keep_fused, keep_question = state.known(fused), state.known(question)
         log.record("fetch", True, f"{int(keep_fused.sum())} candidates' chunks from their shards")
-        left_out = len(pool.missed) + len(pool.failed)
-        total = len(pool.shards)
+        left_out = len(state.missed) + len(state.failed)
+        total = len(state.shards)
         log.record("shards", True, f"{total - left_out} of {total} shards answered"
-                   + (f" ({len(pool.missed)} missed the deadline, {len(pool.failed)} failed)" if left_out else ""),
-                   cut=bool(pool.missed))
+                   + (f" ({len(state.missed)} missed the deadline, {len(state.failed)} failed)" if left_out else ""),
+                   cut=bool(state.missed))
         return keep_fused, keep_question

@@ -36,7 +36,7 @@ from ..retrieval.results import SearchResult
 from ..retrieval.retriever import Retriever
 from .fanout import ShardSet, default_name_prefix
 from .first_stage import ShardedFirstStage
-from .sharded_collection import GlobalStats, ShardedCollection, ShardPool
+from .sharded_collection import GlobalStats, ShardedCollection, ShardedSearchState
 from .shard_actor import ShardSearcher
 from .layout import PathLike, shard_dirs
 
@@ -119,9 +119,9 @@ class ShardedRetriever(Retriever):
 
     def warmup(self) -> None:
         """As :meth:`Retriever.warmup`, plus one call to every shard (their first answers pay no start-up)."""
-        with self.collection.session(self._pool()) as pool:
+        with self.collection.session(self._search_state()) as state:
             super().warmup()
-            pool.call("ping", {i: () for i in range(len(self.shard_set))})
+            state.call("ping", {i: () for i in range(len(self.shard_set))})
 
     def warm_pair(self) -> tuple:
         return "warm up", "A passage of typical length that warms the cross-encoder up. " * 4
@@ -132,8 +132,8 @@ class ShardedRetriever(Retriever):
             raise ValueError("a sharded retriever searches its own ShardedCollection only")
         return ShardedFirstStage(self.collection, self.settings.feedback_docs)
 
-    def _pool(self) -> ShardPool:
-        return ShardPool(self.shard_set, self.collection.stats)
+    def _search_state(self) -> ShardedSearchState:
+        return ShardedSearchState(self.shard_set, self.collection.stats)
 
     # ------------------------------------------------------------- search
     def search(self, question: str, k: int = 10, deadline_ms: Optional[float] = 300, *,
@@ -141,10 +141,10 @@ class ShardedRetriever(Retriever):
                route: bool = True, dense: bool = True, lexical: bool = True, feedback: Optional[bool] = None,
                per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None) -> SearchResult:
         """:meth:`Retriever.search` over every shard (module docstring); ``result.shards`` says which answered."""
-        pool = self._pool()
-        with self.collection.session(pool):
+        state = self._search_state()
+        with self.collection.session(state):
             result = super().search(question, k, deadline_ms, expand=expand, rerank=rerank, diversify=diversify,
                                     recover=recover, route=route, dense=dense, lexical=lexical, feedback=feedback,
                                     per_document=per_document, sections=sections)
-        result.shards = pool.report()
+        result.shards = state.report()
         return result

@@ -130,7 +130,7 @@ class ShardSearcher:
 
     # ------------------------------------------------------------- rows
     def fetch(self, rows: Sequence[int]) -> Dict[str, Any]:
-        """What the later stages read of ``rows``: the chunks (dicts of :class:`~medretrieve.corpus.chunks.
+        """What the later stages read of ``rows``: the chunks (dicts of :class:`~medretrieve.corpus.chunk_table.
         ChunkRow`), their stored vectors and BM25 tokens (repeats kept: what BM25 counted, so the caller can score
         any query over them), and for each of their documents the first ``DOCUMENT_ROWS`` live chunks and their
         tokens."""

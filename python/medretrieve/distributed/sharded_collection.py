@@ -5,11 +5,11 @@ the shards' concatenation (shard 0's rows, then shard 1's ...), so wherever the 
 a tie by row (RRF, BM25 ordering) a sharded search breaks it the same way as one collection holding the shards in
 that order would.
 
-:class:`ShardPool` holds what one search fetched (chunks, vectors, BM25 tokens, documents' chunks) and how each
-shard fared. :class:`ShardedCollection` answers the questions the retrieval
+:class:`ShardedSearchState` holds what one search fetched (chunks, vectors, BM25 tokens, documents' chunks) and
+how each shard fared. :class:`ShardedCollection` answers the questions the retrieval
 stages ask a :class:`~medretrieve.corpus.collection.Collection` (``rows[key]``, ``vectors``, ``lexical.tokens_of``,
-``lexical.idf``, ``dense.search``, ...) from the pool of the search running in the calling thread, fetching from
-the shards what the pool lacks, so rerank, MMR, weak detection and recovery run unchanged, once, over the
+``lexical.idf``, ``dense.search``, ...) from the state of the search running in the calling thread, fetching from
+the shards what the state lacks, so rerank, MMR, weak detection and recovery run unchanged, once, over the
 candidates of every shard.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Un
 
 import numpy as np
 
-from ..corpus.chunks import ChunkRow
+from ..corpus.chunk_table import ChunkRow
 from ..corpus.lexical import bm25_from_counts
 from ..retrieval.budget import Deadline
 from .fanout import Outcome, ShardSet
@@ -57,7 +57,7 @@ class GlobalStats:
         return self.bm25_tokens / self.bm25_rows if self.bm25_rows else 0.0
 
 
-class ShardPool:
+class ShardedSearchState:
     """What one sharded search knows (module docstring)."""
 
     def __init__(self, shards: ShardSet, stats: GlobalStats, deadline: Optional[Deadline] = None) -> None:
@@ -107,7 +107,7 @@ class ShardPool:
 
     # ------------------------------------------------------------- rows
     def ensure(self, keys: Union[Sequence[int], np.ndarray]) -> None:
-        """Fetch what the pool lacks of ``keys`` (one call per owning shard, all at once)."""
+        """Fetch what the state lacks of ``keys`` (one call per owning shard, all at once)."""
         need = {i: sorted(set(rows)) for i, rows in self.missing_by_shard(keys).items()}
         if not need:
             return
@@ -116,7 +116,7 @@ class ShardPool:
             self.add(shard, payload)
 
     def missing_by_shard(self, keys: Union[Sequence[int], np.ndarray]) -> Dict[int, List[int]]:
-        """Rows of ``keys`` the pool lacks, by shard."""
+        """Rows of ``keys`` the state lacks, by shard."""
         need: Dict[int, List[int]] = {}
         for key in np.asarray(keys, dtype=np.int64).reshape(-1).tolist():
             if key not in self.chunks:
@@ -138,7 +138,7 @@ class ShardPool:
                 self.tokens.setdefault(key, toks)
 
     def known(self, keys: Union[Sequence[int], np.ndarray]) -> np.ndarray:
-        """Which of ``keys`` the pool holds (the others' shards missed or failed the fetch)."""
+        """Which of ``keys`` the state holds (the others' shards missed or failed the fetch)."""
         return np.array([int(k) in self.chunks for k in np.asarray(keys).reshape(-1).tolist()], dtype=bool)
 
     # ------------------------------------------------------------- BM25 with every shard's statistics
@@ -165,14 +165,14 @@ class _Rows:
         self._owner = owner
 
     def __getitem__(self, key: int) -> ChunkRow:
-        pool = self._owner.pool
+        state = self._owner.state
         key = int(key)
-        if key not in pool.chunks:
-            pool.ensure([key])
-        if key not in pool.chunks:
-            raise KeyError(f"row {split_key(key)} of shard {pool.shards.names[split_key(key)[0]]} could not be "
+        if key not in state.chunks:
+            state.ensure([key])
+        if key not in state.chunks:
+            raise KeyError(f"row {split_key(key)} of shard {state.shards.names[split_key(key)[0]]} could not be "
                            "fetched within the deadline")
-        return pool.chunks[key]
+        return state.chunks[key]
 
 
 class _AllAlive:
@@ -206,14 +206,14 @@ class _Lexical:
         self._owner = owner
 
     def tokens_of(self, key: int) -> Optional[List[str]]:
-        pool = self._owner.pool
-        if int(key) not in pool.tokens:
-            pool.ensure([key])
-        return pool.tokens.get(int(key))
+        state = self._owner.state
+        if int(key) not in state.tokens:
+            state.ensure([key])
+        return state.tokens.get(int(key))
 
     def idf(self, tokens: Sequence[str]) -> np.ndarray:
         """As ``LexicalIndex.idf``, over the rows of every shard."""
-        d = self._owner.pool.document_frequencies(list(tokens)).astype(np.float64)
+        d = self._owner.state.document_frequencies(list(tokens)).astype(np.float64)
         n = self._owner.stats.bm25_rows
         return np.log1p((n - d + 0.5) / (d + 0.5))
 
@@ -222,32 +222,32 @@ class _Lexical:
         stored tokens (no score vector over every row exists here: TypeError for one)."""
         if isinstance(query, np.ndarray):
             raise TypeError("a sharded collection scores BM25 query tokens, not a score vector over every row")
-        pool = self._owner.pool
+        state = self._owner.state
         tokens = list(query)
         keys = [int(k) for k in np.asarray(keys).reshape(-1).tolist()]
         if not keys:
             return np.zeros(0, dtype=np.float32)
-        pool.ensure(keys)
+        state.ensure(keys)
         distinct = distinct_terms(tokens)
         tf = np.zeros((len(keys), len(distinct)), dtype=np.int32)
         lengths = np.zeros(len(keys), dtype=np.int64)
         for i, key in enumerate(keys):
-            held = pool.tokens.get(key)
+            held = state.tokens.get(key)
             if held is not None:
                 counts = Counter(held)
                 tf[i] = [counts.get(t, 0) for t in distinct]
                 lengths[i] = len(held)
-        pool.document_frequencies(distinct)
-        return pool.bm25(tokens, tf, lengths)
+        state.document_frequencies(distinct)
+        return state.bm25(tokens, tf, lengths)
 
     def search(self, tokens: Sequence[str], k: int = 10, allowed: Any = None) -> Tuple[np.ndarray, np.ndarray]:
         """BM25 over every shard (recovery's relaxed and expanded queries), within ``allowed``'s labels when it
-        is a :meth:`ShardedCollection.allowed` mask; its rows fetched into the pool."""
+        is a :meth:`ShardedCollection.allowed` mask; its rows fetched into the state."""
         labels = allowed.labels if isinstance(allowed, _LabelMask) else None
         ids, scores = self._owner.lexical_lists([list(tokens)], k, labels)[0]
-        pool = self._owner.pool
-        pool.ensure(ids)
-        known = pool.known(ids)  # a shard that missed the fetch drops out with its rows
+        state = self._owner.state
+        state.ensure(ids)
+        known = state.known(ids)  # a shard that missed the fetch drops out with its rows
         return ids[known], scores[known]
 
 
@@ -258,17 +258,17 @@ class _Dense:
     def search(self, vectors: np.ndarray, k: int, ef: Any = None, labels: Optional[List[int]] = None,
                fetch_along: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
         """HNSW search on every shard, merged by score: ``(keys [n, <=k], scores)``. With ``fetch_along`` (keys
-        the caller reads next) or once the search's candidates are fetched (``pool.fetch_hits``), the hits' rows
+        the caller reads next) or once the search's candidates are fetched (``state.fetch_hits``), the hits' rows
         and those of ``fetch_along`` come back in the same call."""
-        owner, pool = self._owner, self._owner.pool
+        owner, state = self._owner, self._owner.state
         q = np.asarray(vectors, dtype=np.float32).reshape(-1, owner.stats.dim)
         efs = np.broadcast_to(np.asarray(ef if ef is not None else k, dtype=np.int64), (len(q),)).tolist()
         replies = None
-        if fetch_along is not None or pool.fetch_hits:  # one round trip: the search and the rows
-            along = pool.missing_by_shard(fetch_along if fetch_along is not None else [])
-            out = pool.call("dense_and_fetch", {i: (q, k, efs, labels, along.get(i, [])) for i in pool.live()})
+        if fetch_along is not None or state.fetch_hits:  # one round trip: the search and the rows
+            along = state.missing_by_shard(fetch_along if fetch_along is not None else [])
+            out = state.call("dense_and_fetch", {i: (q, k, efs, labels, along.get(i, [])) for i in state.live()})
             for shard, reply in out.results.items():
-                pool.add(shard, reply["rows"])
+                state.add(shard, reply["rows"])
             replies = {i: r["dense"] for i, r in out.results.items()}
         lists = owner.dense_lists(q, k, efs, labels, replies=replies)
         width = max([len(ids) for ids, _ in lists] + [0])
@@ -288,7 +288,7 @@ class ShardedCollection:
         self.shards = shards
         self.stats = stats
         self._query_encoder = query_encoder
-        # what the default ranker reads to pick its encoder-matched or portable form (retrieval.default_ranker)
+        # what the default ranker reads to pick its encoder-matched or portable form (retrieval.shipped_ranker)
         self.manifest = manifest
         self.query_encoder_dir = query_encoder_dir
         self._local = threading.local()
@@ -298,21 +298,21 @@ class ShardedCollection:
         self.dense = _Dense(self)
 
     @contextmanager
-    def session(self, pool: ShardPool) -> Iterator[ShardPool]:
-        """Make ``pool`` the calling thread's search state for the block."""
-        before = getattr(self._local, "pool", None)
-        self._local.pool = pool
+    def session(self, state: ShardedSearchState) -> Iterator[ShardedSearchState]:
+        """Make ``state`` the calling thread's search state for the block."""
+        before = getattr(self._local, "state", None)
+        self._local.state = state
         try:
-            yield pool
+            yield state
         finally:
-            self._local.pool = before
+            self._local.state = before
 
     @property
-    def pool(self) -> ShardPool:
-        pool = getattr(self._local, "pool", None)
-        if pool is None:
+    def state(self) -> ShardedSearchState:
+        state = getattr(self._local, "state", None)
+        if state is None:
             raise RuntimeError("no sharded search is running in this thread (use ShardedRetriever.search)")
-        return pool
+        return state
 
     # ------------------------------------------------------------- what the stages ask a collection
     def __len__(self) -> int:
@@ -330,12 +330,12 @@ class ShardedCollection:
         keys = [int(k) for k in np.asarray(keys).reshape(-1).tolist()]
         if not keys:
             return np.zeros((0, self.dim), dtype=np.float32)
-        pool = self.pool
-        pool.ensure(keys)
-        return np.stack([pool.vectors.get(k, np.zeros(self.dim, dtype=np.float32)) for k in keys])
+        state = self.state
+        state.ensure(keys)
+        return np.stack([state.vectors.get(k, np.zeros(self.dim, dtype=np.float32)) for k in keys])
 
     def document_rows(self, document_id: str) -> List[int]:
-        return list(self.pool.documents.get(document_id, []))
+        return list(self.state.documents.get(document_id, []))
 
     @property
     def normalized(self) -> bool:
@@ -362,9 +362,9 @@ class ShardedCollection:
                     reserve_ms: float = 0.0, replies: Optional[Dict[int, Any]] = None
                     ) -> List[Tuple[np.ndarray, np.ndarray]]:
         """Per query vector, every shard's best ``k`` merged by inner product (ties: smaller key)."""
-        pool = self.pool
+        state = self.state
         if replies is None:
-            replies = pool.call("dense", {i: (q, k, list(efs), labels) for i in pool.live()}, reserve_ms).results
+            replies = state.call("dense", {i: (q, k, list(efs), labels) for i in state.live()}, reserve_ms).results
         out = []
         for j in range(len(q)):
             keys, scores = [], []
@@ -381,18 +381,18 @@ class ShardedCollection:
                       ) -> List[Tuple[np.ndarray, np.ndarray]]:
         """Per BM25 query, every shard's candidates scored with the statistics of all shards, best ``k``
         (rows scoring 0 left out, ties: smaller key, as ``LexicalIndex.top`` orders rows)."""
-        pool = self.pool
+        state = self.state
         if replies is None:
             depth = 2 * k  # a shard's own statistics differ a little: look deeper, keep the best k of all
-            replies = pool.call("lexical", {i: (queries, depth, labels) for i in pool.live()}, reserve_ms).results
-        _sum_df(pool, replies)
+            replies = state.call("lexical", {i: (queries, depth, labels) for i in state.live()}, reserve_ms).results
+        _sum_df(state, replies)
         out = []
         for j, tokens in enumerate(queries):
             keys, scores = [], []
             for shard, reply in replies.items():
                 part = reply["lists"][j]
                 keys.append(np.asarray(part["ids"], dtype=np.int64) | (shard << KEY_BITS))
-                scores.append(pool.bm25(tokens, part["tf"], part["lengths"]))
+                scores.append(state.bm25(tokens, part["tf"], part["lengths"]))
             ks = np.concatenate(keys) if keys else np.zeros(0, np.int64)
             ss = np.concatenate(scores) if scores else np.zeros(0, np.float32)
             ok = ss > 0
@@ -400,13 +400,13 @@ class ShardedCollection:
         return out
 
 
-def _sum_df(pool: ShardPool, replies: Dict[int, Any]) -> None:
+def _sum_df(state: ShardedSearchState, replies: Dict[int, Any]) -> None:
     """The document frequencies of the terms the shards reported, summed over them."""
     terms: Dict[str, int] = {}
     for reply in replies.values():
         for t, d in reply["df"].items():
             terms[t] = terms.get(t, 0) + int(d)
-    pool.df.update(terms)
+    state.df.update(terms)
 
 
 def _best(keys: np.ndarray, scores: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:

@@ -27,7 +27,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, cast
 from .._files import write_text_atomic
 from ..corpus.collection import Collection
 from ..retrieval.retriever import Retriever
-from ..training.ranker import fit_ranker
+from ..training.ranker_fitting import fit_ranker
 from . import metrics
 from .datasets import BioASQQuestion, MCQuestion, load_dataset
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Sequence,
 
 import numpy as np
 
-from ..corpus.chunks import ChunkRow
+from ..corpus.chunk_table import ChunkRow
 from ..corpus.chunking import SectionPart
 
 

@@ -15,7 +15,7 @@ and recovers over, in three reported stages:
    cost nothing).
 3. ``pool``: an in-memory collection (:class:`~medretrieve.corpus.memory.MemoryCollection`) holding the local
    collection's fused candidates and every chunk of a PMID it already has (stored vectors, nothing encoded
-   again), plus the fetched records (:mod:`.online_pool`): chunk vectors from the cache when an earlier question
+   again), plus the fetched records (:mod:`.pool_filler`): chunk vectors from the cache when an earlier question
    or run encoded the article with the same encoder, the rest encoded in batches while the budget allows; the
    records that did not fit are counted in the stage's reason.
 
@@ -45,7 +45,7 @@ from ..corpus.pubmed_cache import PubMedCache
 from ..corpus.snapshot import CollectionSnapshot
 from ..corpus.sources import Record
 from .budget import Deadline
-from .online_pool import FillReport, PoolFiller, VectorStore
+from .pool_filler import FillReport, PoolFiller, VectorStore
 from .query import Query
 from .results import StageLog
 

@@ -1,7 +1,7 @@
 """Reranking the fused candidates: a learned ranker, a cross-encoder, or the heuristic formula.
 
-- With a learned ranker (:class:`~.ranker.LinearRanker`) the score is its probability of relevance over the
-  :data:`~.ranker.FEATURES` that :meth:`Reranker.features` computes.
+- With a learned ranker (:class:`~.learned_ranker.LinearRanker`) the score is its probability of relevance over the
+  :data:`~.learned_ranker.FEATURES` that :meth:`Reranker.features` computes.
 - Otherwise ``score = w_rrf rrf + w_keyword keyword + w_title title + w_entity entity`` (+ ``w_ce ce`` with a
   cross-encoder; weights in ``settings.DEFAULT_RERANK_WEIGHTS`` / ``_CE``); ``ce`` = sigmoid of the logit, ``rrf``
   normalised by the best; ``keyword`` / ``title`` = share of the question's content terms in the chunk / its
@@ -27,7 +27,7 @@ from .budget import CostModel, Deadline
 from .candidates import Candidates
 from .matching import coverage, subject_share
 from .query import Query
-from .ranker import FEATURES, LinearRanker
+from .learned_ranker import FEATURES, LinearRanker
 from .results import StageLog
 from .scope import SearchScope
 from .settings import Settings

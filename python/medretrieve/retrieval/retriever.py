@@ -48,8 +48,8 @@ from .matching import ChunkTokens
 from .online import OnlinePool, OnlineSource, OnlineStage
 from .scope import SearchScope
 from .query import Query
-from .default_ranker import RankerLike, resolve
-from .ranker import LinearRanker
+from .shipped_ranker import RankerLike, resolve
+from .learned_ranker import LinearRanker
 from .recovery import Recovery
 from .rerank import Ranking, Reranker
 from .results import Hit, SearchResult, StageLog
@@ -71,8 +71,8 @@ class Retriever:
     - ``cross_encoder``: a :class:`~medretrieve.models.encoders.CrossEncoder` or its directory.
     - ``training``: a :class:`~.expansion.TrainingMemory` or BioASQ golden files, for training-memory expansion.
     - ``ranker``: ``"default"`` (the default: the learned ranker shipped with medretrieve, fitted on the public
-      BioASQ files, in its encoder-matched or portable form, :mod:`.default_ranker`), None for none (the
-      heuristic rerank formula), a :class:`~.ranker.LinearRanker`, or a JSON file of one
+      BioASQ files, in its encoder-matched or portable form, :mod:`.shipped_ranker`), None for none (the
+      heuristic rerank formula), a :class:`~.learned_ranker.LinearRanker`, or a JSON file of one
       (``medretrieve.training.fit_ranker``, ``medretrieve fit-ranker``). With a learned ranker ``subject_boost``
       defaults to 0 (the ranker's ``doc_subject`` feature weighs the subject), without one to 1.
     - ``llm_terms``: a term source, ``f(question, ms_left) -> terms`` (``medretrieve.generation.terms.llm_synonyms``

@@ -9,7 +9,7 @@ fitted on 7b only (``python bench/retrieval.py quality --train 7B --test 12B``; 
 in bench/RESULTS.md, "Cross-year quality"). Each switch is kept (``Retriever(..., name=value)`` or
 ``search(..., switch=...)``). Shares below: document MAP@10 on 12b (ranker fitted on 7b) / on 7b (fitted on 12b).
 
-- on: the learned ranker (the shipped default, ``retrieval.default_ranker``; +0.022 / +0.007 over the fused
+- on: the learned ranker (the shipped default, ``retrieval.shipped_ranker``; +0.022 / +0.007 over the fused
   order), dense + BM25 fusion, section routing (a no-op without section labels: 0.000 / 0.000), recovery (touches
   only weak questions' lower half; 0.000 / 0.000) and near-duplicate removal (+0.006 / -0.003: kept, since a
   prompt gains nothing from the same sentence twice and the 12b criterion holds);

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from medretrieve.retrieval.default_ranker import (DEFAULT_RANKER_FILE, RankerBundle, choose, default_bundle,
+from medretrieve.retrieval.shipped_ranker import (DEFAULT_RANKER_FILE, RankerBundle, choose, default_bundle,
                                                   encoder_fingerprints, resolve)
-from medretrieve.retrieval.ranker import FEATURES, MATCHED_FEATURES, PORTABLE_FEATURES, LinearRanker
+from medretrieve.retrieval.learned_ranker import FEATURES, MATCHED_FEATURES, PORTABLE_FEATURES, LinearRanker
 
 from demo_training import TRAINING  # tests/ is on sys.path (tests/conftest.py)
 
@@ -162,7 +162,7 @@ def test_ranker_argument_forms_and_bad_input(minilm_collection, tmp_path):
 
 def test_fit_default_bundle_and_adapting_a_ranker(minilm_collection, tiny_collection):
     from medretrieve.retrieval.retriever import Retriever
-    from medretrieve.training.ranker import fit_default_bundle, fit_ranker
+    from medretrieve.training.ranker_fitting import fit_default_bundle, fit_ranker
 
     ret = Retriever(minilm_collection, ranker=None)
     bundle = fit_default_bundle([(ret, TRAINING[:3], "first"), (ret, TRAINING[3:], "second")], l2=1.0)

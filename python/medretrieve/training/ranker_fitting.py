@@ -1,11 +1,11 @@
-"""Fitting the learned ranker (:class:`~medretrieve.retrieval.ranker.LinearRanker`) on training questions.
+"""Fitting the learned ranker (:class:`~medretrieve.retrieval.learned_ranker.LinearRanker`) on training questions.
 
 Each training question is searched with the retriever itself (no deadline, no reranking), and every fused
 candidate becomes a row of features exactly as search computes them: positive when its document is relevant.
 Questions whose candidates hold no relevant document teach nothing and are skipped.
 
 :func:`fit_ranker` fits one ranker for one collection; :func:`fit_default_bundle` fits the shipped default
-(:mod:`medretrieve.retrieval.default_ranker`: an encoder-matched and a portable ranker) on several collections at
+(:mod:`medretrieve.retrieval.shipped_ranker`: an encoder-matched and a portable ranker) on several collections at
 once, each with its own questions.
 """
 from __future__ import annotations
@@ -16,16 +16,16 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 import numpy as np
 
 from ..retrieval.budget import Deadline
-from ..retrieval.default_ranker import RankerBundle, default_bundle, choose, encoder_fingerprints
+from ..retrieval.shipped_ranker import RankerBundle, default_bundle, choose, encoder_fingerprints
 from ..retrieval.expansion import training_pairs
 from ..retrieval.query import Query
-from ..retrieval.ranker import DEFAULT_L2, FEATURES, MATCHED_FEATURES, PORTABLE_FEATURES, LinearRanker
+from ..retrieval.learned_ranker import DEFAULT_L2, FEATURES, MATCHED_FEATURES, PORTABLE_FEATURES, LinearRanker
 from ..retrieval.results import StageLog
 
 
 @dataclass
 class RankerRows:
-    """Feature rows (all of :data:`~medretrieve.retrieval.ranker.FEATURES`) of one collection's training
+    """Feature rows (all of :data:`~medretrieve.retrieval.learned_ranker.FEATURES`) of one collection's training
     questions: ``X`` [n, F], ``y`` (1 = the candidate's document is relevant), and the counts of questions
     ``given``, ``matched`` (a relevant document is in the collection) and ``used`` (one is among the candidates)."""
 
@@ -82,10 +82,10 @@ def fit_ranker(retriever: Any, examples: Any, l2: float = DEFAULT_L2, progress: 
     """Fit a ranker on training questions and install it on ``retriever`` (``retriever.ranker``).
 
     ``examples`` as in :func:`ranker_rows`. ``l2``: the penalty on the standardised weights (default
-    :data:`~medretrieve.retrieval.ranker.DEFAULT_L2`). ``prior``: a ranker to adapt instead of fitting from
+    :data:`~medretrieve.retrieval.learned_ranker.DEFAULT_L2`). ``prior``: a ranker to adapt instead of fitting from
     scratch (``LinearRanker.fit(prior=)``; ``"default"``: the shipped default's ranker for this collection; its
     features are then the prior's). ``features``: what the ranker reads (default the 13 encoder-matched ones;
-    :data:`~medretrieve.retrieval.ranker.PORTABLE_FEATURES` for a ranker meant for other encoders too).
+    :data:`~medretrieve.retrieval.learned_ranker.PORTABLE_FEATURES` for a ranker meant for other encoders too).
     Returns the ranker (save it with ``ranker.save(path)``); its ``info`` says how many questions there were
     (``given``), how many have a relevant document in the collection (``matched``) and how many had one among
     their candidates and were used (``questions``), and the encoder it was fitted with. A failed fit leaves the

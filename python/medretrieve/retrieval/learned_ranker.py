@@ -40,7 +40,7 @@ doc_dense_rank log(1 + rank of ``doc_dense`` among the candidates)
 Encoder scale: ``dense``, ``dense_gap``, ``feedback`` and ``doc_dense`` are raw similarities, whose scale is the
 encoder's (cosines of a normalised MiniLM, inner products of ~60-70 for MedCPT), so a ranker fitted with one
 encoder misreads them with another. The :data:`PORTABLE_FEATURES` read the vectors only through ranks and work
-with any encoder; the shipped default ranker (``retrieval.default_ranker``) uses them whenever the collection's
+with any encoder; the shipped default ranker (``retrieval.shipped_ranker``) uses them whenever the collection's
 encoder is not the one it was fitted with.
 """
 from __future__ import annotations
