@@ -129,16 +129,24 @@ def test_bioasq_schemas_by_type():
     assert (factoid["minItems"], factoid["maxItems"], lst["maxItems"]) == (1, 5, LIST_ENTITIES)
     assert factoid["items"]["minLength"] == 1 and factoid["items"]["maxLength"] <= 60
     assert list(_bioasq("summary")["properties"]) == ["ideal_answer"]
-    for qtype in prompts.BIOASQ_TYPES:  # the exact answer first: a reply cut at the budget still holds it
+    for qtype in prompts.BIOASQ_TYPES:  # the reading of the snippets first, then the exact answer
         schema = _bioasq(qtype, 100)
-        assert list(schema["properties"])[-1] == "ideal_answer" and schema["required"] == list(schema["properties"])
-        assert schema["properties"]["ideal_answer"]["maxLength"] == 200
+        assert list(schema["properties"])[0] == "ideal_answer" and schema["required"] == list(schema["properties"])
+        # capped so the exact answer after it fits the budget: ~1/4 of it (1 char a token), a summary 3 chars
+        assert schema["properties"]["ideal_answer"]["maxLength"] == (300 if qtype == "summary" else 100)
     for reply, qtype, exact in (({"exact_answer": "no", "ideal_answer": "No."}, "yesno", "no"),
                                 ({"exact_answer": ["TP53", "tp53", "BRCA1"], "ideal_answer": "."}, "list",
                                  ["TP53", "BRCA1"]),
                                 ({"exact_answer": ["1,25-dihydroxyvitamin D3"], "ideal_answer": "."}, "factoid",
                                  ["1,25-dihydroxyvitamin D3"])):
         assert parsers.parse_bioasq(json.dumps(reply), qtype)["exact_answer"] == exact
+    # the prompt's example values, copied by a small model, are no answer
+    assert parsers.parse_bioasq('{"ideal_answer": "It is.", "exact_answer": ["<entity 1>", "TP53"]}',
+                                "list")["exact_answer"] == ["TP53"]
+    with pytest.raises(parsers.ParseError, match="no entity"):
+        parsers.parse_bioasq('{"ideal_answer": "<two or three sentences>", "exact_answer": ["<entity 1>"]}', "list")
+    assert parsers.parse_bioasq('{"ideal_answer": "No, it does not.", "exact_answer": "<yes or no>"}',
+                                "yesno")["exact_answer"] == "no"
     with pytest.raises(ValueError, match="qtype"):
         bioasq_response_format("boolean")
     with pytest.raises(ValueError, match="max_tokens"):

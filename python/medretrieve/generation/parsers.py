@@ -165,8 +165,13 @@ def _answer_is_yes_no(text: str) -> Optional[str]:
     return found[-1].lower() if found else None
 
 
+_PLACEHOLDER = re.compile(r"^\s*<[^<>]*>\s*$")  # the prompt's example value ("<entity 1>"), copied by a small model
+
+
 def _exact_items(exact: str) -> list[str]:
-    """Entities of an EXACT value: a JSON list (possibly nested, as in BioASQ files) or delimited text."""
+    """Entities of an EXACT value: a JSON list (possibly nested, as in BioASQ files) or delimited text; the
+    prompt's placeholders are no entities."""
+    items = None
     if exact.lstrip().startswith("["):
         try:
             value = json.loads(exact.strip())
@@ -176,8 +181,10 @@ def _exact_items(exact: str) -> list[str]:
             flat: list = []
             for x in value:
                 flat.extend(x[:1] if isinstance(x, list) and x else [x])
-            return _dedupe(_clean_item(str(x)) for x in flat)
-    return _split_items(exact)
+            items = _dedupe(_clean_item(str(x)) for x in flat)
+    if items is None:
+        items = _split_items(exact)
+    return [x for x in items if not _PLACEHOLDER.match(x)]
 
 
 def parse_bioasq(text: str, qtype: str) -> dict:
@@ -218,6 +225,10 @@ def parse_bioasq(text: str, qtype: str) -> dict:
                 exact, after = (x.strip() for x in exact.split("\n", 1))
             ideal = before or after or None
     ideal = (ideal or "").strip()
+    if ideal and _PLACEHOLDER.match(ideal):
+        ideal = ""
+    if exact and _PLACEHOLDER.match(exact):
+        exact = None
     if qtype == "summary":
         if not ideal:
             raise ParseError("no ideal answer found in the summary reply", raw)

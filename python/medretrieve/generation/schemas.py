@@ -24,7 +24,7 @@ __all__ = ["bioasq_response_format", "medrgb_response_format", "schema_of"]
 
 #: a list answer is capped where a small model starts to repeat itself
 LIST_ENTITIES = 20
-ENTITY_MAX_CHARS = 60  # an entity is a short name (a gene, drug, disease, number), not a sentence
+ENTITY_MAX_CHARS = 40  # an entity is a short name (a gene, drug, disease, number), not a sentence
 
 def _doc_numbers(n_documents: int) -> dict:
     # bounded: SmolLM2 otherwise counts "1, 2, 3, ..." until the token budget runs out, and the reply is cut
@@ -91,13 +91,15 @@ def medrgb_response_format(
 
 
 def bioasq_response_format(qtype: str, max_tokens: Optional[int] = None) -> dict:
-    """The ``response_format`` of a BioASQ answer (``templates/bioasq_<qtype>.txt``): ``exact_answer`` first, so
-    a reply cut at the token budget still holds it, then ``ideal_answer``.
+    """The ``response_format`` of a BioASQ answer (``templates/bioasq_<qtype>.txt``): ``ideal_answer``, then
+    ``exact_answer``, so the model writes its reading of the snippets before it commits to the exact answer
+    (with the exact answer first, SmolLM2-135M copied the prompt's example "yes" and then explained "no").
 
     ``exact_answer`` by type: yesno ``"yes"`` or ``"no"``; factoid 1 to 5 ranked candidate names; list 1 to
     :data:`LIST_ENTITIES` entity names (each name at most :data:`ENTITY_MAX_CHARS` characters); summary has none.
-    ``max_tokens``: the reply's token budget; the ideal answer gets about 2 characters a budget token (English
-    runs ~4 characters a token, so the JSON around it and the exact answer still fit); None: no cap.
+    ``max_tokens``: the reply's token budget; the ideal answer gets about 1 character a budget token (a quarter
+    of the budget at ~4 characters a token), so the exact answer after it still fits; a summary, which has only
+    the ideal answer, 3 characters a token; None: no cap.
     """
     if qtype not in BIOASQ_TYPES:
         raise ValueError(f"qtype must be one of {BIOASQ_TYPES}, got {qtype!r}")
@@ -111,8 +113,10 @@ def bioasq_response_format(qtype: str, max_tokens: Optional[int] = None) -> dict
         exact = {"type": "array", "items": name, "minItems": 1, "maxItems": FACTOID_CANDIDATES}
     elif qtype == "list":
         exact = {"type": "array", "items": name, "minItems": 1, "maxItems": LIST_ENTITIES}
-    props: dict[str, Any] = {} if exact is None else {"exact_answer": exact}
-    props["ideal_answer"] = _text(None if max_tokens is None else max(32, 2 * max_tokens))
+    chars_a_token = 3 if exact is None else 1
+    props: dict[str, Any] = {"ideal_answer": _text(None if max_tokens is None else max(32, chars_a_token * max_tokens))}
+    if exact is not None:
+        props["exact_answer"] = exact
     schema = {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
     return {"type": "json_schema", "json_schema": {"name": f"bioasq_{qtype}", "schema": schema}}
 
