@@ -246,8 +246,10 @@ def test_a_reply_without_an_exact_answer_gets_one_from_the_snippets(tmp_path):
     assert s["exact_answer"] is None and s["ideal_answer"]
     validate(write_bioasq_submission(entries, tmp_path / "submission.json", phase="B"), "phaseB")
 
-    def empty_list(request):  # a JSON reply whose list is empty is no answer either
-        return json.dumps({"exact_answer": [], "ideal_answer": "Cystic fibrosis affects the lung."})
+    def sentences(request):  # an empty list, or names that are sentences, are no answer either
+        return json.dumps({"ideal_answer": "It is known.", "exact_answer": [] if "(list)" in str(request) else
+                           ["The first line drug for type 2 diabetes is"]})
 
-    entries, _ = _run_b(tmp_path / "again", empty_list)
-    assert entries[2]["exact_answer_from"] == "snippets" and entries[2]["exact_answer"]
+    entries, _ = _run_b(tmp_path / "again", sentences)
+    assert entries[1]["exact_answer_from"] == entries[2]["exact_answer_from"] == "snippets"
+    assert entries[1]["exact_answer"][0] == ["Metformin"] and ["pancreas"] in entries[2]["exact_answer"]

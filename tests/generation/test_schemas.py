@@ -145,6 +145,9 @@ def test_bioasq_schemas_by_type():
                                 "list")["exact_answer"] == ["TP53"]
     with pytest.raises(parsers.ParseError, match="no entity"):
         parsers.parse_bioasq('{"ideal_answer": "<two or three sentences>", "exact_answer": ["<entity 1>"]}', "list")
+    # a candidate that reads as a sentence is no name (SmolLM2 copied the start of its ideal answer there)
+    assert parsers.parse_bioasq(json.dumps({"ideal_answer": "x", "exact_answer": [
+        "PMS2 has been shown to cause Lynch", "PMS2"]}), "factoid")["exact_answer"] == ["PMS2"]
     assert parsers.parse_bioasq('{"ideal_answer": "No, it does not.", "exact_answer": "<yes or no>"}',
                                 "yesno")["exact_answer"] == "no"
     with pytest.raises(ValueError, match="qtype"):
