@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <queue>
 #include <stdexcept>
 #include <string>
 
@@ -10,8 +9,12 @@ namespace medretrieve::index {
 
 std::vector<Candidate> exact_topk(const VectorStore& store, const QueryCtx& ctx, const ElementFilter& filter,
                                   const uint32_t* ids, size_t n, size_t k, bool use_exact) {
-  std::priority_queue<Candidate> top;  // max-heap: the worst kept result on top
-  if (k == 0) return {};
+  if (!ids && !use_exact) {
+    std::vector<Candidate> out;
+    exact_topk_scan(store, &ctx, 1, filter, k, &out);
+    return out;
+  }
+  TopK top(k);
   // Per-element work the scan can skip: the deletion / label test when there is
   // nothing to exclude, and software prefetch on a sequential scan (the hardware
   // prefetcher follows it; the extra instructions made a 16-d scan ~20% slower).
@@ -20,19 +23,34 @@ std::vector<Candidate> exact_topk(const VectorStore& store, const QueryCtx& ctx,
     const uint32_t id = ids ? ids[i] : uint32_t(i);
     if (ids && i + 4 < n) store.prefetch(ids[i + 4]);
     if (check_stored && !filter.stored_ok(id)) continue;
-    const float d = use_exact ? store.exact_distance(ctx, id) : store.distance(ctx, id);
-    const bool full = top.size() == k;
-    if (full && !(d < top.top().first)) continue;
-    if (filter.fn && !(*filter.fn)(id)) continue;
-    if (full) top.pop();
-    top.emplace(d, id);
+    top.offer(use_exact ? store.exact_distance(ctx, id) : store.distance(ctx, id), id, filter);
   }
-  std::vector<Candidate> out(top.size());
-  for (size_t i = out.size(); i-- > 0;) {
-    out[i] = top.top();
-    top.pop();
+  return top.take_sorted();
+}
+
+void exact_topk_scan(const VectorStore& store, const QueryCtx* ctxs, size_t nq, const ElementFilter& filter, size_t k,
+                     std::vector<Candidate>* out) {
+  constexpr size_t kBlockBytes = 16 << 10, kMaxBlock = 256;
+  const size_t block = std::clamp<size_t>(kBlockBytes / store.stride(), 16, kMaxBlock);
+  const bool check_stored = filter.query != nullptr || store.deleted_count() > 0;
+  std::vector<TopK> tops(nq, TopK(k));
+  float d[kMaxBlock];
+  const size_t n = store.count();
+  for (size_t first = 0; first < n; first += block) {
+    const size_t len = std::min(block, n - first);
+    for (size_t q = 0; q < nq; ++q) {
+      store.distances(ctxs[q], uint32_t(first), len, d);
+      TopK& top = tops[q];
+      for (size_t j = 0; j < len; ++j) {
+        // Most rows lose to the bound: test it before anything else.
+        if (!(d[j] < top.bound())) continue;
+        const uint32_t id = uint32_t(first + j);
+        if (check_stored && !filter.stored_ok(id)) continue;
+        top.offer(d[j], id, filter);
+      }
+    }
   }
-  return out;
+  for (size_t q = 0; q < nq; ++q) out[q] = tops[q].take_sorted();
 }
 
 std::vector<uint32_t> element_labels(const VectorStore& store, const LabelTable& table, uint32_t id) {

@@ -2,9 +2,11 @@
 // both FlatIndex and the HNSW's filtered fallback use.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -39,6 +41,39 @@ struct ElementFilter {
   bool allowed(uint32_t id) const { return stored_ok(id) && (!fn || (*fn)(id)); }
 };
 
+// The k closest allowed elements offered so far: a max-heap of (distance, id)
+// (the worst kept on top, ties ordered as std::pair) and the bound a new
+// element must beat, +inf until k are kept. The predicate runs only for an
+// element that beats the bound.
+class TopK {
+ public:
+  explicit TopK(size_t k) : k_(k) { heap_.reserve(k); }
+  float bound() const { return bound_; }
+  // Offers an element stored_ok() already passed (or that need not be tested).
+  void offer(float d, uint32_t id, const ElementFilter& filter) {
+    if (!(d < bound_) || k_ == 0) return;
+    if (filter.fn && !(*filter.fn)(id)) return;
+    if (heap_.size() == k_) {
+      std::pop_heap(heap_.begin(), heap_.end());
+      heap_.back() = {d, id};
+    } else {
+      heap_.emplace_back(d, id);
+    }
+    std::push_heap(heap_.begin(), heap_.end());
+    if (heap_.size() == k_) bound_ = heap_.front().first;
+  }
+  // The kept elements, closest first (empties this).
+  std::vector<Candidate> take_sorted() {
+    std::sort_heap(heap_.begin(), heap_.end());
+    return std::move(heap_);
+  }
+
+ private:
+  size_t k_;
+  float bound_ = std::numeric_limits<float>::infinity();
+  std::vector<Candidate> heap_;
+};
+
 // Exact top-k over ids[0..n) (or over 0..n when ids is null), allowed only.
 // use_exact: score with the float32 originals when the store keeps them.
 // Returns the k closest, closest first. The predicate runs only for elements
@@ -48,6 +83,14 @@ struct ElementFilter {
 // therefore not count on being called for every element.
 std::vector<Candidate> exact_topk(const VectorStore& store, const QueryCtx& ctx, const ElementFilter& filter,
                                   const uint32_t* ids, size_t n, size_t k, bool use_exact);
+
+// The top k of each of nq queries over every element 0..store.count(), as
+// exact_topk (same results, same predicate calls per query) into out[0..nq).
+// The scan goes block by block of consecutive slabs (about 16 KiB, what stays
+// in L1) and every query scores a block before the next is read: a block
+// comes from memory once per nq queries, not once per query.
+void exact_topk_scan(const VectorStore& store, const QueryCtx* ctxs, size_t nq, const ElementFilter& filter, size_t k,
+                     std::vector<Candidate>* out);
 
 // The labels element `id` carries now (decoded from its signature or the side table).
 std::vector<uint32_t> element_labels(const VectorStore& store, const LabelTable& table, uint32_t id);

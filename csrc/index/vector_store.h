@@ -210,6 +210,18 @@ class VectorStore {
       out[j] = space_ == Space::L2 ? ctx.base + aux(ids[j]) + ctx.factor * d : ctx.base + ctx.factor * d;
     }
   }
+  // out[j] = distance(ctx, first + j) for j < n, to the bit: float32 rows
+  // through one rows-kernel call (a flat scan's block of consecutive slabs).
+  void distances(const QueryCtx& ctx, uint32_t first, size_t n, float* out) const {
+    if (dtype_ == DType::Int8) {
+      for (size_t j = 0; j < n; ++j) out[j] = distance(ctx, first + uint32_t(j));
+      return;
+    }
+    const char* rows = slab(first) + off_code_;
+    if (space_ == Space::L2) return kt_->l2sq_f32_rows(ctx.vec.data(), rows, stride_, dim_, n, out);
+    kt_->dot_f32_rows(ctx.vec.data(), rows, stride_, dim_, n, out);
+    for (size_t j = 0; j < n; ++j) out[j] = -out[j];
+  }
   // Exact float32 distance from the kept originals (falls back to distance()).
   float exact_distance(const QueryCtx& ctx, uint32_t id) const;
   float distance_between(uint32_t a, uint32_t b) const;

@@ -27,6 +27,10 @@ struct KernelTable {
   // out[j] = dot_i8(q, b[j], n) for j < 4: graph search scores a node's
   // neighbours four at a time, loading and preparing q once per block.
   void (*dot_i8_x4)(const int8_t* q, const int8_t* const* b, size_t n, int32_t* out);
+  // out[j] = dot_f32 / l2sq_f32(q, row j, dim) for the n float32 rows starting at `rows`, `stride` bytes apart
+  // (a flat scan's block of slabs): bit for bit the pairwise kernel, one call per block (see each_row_f32).
+  void (*dot_f32_rows)(const float* q, const char* rows, size_t stride, size_t dim, size_t n, float* out);
+  void (*l2sq_f32_rows)(const float* q, const char* rows, size_t stride, size_t dim, size_t n, float* out);
 };
 
 // dot_i8_x4 as four calls of a level's dot_i8 (levels whose one-vector kernel
@@ -34,6 +38,26 @@ struct KernelTable {
 template <int32_t (*Dot)(const int8_t*, const int8_t*, size_t)>
 void dot_i8_x4_each(const int8_t* q, const int8_t* const* b, size_t n, int32_t* out) {
   for (size_t j = 0; j < 4; ++j) out[j] = Dot(q, b[j], n);
+}
+
+// The rows kernels of a level, from its pairwise kernel F (internal to the level's file, so inlined here and
+// compiled with that file's ISA flags). One indirect call per block instead of one per row, and the dimensions of
+// one or two AVX-512 registers (16, 32) get F's body with the size known, so its loop and tail tests compile away:
+// a 16-d scan spent as long on the call and those tests as on the arithmetic. Same operations, same order as F.
+// (flatten: GCC does not inline F on its own, as the table also takes F's address.)
+template <float (*F)(const float*, const float*, size_t)>
+__attribute__((flatten)) void each_row_f32(const float* q, const char* rows, size_t stride, size_t dim, size_t n, float* out) {
+  const auto row = [rows, stride](size_t j) { return reinterpret_cast<const float*>(rows + j * stride); };
+  switch (dim) {
+    case 16:
+      for (size_t j = 0; j < n; ++j) out[j] = F(q, row(j), 16);
+      return;
+    case 32:
+      for (size_t j = 0; j < n; ++j) out[j] = F(q, row(j), 32);
+      return;
+    default:
+      for (size_t j = 0; j < n; ++j) out[j] = F(q, row(j), dim);
+  }
 }
 
 // Highest level this CPU and OS support (XSAVE-enabled register state).

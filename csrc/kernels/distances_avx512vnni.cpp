@@ -11,7 +11,8 @@ namespace medretrieve::kernels {
 #include "kernels/avx512_common.inc"
 
 const KernelTable& avx512vnni_table() {
-  static const KernelTable t{SimdLevel::AVX512VNNI, dot_f32, l2sq_f32, dot_i8, dot_i8_x4_each<dot_i8>};
+  static const KernelTable t{SimdLevel::AVX512VNNI, dot_f32, l2sq_f32, dot_i8, dot_i8_x4_each<dot_i8>,
+                             each_row_f32<dot_f32>, each_row_f32<l2sq_f32>};
   return t;
 }
 }  // namespace medretrieve::kernels

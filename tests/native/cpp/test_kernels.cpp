@@ -116,3 +116,29 @@ TEST(Dispatch, ActiveLevelIsSupported) {
 }
 
 }  // namespace
+
+// The rows kernels (a flat scan's blocks of slabs) give the pairwise kernel's
+// result to the bit, for every row of a block at any stride, including the
+// dims they specialise (16, 32) and awkward ones around them.
+TEST(Kernels, RowsKernelsMatchPairwiseBitForBit) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (const KernelTable* t : levels()) {
+    for (size_t dim : {size_t(0), size_t(1), size_t(7), size_t(15), size_t(16), size_t(17), size_t(31), size_t(32),
+                       size_t(33), size_t(384)}) {
+      const size_t rows = 37, stride = (dim + 5) * sizeof(float);  // padding between rows, as in the slabs
+      std::vector<float> q(dim), slab(rows * (dim + 5));
+      for (auto& v : q) v = nd(rng);
+      for (auto& v : slab) v = nd(rng);
+      const char* base = reinterpret_cast<const char*>(slab.data());
+      std::vector<float> dots(rows), l2s(rows);
+      t->dot_f32_rows(q.data(), base, stride, dim, rows, dots.data());
+      t->l2sq_f32_rows(q.data(), base, stride, dim, rows, l2s.data());
+      for (size_t j = 0; j < rows; ++j) {
+        const float* row = reinterpret_cast<const float*>(base + j * stride);
+        EXPECT_EQ(dots[j], t->dot_f32(q.data(), row, dim)) << level_name(t->level) << " dim=" << dim << " row " << j;
+        EXPECT_EQ(l2s[j], t->l2sq_f32(q.data(), row, dim)) << level_name(t->level) << " dim=" << dim << " row " << j;
+      }
+    }
+  }
+}
