@@ -3,6 +3,7 @@ are built once per retriever, a search passes them the scope it reads (the snaps
 pool's), and the question's own RRF is derived once per search (locally and online)."""
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import List
 
@@ -16,15 +17,14 @@ from medretrieve.retrieval.recovery import Recovery
 from medretrieve.retrieval.rerank import Reranker
 from medretrieve.retrieval.retriever import Retriever
 
-QUESTION = "Does aspirin inhibit platelet aggregation?"
-DOCS = [
-    {"id": "30000002", "title": "Aspirin and thromboxane in platelets.",
-     "text": "Thromboxane made by platelets causes platelet aggregation. Aspirin blocks thromboxane by inhibiting "
-             "cyclooxygenase, so aspirin lowers the risk of heart disease in patients."},
-    {"id": "L1", "title": "Influenza vaccines", "text": "Influenza vaccination of older adults prevents hospital stays."},
-    {"id": "L2", "title": "Gout flares", "text": "Colchicine treats acute gout flares when started early."},
-    {"id": "L3", "title": "Platelets", "text": "Platelet aggregation is measured by light transmission."},
-]
+QUESTION = "Does aspirin inhibit platelet aggregation?"  # what the fake E-utilities server answers
+
+
+def demo_docs():
+    """The first documents of the demo corpus: a few dozen chunks, quick to embed."""
+    from medretrieve.cli.demo import DEMO_CORPUS
+
+    return [json.loads(line) for line in DEMO_CORPUS.read_text().splitlines()[:12]]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def collection(tmp_path_factory):
     from medretrieve.corpus.collection import Collection
     from medretrieve.models.encoders import default_model_dir
 
-    return Collection.build(DOCS, tmp_path_factory.mktemp("stages") / "col", encoder=default_model_dir(),
+    return Collection.build(demo_docs(), tmp_path_factory.mktemp("stages") / "col", encoder=default_model_dir(),
                             progress=False)
 
 
@@ -85,7 +85,7 @@ def test_an_update_builds_a_new_scope_not_new_stage_objects(tmp_path, built):
     from medretrieve.corpus.collection import Collection
     from medretrieve.models.encoders import default_model_dir
 
-    col = Collection.build(DOCS, tmp_path / "col", encoder=default_model_dir(), progress=False)
+    col = Collection.build(demo_docs(), tmp_path / "col", encoder=default_model_dir(), progress=False)
     ret = Retriever(col)
     before = ret.scope()
     col.add([{"id": "N1", "title": "Aspirin", "text": "Aspirin irreversibly inhibits platelet cyclooxygenase."}])
