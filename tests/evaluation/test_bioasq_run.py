@@ -252,4 +252,5 @@ def test_a_reply_without_an_exact_answer_gets_one_from_the_snippets(tmp_path):
 
     entries, _ = _run_b(tmp_path / "again", sentences)
     assert entries[1]["exact_answer_from"] == entries[2]["exact_answer_from"] == "snippets"
+    assert entries[1]["ideal_answer"] == "It is known."  # the reply's ideal answer, not its JSON
     assert entries[1]["exact_answer"][0] == ["Metformin"] and ["pancreas"] in entries[2]["exact_answer"]

@@ -362,9 +362,14 @@ def generate_bioasq_answer(backend: Any, q: BioASQQuestion, evidence: Sequence[A
     try:
         parsed = parsers.parse_bioasq(text, q.type)
     except ValueError as exc:
-        # No readable exact answer: the exact answer scores as missing, but the model's prose is still its
-        # ideal answer (as Answerer keeps it), so ROUGE measures it instead of scoring an empty string.
-        return BioASQAnswer(None, parsers.clean_output(text), raw=text, error=str(exc))
+        # No readable exact answer: the exact answer scores as missing, but the model's ideal answer (read as a
+        # summary's, when the reply has one) or else its prose still stands (as Answerer keeps it), so ROUGE
+        # measures it instead of scoring an empty string.
+        try:
+            ideal = parsers.parse_bioasq(text, "summary")["ideal_answer"]
+        except ValueError:
+            ideal = parsers.clean_output(text)
+        return BioASQAnswer(None, ideal, raw=text, error=str(exc))
     return BioASQAnswer(parsed.get("exact_answer"), parsed.get("ideal_answer") or "", raw=text)
 
 
