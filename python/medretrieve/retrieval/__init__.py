@@ -1,7 +1,11 @@
 """Retrieval: from a question to ranked evidence chunks under a deadline.
 
 Modules, in the order a search uses them: ``query`` (the question analysed once), ``expansion`` (query
-variants), ``candidates`` (first stage, feedback, fusion), ``rerank`` / ``ranker`` (learned ranker, cross-encoder,
-heuristics), ``diversify`` (MMR), ``recovery`` (selection, weak questions, pruning), ``results`` (what a search
-returns), ``budget`` (deadline and cost estimates), ``settings`` (tuning), ``retriever`` (``Retriever``).
+variants), ``scope`` (what one search reads: the collection, its first stage, its chunks' tokens),
+``first_stage`` (dense + BM25 gathering), ``candidates`` (variants, ef policy, feedback, fusion), ``rerank`` (the
+rerank stage: learned ranker, cross-encoder, heuristics) with ``learned_ranker`` (``LinearRanker`` and its
+features) and ``shipped_ranker`` (the ranker the package ships and which form of it a collection gets),
+``diversify`` (MMR), ``recovery`` (selection, weak questions, pruning), ``online`` and ``pool_filler`` (an online
+search's PubMed pool), ``results`` (what a search returns), ``budget`` (deadline and cost estimates), ``settings``
+(tuning), ``retriever`` (``Retriever``).
 """
