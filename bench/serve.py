@@ -5,6 +5,7 @@
     python bench/serve.py overload   [--chunks 100000] [--seconds 60] [--saturation QPS] [--workers 2]
     python bench/serve.py memory     [--chunks 100000]
     python bench/serve.py cpu        [--chunks 100000] [--queries 2000]
+    python bench/serve.py client     [--queries 1000]
 
 The collection: the BioASQ 7b snippets plus synthetic filler up to ``--chunks`` (``bench/retrieval.py``'s
 ``build_bioasq_collection`` and ``add_filler``, the collection of its ``latency`` benchmark), written once to
@@ -36,6 +37,8 @@ clients' and server's event loops waiting for a CPU).
   process through httpx's ASGI transport (no sockets): ``/healthz`` (the client's share plus a trivial endpoint)
   and ``/v1/search`` with the search replaced by a canned result of a real one (validation, admission, thread-pool
   hand-off, metrics, serialisation).
+- client: CPU time of the client's own process per search (load-independent) against uvicorn answering a canned
+  11.2 kB search response from another process: ``medretrieve.client.Client``, raw httpx, raw ``http.client``.
 - memory: RSS, PSS and private memory (USS) of each worker after warm-up, for 1 and 2 workers (a collection is
   always opened memory-mapped: chunk arrays, BM25 matrix and dense index).
 """
@@ -47,6 +50,7 @@ import http.client
 import json
 import os
 import random
+import socket
 import sys
 import threading
 import time
@@ -56,6 +60,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import aiohttp
 import httpx
 import numpy as np
+import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import retrieval as rb  # noqa: E402  (bench/retrieval.py: the 100k collection of its latency benchmark)
@@ -488,20 +493,102 @@ def cpu(args: argparse.Namespace) -> None:
     print(f"| difference: the search endpoint's own path | {ms['search'] - ms['healthz']:.3f} |")
 
 
+def _canned_body() -> bytes:
+    """A compact search response of 10 hits with 780-character texts (11.2 kB: a little more than the 100k
+    collection's 8.3 kB)."""
+    from medretrieve.records import Hit, SearchResult, StageInfo
+
+    span = {"beginSection": "abstract", "endSection": "abstract", "offsetInBeginSection": 0, "offsetInEndSection": 780}
+    hits = [Hit(f"c{i}", str(30000000 + i), "x" * 780, "A title of an abstract", "results", 0.5, {}, {"year": 2020},
+                None, span) for i in range(10)]
+    stages = [StageInfo(name, True, "", 1.0) for name in ("route", "dense", "bm25", "rrf", "rerank", "recovery")]
+    result = SearchResult("q", hits, "factoid", False, [], False, stages, {"total": 20.0}, rerank_depth=50)
+    return orjson.dumps(result.to_dict(explain=False))
+
+
+def canned_server(args: argparse.Namespace) -> None:
+    """uvicorn answering every request with :func:`_canned_body` (``client``'s peer, run as its own process)."""
+    import uvicorn
+
+    body = _canned_body()
+    headers = [(b"content-type", b"application/json"),
+               (b"server-timing", b"queue;dur=0.01, work;dur=20.00, total;dur=20.30")]
+
+    async def app(scope: dict, receive, send) -> None:  # type: ignore[no-untyped-def]
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+
+
+def client_cpu(args: argparse.Namespace) -> None:
+    """CPU time of the client process per search (not wall time: the box's load does not count) against a canned
+    server in another process, for ``medretrieve.client.Client``, raw httpx and raw ``http.client``."""
+    import subprocess
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    peer = subprocess.Popen([sys.executable, __file__, "canned-server", "--port", str(port)])
+    url = f"http://127.0.0.1:{port}"
+    question = questions(1)[0]
+    try:
+        for _ in range(300):
+            try:
+                httpx.get(url, timeout=1.0)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        with Client(url) as ours, httpx.Client(base_url=url, timeout=10.0) as hx:
+            lean = StdlibClient(url)
+            sends = {"medretrieve.client.Client.search (SearchResult back)": lambda: ours.search(question, k=10),
+                     "httpx.Client.post + .json()": lambda: hx.post("/v1/search",
+                                                                    json={"question": question, "k": 10}).json(),
+                     "http.client + json.loads": lambda: lean.post("/v1/search", {"question": question, "k": 10})}
+            ms: Dict[str, List[float]] = {name: [] for name in sends}
+            for _ in range(3):  # rounds, so that a burst of load hits every client alike
+                for name, send in sends.items():
+                    for _ in range(50):
+                        send()
+                    t0 = time.process_time()
+                    for _ in range(args.queries):
+                        send()
+                    ms[name].append((time.process_time() - t0) * 1000.0 / args.queries)
+            lean.close()
+    finally:
+        peer.terminate()
+        peer.wait(10)
+    print(f"\nClient CPU per search ({len(_canned_body())}-byte canned response from uvicorn in another process, "
+          f"{args.queries} requests x 3 rounds per client, one keep-alive connection)\n")
+    print("| client | CPU ms per search (median of 3 rounds) |")
+    print("|---|---|")
+    for name, values in ms.items():
+        print(f"| {name} | {float(np.median(values)):.3f} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("overhead", "throughput", "overload", "memory", "cpu"))
+    p.add_argument("what", choices=("overhead", "throughput", "overload", "memory", "cpu", "client",
+                                    "canned-server"))
+    p.add_argument("--port", type=int, default=0, help="canned-server: its port (run by client)")
     p.add_argument("--encoder", default=None, help="encoder dir (default: the embedded default encoder)")
     p.add_argument("--work", default="/tmp/medretrieve-bench-serve")
     p.add_argument("--chunks", type=int, default=100_000)
     p.add_argument("--collection", default=None, help="serve this collection directory instead of building one")
-    p.add_argument("--queries", type=int, default=300, help="overhead: questions; cpu: requests per endpoint")
+    p.add_argument("--queries", type=int, default=300, help="overhead: questions; cpu: requests per endpoint; client: per client and round")
     p.add_argument("--seconds", type=float, default=None, help="per cell (throughput 15) / overload run (60)")
     p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16, 64])
     p.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
     p.add_argument("--explain", action="store_true", help="overhead: ask for explained (uncompact) responses")
     p.add_argument("--saturation", type=float, default=None, help="overload: saturation QPS (default: measured)")
     args = p.parse_args()
+    if args.what == "canned-server":
+        canned_server(args)
+        return
     if args.encoder is None:
         from medretrieve.models.encoders import default_model_dir
 
@@ -511,7 +598,7 @@ def main() -> None:
     if not rb.DATA.is_dir():
         sys.exit(f"no BioASQ data at {rb.DATA}")
     {"overhead": overhead, "throughput": throughput, "overload": overload, "memory": memory,
-     "cpu": cpu}[args.what](args)
+     "cpu": cpu, "client": client_cpu}[args.what](args)
 
 
 if __name__ == "__main__":
