@@ -150,6 +150,13 @@ def test_bioasq_schemas_by_type():
         "PMS2 has been shown to cause Lynch", "PMS2"]}), "factoid")["exact_answer"] == ["PMS2"]
     assert parsers.parse_bioasq('{"ideal_answer": "No, it does not.", "exact_answer": "<yes or no>"}',
                                 "yesno")["exact_answer"] == "no"
+    # a reply cut at the token budget keeps the ideal answer it wrote; its exact answer is missing
+    cut = '{"ideal_answer": "Lynch \\"syndrome\\" is caused by PMS2.", "exact_answer": ["PMS'
+    assert parsers.parse_bioasq(cut, "summary")["ideal_answer"] == 'Lynch "syndrome" is caused by PMS2.'
+    assert parsers.parse_bioasq('{"ideal_answer": "Lynch syndrome is caus', "summary")["ideal_answer"] == \
+        "Lynch syndrome is caus"
+    with pytest.raises(parsers.ParseError, match="no 'EXACT:'"):
+        parsers.parse_bioasq(cut, "factoid")
     with pytest.raises(ValueError, match="qtype"):
         bioasq_response_format("boolean")
     with pytest.raises(ValueError, match="max_tokens"):

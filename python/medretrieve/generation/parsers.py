@@ -166,6 +166,15 @@ def _answer_is_yes_no(text: str) -> Optional[str]:
 
 
 MAX_ENTITY_WORDS = 6
+_CUT_IDEAL = re.compile(r'^\s*\{\s*"ideal_answer"\s*:\s*"((?:[^"\\]|\\.)*)', re.DOTALL)
+
+
+def _unquote(partial: str) -> str:
+    """A JSON string's content without its quotes, escapes read (a dangling escape at a cut dropped)."""
+    try:
+        return str(json.loads(f'"{partial.rstrip(chr(92))}"'))
+    except ValueError:
+        return partial
 _PLACEHOLDER = re.compile(r"^\s*<[^<>]*>\s*$")  # the prompt's example value ("<entity 1>"), copied by a small model
 
 
@@ -214,6 +223,8 @@ def parse_bioasq(text: str, qtype: str) -> dict:
             exact = json.dumps([x for x in exact if x not in (None, "", [])], ensure_ascii=False)
         if exact is not None and not isinstance(exact, str):
             exact = str(exact)
+    elif (cut := _CUT_IDEAL.search(body)) is not None:  # a JSON reply cut at the token budget: its ideal so far
+        ideal = _unquote(cut.group(1))
     else:
         sections = _labelled_sections(body)
         exact = sections.get("exact")
