@@ -1,5 +1,5 @@
-"""pytest-benchmark gate: a search over HTTP (``medretrieve serve``, one worker, loopback, keep-alive) against
-the same search in-process, on the plugin's tiny collection.
+"""pytest-benchmark gate: a search over HTTP (``medretrieve serve``, one worker, loopback, keep-alive, through
+``medretrieve.client.Client`` as users call it) against the same search in-process, on the plugin's tiny collection.
 
     PYTHONPATH=python nice python -m pytest bench/test_bench_serve.py --benchmark-columns=median,rounds -q
 
@@ -10,9 +10,9 @@ for a core (1.13 at a load average of 25 on 2 cores); the 100k-chunk overhead in
 """
 from __future__ import annotations
 
-import httpx
 import pytest
 
+from medretrieve.client import Client
 from medretrieve.testing.server import ServerProcess
 
 pytest.importorskip("uvicorn")
@@ -23,7 +23,7 @@ QUESTIONS = ("What is the first-line drug treatment for type 2 diabetes?", "Is l
 @pytest.fixture(scope="module")
 def http(medretrieve_collection):
     with ServerProcess(medretrieve_collection.directory) as srv, \
-            httpx.Client(base_url=srv.url, timeout=10.0) as client:
+            Client(srv.url, timeout_s=10.0) as client:
         yield client
 
 
@@ -41,7 +41,7 @@ def test_gate_http_search_close_to_in_process(benchmark, latency_gate, http, ret
     def over_http() -> None:
         q = QUESTIONS[state["http"] % len(QUESTIONS)]
         state["http"] += 1
-        assert http.post("/v1/search", json={"question": q, "k": 10}).status_code == 200
+        assert http.search(q, k=10).question == q
 
     def in_process() -> None:
         retriever.search(QUESTIONS[state["lib"] % len(QUESTIONS)], k=10, deadline_ms=300)
