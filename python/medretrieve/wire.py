@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Dict, Iterable, List, Literal, Mapping, Optional, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, field_validator,
+                      model_validator)
 
 from .records import Answer, Citation, Hit, SearchResult, StageInfo
 
 __all__ = ["MAX_K", "MAX_BATCH", "MAX_DEADLINE_MS", "MAX_QUESTION_CHARS", "DEADLINE_HEADER", "SECTIONS",
-           "ERROR_TYPES", "Stages", "SearchOptions", "SearchRequest", "BatchSearchRequest", "AnswerRequest",
-           "BatchSearchResponse", "ErrorDetail", "ErrorResponse", "deadline_header_ms", "field_errors", "Answer",
-           "Citation", "Hit", "SearchResult", "StageInfo"]
+           "WordedQuestion", "ERROR_TYPES", "Stages", "SearchOptions", "SearchRequest", "BatchSearchRequest",
+           "AnswerRequest", "BatchSearchResponse", "ErrorDetail", "ErrorResponse", "deadline_header_ms",
+           "field_errors", "Answer", "Citation", "Hit", "SearchResult", "StageInfo"]
 
 MAX_K = 100  # most hits (or evidence passages) one request may ask for
 MAX_BATCH = 64  # most questions in one /v1/search:batch (ServerConfig.max_batch may lower it)
@@ -89,6 +90,9 @@ def _question(value: str) -> str:
 Question = Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_CHARS,
                                 description="the question, in natural language (it must hold a letter or a digit)",
                                 json_schema_extra={"pattern": r"[^\W_]"})]
+#: The same question with its word rule applied, for a question checked outside the request models (the MCP tools'
+#: arguments): one rule and one limit, whichever door the question comes in by.
+WordedQuestion = Annotated[Question, AfterValidator(_question)]
 
 
 class Stages(_Strict):

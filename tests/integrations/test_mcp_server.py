@@ -129,3 +129,23 @@ def test_stdio_server_answers_with_the_llm_it_was_started_with(medretrieve_colle
     assert answered["citations"][0]["sources"] == [1] and answered["citations"][0]["supported"]
     assert answered["sources"][0]["document_id"] == "demo-002" and len(answered["sources"]) == 2
     assert not any("extractive" in note for note in answered["notes"])
+
+
+@pytest.mark.parametrize("tool", ["search", "answer"])
+@pytest.mark.parametrize("question,says", [
+    ("metformin " * 100_000, "at most 4000 characters"),  # 1 MB: searched for 2.5 s past a 300 ms deadline before
+    ("?!.", "must hold a word"),  # searched and answered before; the HTTP API refuses both
+])
+def test_a_question_the_http_api_refuses_is_refused_by_the_tools(medretrieve_retriever, tool, question, says):
+    engine = Engine(medretrieve_retriever, deadline_ms=300)
+
+    async def work(client):
+        return await client.call_tool(tool, {"question": question})
+
+    refused = asyncio.run(_session(build_server(engine), work))
+    assert refused.is_error and says in refused.content[0].text
+    assert "pattern" in str(asyncio.run(_session(build_server(engine), _listed_question_schema)))
+
+
+async def _listed_question_schema(client):
+    return {t.name: t.input_schema["properties"]["question"] for t in (await client.list_tools()).tools}

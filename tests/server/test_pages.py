@@ -69,3 +69,11 @@ def test_pages_stay_out_of_the_api_schema(http):
     assert "/" not in paths and "/docs" not in paths and not any(p.startswith("/static") for p in paths)
     assert "/v1/search" in paths
 
+
+
+@pytest.mark.parametrize("path", ["/", f"{PAGE_STATIC}/index.html", f"{PAGE_STATIC}/page.js", f"{PAGE_STATIC}/page.css"])
+def test_every_copy_of_the_page_and_its_files_carries_the_policy(http, path):
+    # the same page under PAGE_STATIC came without its policy (and unsniffed type) before
+    r = http.get(path)
+    assert r.status_code == 200 and "default-src 'none'" in r.headers["content-security-policy"]
+    assert r.headers["x-content-type-options"] == "nosniff"

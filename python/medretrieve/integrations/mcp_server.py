@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from .._version import __version__
 from ..records import Answer, Hit, SearchResult
-from ..wire import MAX_K, Section
+from ..wire import MAX_K, Section, WordedQuestion
 from .source import SPAN_KEYS, SearchCall, Searcher, source_url
 
 
@@ -161,7 +161,7 @@ class Engine:
         self.searcher.close()
 
 
-Question = Annotated[str, Field(min_length=1, description="the question, in plain words")]
+Question = Annotated[WordedQuestion, Field(description="the question, in plain words (the HTTP API's rule and limit)")]
 HitCount = Annotated[int, Field(ge=1, le=MAX_K, description="how many hits (chunks) to return")]
 Sections = Annotated[Optional[List[Section]], Field(min_length=1, description="section categories every hit must "
                                                                           "come from (default: all)")]

@@ -9,11 +9,13 @@
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
-from starlette.responses import FileResponse
+from starlette.responses import FileResponse, Response
+from starlette.types import Scope
 
 from .._assets import ASSETS
 
@@ -28,6 +30,8 @@ DOCS_STATIC = "/static/docs"  # Swagger UI's script and style sheet, from fastap
 # Same-origin only: the page's own files and the API; no inline script or style, no frames, no plugins.
 PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
                "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+# on every file of the page, not only on ``/``: the page is also reachable as PAGE_STATIC/index.html
+PAGE_HEADERS = {"Content-Security-Policy": PAGE_POLICY, "X-Content-Type-Options": "nosniff"}
 
 
 def new_app(**fastapi_settings: Any) -> FastAPI:
@@ -37,12 +41,21 @@ def new_app(**fastapi_settings: Any) -> FastAPI:
                           **fastapi_settings)
 
 
+class _PageFiles(StaticFiles):
+    """The page's files, each with :data:`PAGE_HEADERS`."""
+
+    def file_response(self, full_path: "os.PathLike[str] | str", stat_result: os.stat_result, scope: Scope,
+                      status_code: int = 200) -> Response:
+        response = super().file_response(full_path, stat_result, scope, status_code)
+        response.headers.update(PAGE_HEADERS)
+        return response
+
+
 def add_search_page(app: FastAPI) -> None:
     """Serve the search page at ``/`` and its files under :data:`PAGE_STATIC`."""
-    app.mount(PAGE_STATIC, StaticFiles(directory=WEB), name="search-page")
+    app.mount(PAGE_STATIC, _PageFiles(directory=WEB), name="search-page")
 
     @app.get("/", include_in_schema=False)
     async def search_page() -> FileResponse:
         return FileResponse(WEB / "index.html", media_type="text/html",
-                            headers={"Content-Security-Policy": PAGE_POLICY, "X-Content-Type-Options": "nosniff",
-                                     "Cache-Control": "no-cache"})
+                            headers={**PAGE_HEADERS, "Cache-Control": "no-cache"})
