@@ -79,6 +79,7 @@ def test_async_client(server):
         async with AsyncClient(server.url) as client:
             results = await asyncio.gather(*(client.search(q, k=2) for q in (QUESTION, "gout", "asthma")))
             assert [r.question for r in results] == [QUESTION, "gout", "asthma"]
+            assert client.last_server_timing["total"] >= client.last_server_timing["work"] > 0
             kinds = [e.kind async for e in client.stream_answer(QUESTION, k=3)]
             assert kinds[0] == "evidence" and kinds[-1] == "answer"
             assert (await client.answer(QUESTION)).text.startswith("Metformin")

@@ -58,3 +58,37 @@ def test_a_server_that_closes_without_answering_is_unavailable():
     with RawServer(lambda n, request: [CLOSE]) as srv, Client(srv.url, retries=0) as client:
         with pytest.raises(Unavailable, match="cannot reach the server"):
             client.search("q")
+
+
+def _chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def _events_then(rest):
+    """A script: a streamed answer (evidence, a delta, then ``rest``) for /v1/answer, a search result otherwise."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+    def script(n, request):
+        if b"/v1/answer" not in request.split(b"\r\n", 1)[0]:
+            return [reply(200, RESULT)]
+        return [head, _chunk(b'event: evidence\ndata: {"hits": []}\n\n'),
+                _chunk(b'event: delta\ndata: {"text": "Metformin"}\n\n'), *rest]
+    return script
+
+
+def test_a_streamed_answer_read_to_its_end_leaves_its_connection_for_the_next_call():
+    with RawServer(_events_then([b"0\r\n\r\n"])) as srv, Client(srv.url) as client:
+        assert [e.kind for e in client.stream_answer("q")] == ["evidence", "delta"]
+        assert client.search("q").question == "q"
+        assert srv.connections == 1
+
+
+def test_leaving_a_streamed_answer_early_closes_its_connection():
+    """Closing the connection is how the server learns to cancel the generation: it must not go back to the pool."""
+    with RawServer(_events_then([2.0, b"0\r\n\r\n"])) as srv, Client(srv.url) as client:
+        for event in client.stream_answer("q"):
+            assert event.kind == "evidence"
+            break
+        t0 = time.monotonic()
+        assert client.search("q").question == "q"
+        assert srv.connections == 2 and time.monotonic() - t0 < 1.5
