@@ -8,7 +8,7 @@ import orjson
 import pytest
 from raw_http import CLOSE, RawServer, reply
 
-from medretrieve.client import Client, Unavailable
+from medretrieve.client import Client, Unavailable, transport
 from medretrieve.records import SearchResult
 
 RESULT = orjson.dumps(SearchResult("q", [], "factoid", False, [], False, [], {"total": 1.0}).to_dict())
@@ -92,3 +92,20 @@ def test_leaving_a_streamed_answer_early_closes_its_connection():
         t0 = time.monotonic()
         assert client.search("q").question == "q"
         assert srv.connections == 2 and time.monotonic() - t0 < 1.5
+
+
+def test_a_streamed_reply_that_closes_its_connection_is_read_to_its_end():
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+    script = lambda n, request: [head, b'event: evidence\ndata: {"hits": []}\n\n', CLOSE]  # noqa: E731
+    with RawServer(script) as srv, Client(srv.url) as client:
+        assert [e.kind for e in client.stream_answer("q")] == ["evidence"]
+
+
+def test_a_reply_over_the_size_limit_is_refused_not_held(monkeypatch):
+    monkeypatch.setattr(transport, "MAX_REPLY_BYTES", 1000)
+    declared = [b"HTTP/1.1 200 OK\r\nContent-Length: 10000000000\r\n\r\n{", 1.0]
+    chunked = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", *[_chunk(b"x" * 100)] * 20, b"0\r\n\r\n"]
+    for script in (lambda n, request: declared, lambda n, request: chunked):
+        with RawServer(script) as srv, Client(srv.url, retries=0) as client:
+            with pytest.raises(Unavailable, match="over the client's limit"):
+                client.search("q")

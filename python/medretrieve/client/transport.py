@@ -30,6 +30,9 @@ TIMED_OUT: Tuple[Type[BaseException], ...] = (httpx.TimeoutException, socket.tim
 TRANSPORT_ERRORS: Tuple[Type[BaseException], ...] = (httpx.TransportError, OSError, http.client.HTTPException)
 
 _JSON = {"Content-Type": "application/json"}
+# the largest reply body read (bytes): a batch of 100-hit explained results is a few MB; a server that sends more
+# is refused rather than held in memory
+MAX_REPLY_BYTES = 64 * 2**20
 
 
 class _DeadlineSocket(socket.socket):
@@ -96,9 +99,19 @@ class Reply:
         return self.content.decode("utf-8", "replace")
 
     def read(self) -> bytes:
-        """The rest of the body (the connection then goes back to the pool)."""
+        """The rest of the body (the connection then goes back to the pool). HTTPException when it is over
+        :data:`MAX_REPLY_BYTES` (the connection is then closed)."""
         if self._conn is not None:
-            self.content = self._response.read()
+            declared = self._response.length
+            if declared is not None and declared > MAX_REPLY_BYTES:
+                self.close()
+                raise http.client.HTTPException(f"the reply's body is {declared} bytes, over the client's "
+                                                f"limit of {MAX_REPLY_BYTES}")
+            self.content = self._response.read(MAX_REPLY_BYTES + 1)
+            if len(self.content) > MAX_REPLY_BYTES:
+                self.close()
+                raise http.client.HTTPException(f"the reply's body is over the client's limit of "
+                                                f"{MAX_REPLY_BYTES} bytes")
             self._release(reusable=True)
         return self.content
 
@@ -158,12 +171,13 @@ class LeanTransport:
         try:
             if conn.sock is None:
                 conn.connect()
-            assert conn.sock is not None
-            conn.sock.give_up, conn.sock.per_wait_s = give_up, None
+            sock = conn.sock  # kept: a response with "Connection: close" detaches it from conn, not from its reader
+            assert sock is not None
+            sock.give_up, sock.per_wait_s = give_up, None
             conn.request(method, self.prefix + path, body=body, headers=headers)
             response = conn.getresponse()
             if stream:
-                conn.sock.per_wait_s = timeout_s
+                sock.per_wait_s = timeout_s
             return Reply(response, conn, self, stream)
         except BaseException:
             conn.close()
