@@ -211,3 +211,15 @@ def test_12b_golden_file_stripped_runs_phase_a(shared_data, encoder, tmp_path):
                  "--out", str(tmp_path / "ev"), "--no-progress"]) == 0
     scored = json.loads((out / "results.json").read_text())["retrieval"]["document"]["map"]
     assert scored == pytest.approx(json.loads((tmp_path / "ev" / "results.json").read_text())["document"]["map"])
+
+
+@pytest.mark.parametrize("questions,message", [
+    ([{"id": "", "type": "yesno", "body": "Is x y?"}], "lacks a 'id' string"),  # stripped to a batch before
+    (["not a question"], "question #0"),  # became {} in the batch
+    ([{"id": "a", "type": "yesno", "body": "Is x y?"}, {"id": "a", "type": "list", "body": "Which z?"}],
+     "repeats the id 'a'"),  # both kept, and the run then lost one
+])
+def test_strip_refuses_a_golden_file_it_would_turn_into_a_broken_batch(tmp_path, capsys, questions, message):
+    (tmp_path / "golden.json").write_text(json.dumps({"questions": questions}))
+    assert main(["bioasq", "strip", str(tmp_path / "golden.json"), str(tmp_path / "batch.json")]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "batch.json").exists()

@@ -254,3 +254,23 @@ def test_a_reply_without_an_exact_answer_gets_one_from_the_snippets(tmp_path):
     assert entries[1]["exact_answer_from"] == entries[2]["exact_answer_from"] == "snippets"
     assert entries[1]["ideal_answer"] == "It is known."  # the reply's ideal answer, not its JSON
     assert entries[1]["exact_answer"][0] == ["Metformin"] and ["pancreas"] in entries[2]["exact_answer"]
+
+
+@pytest.mark.parametrize("damage", [
+    '{"id": "q2", "ty',  # cut short: stopped the whole batch with a ValueError before
+    "[1, 2]",  # not an entry: the submission failed at the end, naming no file
+    '{"id": "q1", "type": "factoid", "documents": ["x"]}',  # another question's entry: "q1 appears twice"
+    '{"id": "q2", "type": "yesno"}',  # this id with another type
+])
+def test_a_damaged_cache_entry_is_answered_again_and_rewritten(tmp_path, damage, caplog):
+    qs = [question("q1"), question("q2", body="Which drug is added when metformin fails?")]
+    out = tmp_path / "run"
+    BatchRun(out, "A", Search(), progress=False).run(qs)
+    intact = (out / "questions" / "q2.json").read_text()
+    (out / "questions" / "q2.json").write_text(damage)
+    search = Search()
+    again = BatchRun(out, "A", search, progress=False).run(qs)
+    assert search.asked == [qs[1].body] and (again.answered, again.cached) == (1, 1)
+    assert [e["id"] for e in again.entries] == ["q1", "q2"]
+    assert json.loads((out / "questions" / "q2.json").read_text())["documents"] == json.loads(intact)["documents"]
+    assert "q2.json" in caplog.text and "answered again" in caplog.text

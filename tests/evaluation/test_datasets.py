@@ -198,3 +198,13 @@ def test_negative_offsets_fall_back_to_text(tmp_path):
         {"text": "t", "document": "1", "offsetInBeginSection": "3"}]}]}))
     with pytest.raises(ValueError, match="must be an integer"):
         load_bioasq(path)
+
+
+def test_an_id_twice_in_one_file_is_refused(tmp_path):
+    # the second question was silently dropped before (a test batch then lost a question)
+    path = tmp_path / "batch.json"
+    path.write_text(json.dumps({"questions": [{"id": "a", "type": "yesno", "body": "Is x y?"},
+                                              {"id": "b", "type": "yesno", "body": "Is y z?"},
+                                              {"id": "a", "type": "yesno", "body": "Is z x?"}]}))
+    with pytest.raises(ValueError, match=r"batch.json: question #2 repeats the id 'a' of question #0"):
+        load_bioasq(path, golden=False)

@@ -134,11 +134,13 @@ def _cmd_score(args: argparse.Namespace) -> int:
 
 
 def _cmd_strip(args: argparse.Namespace) -> int:
+    from ..evaluation.datasets import load_bioasq
     from ..evaluation.submissions import strip_batch
 
     out = Path(args.output)
     if out.exists() and not args.overwrite:
         raise FileExistsError(f"{out} exists; pass --overwrite to replace it")
+    load_bioasq(args.golden, golden=False)  # every question checked (ids, types, snippets): no broken batch out
     batch = strip_batch(read_json(args.golden), args.phase)
     write_text_atomic(out, json.dumps(batch, ensure_ascii=False, indent=1))
     print(f"{out}: {len(batch['questions'])} questions as a phase {args.phase} test batch")

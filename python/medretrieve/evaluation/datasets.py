@@ -226,7 +226,8 @@ def load_bioasq(paths: Union[PathLike, Iterable[PathLike]], golden: bool = True)
     """Read one or more BioASQ golden JSON files (``{"questions": [...]}``).
 
     Questions are returned in file order; an id seen in an earlier file is
-    skipped (the BioASQ batches do not overlap, re-releases do).
+    skipped (the BioASQ batches do not overlap, re-releases do); an id twice in
+    one file is a ValueError (one of the two questions would be lost).
 
     ``golden=False``: test batches as BioASQ hands them to participants, where a question may hold only ``id``,
     ``body`` and ``type`` (Phase B batches add the documents and snippets); a missing exact answer is None. What
@@ -238,8 +239,12 @@ def load_bioasq(paths: Union[PathLike, Iterable[PathLike]], golden: bool = True)
         data = read_json(path)
         if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
             raise ValueError(f"{path}: expected an object with a 'questions' list (BioASQ golden format)")
+        in_file: dict[str, int] = {}
         for i, raw in enumerate(data["questions"]):
             q = _bioasq_question(raw, path, i, golden)
+            if q.id in in_file:
+                raise ValueError(f"{path}: question #{i} repeats the id {q.id!r} of question #{in_file[q.id]}")
+            in_file[q.id] = i
             if q.id not in seen:
                 seen.add(q.id)
                 out.append(q)

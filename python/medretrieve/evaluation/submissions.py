@@ -18,13 +18,14 @@ list) gets one read from the snippets shown to the model, as the extractive answ
 the entry then says ``"exact_answer_from": "snippets"`` (the question's cache file and ``results.json``; the
 submission holds the BioASQ fields only).
 
-Resuming: each finished question is written to ``out/questions/<id>.json`` at once, and a rerun over the same
-folder skips them; ``out/run.json`` records what the answers depend on (phase, sources, stages), and a rerun with
-other options in the same folder is refused rather than mixing two systems' answers. A question that fails
-(an LLM or PubMed error, anything raised) is logged and left out of the cache, so the next run retries it; the
-batch goes on. ``out/log.jsonl`` holds one line per question and run: its id, ``ok`` / ``cached`` / ``failed``,
-the time it took (ms) and the error. An unreadable LLM reply is the model's answer (no exact answer, its prose as
-the ideal answer) and is cached.
+Resuming: each finished question is written to ``out/questions/<id>.json`` at once, and a rerun over the same folder
+skips them (a file that does not hold its question's entry, cut short or edited, is answered again);
+``out/run.json`` records what the answers depend on (phase, sources, stages), and a rerun with other options in the
+same folder is refused rather than mixing two systems' answers. A question that fails (an LLM or PubMed error,
+anything raised) is logged and left out of the cache, so the next run retries it; the batch goes on.
+``out/log.jsonl`` holds one line per question and run: its id, ``ok`` / ``cached`` / ``failed``, the time it took
+(ms) and the error. An unreadable LLM reply is the model's answer (no exact answer, its prose as the ideal answer)
+and is cached.
 
 :func:`score_submission` scores submission entries against a golden file the way BioASQ does: document and
 snippet MAP / P / R / nDCG / MRR at 10 (:func:`~.evaluate.retrieval_row`, snippets matched by their offsets in
@@ -144,6 +145,23 @@ class BatchRun:
         name = qid if _SAFE_ID.match(qid) else hashlib.sha1(qid.encode()).hexdigest()
         return self.out / "questions" / f"{name}.json"
 
+    def _cached(self, q: BioASQQuestion, path: Path) -> Optional[dict]:
+        """The entry cached for ``q``, or None when there is none or the file does not hold ``q``'s entry (cut
+        short, edited, another question's): ``q`` is then answered again and the file rewritten, as a missing one
+        would be, instead of stopping the batch or submitting another question's answers."""
+        if not path.is_file():
+            return None
+        try:
+            entry = read_json(path)
+        except ValueError as exc:
+            problem = str(exc)
+        else:
+            if isinstance(entry, dict) and entry.get("id") == q.id and entry.get("type") == q.type:
+                return entry
+            problem = f"{path}: not the entry of question {q.id} ({q.type})"
+        log.warning("%s; answered again", problem)
+        return None
+
     def _log(self, qid: str, status: str, elapsed_ms: float, error: str = "") -> None:
         line = {"id": qid, "status": status, "ms": round(elapsed_ms, 1), "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
         if error:
@@ -233,8 +251,9 @@ class BatchRun:
         for q in questions:
             path = self._cache_path(q.id)
             t0 = time.perf_counter()
-            if path.is_file():
-                entry = read_json(path)
+            cached = self._cached(q, path)
+            if cached is not None:
+                entry = cached
                 result.cached += 1
                 self._log(q.id, "cached", 0.0)
             else:
