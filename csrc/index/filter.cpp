@@ -29,15 +29,17 @@ std::vector<Candidate> exact_topk(const VectorStore& store, const QueryCtx& ctx,
 }
 
 void exact_topk_scan(const VectorStore& store, const QueryCtx* ctxs, size_t nq, const ElementFilter& filter, size_t k,
-                     std::vector<Candidate>* out) {
+                     std::vector<Candidate>* out, bool hold_predicate) {
   constexpr size_t kBlockBytes = 16 << 10, kMaxBlock = 256;
   const size_t block = std::clamp<size_t>(kBlockBytes / store.stride(), 16, kMaxBlock);
   const bool check_stored = filter.query != nullptr || store.deleted_count() > 0;
   std::vector<TopK> tops(nq, TopK(k));
   float d[kMaxBlock];
   const size_t n = store.count();
+  const bool hold = hold_predicate && filter.fn && filter.fn->hold;
   for (size_t first = 0; first < n; first += block) {
     const size_t len = std::min(block, n - first);
+    std::shared_ptr<void> held;  // taken at the block's first predicate call, dropped after the block
     for (size_t q = 0; q < nq; ++q) {
       store.distances(ctxs[q], uint32_t(first), len, d);
       TopK& top = tops[q];
@@ -46,6 +48,7 @@ void exact_topk_scan(const VectorStore& store, const QueryCtx* ctxs, size_t nq, 
         if (!(d[j] < top.bound())) continue;
         const uint32_t id = uint32_t(first + j);
         if (check_stored && !filter.stored_ok(id)) continue;
+        if (hold && !held) held = filter.fn->hold();
         top.offer(d[j], id, filter);
       }
     }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -19,7 +20,13 @@ namespace medretrieve::index {
 using Candidate = std::pair<float, uint32_t>;
 
 // Predicate on internal ids (the bindings wrap a Python callable on external ids).
-using IdPredicate = std::function<bool(uint32_t)>;
+struct IdPredicate : std::function<bool(uint32_t)> {
+  using std::function<bool(uint32_t)>::function;
+  // Optional: takes what every call needs (the bindings: the GIL) until the
+  // returned token is dropped, so a single-threaded scan pays for it once per
+  // block of candidates instead of once per call.
+  std::function<std::shared_ptr<void>()> hold;
+};
 
 struct ElementFilter {
   const VectorStore* store = nullptr;
@@ -89,8 +96,10 @@ std::vector<Candidate> exact_topk(const VectorStore& store, const QueryCtx& ctx,
 // The scan goes block by block of consecutive slabs (about 16 KiB, what stays
 // in L1) and every query scores a block before the next is read: a block
 // comes from memory once per nq queries, not once per query.
+// hold_predicate: take the predicate's hold() for the blocks where it runs
+// (only for a scan alone on its index: it keeps the GIL from other threads).
 void exact_topk_scan(const VectorStore& store, const QueryCtx* ctxs, size_t nq, const ElementFilter& filter, size_t k,
-                     std::vector<Candidate>* out);
+                     std::vector<Candidate>* out, bool hold_predicate = false);
 
 // The labels element `id` carries now (decoded from its signature or the side table).
 std::vector<uint32_t> element_labels(const VectorStore& store, const LabelTable& table, uint32_t id);

@@ -128,9 +128,10 @@ void FlatIndex::search(const float* queries, size_t nq, size_t k, const LabelQue
   // A thread only when it gets kScanPerThread row dimensions to score (~1 ms at
   // 16-d): starting one costs tens of us, and a busy machine delays it more, so
   // a 10-ms batch on all cores ran slower than on one.
-  constexpr size_t kScanPerThread = size_t(1) << 22;
-  const size_t work = nq * std::max<size_t>(store_.count(), 1) * dim;
-  const size_t threads = std::min(resolve_threads(num_threads), std::max<size_t>(work / kScanPerThread, 1));
+  // (In double: nq x rows x dim may not fit in 64 bits.)
+  constexpr double kScanPerThread = double(size_t(1) << 22);
+  const double shares = double(nq) * double(store_.count()) * double(dim) / kScanPerThread;
+  const size_t threads = std::max<size_t>(1, size_t(std::min(double(resolve_threads(num_threads)), shares)));
   if (lq) {  // a label list per query: no shared scan order
     parallel_for(0, nq, (long long)threads, [&](size_t i, size_t) {
       QueryCtx ctx;
@@ -149,7 +150,7 @@ void FlatIndex::search(const float* queries, size_t nq, size_t k, const LabelQue
     std::vector<QueryCtx> ctxs(len);
     for (size_t i = 0; i < len; ++i) store_.prepare_query(queries + (q0 + i) * dim, ctxs[i]);
     std::vector<Candidate> found[kTile];
-    exact_topk_scan(store_, ctxs.data(), len, filter, k, found);
+    exact_topk_scan(store_, ctxs.data(), len, filter, k, found, threads == 1);
     for (size_t i = 0; i < len; ++i) write_row(store_, found[i], k, out_ids + (q0 + i) * k, out_scores + (q0 + i) * k);
   });
 }

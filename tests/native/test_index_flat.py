@@ -99,3 +99,31 @@ def test_flat_device_and_errors() -> None:
         f.add(np.ones((2, DIM + 1)))
     with pytest.raises(ValueError):
         f.search(np.ones(DIM), 0)
+
+
+def test_single_threaded_filter_runs_under_one_gil_hold_per_block() -> None:
+    """On one thread the scan holds the GIL across a block's filter calls: a filter that calls back into the index
+    (which releases the GIL and takes the index lock again) still works, and a filter's exception reaches the
+    caller with the index usable afterwards."""
+    x = embedding_like(3000, 16, seed=21)
+    q = embedding_like(40, 16, seed=22)
+    bf = medretrieve.BFIndex("l2", 16)
+    bf.init_index(3000)
+    bf.add_items(x)
+    counts: list[int] = []
+
+    def reads_the_index(label: int) -> bool:
+        counts.append(bf.get_current_count())
+        return label % 2 == 1
+
+    labels, _ = bf.knn_query(q, k=5, num_threads=1, filter=reads_the_index)
+    odd = np.arange(1, 3000, 2)
+    np.testing.assert_array_equal(labels, odd[exact_topk(x[odd], q, 5, "l2")])
+    assert counts and set(counts) == {3000}
+
+    def boom(label: int) -> bool:
+        raise KeyError("filter failed")
+
+    with pytest.raises(KeyError, match="filter failed"):
+        bf.knn_query(q, k=5, num_threads=1, filter=boom)
+    np.testing.assert_array_equal(bf.knn_query(q, k=5, num_threads=1)[0], exact_topk(x, q, 5, "l2"))
