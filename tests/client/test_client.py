@@ -9,7 +9,7 @@ import socket
 import httpx
 import pytest
 
-from medretrieve.client import (AsyncClient, Client, Forbidden, InvalidRequest, NotReady, Overloaded,
+from medretrieve.client import (AsyncClient, BadResponse, Client, Forbidden, InvalidRequest, NotReady, Overloaded,
                                 Unavailable)
 from medretrieve.generation.generate import Answer
 from medretrieve.retrieval.results import Hit, SearchResult
@@ -168,3 +168,41 @@ def test_bad_client_settings():
             Client("http://127.0.0.1:1", **kwargs)
     with pytest.raises(ValueError, match="http"):
         Client("127.0.0.1:8000")
+
+
+NOT_THE_API = [(b"<html>proxy error</html>", "text/html"), (b'{"question": 5, "hits": "no"}', "application/json"),
+               (b"[1, 2]", "application/json"), (b'{"hits": [{"chunk_id": 1, "surprise": 2}]}', "application/json")]
+
+
+@pytest.mark.parametrize("content,kind", NOT_THE_API)
+def test_a_success_reply_that_is_not_the_apis_is_a_typed_error(content, kind):
+    # a proxy's page or another service's JSON ended in a bare ValueError / TypeError / KeyError before
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=content,
+                                                                   headers={"Content-Type": kind}))
+    with Client("http://test", transport=transport) as client:
+        for call in (lambda: client.search("q"), lambda: client.search_batch(["q"]), lambda: client.answer("q"),
+                     lambda: list(client.stream_answer("q"))):
+            with pytest.raises(BadResponse, match="not the medretrieve API's"):
+                call()
+
+    async def run_async():
+        async with AsyncClient("http://test", transport=transport) as client:
+            with pytest.raises(BadResponse):
+                await client.search("q")
+            with pytest.raises(BadResponse):
+                await client.answer("q")
+
+    asyncio.run(run_async())
+
+
+def test_a_stream_cut_before_its_answer_is_unavailable():
+    # the iterator ended quietly before, as if the answer had been empty
+    cut = b'event: delta\ndata: {"text": "Metformin"}\n\n'
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=cut,
+                                                                   headers={"Content-Type": "text/event-stream"}))
+    with Client("http://test", transport=transport) as client:
+        events = []
+        with pytest.raises(Unavailable, match="ended before its answer"):
+            for event in client.stream_answer("q"):
+                events.append(event)
+    assert [e.text for e in events] == ["Metformin"]

@@ -12,6 +12,7 @@ from medretrieve.client import Client, Unavailable, transport
 from medretrieve.records import SearchResult
 
 RESULT = orjson.dumps(SearchResult("q", [], "factoid", False, [], False, [], {"total": 1.0}).to_dict())
+ANSWER_EVENT = b'event: answer\ndata: {"question": "q", "text": "Metformin."}\n\n'  # a stream's last event
 
 
 def test_searches_share_one_keep_alive_connection():
@@ -77,8 +78,8 @@ def _events_then(rest):
 
 
 def test_a_streamed_answer_read_to_its_end_leaves_its_connection_for_the_next_call():
-    with RawServer(_events_then([b"0\r\n\r\n"])) as srv, Client(srv.url) as client:
-        assert [e.kind for e in client.stream_answer("q")] == ["evidence", "delta"]
+    with RawServer(_events_then([_chunk(ANSWER_EVENT), b"0\r\n\r\n"])) as srv, Client(srv.url) as client:
+        assert [e.kind for e in client.stream_answer("q")] == ["evidence", "delta", "answer"]
         assert client.search("q").question == "q"
         assert srv.connections == 1
 
@@ -96,9 +97,9 @@ def test_leaving_a_streamed_answer_early_closes_its_connection():
 
 def test_a_streamed_reply_that_closes_its_connection_is_read_to_its_end():
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
-    script = lambda n, request: [head, b'event: evidence\ndata: {"hits": []}\n\n', CLOSE]  # noqa: E731
+    script = lambda n, request: [head, b'event: evidence\ndata: {"hits": []}\n\n', ANSWER_EVENT, CLOSE]  # noqa: E731
     with RawServer(script) as srv, Client(srv.url) as client:
-        assert [e.kind for e in client.stream_answer("q")] == ["evidence"]
+        assert [e.kind for e in client.stream_answer("q")] == ["evidence", "answer"]
 
 
 def test_a_reply_over_the_size_limit_is_refused_not_held(monkeypatch):

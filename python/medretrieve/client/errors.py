@@ -49,6 +49,11 @@ class ServerError(ClientError):
     """Another 5xx: a bug or a failed reload on the server (its message says which)."""
 
 
+class BadResponse(ClientError):
+    """A success reply that is not the API's (a proxy's page, another service, a wrong shape, a stream that is
+    not server-sent events); ``status``: the reply's."""
+
+
 class Unavailable(ClientError):
     """No response: the connection failed, or the client's own timeout passed."""
 
