@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -75,8 +76,12 @@ def test_stdio_server_lists_both_tools_and_answers_them(medretrieve_collection, 
 
 
 def test_streamable_http_transport(medretrieve_collection):
+    from medretrieve.server.config import CONFIG_ENV, ServerConfig
+
     cmd = [sys.executable, "-m", "medretrieve", "mcp", str(medretrieve_collection.directory), "--http", "--port", "0"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # the header deadline of medretrieve serve's protocol, short so that the test takes a second
+    env = {**os.environ, CONFIG_ENV: ServerConfig("", header_timeout_s=1.0).to_json()}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
         url, give_up, log = None, time.monotonic() + TIMEOUT_S, ""
         while url is None:
@@ -95,6 +100,13 @@ def test_streamable_http_transport(medretrieve_collection):
         tools, found = asyncio.run(_session(url, work))
         assert sorted(tools) == ["answer", "search"]
         assert [h["number"] for h in found.structured_content["hits"]] == [1, 2]
+        # a client that trickles its headers is answered 408 and closed (held open for ever before)
+        host, port = url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: t\r\n")
+            t0 = time.monotonic()
+            reply = sock.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 408") and b"request_timeout" in reply and time.monotonic() - t0 < 5
     finally:
         proc.terminate()
         proc.wait(30)

@@ -19,7 +19,9 @@ def add_mcp(sub: Any) -> None:
         formatter_class=HelpFormatter)
     p.add_argument("collection", metavar="COLLECTION",
                    help="collection folder (medretrieve build), or the URL of a medretrieve serve process")
-    p.add_argument("--http", action="store_true", help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio")
+    p.add_argument("--http", action="store_true",
+                   help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (with medretrieve serve's "
+                   "limits on slow clients and connections: the serve extra)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on with --http")
     p.add_argument("--port", type=int, default=8765, help="port with --http (0: any free port; the log names it)")
     p.add_argument("--llm", default=None, metavar="BASE_URL",
@@ -63,6 +65,15 @@ def _mcp(args: Any) -> int:
             return 0
         import uvicorn
 
+        from .serve import PROTOCOL  # medretrieve serve's header deadline and connection cap (slow clients)
+
+        try:
+            import medretrieve.server.protocol  # noqa: F401  (uvicorn loads it by name: fail here, clearly)
+        except ImportError as exc:
+            raise ImportError('medretrieve mcp --http needs the serve extra too: pip install '
+                              '"medretrieve[mcp,serve]"') from exc
+
         print("medretrieve mcp: streamable HTTP at path /mcp of the address uvicorn names below", file=sys.stderr)
-        uvicorn.run(server.streamable_http_app(host=args.host), host=args.host, port=args.port, log_level="info")
+        uvicorn.run(server.streamable_http_app(host=args.host), host=args.host, port=args.port, log_level="info",
+                    http=PROTOCOL)
     return 0
