@@ -96,6 +96,14 @@ def test_refused_connection_is_unavailable():
     with Client(f"http://127.0.0.1:{port}", retries=1) as client:
         with pytest.raises(Unavailable, match="cannot reach"):
             client.search(QUESTION)
+        with pytest.raises(Unavailable, match="cannot reach"):
+            client.ready()
+
+    async def main():
+        async with AsyncClient(f"http://127.0.0.1:{port}") as client:
+            with pytest.raises(Unavailable, match="cannot reach"):
+                await client.ready()
+    asyncio.run(main())
 
 
 # ------------------------------------------------------------------ retries, against scripted replies

@@ -241,7 +241,7 @@ class _Retries:
         error: retried after a short backoff when the connection was refused, else raised as Unavailable."""
         if isinstance(outcome, Exception):
             if not isinstance(outcome, REFUSED):
-                raise self._unreachable(outcome) from outcome
+                raise self.unreachable(outcome) from outcome
             wait: Optional[float] = None
         elif outcome.status_code in (429, 503):
             wait = _retry_after(outcome)
@@ -251,11 +251,12 @@ class _Retries:
         if (self.attempts > self.client.retries or wait > self.client.max_retry_after_s
                 or wait * 1000.0 >= self.clock.remaining_ms()):
             if isinstance(outcome, Exception):
-                raise self._unreachable(outcome) from outcome
+                raise self.unreachable(outcome) from outcome
             return None
         return wait
 
-    def _unreachable(self, exc: Exception) -> ClientError:
+    def unreachable(self, exc: BaseException) -> ClientError:
+        """The Unavailable error of a failed attempt (timed out, or no connection)."""
         if isinstance(exc, TIMED_OUT):
             return Unavailable(f"no reply within {self.timeout_s:.2f} s ({type(exc).__name__})")
         return Unavailable(f"cannot reach the server: {type(exc).__name__}: {exc}")
@@ -363,8 +364,12 @@ class Client(_Base):
         return self._call("GET", "/healthz")
 
     def ready(self) -> bool:
-        """Whether the server answers searches (no retry: a loading server answers False)."""
-        return self._http.send("GET", "/readyz", None, self.timeout_s).status_code == 200
+        """Whether the server answers searches (no retry: a loading server answers False; an unreachable one
+        raises Unavailable)."""
+        try:
+            return self._http.send("GET", "/readyz", None, self.timeout_s).status_code == 200
+        except TRANSPORT_ERRORS as exc:
+            raise self._retries(None, None).unreachable(exc) from exc
 
     def metrics(self) -> str:
         """The Prometheus text of ``/metrics``."""
@@ -466,7 +471,10 @@ class AsyncClient(_Base):
         return await self._call("GET", "/healthz")
 
     async def ready(self) -> bool:
-        return (await self._http.get("/readyz", timeout=self.timeout_s)).status_code == 200
+        try:
+            return (await self._http.get("/readyz", timeout=self.timeout_s)).status_code == 200
+        except httpx.TransportError as exc:
+            raise self._retries(None, None).unreachable(exc) from exc
 
     async def metrics(self) -> str:
         response = await self._send("GET", "/metrics")
