@@ -77,3 +77,10 @@ def test_every_copy_of_the_page_and_its_files_carries_the_policy(http, path):
     r = http.get(path)
     assert r.status_code == 200 and "default-src 'none'" in r.headers["content-security-policy"]
     assert r.headers["x-content-type-options"] == "nosniff"
+
+
+def test_the_page_answers_head_as_its_files_do(http):
+    # HEAD / was 405 while HEAD of its files was 200
+    for path in ("/", f"{PAGE_STATIC}/page.js"):
+        r = http.head(path)
+        assert r.status_code == 200 and r.content == b"" and int(r.headers["content-length"]) > 0, path

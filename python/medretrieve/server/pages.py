@@ -55,7 +55,7 @@ def add_search_page(app: FastAPI) -> None:
     """Serve the search page at ``/`` and its files under :data:`PAGE_STATIC`."""
     app.mount(PAGE_STATIC, _PageFiles(directory=WEB), name="search-page")
 
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)  # HEAD: monitors and link checkers
     async def search_page() -> FileResponse:
         return FileResponse(WEB / "index.html", media_type="text/html",
                             headers={**PAGE_HEADERS, "Cache-Control": "no-cache"})
