@@ -161,3 +161,15 @@ def test_a_question_the_http_api_refuses_is_refused_by_the_tools(medretrieve_ret
 
 async def _listed_question_schema(client):
     return {t.name: t.input_schema["properties"]["question"] for t in (await client.list_tools()).tools}
+
+
+@pytest.mark.parametrize("k,says", [("3", "valid integer"), (True, "valid integer"), (3.5, "valid integer")])
+def test_k_is_a_whole_number_as_over_http(medretrieve_retriever, k, says):
+    # "3" and true were taken as 3 and 1 hits before; the HTTP API refuses both
+    async def work(client):
+        return await client.call_tool("search", {"question": QUESTION, "k": k}), \
+            await client.call_tool("search", {"question": QUESTION, "k": 2.0})
+
+    refused, whole = asyncio.run(_session(build_server(Engine(medretrieve_retriever)), work))
+    assert refused.is_error and says in refused.content[0].text
+    assert not whole.is_error and len(whole.structured_content["hits"]) == 2

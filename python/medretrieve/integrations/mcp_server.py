@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from .._version import __version__
 from ..records import Answer, Hit, SearchResult
-from ..wire import MAX_K, Section, WordedQuestion
+from ..wire import MAX_K, Integer, Section, WordedQuestion
 from .source import SPAN_KEYS, SearchCall, Searcher, source_url
 
 
@@ -162,10 +162,12 @@ class Engine:
 
 
 Question = Annotated[WordedQuestion, Field(description="the question, in plain words (the HTTP API's rule and limit)")]
-HitCount = Annotated[int, Field(ge=1, le=MAX_K, description="how many hits (chunks) to return")]
+# strict, as the HTTP API: "3" or true is no count of hits (2.0 is: Integer takes a whole float)
+HitCount = Annotated[Integer, Field(ge=1, le=MAX_K, strict=True, description="how many hits (chunks) to return")]
 Sections = Annotated[Optional[List[Section]], Field(min_length=1, description="section categories every hit must "
                                                                           "come from (default: all)")]
-EvidenceCount = Annotated[int, Field(ge=1, le=MAX_K, description="how many evidence passages to read")]
+EvidenceCount = Annotated[Integer, Field(ge=1, le=MAX_K, strict=True,
+                                         description="how many evidence passages to read")]
 
 
 def build_server(engine: Engine, *, name: str = "medretrieve", default_k: int = 10) -> MCPServer:
