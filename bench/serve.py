@@ -511,7 +511,7 @@ def canned_server(args: argparse.Namespace) -> None:
     import uvicorn
 
     body = _canned_body()
-    headers = [(b"content-type", b"application/json"),
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                (b"server-timing", b"queue;dur=0.01, work;dur=20.00, total;dur=20.30")]
 
     async def app(scope: dict, receive, send) -> None:  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@ import orjson
 import pytest
 from raw_http import CLOSE, RawServer, reply
 
-from medretrieve.client import Client, Unavailable, transport
+from medretrieve.client import Client, Unavailable, http11
 from medretrieve.records import SearchResult
 
 RESULT = orjson.dumps(SearchResult("q", [], "factoid", False, [], False, [], {"total": 1.0}).to_dict())
@@ -103,7 +103,7 @@ def test_a_streamed_reply_that_closes_its_connection_is_read_to_its_end():
 
 
 def test_a_reply_over_the_size_limit_is_refused_not_held(monkeypatch):
-    monkeypatch.setattr(transport, "MAX_REPLY_BYTES", 1000)
+    monkeypatch.setattr(http11, "MAX_REPLY_BYTES", 1000)
     declared = [b"HTTP/1.1 200 OK\r\nContent-Length: 10000000000\r\n\r\n{", 1.0]
     chunked = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", *[_chunk(b"x" * 100)] * 20, b"0\r\n\r\n"]
     for script in (lambda n, request: declared, lambda n, request: chunked):

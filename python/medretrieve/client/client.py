@@ -268,7 +268,7 @@ class Client(_Base):
     ``timeout_s``: the longest wait for one reply (s); ``retries``: attempts after a 429 / 503 / refused
     connection; ``max_retry_after_s``: a longer Retry-After is not waited for. ``transport``: an httpx transport
     (tests, or ``httpx.WSGITransport``-style in-process use); without one, an ``http://`` server is reached over
-    keep-alive ``http.client`` connections (:class:`.transport.LeanTransport`), an ``https://`` one over httpx.
+    keep-alive connections on plain sockets (:class:`.transport.LeanTransport`), an ``https://`` one over httpx.
     """
 
     def __init__(self, url: str, *, timeout_s: float = 10.0, retries: int = 2, max_retry_after_s: float = 5.0,

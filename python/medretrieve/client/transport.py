@@ -1,94 +1,107 @@
-"""How :class:`~.client.Client`'s requests travel: :class:`LeanTransport`, keep-alive HTTP/1.1 on the standard
-library's ``http.client`` (the default for ``http://`` URLs), or :class:`HttpxTransport` (``https://`` URLs, and a
-caller's own httpx transport: tests' mock transports, an in-process WSGI app).
+"""How :class:`~.client.Client`'s requests travel: :class:`LeanTransport`, keep-alive HTTP/1.1 on plain
+sockets with :mod:`.http11`'s request writer and ``httptools`` reply parser (the default for ``http://`` URLs), or
+:class:`HttpxTransport` (``https://`` URLs, and a caller's own httpx transport: tests' mock transports, an
+in-process WSGI app).
 
 Why not httpx by default: a search cost ~0.6 ms of client CPU through ``httpx.Client`` on the 2-core bench box
-(URL parsing and merging, cookie extraction, h11's event machine), against ~0.2 ms through ``http.client``, and its
-round trip spent 1.8 ms beyond the server's own time where ``http.client``'s spent 1.0 ms (bench/RESULTS.md,
+(URL parsing and merging, cookie extraction, h11's event machine) and its round trip spent 1.8 ms beyond the
+server's own time; ``http.client`` parses reply headers with the ``email`` package. The lean transport writes a
+request in one ``send`` and reads a whole search reply with one ``poll`` and one ``recv_into`` (bench/RESULTS.md,
 "Serving"). Both transports answer with the same surface (``status_code``, ``headers.get``, ``content``,
 ``is_success``, ``iter_lines``, ``read``, ``close``): an ``httpx.Response``, or a :class:`Reply`.
 
 A :class:`LeanTransport` attempt has one deadline, ``timeout_s`` from its start: connecting, sending and every
-receive share it (:class:`_DeadlineSocket`), so a server trickling its reply cannot stretch the wait; a streamed
-reply (server-sent events) instead gives each read ``timeout_s``, as an answer may be written for longer.
+receive share it, so a server trickling its reply cannot stretch the wait; a streamed reply (server-sent events)
+instead gives each read of its body ``timeout_s``, as an answer may be written for longer.
 """
 from __future__ import annotations
 
-import http.client
+import math
 import select
 import socket
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Type
-from urllib.parse import urlsplit
+from typing import Dict, Iterator, List, Optional, Tuple, Type
 
 import httpx
+
+from .http11 import ReplyError, ReplyReader, RequestHead
 
 # the failures of an attempt that leave no response: refused connections are retried (the server may be starting)
 REFUSED: Tuple[Type[BaseException], ...] = (httpx.ConnectError, ConnectionRefusedError)
 TIMED_OUT: Tuple[Type[BaseException], ...] = (httpx.TimeoutException, socket.timeout)
-TRANSPORT_ERRORS: Tuple[Type[BaseException], ...] = (httpx.TransportError, OSError, http.client.HTTPException)
+TRANSPORT_ERRORS: Tuple[Type[BaseException], ...] = (httpx.TransportError, OSError, ReplyError)
 
 _JSON = {"Content-Type": "application/json"}
-# the largest reply body read (bytes): a batch of 100-hit explained results is a few MB; a server that sends more
-# is refused rather than held in memory
-MAX_REPLY_BYTES = 64 * 2**20
+_RECEIVE_BYTES = 256 * 1024  # one receive's most bytes: a 10-hit search reply (~9 kB) arrives in one
 
 
-class _DeadlineSocket(socket.socket):
-    """A socket whose every send and receive waits at most until ``give_up`` (``time.monotonic()`` s): a socket
-    timeout alone bounds each wait, not their sum. ``per_wait_s``: when set, each wait gets that long instead
-    (streams)."""
+class _Connection:
+    """One keep-alive connection: a non-blocking socket, its poller and a receive buffer. Each wait is bounded by
+    ``give_up`` (``time.monotonic()`` s, the attempt's deadline) or, for a stream's reads, by ``per_wait_s``."""
 
-    give_up = float("inf")
-    per_wait_s: Optional[float] = None
+    def __init__(self, head: RequestHead, give_up: float) -> None:
+        self.sock = socket.create_connection((head.host, head.port), timeout=max(give_up - time.monotonic(), 0.001))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a request leaves in one segment
+        self.sock.setblocking(False)
+        self._poller = select.poll()
+        self._poller.register(self.sock, select.POLLIN)
+        self._buffer = bytearray(_RECEIVE_BYTES)
+        self.received = 0  # bytes received for the current reply
 
-    def _arm(self) -> None:
-        if self.per_wait_s is not None:
-            self.settimeout(self.per_wait_s)
+    def send(self, data: bytes, give_up: float) -> None:
+        self.received = 0
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[self.sock.send(view):]
+            except BlockingIOError:  # the socket's buffer is full (a large batch): wait until it drains
+                out = select.poll()
+                out.register(self.sock, select.POLLOUT)
+                self._wait(out, give_up - time.monotonic())
+
+    def receive(self, reader: ReplyReader, give_up: float, per_wait_s: Optional[float] = None) -> None:
+        """Wait for the next bytes of the reply and feed them to ``reader`` (EOF included)."""
+        self._wait(self._poller, give_up - time.monotonic() if per_wait_s is None else per_wait_s)
+        try:
+            n = self.sock.recv_into(self._buffer)
+        except BlockingIOError:  # woken without data: wait again
             return
-        left = self.give_up - time.monotonic()
-        if left <= 0:
+        self.received += n
+        if n:
+            reader.feed(bytes(self._buffer[:n]))
+        elif self.received == 0:
+            raise ConnectionResetError("the server closed the connection without replying")
+        else:
+            reader.feed_eof()
+
+    @staticmethod
+    def _wait(poller: "select.poll", left_s: float) -> None:
+        if left_s <= 0 or not poller.poll(math.ceil(left_s * 1000.0)):
             raise socket.timeout("the attempt's time is up")
-        self.settimeout(left)
 
-    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
-        self._arm()
-        return super().recv_into(buffer, nbytes, flags)
+    def idle_and_open(self) -> bool:
+        """Whether the server has left this idle connection open (it has not closed it nor sent anything)."""
+        return not self._poller.poll(0)
 
-    def sendall(self, data: Any, flags: int = 0) -> None:
-        self._arm()
-        super().sendall(data, flags)
-
-
-class _Connection(http.client.HTTPConnection):
-    """An ``http.client`` connection over a :class:`_DeadlineSocket` (``http.client`` sets TCP_NODELAY and sends a
-    bytes body with its headers in one write, so no Nagle / delayed-ACK stall)."""
-
-    sock: Optional[_DeadlineSocket]
-
-    def connect(self) -> None:
-        super().connect()
-        plain = self.sock
-        assert plain is not None
-        self.sock = _DeadlineSocket(plain.family, plain.type, plain.proto, fileno=plain.detach())
+    def close(self) -> None:
+        self.sock.close()
 
 
 class Reply:
     """One response of a :class:`LeanTransport` (the surface of ``httpx.Response`` the client uses). A streamed
     reply holds its connection until read to the end (then it goes back to the pool) or closed (then it is
-    closed: the server sees the client go)."""
+    closed: the server sees the client go); each of its reads waits at most ``per_wait_s``."""
 
-    def __init__(self, response: http.client.HTTPResponse, conn: _Connection, pool: "LeanTransport",
-                 stream: bool) -> None:
-        self.status_code = response.status
-        self.headers = response.msg  # case-insensitive get()
-        self._response = response
-        self._conn: Optional[_Connection] = conn
+    def __init__(self, reader: ReplyReader, conn: Optional[_Connection], pool: "LeanTransport",
+                 per_wait_s: float) -> None:
+        self.status_code = reader.status
+        self.headers = reader.headers  # case-insensitive get()
+        self._reader = reader
+        self._conn = conn
         self._pool = pool
-        self.content = b""
-        if not stream:
-            self.read()
+        self._per_wait_s = per_wait_s
+        self.content = b"" if conn is not None else reader.take()
 
     @property
     def is_success(self) -> bool:
@@ -99,54 +112,55 @@ class Reply:
         return self.content.decode("utf-8", "replace")
 
     def read(self) -> bytes:
-        """The rest of the body (the connection then goes back to the pool). HTTPException when it is over
-        :data:`MAX_REPLY_BYTES` (the connection is then closed)."""
-        if self._conn is not None:
-            declared = self._response.length
-            if declared is not None and declared > MAX_REPLY_BYTES:
-                self.close()
-                raise http.client.HTTPException(f"the reply's body is {declared} bytes, over the client's "
-                                                f"limit of {MAX_REPLY_BYTES}")
-            self.content = self._response.read(MAX_REPLY_BYTES + 1)
-            if len(self.content) > MAX_REPLY_BYTES:
-                self.close()
-                raise http.client.HTTPException(f"the reply's body is over the client's limit of "
-                                                f"{MAX_REPLY_BYTES} bytes")
-            self._release(reusable=True)
+        """The rest of the body (the connection then goes back to the pool)."""
+        pieces = [self.content, *self._chunks()]
+        self.content = b"".join(pieces)
         return self.content
 
     def iter_lines(self) -> Iterator[str]:
         """The body's lines as they arrive (without their line ends)."""
+        pending = b""
+        for chunk in self._chunks():
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                yield line.decode("utf-8").rstrip("\r")
+        if pending:
+            yield pending.decode("utf-8").rstrip("\r")
+
+    def _chunks(self) -> Iterator[bytes]:
         while self._conn is not None:
-            line = self._response.readline()
-            if not line:
-                self._release(reusable=True)
+            piece = self._reader.take()
+            if piece:
+                yield piece
+            if self._reader.done:
+                self._release()
                 return
-            yield line.decode("utf-8").rstrip("\r\n")
+            try:
+                self._conn.receive(self._reader, 0.0, self._per_wait_s)
+            except BaseException:
+                self.close()
+                raise
 
     def close(self) -> None:
         """Drop what is left of the body: the connection is closed unless the body was read to its end."""
-        self._release(reusable=False)
+        self._release()
 
-    def _release(self, reusable: bool) -> None:
+    def _release(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            self._pool.put(conn, reusable and self._response.isclosed() and not self._response.will_close)
+            self._pool.put(conn, self._reader.reusable)
+
+
+class _Stale(Exception):
+    """A reused idle connection turned out closed by the server before it read the request: send it anew."""
 
 
 class LeanTransport:
-    """Keep-alive ``http.client`` connections to one ``http://`` server, reused last-in first-out by any thread
-    (a thread takes an idle one or opens its own; at most ``max_idle`` are kept). ``headers``: sent with every
-    request."""
+    """Keep-alive connections to one ``http://`` server, reused last-in first-out by any thread (a thread takes
+    an idle one or opens its own; at most ``max_idle`` are kept). ``headers``: sent with every request."""
 
     def __init__(self, url: str, headers: Optional[Dict[str, str]] = None, max_idle: int = 8) -> None:
-        parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"LeanTransport speaks plain http://host[:port], got {url!r}")
-        self.host = parts.hostname
-        self.port = parts.port or 80
-        self.prefix = parts.path.rstrip("/")
-        self.headers = dict(headers or {})
+        self.head = RequestHead(url, headers)
         self.max_idle = max_idle
         self._idle: List[_Connection] = []
         self._lock = threading.Lock()
@@ -154,44 +168,48 @@ class LeanTransport:
     def send(self, method: str, path: str, body: Optional[bytes], timeout_s: float,
              stream: bool = False) -> Reply:
         """One request and its response (read whole unless ``stream``), all within ``timeout_s`` (s; a stream:
-        each read within it). Raises OSError (ConnectionRefusedError, socket.timeout) or HTTPException."""
+        each read of its body within it). Raises OSError (ConnectionRefusedError, socket.timeout) or
+        ReplyError."""
         give_up = time.monotonic() + timeout_s
-        headers = {**_JSON, **self.headers} if body is not None else self.headers
+        data = self.head.request(method, path, body)
         conn = self._idle_connection()
         if conn is not None:
             try:
-                return self._exchange(conn, method, path, body, headers, give_up, timeout_s, stream)
-            except (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected):
-                conn.close()  # the server closed this idle connection as we sent: once more on a new one
-        conn = _Connection(self.host, self.port, timeout=max(give_up - time.monotonic(), 0.001))
-        return self._exchange(conn, method, path, body, headers, give_up, timeout_s, stream)
+                return self._exchange(conn, data, give_up, timeout_s, stream, reused=True)
+            except _Stale:
+                pass  # the server closed this idle connection as we sent: once more on a new one
+        return self._exchange(_Connection(self.head, give_up), data, give_up, timeout_s, stream, reused=False)
 
-    def _exchange(self, conn: _Connection, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
-                  give_up: float, timeout_s: float, stream: bool) -> Reply:
+    def _exchange(self, conn: _Connection, data: bytes, give_up: float, timeout_s: float, stream: bool,
+                  reused: bool) -> Reply:
+        reader = ReplyReader()
         try:
-            if conn.sock is None:
-                conn.connect()
-            sock = conn.sock  # kept: a response with "Connection: close" detaches it from conn, not from its reader
-            assert sock is not None
-            sock.give_up, sock.per_wait_s = give_up, None
-            conn.request(method, self.prefix + path, body=body, headers=headers)
-            response = conn.getresponse()
+            try:
+                conn.send(data, give_up)
+                while not reader.head_done:
+                    conn.receive(reader, give_up)
+            except (ConnectionResetError, BrokenPipeError) as exc:
+                if reused and conn.received == 0:
+                    raise _Stale() from exc
+                raise
             if stream:
-                sock.per_wait_s = timeout_s
-            return Reply(response, conn, self, stream)
+                return Reply(reader, conn, self, timeout_s)
+            while not reader.done:
+                conn.receive(reader, give_up)
         except BaseException:
             conn.close()
             raise
+        self.put(conn, reader.reusable)
+        return Reply(reader, None, self, timeout_s)
 
     def _idle_connection(self) -> Optional[_Connection]:
-        """The most recently used idle connection the server has not closed (a readable idle socket: it did)."""
+        """The most recently used idle connection the server has not closed."""
         while True:
             with self._lock:
                 if not self._idle:
                     return None
                 conn = self._idle.pop()
-            sock = conn.sock
-            if sock is not None and not select.select([sock], [], [], 0)[0]:
+            if conn.idle_and_open():
                 return conn
             conn.close()
 

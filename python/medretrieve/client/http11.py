@@ -1,0 +1,139 @@
+"""HTTP/1.1 on the wire, without I/O: the bytes of a request (:class:`RequestHead`) and a reply read from whatever
+bytes arrive (:class:`ReplyReader`, over ``httptools``, the C parser uvicorn reads requests with). The sync
+(:mod:`.transport`) and async (:mod:`.async_transport`) transports do the I/O around them.
+
+Why not ``http.client``: its reply headers go through the ``email`` package's parser, the largest item of a search's
+client CPU, and each reply needs a buffered file over the socket; here a reply costs one ``recv_into`` and one
+``feed_data`` when it arrives whole (bench/RESULTS.md, "Serving").
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional
+from urllib.parse import urlsplit
+
+import httptools
+
+# the largest reply body read (bytes): a batch of 100-hit explained results is a few MB; a server that sends more
+# is refused rather than held in memory
+MAX_REPLY_BYTES = 64 * 2**20
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
+
+
+class ReplyError(Exception):
+    """The server's reply is not HTTP/1.1 the client can read, or it is over :data:`MAX_REPLY_BYTES`."""
+
+
+class Headers(Dict[str, str]):
+    """A reply's headers by lower-case name (a repeated header's values joined with ``", "``); ``get`` takes any
+    case."""
+
+    def get(self, name: str, default: Optional[str] = None) -> Optional[str]:  # type: ignore[override]
+        return super().get(name.lower(), default)
+
+
+class RequestHead:
+    """What every request to one server starts with. ``url``: ``http://host[:port][/prefix]``; ``headers``: sent
+    with every request (ValueError for a name that is not a token or a value with a line break: header
+    injection)."""
+
+    def __init__(self, url: str, headers: Optional[Dict[str, str]] = None) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"the lean transport speaks plain http://host[:port], got {url!r}")
+        self.host = parts.hostname
+        self.port = parts.port or 80
+        self.prefix = parts.path.rstrip("/")
+        named = f"[{self.host}]" if ":" in self.host else self.host
+        lines = [f"Host: {named}" + (f":{parts.port}" if parts.port else "")]
+        for name, value in (headers or {}).items():
+            if not _TOKEN.match(name) or any(c in str(value) for c in "\r\n\0"):
+                raise ValueError(f"invalid header {name!r}: {value!r}")
+            lines.append(f"{name}: {value}")
+        self._fixed = "\r\n".join(lines) + "\r\n"
+
+    def request(self, method: str, path: str, body: Optional[bytes]) -> bytes:
+        """The whole request, head and body in one piece (so it leaves in one write)."""
+        if body is None:
+            return f"{method} {self.prefix}{path} HTTP/1.1\r\n{self._fixed}\r\n".encode("latin-1")
+        return (f"{method} {self.prefix}{path} HTTP/1.1\r\n{self._fixed}Content-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1") + body
+
+
+class ReplyReader:
+    """One reply, fed the bytes as they arrive (:meth:`feed`; :meth:`feed_eof` when the server closes). ``status``
+    and ``headers`` once ``head_done``; body pieces collect in ``pieces`` (a stream's reader takes them as they
+    come: :meth:`take`); ``done`` once the reply is complete; ``reusable`` then says whether its connection can
+    carry the next request."""
+
+    def __init__(self) -> None:
+        self._parser = httptools.HttpResponseParser(self)
+        self.status = 0
+        self.headers = Headers()
+        self.head_done = False
+        self.done = False
+        self.pieces: List[bytes] = []
+        self._received = 0  # body bytes so far
+        self._leftover = False  # bytes after the reply's end (no pipelining here: the connection is not reused)
+        self._until_close = False  # no length and not chunked: the body ends when the connection does
+        self._keep_alive = False  # read with the head: llhttp forgets it once the reply is complete
+
+    # httptools' callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
+
+    def on_headers_complete(self) -> None:
+        self.status = self._parser.get_status_code()
+        declared = self.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > MAX_REPLY_BYTES:
+            raise ReplyError(f"the reply's body is {declared} bytes, over the client's limit of {MAX_REPLY_BYTES}")
+        self._until_close = (declared is None and "chunked" not in (self.headers.get("transfer-encoding") or "")
+                             and self.status >= 200 and self.status not in (204, 304))
+        self._keep_alive = self._parser.should_keep_alive() and not self._until_close
+        self.head_done = True
+
+    def on_body(self, body: bytes) -> None:
+        self._received += len(body)
+        if self._received > MAX_REPLY_BYTES:
+            raise ReplyError(f"the reply's body is over the client's limit of {MAX_REPLY_BYTES} bytes")
+        self.pieces.append(body)
+
+    def on_message_complete(self) -> None:
+        self.done = True
+
+    # fed by a transport
+    def feed(self, data: bytes) -> None:
+        """The next bytes from the connection. ReplyError when they are not HTTP/1.1 or over the limit."""
+        if self.done:
+            self._leftover = self._leftover or bool(data)
+            return
+        try:
+            self._parser.feed_data(data)
+        except ReplyError:
+            raise
+        except httptools.HttpParserError as exc:
+            cause = exc.__context__ if isinstance(exc.__context__, ReplyError) else None
+            raise cause or ReplyError(f"the reply is not HTTP/1.1: {exc}") from None
+
+    def feed_eof(self) -> None:
+        """The server closed the connection: the end of a body that runs until then, else ReplyError (cut
+        short; ``ConnectionResetError`` before any byte, which a transport may retry)."""
+        if self.done:
+            return
+        if self.head_done and self._until_close:
+            self.done = True
+            self._leftover = True  # the connection is gone
+            return
+        raise ReplyError("the server closed the connection in the middle of its reply")
+
+    def take(self) -> bytes:
+        """The body bytes that arrived since the last call."""
+        out = b"".join(self.pieces)
+        self.pieces.clear()
+        return out
+
+    @property
+    def reusable(self) -> bool:
+        return self.done and not self._leftover and self._keep_alive
