@@ -8,11 +8,15 @@ import socket
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from medretrieve.client import client as client_module
 from medretrieve.client import (AsyncClient, BadResponse, Client, Forbidden, InvalidRequest, NotReady, Overloaded,
                                 Unavailable)
 from medretrieve.generation.generate import Answer
 from medretrieve.retrieval.results import Hit, SearchResult
+from medretrieve.wire import SearchRequest
 
 QUESTION = "What is the first-line drug treatment for type 2 diabetes?"
 
@@ -214,3 +218,27 @@ def test_a_stream_cut_before_its_answer_is_unavailable():
             for event in client.stream_answer("q"):
                 events.append(event)
     assert [e.text for e in events] == ["Metformin"]
+
+
+_OPTION_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 700_000), st.floats(allow_nan=True),
+                           st.sampled_from(["10", 10.0, 58.5, [1], {"a": 1}]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(question=st.one_of(st.text(max_size=40), st.sampled_from([" ", "?!", "x" * 4000, "x" * 4001, QUESTION]),
+                          st.integers()),
+       k=_OPTION_VALUES, deadline_ms=_OPTION_VALUES, per_document=_OPTION_VALUES, explain=st.booleans())
+def test_the_cheap_search_body_checks_as_the_server_model_does(question, k, deadline_ms, per_document, explain):
+    """A search's body is checked by SearchOptions (once per option set) and WordedQuestion, not by SearchRequest
+    each time: the same body, or the same refusal naming the same field, either way."""
+    fields = client_module._search_fields(k, deadline_ms, per_document, None, explain, {})
+
+    def outcome(make):
+        try:
+            return make()
+        except InvalidRequest as exc:
+            return (exc.field, exc.message)
+
+    full = outcome(lambda: client_module._request(SearchRequest, question=question, **fields))
+    assert outcome(lambda: client_module._search_body(question, fields)) == full
+    assert outcome(lambda: client_module._search_body(question, fields)) == full  # the cached options too

@@ -21,10 +21,10 @@ from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional,
 
 import httpx
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..records import Answer, Hit, SearchResult
-from ..wire import AnswerRequest, BatchSearchRequest, SearchRequest, field_errors
+from ..wire import AnswerRequest, BatchSearchRequest, SearchOptions, SearchRequest, WordedQuestion, field_errors
 from .errors import BadResponse, ClientError, InvalidRequest, Unavailable, error_for
 from .transport import REFUSED, TIMED_OUT, TRANSPORT_ERRORS, HttpxTransport, LeanTransport
 
@@ -42,6 +42,11 @@ class AnswerEvent:
     answer: Optional[Answer] = None
 
 
+def _refused(errors: Any) -> InvalidRequest:
+    first = field_errors(errors)[0]
+    return InvalidRequest(f"refused before sending: {first['message']}", 0, "invalid_request", first["field"])
+
+
 def _request(model: Type[BaseModel], **fields: Any) -> Dict[str, Any]:
     """The JSON body of a request: ``fields`` (those not None) checked by the server's own ``model`` (Python
     values as given: numpy integers pass), with only the fields given. InvalidRequest naming the field when the
@@ -50,10 +55,35 @@ def _request(model: Type[BaseModel], **fields: Any) -> Dict[str, Any]:
     try:
         checked: BaseModel = model.model_validate(given, strict=False)
     except ValidationError as exc:
-        first = field_errors(exc.errors())[0]
-        raise InvalidRequest(f"refused before sending: {first['message']}", 0, "invalid_request",
-                             first["field"]) from None
+        raise _refused(exc.errors()) from None
     return checked.model_dump(mode="json", exclude_unset=True)
+
+
+_QUESTION = TypeAdapter(WordedQuestion)
+_SCALARS = (int, float, bool)
+_CHECKED_OPTIONS: Dict[Tuple[Tuple[str, type, Any], ...], Dict[str, Any]] = {}  # by (name, type, value)s
+
+
+def _search_body(question: str, fields: Dict[str, Any]) -> Dict[str, Any]:
+    """``_request(SearchRequest, question=question, **fields)``, cheaper when the options are plain numbers and
+    switches (a service sends the same ``k`` and deadline again and again): the options are checked by
+    ``SearchOptions`` once per distinct set and the question by ``WordedQuestion`` (SearchRequest is exactly the
+    two, so the same rules and messages; a test holds them equal)."""
+    given = {name: value for name, value in fields.items() if value is not None}
+    if not all(type(value) in _SCALARS for value in given.values()):
+        return _request(SearchRequest, question=question, **given)
+    key = tuple((name, type(value), value) for name, value in given.items())
+    options = _CHECKED_OPTIONS.get(key)
+    if options is None:
+        options = _request(SearchOptions, **given)
+        if len(_CHECKED_OPTIONS) >= 256:  # bounded: a caller that varies its deadline on every call
+            _CHECKED_OPTIONS.clear()
+        _CHECKED_OPTIONS[key] = options
+    try:
+        checked = _QUESTION.validate_python(question)
+    except ValidationError as exc:
+        raise _refused([{**e, "loc": ("question", *e["loc"])} for e in exc.errors()]) from None
+    return {"question": checked, **options}
 
 
 def _search_fields(k: int, deadline_ms: Optional[float], per_document: Optional[int],
@@ -315,8 +345,7 @@ class Client(_Base):
         """``Retriever.search`` on the server: the best ``k`` chunks within ``deadline_ms`` (ms, queueing on the
         server included; None: the server's default). ``stages``: switches such as ``rerank=False``; ``explain``:
         each stage's reason and each hit's per-stage scores too (a compact result without)."""
-        body = _request(SearchRequest, question=question,
-                        **_search_fields(k, deadline_ms, per_document, sections, explain, stages))
+        body = _search_body(question, _search_fields(k, deadline_ms, per_document, sections, explain, stages))
         return _decoded(SearchResult.from_dict, self._call("POST", "/v1/search", body, deadline_ms), "/v1/search")
 
     def search_batch(self, questions: Sequence[str], k: int = 10, *, deadline_ms: Optional[float] = None,
@@ -427,8 +456,7 @@ class AsyncClient(_Base):
     async def search(self, question: str, k: int = 10, *, deadline_ms: Optional[float] = None,
                      per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
                      explain: bool = False, **stages: bool) -> SearchResult:
-        body = _request(SearchRequest, question=question,
-                        **_search_fields(k, deadline_ms, per_document, sections, explain, stages))
+        body = _search_body(question, _search_fields(k, deadline_ms, per_document, sections, explain, stages))
         return _decoded(SearchResult.from_dict, await self._call("POST", "/v1/search", body, deadline_ms),
                         "/v1/search")
 
