@@ -106,6 +106,26 @@ def test_connections_that_trickle_their_headers_or_body_are_closed_in_time(guard
         assert http.post("/v1/search", json={"question": QUESTION, "k": 1}).status_code == 200
 
 
+def test_a_requests_deadline_counts_from_its_first_byte(guarded):
+    """The server stamps a request's arrival at its first byte (medretrieve.server.protocol), so time spent before
+    the app sees it counts: headers that take 0.6 s leave a 300 ms deadline spent (504, no work done), and a
+    request that arrives at once is searched within the same connection."""
+    body = json.dumps({"question": QUESTION, "k": 1, "deadline_ms": 300}).encode()
+    head = b"POST /v1/search HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+    with _connect(guarded.url) as sock:
+        sock.sendall(head)
+        time.sleep(0.6)
+        sock.sendall(b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        err = _error(_read_reply(sock))
+    assert err["status"] == 504 and err["type"] == "deadline_exceeded", err
+    waited_ms = float(err["message"].split("deadline passed ")[1].split(" ms")[0])
+    assert waited_ms >= 550, err["message"]
+    with _connect(guarded.url) as sock:
+        sock.sendall(head + b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        reply = _read_reply(sock)
+    assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
+
+
 def test_a_connection_over_the_cap_is_refused_at_once(guarded):
     idle = [_connect(guarded.url) for _ in range(60)]
     try:

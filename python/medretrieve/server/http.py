@@ -38,8 +38,8 @@ def endpoint_of(request: Union[Request, Scope]) -> str:
 
 
 class Observe:
-    """Pure ASGI middleware: stamps each request's arrival (its deadline starts there) and counts every answer
-    (status and latency per endpoint), errors included."""
+    """Pure ASGI middleware: stamps each request's arrival unless the server did at its first byte (the deadline
+    starts there: :mod:`.protocol`) and counts every answer (status and latency per endpoint), errors included."""
 
     def __init__(self, app: ASGIApp, metrics: ServerMetrics) -> None:
         self.app = app
@@ -49,8 +49,7 @@ class Observe:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        arrived = time.perf_counter()
-        scope.setdefault("state", {})["arrived"] = arrived
+        arrived = scope.setdefault("state", {}).setdefault("arrived", time.perf_counter())
         status = {"code": 500}
 
         async def send_and_note(message: Message) -> None:
