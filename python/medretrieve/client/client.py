@@ -1,5 +1,5 @@
 """Clients of a medretrieve server (``medretrieve serve``), sync (:class:`Client`, over the lean keep-alive
-transport of :mod:`.transport`) and async (:class:`AsyncClient`, over httpx). They return the library's own
+transport of :mod:`.transport`) and async (:class:`AsyncClient`, over its asyncio twin, :mod:`.async_transport`). They return the library's own
 records (:mod:`medretrieve.records`): ``search`` a :class:`~medretrieve.records.SearchResult`, ``answer`` an
 :class:`~medretrieve.records.Answer`, and build their requests with the server's own request models
 (:mod:`medretrieve.wire`), so a request the server would refuse as invalid is refused before it is sent
@@ -26,9 +26,9 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from ..records import Answer, Hit, SearchResult
 from ..wire import AnswerRequest, BatchSearchRequest, SearchOptions, SearchRequest, WordedQuestion, field_errors
 from .errors import BadResponse, ClientError, InvalidRequest, Unavailable, error_for
+from .async_transport import AsyncHttpxTransport, AsyncLeanTransport
 from .transport import REFUSED, TIMED_OUT, TRANSPORT_ERRORS, HttpxTransport, LeanTransport
 
-_JSON_TYPE = {"Content-Type": "application/json"}
 _DEADLINE_GRACE_S = 1.0  # how long past a call's deadline the client still waits for the server's reply (s)
 
 
@@ -419,7 +419,9 @@ class AsyncClient(_Base):
                  headers: Optional[Dict[str, str]] = None, transport: Optional[httpx.AsyncBaseTransport] = None
                  ) -> None:
         super().__init__(url, timeout_s, retries, max_retry_after_s)
-        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, transport=transport)
+        self._http: Union[AsyncLeanTransport, AsyncHttpxTransport] = (
+            AsyncLeanTransport(self.url, headers) if transport is None and self.url.startswith("http://")
+            else AsyncHttpxTransport(self.url, headers, transport))
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -431,21 +433,20 @@ class AsyncClient(_Base):
         await self.aclose()
 
     async def _send(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
-                    deadline_ms: Optional[float] = None, stream: bool = False) -> httpx.Response:
+                    deadline_ms: Optional[float] = None, stream: bool = False) -> Any:
+        """The final response (retried as the module docstring says); with ``stream``, unread and open."""
         retries = self._retries(body, deadline_ms)
         while True:
             sent, timeout = retries.attempt()
-            request = self._http.build_request(method, path, content=_encoded(sent), timeout=timeout,
-                                               headers=None if sent is None else _JSON_TYPE)
             try:
-                outcome: Any = await self._http.send(request, stream=stream)
-            except httpx.TransportError as exc:
+                outcome: Any = await self._http.send(method, path, _encoded(sent), timeout, stream)
+            except TRANSPORT_ERRORS as exc:
                 outcome = exc
             self._note(outcome)
             wait = retries.wait_after(outcome)
             if wait is None:
                 return outcome
-            if isinstance(outcome, httpx.Response):
+            if not isinstance(outcome, Exception):
                 await outcome.aclose()
             await asyncio.sleep(wait)
 
@@ -500,8 +501,8 @@ class AsyncClient(_Base):
 
     async def ready(self) -> bool:
         try:
-            return (await self._http.get("/readyz", timeout=self.timeout_s)).status_code == 200
-        except httpx.TransportError as exc:
+            return (await self._http.send("GET", "/readyz", None, self.timeout_s)).status_code == 200
+        except TRANSPORT_ERRORS as exc:
             raise self._retries(None, None).unreachable(exc) from exc
 
     async def metrics(self) -> str:

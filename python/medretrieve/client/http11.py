@@ -17,11 +17,17 @@ import httptools
 # the largest reply body read (bytes): a batch of 100-hit explained results is a few MB; a server that sends more
 # is refused rather than held in memory
 MAX_REPLY_BYTES = 64 * 2**20
+JSON_HEADERS = {"Content-Type": "application/json"}  # of a request with a body (an httpx transport's too)
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 
 
 class ReplyError(Exception):
     """The server's reply is not HTTP/1.1 the client can read, or it is over :data:`MAX_REPLY_BYTES`."""
+
+
+class StaleConnection(Exception):
+    """A reused idle connection turned out closed by the server before it read the request (nothing came back):
+    a transport sends the request once more on a new connection."""
 
 
 class Headers(Dict[str, str]):
@@ -137,3 +143,18 @@ class ReplyReader:
     @property
     def reusable(self) -> bool:
         return self.done and not self._leftover and self._keep_alive
+
+
+class LineSplitter:
+    """A body's lines as its bytes arrive (without their line ends; a last line without one at :meth:`end`)."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, data: bytes) -> List[str]:
+        *lines, self._pending = (self._pending + data).split(b"\n")
+        return [line.decode("utf-8").rstrip("\r") for line in lines]
+
+    def end(self) -> List[str]:
+        last, self._pending = self._pending, b""
+        return [last.decode("utf-8").rstrip("\r")] if last else []

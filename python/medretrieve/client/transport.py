@@ -25,14 +25,13 @@ from typing import Dict, Iterator, List, Optional, Tuple, Type
 
 import httpx
 
-from .http11 import ReplyError, ReplyReader, RequestHead
+from .http11 import JSON_HEADERS, LineSplitter, ReplyError, ReplyReader, RequestHead, StaleConnection
 
 # the failures of an attempt that leave no response: refused connections are retried (the server may be starting)
 REFUSED: Tuple[Type[BaseException], ...] = (httpx.ConnectError, ConnectionRefusedError)
 TIMED_OUT: Tuple[Type[BaseException], ...] = (httpx.TimeoutException, socket.timeout)
 TRANSPORT_ERRORS: Tuple[Type[BaseException], ...] = (httpx.TransportError, OSError, ReplyError)
 
-_JSON = {"Content-Type": "application/json"}
 _RECEIVE_BYTES = 256 * 1024  # one receive's most bytes: a 10-hit search reply (~9 kB) arrives in one
 
 
@@ -119,13 +118,10 @@ class Reply:
 
     def iter_lines(self) -> Iterator[str]:
         """The body's lines as they arrive (without their line ends)."""
-        pending = b""
+        lines = LineSplitter()
         for chunk in self._chunks():
-            *lines, pending = (pending + chunk).split(b"\n")
-            for line in lines:
-                yield line.decode("utf-8").rstrip("\r")
-        if pending:
-            yield pending.decode("utf-8").rstrip("\r")
+            yield from lines.feed(chunk)
+        yield from lines.end()
 
     def _chunks(self) -> Iterator[bytes]:
         while self._conn is not None:
@@ -151,10 +147,6 @@ class Reply:
             self._pool.put(conn, self._reader.reusable)
 
 
-class _Stale(Exception):
-    """A reused idle connection turned out closed by the server before it read the request: send it anew."""
-
-
 class LeanTransport:
     """Keep-alive connections to one ``http://`` server, reused last-in first-out by any thread (a thread takes
     an idle one or opens its own; at most ``max_idle`` are kept). ``headers``: sent with every request."""
@@ -176,7 +168,7 @@ class LeanTransport:
         if conn is not None:
             try:
                 return self._exchange(conn, data, give_up, timeout_s, stream, reused=True)
-            except _Stale:
+            except StaleConnection:
                 pass  # the server closed this idle connection as we sent: once more on a new one
         return self._exchange(_Connection(self.head, give_up), data, give_up, timeout_s, stream, reused=False)
 
@@ -190,7 +182,7 @@ class LeanTransport:
                     conn.receive(reader, give_up)
             except (ConnectionResetError, BrokenPipeError) as exc:
                 if reused and conn.received == 0:
-                    raise _Stale() from exc
+                    raise StaleConnection() from exc
                 raise
             if stream:
                 return Reply(reader, conn, self, timeout_s)
@@ -238,7 +230,7 @@ class HttpxTransport:
 
     def send(self, method: str, path: str, body: Optional[bytes], timeout_s: float,
              stream: bool = False) -> httpx.Response:
-        request = self._http.build_request(method, path, content=body, headers=_JSON if body is not None else None,
+        request = self._http.build_request(method, path, content=body, headers=JSON_HEADERS if body is not None else None,
                                            timeout=timeout_s)
         return self._http.send(request, stream=stream)
 
