@@ -13,14 +13,16 @@ The collection: the BioASQ 7b snippets plus synthetic filler up to ``--chunks`` 
 for k=10 with the server's default deadline (300 ms) and the heuristic rerank.
 
 Latencies are the client's (send to last byte) unless marked "server" (arrival at the app to the serialised
-response, from ``Server-Timing``: what the server controls; the rest is sockets, the accept queue, and the
-clients' and server's event loops waiting for a CPU).
+response, from ``Server-Timing``: what the server controls; ``medretrieve serve`` stamps the arrival at the
+request's first byte, before uvicorn hands it to the app; the rest is sockets, the accept queue, and the clients'
+and server's event loops waiting for a CPU).
 
 - overhead: the same questions searched in-process (``Retriever.search``, encoders on one thread as the server
-  opens them) and over HTTP (one worker, one keep-alive connection per client) with three clients:
+  opens them) and over HTTP (one worker, one keep-alive connection per client) with four clients:
   ``medretrieve.client.Client`` (what users call: the request checked by the server's models, a ``SearchResult``
-  back, over keep-alive ``http.client``), raw httpx, and raw ``http.client`` (the leanest: it shows the client's
-  share), interleaved so the box's load hits every path alike. "Added by HTTP" is, per request, the client's
+  back, over its lean keep-alive transport), ``medretrieve.client.AsyncClient`` (the same from one event loop,
+  each search awaited by ``run_until_complete``), raw httpx, and raw ``http.client`` (a stdlib baseline that
+  reads the body without parsing it), interleaved in rotating order so the box's load hits every path alike. "Added by HTTP" is, per request, the client's
   round trip minus the search's own time as the server reports it (``Server-Timing: work``); "beyond the
   server" the round trip minus the server's whole time (``Server-Timing: total``, arrival to serialised
   response). Response bytes: the body of each search (compact; ``--explain`` asks for stage reasons and per-stage
@@ -38,7 +40,8 @@ clients' and server's event loops waiting for a CPU).
   and ``/v1/search`` with the search replaced by a canned result of a real one (validation, admission, thread-pool
   hand-off, metrics, serialisation).
 - client: CPU time of the client's own process per search (load-independent) against uvicorn answering a canned
-  11.2 kB search response from another process: ``medretrieve.client.Client``, raw httpx, raw ``http.client``.
+  11.2 kB search response from another process: ``medretrieve.client.Client`` and ``AsyncClient``, raw httpx, raw
+  ``http.client``.
 - memory: RSS, PSS and private memory (USS) of each worker after warm-up, for 1 and 2 workers (a collection is
   always opened memory-mapped: chunk arrays, BM25 matrix and dense index).
 """
@@ -65,7 +68,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import retrieval as rb  # noqa: E402  (bench/retrieval.py: the 100k collection of its latency benchmark)
 
-from medretrieve.client import Client  # noqa: E402
+from medretrieve.client import AsyncClient, Client  # noqa: E402
 from medretrieve.testing.server import ServerProcess  # noqa: E402
 
 CPUS = len(os.sched_getaffinity(0))
@@ -153,9 +156,16 @@ def overhead(args: argparse.Namespace) -> None:
     ret = Retriever(Collection.open(col, encoder_threads=1))  # as the server opens it
     lib: List[float] = []
     rows = {"client": OverheadRow("medretrieve.client.Client (search: request checked, SearchResult back)"),
+            "async": OverheadRow("medretrieve.client.AsyncClient (the same, awaited)"),
             "httpx": OverheadRow("httpx.Client"), "stdlib": OverheadRow("http.client (stdlib)")}
+    loop = asyncio.new_event_loop()
     with server(col, 1) as srv, httpx.Client(base_url=srv.url, timeout=10.0) as hx, Client(srv.url) as ours:
         lean = StdlibClient(srv.url)
+        theirs = AsyncClient(srv.url)
+
+        def via_async(body: dict) -> Tuple[int, Dict[str, float], int]:
+            loop.run_until_complete(theirs.search(body["question"], k=body["k"], explain=body.get("explain", False)))
+            return 200, theirs.last_server_timing, 0  # a failure raises
 
         def via_httpx(body: dict) -> Tuple[int, Dict[str, float], int]:
             r = hx.post("/v1/search", json=body)
@@ -165,7 +175,8 @@ def overhead(args: argparse.Namespace) -> None:
             ours.search(body["question"], k=body["k"], explain=body.get("explain", False))
             return 200, ours.last_server_timing, 0  # a failure raises
 
-        clients = {"client": via_client, "httpx": via_httpx, "stdlib": lambda body: lean.post("/v1/search", body)}
+        clients = {"client": via_client, "async": via_async, "httpx": via_httpx,
+                   "stdlib": lambda body: lean.post("/v1/search", body)}
         extra = {"explain": True} if args.explain else {}
         for q in qs[:20]:  # warm every path
             ret.search(q, k=10, deadline_ms=300)
@@ -176,15 +187,17 @@ def overhead(args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             ret.search(q, k=10, deadline_ms=300)
             lib.append((time.perf_counter() - t0) * 1000)
-            for name in order[i % 3:] + order[:i % 3]:  # rotate who goes first
+            for name in order[i % len(order):] + order[:i % len(order)]:  # rotate who goes first
                 t0 = time.perf_counter()
                 status, timing, nbytes = clients[name]({"question": q, "k": 10, **extra})
                 assert status == 200, status
                 rows[name].add((time.perf_counter() - t0) * 1000, timing, nbytes)
         lean.close()
+        loop.run_until_complete(theirs.aclose())
+        loop.close()
         simd = _simd_of(srv)
-    print(f"\nHTTP overhead: {col.name}, {len(qs)} questions interleaved (in-process, then both clients "
-          f"in rotating order), deadline 300 ms, k=10, 1 worker, one keep-alive connection per client, server "
+    print(f"\nHTTP overhead: {col.name}, {len(qs)} questions interleaved (in-process, then the "
+          f"clients in rotating order), deadline 300 ms, k=10, 1 worker, one keep-alive connection per client, server "
           f"SIMD {simd}, {'explain' if args.explain else 'compact'} responses of "
           f"{np.mean(rows['stdlib'].nbytes):.0f} bytes on average\n")
     print("| client | path | p50 ms | p90 ms | p99 ms | mean ms |")
@@ -543,9 +556,13 @@ def client_cpu(args: argparse.Namespace) -> None:
                 break
             except httpx.TransportError:
                 time.sleep(0.1)
+        loop = asyncio.new_event_loop()
+        theirs = AsyncClient(url)
         with Client(url) as ours, httpx.Client(base_url=url, timeout=10.0) as hx:
             lean = StdlibClient(url)
             sends = {"medretrieve.client.Client.search (SearchResult back)": lambda: ours.search(question, k=10),
+                     "medretrieve.client.AsyncClient.search (awaited)":
+                         lambda: loop.run_until_complete(theirs.search(question, k=10)),
                      "httpx.Client.post + .json()": lambda: hx.post("/v1/search",
                                                                     json={"question": question, "k": 10}).json(),
                      "http.client + json.loads": lambda: lean.post("/v1/search", {"question": question, "k": 10})}
@@ -559,6 +576,8 @@ def client_cpu(args: argparse.Namespace) -> None:
                         send()
                     ms[name].append((time.process_time() - t0) * 1000.0 / args.queries)
             lean.close()
+            loop.run_until_complete(theirs.aclose())
+            loop.close()
     finally:
         peer.terminate()
         peer.wait(10)

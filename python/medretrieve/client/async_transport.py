@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 from typing import Any, AsyncIterator, Coroutine, Dict, List, Optional, TypeVar
 
 import httpx
@@ -22,11 +23,15 @@ _T = TypeVar("_T")
 
 
 async def _within(step: Coroutine[Any, Any, _T], left_s: float) -> _T:
-    """``step`` within ``left_s`` seconds: socket.timeout (a TimeoutError) when it takes longer."""
+    """``step`` within ``left_s`` seconds: socket.timeout (a TimeoutError) when it takes longer. On Python 3.11+
+    with ``asyncio.timeout`` (a timer on the running task), before that with ``wait_for`` (a task per step)."""
     if left_s <= 0:
         step.close()  # never started
         raise socket.timeout("the attempt's time is up")
     try:
+        if sys.version_info >= (3, 11):
+            async with asyncio.timeout(left_s):
+                return await step
         return await asyncio.wait_for(step, left_s)
     except asyncio.TimeoutError:
         raise socket.timeout("the attempt's time is up") from None
