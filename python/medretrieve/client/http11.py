@@ -30,6 +30,10 @@ class StaleConnection(Exception):
     a transport sends the request once more on a new connection."""
 
 
+class _NextMessage(Exception):
+    """Raised in the parser's callback when bytes after a complete reply begin another one."""
+
+
 class Headers(Dict[str, str]):
     """A reply's headers by lower-case name (a repeated header's values joined with ``", "``); ``get`` takes any
     case."""
@@ -85,6 +89,10 @@ class ReplyReader:
         self._keep_alive = False  # read with the head: llhttp forgets it once the reply is complete
 
     # httptools' callbacks
+    def on_message_begin(self) -> None:
+        if self.done:  # bytes after the reply began another: stop parsing there
+            raise _NextMessage()
+
     def on_header(self, name: bytes, value: bytes) -> None:
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
@@ -110,17 +118,20 @@ class ReplyReader:
         self.done = True
 
     # fed by a transport
-    def feed(self, data: bytes) -> None:
-        """The next bytes from the connection. ReplyError when they are not HTTP/1.1 or over the limit."""
+    def feed(self, data: "bytes | memoryview") -> None:
+        """The next bytes from the connection (any bytes-like object; not kept). ReplyError when they are not HTTP/1.1 or over the limit."""
         if self.done:
             self._leftover = self._leftover or bool(data)
             return
         try:
             self._parser.feed_data(data)
-        except ReplyError:
-            raise
-        except httptools.HttpParserError as exc:
-            cause = exc.__context__ if isinstance(exc.__context__, ReplyError) else None
+        except httptools.HttpParserUpgrade:
+            raise ReplyError(f"the server switched protocols (status {self.status}): not an HTTP/1.1 reply") from None
+        except httptools.HttpParserError as exc:  # a callback's exception comes as its context
+            if isinstance(exc.__context__, _NextMessage):
+                self._leftover = True
+                return
+            cause = exc.__context__ if isinstance(exc.__context__, ReplyError) else None  # a limit of on_body's
             raise cause or ReplyError(f"the reply is not HTTP/1.1: {exc}") from None
 
     def feed_eof(self) -> None:

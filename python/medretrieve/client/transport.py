@@ -37,7 +37,7 @@ _RECEIVE_BYTES = 256 * 1024  # one receive's most bytes: a 10-hit search reply (
 
 class _Connection:
     """One keep-alive connection: a non-blocking socket, its poller and a receive buffer. Each wait is bounded by
-    ``give_up`` (``time.monotonic()`` s, the attempt's deadline) or, for a stream's reads, by ``per_wait_s``."""
+    the seconds its caller has left."""
 
     def __init__(self, head: RequestHead, give_up: float) -> None:
         self.sock = socket.create_connection((head.host, head.port), timeout=max(give_up - time.monotonic(), 0.001))
@@ -45,10 +45,11 @@ class _Connection:
         self.sock.setblocking(False)
         self._poller = select.poll()
         self._poller.register(self.sock, select.POLLIN)
-        self._buffer = bytearray(_RECEIVE_BYTES)
+        self._buffer = memoryview(bytearray(_RECEIVE_BYTES))
         self.received = 0  # bytes received for the current reply
 
     def send(self, data: bytes, give_up: float) -> None:
+        """All of ``data`` by ``give_up`` (``time.monotonic()`` s)."""
         self.received = 0
         view = memoryview(data)
         while view:
@@ -59,16 +60,17 @@ class _Connection:
                 out.register(self.sock, select.POLLOUT)
                 self._wait(out, give_up - time.monotonic())
 
-    def receive(self, reader: ReplyReader, give_up: float, per_wait_s: Optional[float] = None) -> None:
-        """Wait for the next bytes of the reply and feed them to ``reader`` (EOF included)."""
-        self._wait(self._poller, give_up - time.monotonic() if per_wait_s is None else per_wait_s)
+    def receive(self, reader: ReplyReader, left_s: float) -> None:
+        """Wait at most ``left_s`` seconds for the next bytes of the reply and feed them to ``reader`` (EOF
+        included)."""
+        self._wait(self._poller, left_s)
         try:
             n = self.sock.recv_into(self._buffer)
         except BlockingIOError:  # woken without data: wait again
             return
         self.received += n
         if n:
-            reader.feed(bytes(self._buffer[:n]))
+            reader.feed(self._buffer[:n])
         elif self.received == 0:
             raise ConnectionResetError("the server closed the connection without replying")
         else:
@@ -132,7 +134,7 @@ class Reply:
                 self._release()
                 return
             try:
-                self._conn.receive(self._reader, 0.0, self._per_wait_s)
+                self._conn.receive(self._reader, self._per_wait_s)
             except BaseException:
                 self.close()
                 raise
@@ -179,7 +181,7 @@ class LeanTransport:
             try:
                 conn.send(data, give_up)
                 while not reader.head_done:
-                    conn.receive(reader, give_up)
+                    conn.receive(reader, give_up - time.monotonic())
             except (ConnectionResetError, BrokenPipeError) as exc:
                 if reused and conn.received == 0:
                     raise StaleConnection() from exc
@@ -187,7 +189,7 @@ class LeanTransport:
             if stream:
                 return Reply(reader, conn, self, timeout_s)
             while not reader.done:
-                conn.receive(reader, give_up)
+                conn.receive(reader, give_up - time.monotonic())
         except BaseException:
             conn.close()
             raise
