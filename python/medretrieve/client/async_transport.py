@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator, Coroutine, Dict, List, Optional, TypeVar
 
 import httpx
 
-from .http11 import JSON_HEADERS, LineSplitter, ReplyReader, RequestHead, StaleConnection
+from .http11 import JSON_HEADERS, LineSplitter, PooledReply, ReplyReader, RequestHead, StaleConnection
 
 _RECEIVE_BYTES = 256 * 1024  # one read's most bytes: a 10-hit search reply (~9 kB) arrives in one
 _T = TypeVar("_T")
@@ -106,28 +106,9 @@ class _AsyncConnection:
             self.writer.close()  # the loop closes the socket; nothing to wait for
 
 
-class AsyncReply:
-    """One response of an :class:`AsyncLeanTransport` (the surface of ``httpx.Response`` the async client uses:
-    ``aread``, ``aiter_lines``, ``aclose``). A streamed reply holds its connection until read to the end or
-    closed; each of its reads waits at most ``per_wait_s``."""
-
-    def __init__(self, reader: ReplyReader, conn: Optional[_AsyncConnection], pool: "AsyncLeanTransport",
-                 per_wait_s: float) -> None:
-        self.status_code = reader.status
-        self.headers = reader.headers
-        self._reader = reader
-        self._conn = conn
-        self._pool = pool
-        self._per_wait_s = per_wait_s
-        self.content = b"" if conn is not None else reader.take()
-
-    @property
-    def is_success(self) -> bool:
-        return 200 <= self.status_code < 300
-
-    @property
-    def text(self) -> str:
-        return self.content.decode("utf-8", "replace")
+class AsyncReply(PooledReply[_AsyncConnection]):
+    """One response of an :class:`AsyncLeanTransport` (with ``httpx.Response``'s async methods: ``aread``,
+    ``aiter_lines``, ``aclose``). A streamed reply holds its connection until read to the end or closed."""
 
     async def aread(self) -> bytes:
         """The rest of the body (the connection then goes back to the pool)."""
@@ -163,11 +144,6 @@ class AsyncReply:
     async def aclose(self) -> None:
         """Drop what is left of the body: the connection is closed unless the body was read to its end."""
         self._release()
-
-    def _release(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            self._pool.put(conn, self._reader.reusable)
 
 
 class AsyncLeanTransport:

@@ -9,7 +9,7 @@ client CPU, and each reply needs a buffered file over the socket; here a reply c
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional
+from typing import Dict, Generic, List, Optional, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import httptools
@@ -169,3 +169,42 @@ class LineSplitter:
     def end(self) -> List[str]:
         last, self._pending = self._pending, b""
         return [last.decode("utf-8").rstrip("\r")] if last else []
+
+
+_Conn = TypeVar("_Conn")
+_TakenConn = TypeVar("_TakenConn", contravariant=True)
+
+
+class Pool(Protocol[_TakenConn]):
+    def put(self, conn: _TakenConn, reusable: bool) -> None:
+        """Take back a connection whose reply is done with (closed unless ``reusable``)."""
+
+
+class PooledReply(Generic[_Conn]):
+    """What the lean transports' replies share: the surface of ``httpx.Response`` the clients read
+    (``status_code``, ``headers.get``, ``content``, ``is_success``, ``text``), and the connection they hold while
+    their body is streamed (``conn``; None once the body is read whole), which goes back to ``pool`` at the end.
+    ``per_wait_s``: how long each read of a streamed body may wait."""
+
+    def __init__(self, reader: ReplyReader, conn: Optional[_Conn], pool: Pool[_Conn], per_wait_s: float) -> None:
+        self.status_code = reader.status
+        self.headers = reader.headers  # case-insensitive get()
+        self._reader = reader
+        self._conn = conn
+        self._pool = pool
+        self._per_wait_s = per_wait_s
+        self.content = b"" if conn is not None else reader.take()
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status_code < 300
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def _release(self) -> None:
+        """Hand the connection back: reusable only when the body was read to its end."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._pool.put(conn, self._reader.reusable)

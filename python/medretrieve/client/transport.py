@@ -25,7 +25,8 @@ from typing import Dict, Iterator, List, Optional, Tuple, Type
 
 import httpx
 
-from .http11 import JSON_HEADERS, LineSplitter, ReplyError, ReplyReader, RequestHead, StaleConnection
+from .http11 import (JSON_HEADERS, LineSplitter, PooledReply, ReplyError, ReplyReader, RequestHead,
+                     StaleConnection)
 
 # the failures of an attempt that leave no response: refused connections are retried (the server may be starting)
 REFUSED: Tuple[Type[BaseException], ...] = (httpx.ConnectError, ConnectionRefusedError)
@@ -89,28 +90,9 @@ class _Connection:
         self.sock.close()
 
 
-class Reply:
-    """One response of a :class:`LeanTransport` (the surface of ``httpx.Response`` the client uses). A streamed
-    reply holds its connection until read to the end (then it goes back to the pool) or closed (then it is
-    closed: the server sees the client go); each of its reads waits at most ``per_wait_s``."""
-
-    def __init__(self, reader: ReplyReader, conn: Optional[_Connection], pool: "LeanTransport",
-                 per_wait_s: float) -> None:
-        self.status_code = reader.status
-        self.headers = reader.headers  # case-insensitive get()
-        self._reader = reader
-        self._conn = conn
-        self._pool = pool
-        self._per_wait_s = per_wait_s
-        self.content = b"" if conn is not None else reader.take()
-
-    @property
-    def is_success(self) -> bool:
-        return 200 <= self.status_code < 300
-
-    @property
-    def text(self) -> str:
-        return self.content.decode("utf-8", "replace")
+class Reply(PooledReply[_Connection]):
+    """One response of a :class:`LeanTransport`. A streamed reply holds its connection until read to the end
+    (then it goes back to the pool) or closed (then it is closed: the server sees the client go)."""
 
     def read(self) -> bytes:
         """The rest of the body (the connection then goes back to the pool)."""
@@ -142,11 +124,6 @@ class Reply:
     def close(self) -> None:
         """Drop what is left of the body: the connection is closed unless the body was read to its end."""
         self._release()
-
-    def _release(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            self._pool.put(conn, self._reader.reusable)
 
 
 class LeanTransport:
