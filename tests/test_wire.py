@@ -2,13 +2,18 @@
 field's rule, and a compact record reads back."""
 from __future__ import annotations
 
+import re
+
 import pytest
-from pydantic import ValidationError
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from pydantic import TypeAdapter, ValidationError
 
 from medretrieve.corpus.chunking import SECTION_CATEGORIES
 from medretrieve.records import Answer, Citation, Hit, SearchResult, StageInfo
 from medretrieve.retrieval.candidates import OTHER_SECTION
-from medretrieve.wire import MAX_DEADLINE_MS, SECTIONS, SearchRequest, deadline_header_ms
+from medretrieve.wire import (MAX_DEADLINE_MS, SECTIONS, WORD_PATTERN, SearchRequest, WordedQuestion,
+                             deadline_header_ms)
 
 
 def test_sections_are_the_chunkers_categories():
@@ -50,3 +55,25 @@ def test_compact_records_read_back():
     ans = Answer("q", "t [1].", citations=[Citation("t [1].", [1], True, 1.0, "ok")], evidence=[hit])
     assert Answer.from_dict(ans.to_dict()) == ans
     assert Answer.from_dict(ans.to_dict(explain=False)).evidence[0].scores == {}
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(max_size=12) | st.text(st.characters(max_codepoint=0x3000), max_size=6))
+@example("\u00f9\u0000\u00b5")  # the fuzzer's find: letters outside ASCII
+@example("\u1680")  # Ogham's space mark: whitespace inside a script's block
+@example("?!")
+@example("\u4ec0\u4e48")
+@example("_")
+def test_the_question_rule_is_the_published_patterns_in_every_regex_dialect(text):
+    """The server's word rule, Python's ``re`` and jsonschema_rs (ECMA-262 patterns, as schemathesis reads the
+    OpenAPI document) accept the same questions: the published schema neither refuses what the server takes
+    (``ù``: Python's ``\\w`` is Unicode, ECMA's ASCII) nor allows what it refuses."""
+    jsonschema_rs = pytest.importorskip("jsonschema_rs")
+    schema = SearchRequest.model_json_schema()["properties"]["question"]
+    published = jsonschema_rs.validator_for(schema).is_valid(text)
+    try:
+        TypeAdapter(WordedQuestion).validate_python(text)
+        served = True
+    except ValidationError:
+        served = False
+    assert served == published == (bool(text.strip()) and re.search(WORD_PATTERN, text) is not None)

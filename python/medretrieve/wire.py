@@ -11,6 +11,7 @@ This module imports pydantic and :mod:`medretrieve.records` only: a client loads
 """
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Dict, Iterable, List, Literal, Mapping, Optional, get_args
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, field_validator,
@@ -77,19 +78,30 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+#: The word rule of a question: it holds a letter or a digit (ASCII's, or one of the letters and digits of the
+#: scripts of Unicode's Basic Multilingual Plane, by block: a few punctuation marks of those scripts pass too; no
+#: whitespace, which a blank question is made of).
+#: Written with explicit ranges only, so that Python's ``re`` (the server) and ECMA-262 (the OpenAPI schema's
+#: pattern as fuzzers and generated clients read it, where ``\w`` is ASCII) agree on every string.
+WORD_PATTERN = (r"[0-9A-Za-z\u00AA\u00B5\u00BA\u00C0-\u00D6\u00D8-\u00F6\u00F8-\u02FF\u0370-\u03FF\u0400-\u167F"
+                r"\u1681-\u1FFF\u2C00-\u2DFF\u3040-\uD7FF\uF900-\uFDFF\uFE70-\uFEFC\uFF10-\uFF19\uFF21-\uFF3A\uFF41-\uFF5A"
+                r"\uFF66-\uFFDC]")
+_WORD = re.compile(WORD_PATTERN)
+
+
 def _question(value: str) -> str:
     if not value.strip():
         raise ValueError("must not be empty or blank")
-    if not any(ch.isalnum() for ch in value):
+    if not _WORD.search(value):
         raise ValueError("must hold a word (a letter or a digit), not only punctuation or symbols")
     return value
 
 
-# the schema states the word rule as a pattern (a letter or digit: Python's [^\W_] is str.isalnum), so that
-# generated clients and fuzzers know it; _question checks it with a message that says what is wrong
+# the schema states the word rule as its pattern, so that generated clients and fuzzers know it; _question checks
+# it with a message that says what is wrong
 Question = Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_CHARS,
                                 description="the question, in natural language (it must hold a letter or a digit)",
-                                json_schema_extra={"pattern": r"[^\W_]"})]
+                                json_schema_extra={"pattern": WORD_PATTERN})]
 #: The same question with its word rule applied, for a question checked outside the request models (the MCP tools'
 #: arguments): one rule and one limit, whichever door the question comes in by.
 WordedQuestion = Annotated[Question, AfterValidator(_question)]
