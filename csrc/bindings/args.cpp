@@ -215,6 +215,9 @@ std::optional<std::vector<uint64_t>> ids_arg(py::handle v, size_t n) {
       throw InputError("The input label shape 1 does not match the input data vector shape " + std::to_string(n));
     return one;
   }
+  // a string is iterable, and an empty one would pass as zero ids
+  if (py::isinstance<py::str>(v) || py::isinstance<py::bytes>(v))
+    throw py::type_error("ids must be integers, got " + type_name(v));
   // Python sequences: NumPy's conversion when it gives integers (lists of ints), else item by item (a list mixing
   // large and negative ints would become float64, and floats must be refused, not rounded).
   py::array a = as_array(v);

@@ -71,6 +71,8 @@ def test_ids_beyond_int64_are_rejected(adder: str, ids: object) -> None:
         ([True, False], "bool"),
         (np.array([3, 4], dtype=object), "object"),
         (["3", "4"], "str"),
+        ("", "str"),  # iterable, and empty: it once passed as zero ids for zero rows
+        (b"", "bytes"),
     ],
 )
 def test_non_integer_ids_are_rejected(adder: str, ids: object, what: str) -> None:
