@@ -99,8 +99,9 @@ def _ask_by_keyboard(driver, url, question, k, explain=False):
     from selenium.webdriver.common.keys import Keys
 
     driver.get(url + "/")
+    # autofocus is applied at the first rendering update after load, which may come after get() returns
+    _wait(driver, lambda d: d.switch_to.active_element.get_attribute("id") == "question", "the question's focus")
     box = driver.switch_to.active_element
-    assert box.get_attribute("id") == "question"
     box.send_keys(Keys.TAB)  # to "Hits"
     hits_box = driver.switch_to.active_element
     assert hits_box.get_attribute("id") == "k"
