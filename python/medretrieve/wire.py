@@ -11,16 +11,21 @@ This module imports pydantic and :mod:`medretrieve.records` only: a client loads
 """
 from __future__ import annotations
 
+import math
+import numbers
 import re
-from typing import Annotated, Any, Dict, Iterable, List, Literal, Mapping, Optional, get_args
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Annotated, Any, Dict, Iterable, List, Literal, Mapping, Optional, Tuple, get_args
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, field_validator,
                       model_validator)
 
 from .records import Answer, Citation, Hit, SearchResult, StageInfo
 
-__all__ = ["MAX_K", "MAX_BATCH", "MAX_DEADLINE_MS", "MAX_QUESTION_CHARS", "DEADLINE_HEADER", "SECTIONS",
-           "WordedQuestion", "ERROR_TYPES", "Stages", "SearchOptions", "SearchRequest", "BatchSearchRequest",
+__all__ = ["MAX_K", "MAX_BATCH", "MAX_DEADLINE_MS", "MAX_QUESTION_CHARS", "DEFAULT_K", "DEFAULT_DEADLINE_MS",
+           "DEADLINE_HEADER", "SECTIONS", "WordedQuestion", "ERROR_TYPES", "STAGE_SWITCHES", "Stages",
+           "SearchOptions", "SearchOption", "SEARCH_OPTIONS", "check_search_options", "SearchRequest", "BatchSearchRequest",
            "AnswerRequest", "BatchSearchResponse", "ErrorDetail", "ErrorResponse", "deadline_header_ms",
            "field_errors", "Answer", "Citation", "Hit", "SearchResult", "StageInfo"]
 
@@ -28,6 +33,9 @@ MAX_K = 100  # most hits (or evidence passages) one request may ask for
 MAX_BATCH = 64  # most questions in one /v1/search:batch (ServerConfig.max_batch may lower it)
 MAX_DEADLINE_MS = 600_000.0  # the longest deadline a request may name, in the body or the header (10 min)
 MAX_QUESTION_CHARS = 4000
+DEFAULT_K = 10  # hits a search returns when the request does not say (every door: this one constant)
+#: the deadline of a search that names none (ms): ``Retriever.search``'s default and a server's ``--deadline-ms``
+DEFAULT_DEADLINE_MS = 300.0
 DEADLINE_HEADER = "X-Deadline-Ms"
 
 #: Section categories a search may be restricted to: ``medretrieve.corpus.chunking.SECTION_CATEGORIES`` and
@@ -38,7 +46,7 @@ SECTIONS = get_args(Section)
 
 #: Every ``error.type`` the API answers, with its status (the table of ``docs/serving.md``).
 ERROR_TYPES: Dict[str, int] = {
-    "invalid_json": 400, "reload_disabled": 403, "not_found": 404, "method_not_allowed": 405,
+    "invalid_json": 400, "unauthorized": 401, "insufficient_scope": 403, "reload_disabled": 403, "not_found": 404, "method_not_allowed": 405,
     "request_timeout": 408, "reload_running": 409, "body_too_large": 413, "invalid_request": 422, "overloaded": 429,
     "internal_error": 500, "reload_failed": 500, "not_ready": 503, "too_many_connections": 503, "deadline_exceeded": 504}
 
@@ -107,49 +115,183 @@ Question = Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_CHARS,
 WordedQuestion = Annotated[Question, AfterValidator(_question)]
 
 
+#: The stage switches of a search, by the names its stage log gives the stages (``SearchResult.stages``), in the
+#: order the stages run.
+STAGE_SWITCHES = ("expand", "route", "dense", "bm25", "feedback", "rerank", "mmr", "recovery")
+
+
 class Stages(_Strict):
-    """Search stages a request may switch off (all on by default; for ablations and cheaper searches). At least one
-    of ``dense`` and ``lexical`` stays on (the schema says so too)."""
+    """Search stages a request may switch on or off, by their names in the stage log (for ablations and cheaper
+    searches). Not given (or null): the retriever's setting: on, except ``mmr`` and ``feedback``, which follow
+    ``Settings.mmr`` / ``Settings.feedback`` (MMR off; feedback only without a learned ranker). ``dense`` and
+    ``bm25`` are not both off (the schema says so too)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"not": {
-        "required": ["dense", "lexical"],
-        "properties": {"dense": {"const": False}, "lexical": {"const": False}}}})
+        "required": ["dense", "bm25"],
+        "properties": {"dense": {"const": False}, "bm25": {"const": False}}}})
 
-    expand: bool = True
-    rerank: bool = True
-    diversify: bool = True
-    recover: bool = True
-    route: bool = True
-    dense: bool = True
-    lexical: bool = True
-    feedback: bool = True
+    expand: Optional[bool] = Field(None, description="query variants: training-memory terms, LLM synonyms")
+    route: Optional[bool] = Field(None, description="section routing for treatment / symptom / test intents")
+    dense: Optional[bool] = Field(None, description="dense (vector) first stage")
+    bm25: Optional[bool] = Field(None, description="BM25 (lexical) first stage")
+    feedback: Optional[bool] = Field(None, description="pseudo-relevance feedback (default: only without a "
+                                                       "learned ranker)")
+    rerank: Optional[bool] = Field(None, description="rerank: learned ranker, cross-encoder or formula")
+    mmr: Optional[bool] = Field(None, description="MMR diversification of the hits (default off)")
+    recovery: Optional[bool] = Field(None, description="weak-question recovery")
 
     @model_validator(mode="after")
     def _one_first_stage(self) -> "Stages":
-        if not (self.dense or self.lexical):
-            raise ValueError("at least one of dense and lexical must be on")
+        if self.dense is False and self.bm25 is False:
+            raise ValueError(_ONE_FIRST_STAGE)
         return self
 
 
-class SearchOptions(_Strict):
-    """What a search returns and how long it may take."""
+_ONE_FIRST_STAGE = "at least one of dense and bm25 must be on"
 
-    k: Integer = Field(10, ge=1, le=MAX_K, description="hits to return")
+
+class SearchOptions(_Strict):
+    """The search request, declared once: what a search returns and how long it may take. Every door is built from
+    it or checked against it (:data:`SEARCH_OPTIONS`, :func:`check_search_options`); a field not given means the
+    retriever's setting, never a default of the door's own."""
+
+    k: Integer = Field(DEFAULT_K, ge=1, le=MAX_K, description="hits to return", json_schema_extra={"x-unit": "hits"})
     deadline_ms: Optional[DeadlineMs] = Field(
         None, description="budget (ms) from the request's arrival, queueing included; the server's default when "
-                          "absent. The X-Deadline-Ms header may set it too (the smaller one counts).")
+                          "absent. The X-Deadline-Ms header may set it too (the smaller one counts).",
+        json_schema_extra={"x-unit": "ms"})
     # (the bounds before the validator: after it, pydantic writes them to the schema as "ge"/"le")
     per_document: Optional[Annotated[int, Field(ge=1, le=MAX_K), BeforeValidator(_whole_number)]] = Field(
-        None, description="most hits from one document")
+        None, description="most hits from one document (absent: no cap)", json_schema_extra={"x-unit": "hits"})
     sections: Optional[List[Section]] = Field(
-        None, min_length=1, description="section categories every hit must come from")
+        None, min_length=1, description="section categories every hit must come from (absent: all)")
     stages: Stages = Field(default_factory=Stages)
     explain: bool = Field(False, description="add each stage's reason (the ranker's provenance included) and each "
                                              "hit's per-stage scores to the response")
 
     def search_kwargs(self) -> Dict[str, Any]:
-        """Keyword arguments of ``Retriever.search`` (all but the question and the deadline)."""
-        return dict(k=self.k, per_document=self.per_document, sections=self.sections, **self.stages.model_dump())
+        """Keyword arguments of ``Retriever.search`` (all but the question and the deadline): only the options
+        the request gave, so that the rest are the retriever's own settings."""
+        given = {name: getattr(self, name) for name in self.model_fields_set & _SEARCH_FIELDS}
+        given.update(self.stages.model_dump(exclude_none=True))
+        return {name: value for name, value in given.items() if value is not None}
+
+
+_SEARCH_FIELDS = {"k", "per_document", "sections"}
+
+
+@dataclass(frozen=True)
+class SearchOption:
+    """One option of a search request, as :class:`SearchOptions` declares it (JSON Schema terms): ``type`` of a
+    given value (``integer``, ``number``, ``boolean``, ``array``), its bounds (``minimum``, ``maximum``,
+    ``exclusive_minimum``), ``unit`` (``ms``, ``hits``), an array's allowed ``items`` and ``min_items``,
+    ``default`` (None: the retriever's setting) and ``stage``: a stage switch (over HTTP, in ``stages``)."""
+
+    name: str
+    type: str
+    description: str
+    default: Any = None
+    unit: Optional[str] = None
+    minimum: Optional[float] = None
+    maximum: Optional[float] = None
+    exclusive_minimum: Optional[float] = None
+    items: Optional[Tuple[str, ...]] = None
+    min_items: Optional[int] = None
+    stage: bool = False
+
+    def json_schema(self) -> Dict[str, Any]:
+        """The option's JSON Schema (standard keywords only; a given value, so no null)."""
+        out: Dict[str, Any] = {"type": self.type, "description": self.description}
+        for key, value in (("minimum", self.minimum), ("maximum", self.maximum),
+                           ("exclusiveMinimum", self.exclusive_minimum), ("minItems", self.min_items)):
+            if value is not None:
+                out[key] = value
+        if self.items is not None:
+            out["items"] = {"type": "string", "enum": list(self.items)}
+        if self.default is not None:
+            out["default"] = self.default
+        return out
+
+
+def _option(name: str, schema: Mapping[str, Any], stage: bool) -> SearchOption:
+    """The :class:`SearchOption` of one property of a model's JSON schema (``anyOf [X, null]`` read as X)."""
+    alternatives = [s for s in schema.get("anyOf", [schema]) if s.get("type") != "null"]
+    body = alternatives[0]
+    items = body.get("items", {})
+    return SearchOption(name, body["type"], schema.get("description", ""), schema.get("default"),
+                        schema.get("x-unit"), body.get("minimum"), body.get("maximum"), body.get("exclusiveMinimum"),
+                        tuple(items["enum"]) if "enum" in items else None, body.get("minItems"), stage)
+
+
+def _listing() -> Dict[str, SearchOption]:
+    schema = SearchOptions.model_json_schema()
+    fields = {name: _option(name, prop, False) for name, prop in schema["properties"].items()
+              if name in _SEARCH_FIELDS or name == "deadline_ms"}
+    # (the sections' items are a $ref to the Section enum)
+    sections = fields["sections"]
+    fields["sections"] = SearchOption(**{**vars(sections), "items": SECTIONS})
+    stages = {name: _option(name, prop, True) for name, prop in Stages.model_json_schema()["properties"].items()}
+    return {**fields, **stages}
+
+
+#: Every option of a search (keyword arguments of ``Retriever.search``, ``Client.search``, flags of
+#: ``medretrieve search``, fields of ``POST /v1/search``; stage switches in its ``stages``), name -> option, read
+#: from :class:`SearchOptions` and :class:`Stages`: the doors are built from it or checked against it by tests.
+SEARCH_OPTIONS: Mapping[str, SearchOption] = MappingProxyType(_listing())
+
+
+def check_search_options(options: Mapping[str, Any]) -> Dict[str, Any]:
+    """``options`` (search keyword arguments: :data:`SEARCH_OPTIONS`' names) checked as the server checks a request,
+    for the doors that take Python values: the options given (None: not given, dropped), integers as ``int``,
+    ``sections`` as a list.
+
+    Strict as the server: TypeError for an unknown (or misspelt) name or a value of the wrong type (``"5"`` and
+    ``True`` are not integers, ``"300"`` not a number; numpy integers are integers, and a whole float such as
+    ``5.0`` one as JSON Schema says); ValueError for a value out of bounds, an unknown section, or ``dense`` and
+    ``bm25`` both off. Each message names the option.
+    """
+    unknown = sorted(set(options) - set(SEARCH_OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown search option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                        f"known: {', '.join(SEARCH_OPTIONS)}")
+    given = {name: _checked(SEARCH_OPTIONS[name], value) for name, value in options.items() if value is not None}
+    if given.get("dense") is False and given.get("bm25") is False:
+        raise ValueError(_ONE_FIRST_STAGE)
+    return given
+
+
+def _checked(option: SearchOption, value: Any) -> Any:
+    name, kind = option.name, option.type
+    if kind == "boolean":
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be true or false (a bool), got {value!r}")
+        return value
+    if kind == "array":
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise TypeError(f"{name} must be a list of names, got {value!r}")
+        if option.min_items is not None and len(value) < option.min_items:
+            raise ValueError(f"{name} must name at least {option.min_items}, got none")
+        for item in value:
+            if not isinstance(item, str):
+                raise TypeError(f"{name} must be a list of names, got {item!r} in it")
+            if option.items is not None and item not in option.items:
+                raise ValueError(f"{name}: unknown {item!r}; known: {', '.join(option.items)}")
+        return list(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {'an integer' if kind == 'integer' else 'a number'}, got {value!r}")
+    if kind == "integer":
+        if not isinstance(value, numbers.Integral):
+            if not (math.isfinite(value) and float(value).is_integer()):
+                raise ValueError(f"{name} must be a whole number, got {value!r}")
+        value = int(value)
+    elif not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    low, high, above = option.minimum, option.maximum, option.exclusive_minimum
+    if (low is not None and value < low) or (high is not None and value > high) or \
+            (above is not None and value <= above):
+        bounds = f"{'(' + format(above, 'g') if above is not None else '[' + format(low, 'g')}, {format(high, 'g')}]"
+        raise ValueError(f"{name} must be in {bounds}{' ' + option.unit if option.unit else ''}, got {value!r}")
+    return value
 
 
 class SearchRequest(SearchOptions):
@@ -179,7 +321,7 @@ class AnswerRequest(_Strict):
     """``POST /v1/answer``: e.g. ``{"question": "Is metformin first-line for type 2 diabetes?", "k": 5}``."""
 
     question: Question
-    k: Integer = Field(10, ge=1, le=MAX_K, description="evidence passages to retrieve")
+    k: Integer = Field(DEFAULT_K, ge=1, le=MAX_K, description="evidence passages to retrieve")
     deadline_ms: Optional[DeadlineMs] = Field(None, description="budget (ms) for queueing, retrieval and generation")
     qtype: Optional[Literal["yesno", "factoid", "list", "summary"]] = Field(
         None, description="ask for an exact answer of this BioASQ type (default: the detected question type)")
