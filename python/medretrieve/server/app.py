@@ -7,6 +7,9 @@ else extractive; ``"stream": true`` answers as server-sent events), ``GET /healt
 ``POST /v1/admin/reload`` (off unless enabled), ``GET /openapi.json``; and pages (:mod:`.pages`, offline):
 ``GET /`` (the search page) and ``GET /docs`` (the API's documentation).
 
+Who may call: with ``api_keys`` set, every endpoint but health, readiness and the pages needs a key with its
+scope (:mod:`.auth`); browsers of other origins may call only with ``cors_origins`` set (CORS is closed without).
+
 Deadlines: a request's ``deadline_ms`` (or the ``X-Deadline-Ms`` header; the smaller counts; the server's default
 when neither is given) runs from the moment the request arrived and covers the wait for a slot and the work; a
 request still waiting when it passes is answered 504 without doing the work (:mod:`.admission`). The response
@@ -19,15 +22,19 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Dict, Union
 
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
 from .._files import write_text_atomic
 from .._version import __version__
 from ..corpus.collection import Collection
 from ..retrieval.retriever import Retriever
+from ..wire import DEADLINE_HEADER, ErrorResponse
 from . import errors
+from .auth import RequireKey, document_security
 from .config import ServerConfig
 from .engine import Engine, Snapshot
 from .http import Observe, endpoint_of
+from .keys import KeyRing
 from .limits import RequestBody
 from .metrics import ServerMetrics
 from .pages import add_search_page, new_app
@@ -85,10 +92,18 @@ def create_app(source: Union[ServerConfig, str, "os.PathLike[str]", Retriever], 
                   description="Hybrid retrieval for grounded medical RAG, under a deadline.")
     app.state.engine = engine
     app.add_middleware(RequestBody, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s)
+    if config.api_keys:  # outside RequestBody: a caller without a key is refused before its body is read
+        app.add_middleware(RequireKey, keys=KeyRing(config.api_keys))
+    if config.cors_origins:  # outside RequireKey: a preflight carries no key, and a refusal needs CORS headers
+        app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type", DEADLINE_HEADER],
+                           expose_headers=["Server-Timing", "Retry-After", "WWW-Authenticate"], max_age=600)
     app.add_middleware(Observe, metrics=metrics)  # outermost: the deadline starts before the body is read
     errors.install(app, metrics, endpoint_of)
     add_routes(app, engine, metrics)
     add_search_page(app)
+    if config.api_keys:
+        document_security(app, ErrorResponse)
     return app
 
 

@@ -53,6 +53,10 @@ class ServerConfig:
       from its first byte, else 408 and closed; ``medretrieve serve`` only: it is enforced by the HTTP
       protocol, :mod:`.protocol`), ``max_connections`` (open connections per worker; one more is answered 503
       and closed at once; ``medretrieve serve`` only).
+    - Who may call (:mod:`.keys`, :mod:`.auth`): ``api_keys``, the accepted keys as ``(sha256 hex digest, scopes)`` pairs
+      (:func:`.keys.read_key_file`, :func:`.keys.parse_keys`, :func:`.keys.keys_from_env`; empty: no key is
+      asked for); ``cors_origins``: the origins whose pages may call the API from a browser (empty: none but the
+      server's own, CORS closed).
     """
 
     collection: str
@@ -78,12 +82,21 @@ class ServerConfig:
     body_timeout_s: float = 10.0
     header_timeout_s: float = 10.0
     max_connections: int = 1000
+    api_keys: tuple = ()
+    cors_origins: tuple = ()
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen dataclass)
         set_("collection", str(self.collection))
         if self.training is not None:
             set_("training", tuple(str(t) for t in self.training))
+        from .keys import check_digests
+
+        set_("api_keys", check_digests(self.api_keys))
+        if isinstance(self.cors_origins, str) or not all(isinstance(o, str) and o for o in self.cors_origins):
+            raise ValueError(f"cors_origins must be a list of origins like https://app.example.org, got "
+                             f"{self.cors_origins!r}")
+        set_("cors_origins", tuple(self.cors_origins))
         from ..wire import MAX_BATCH
 
         if not isinstance(self.max_batch, int) or not 1 <= self.max_batch <= MAX_BATCH:

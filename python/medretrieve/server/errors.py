@@ -6,6 +6,9 @@ error type             status  when
 =====================  ======  ============================================================================
 invalid_json           400     the body is not JSON: not UTF-8, not well-formed, nested too deeply, or a
                                number too long to read
+unauthorized           401     the server has API keys and the request brought none, a malformed
+                               ``Authorization`` header or an unknown key (``WWW-Authenticate: Bearer``)
+insufficient_scope     403     the key is known but lacks the endpoint's scope (:mod:`.auth`)
 reload_disabled        403     ``/v1/admin/reload`` on a server started without ``--enable-reload``
 not_found              404     no such endpoint
 method_not_allowed     405     the endpoint exists, not with this method

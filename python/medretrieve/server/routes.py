@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import PurePath
 from typing import Any, Callable, Dict, List, Optional, Type
 
 from fastapi import APIRouter, FastAPI, Request
@@ -38,6 +39,25 @@ def _body(model: Type[BaseModel]) -> Dict[str, Any]:
                 "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}},
             "parameters": [{"name": DEADLINE_HEADER, "in": "header", "required": False, "schema": deadline,
                             "description": "the deadline (ms) as the body's deadline_ms; the smaller counts"}]}
+
+
+def _name(path: Any) -> Any:
+    """The last part of a path (a model folder's or ranker file's name; ``default`` stays ``default``)."""
+    return PurePath(path).name if isinstance(path, str) and path else path
+
+
+def names_only(info: Dict[str, Any]) -> Dict[str, Any]:
+    """``/v1/collection`` as it is published: :func:`.engine.describe` with each host path replaced by its last
+    part (the collection's ``directory`` becomes its ``name``; encoders, ranker and cross-encoder by name), so a
+    caller learns nothing of the server's file system."""
+    out = dict(info)
+    if "directory" in out:
+        out["name"] = _name(out.pop("directory"))
+    model = dict(out.get("model") or {})
+    for key, entry in model.items():
+        model[key] = {**entry, "source": _name(entry.get("source"))} if isinstance(entry, dict) else _name(entry)
+    out["model"] = model
+    return out
 
 
 def _respond(payload: Any, waited_ms: float, work_ms: float, deadline: Deadline,
@@ -191,8 +211,9 @@ def _operations_routes(app: FastAPI, engine: Engine, metrics: ServerMetrics) -> 
 
     @app.get("/v1/collection", tags=["operations"])
     async def collection() -> Dict[str, Any]:
-        """Size, models, index and build info of the served collection."""
-        return describe(engine.ready(), config, engine.backend is not None)
+        """Size, models, index and build info of the served collection (its name and its models' names, not
+        where they are on the server)."""
+        return names_only(describe(engine.ready(), config, engine.backend is not None))
 
     @app.get("/metrics", tags=["operations"], response_class=PlainTextResponse)
     async def prometheus() -> Response:
