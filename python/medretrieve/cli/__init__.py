@@ -17,6 +17,7 @@ from .errors import run_command
 _COMMANDS = {
     "export-onnx": "build:add_export",
     "build": "build:add_build",
+    "convert-hnswlib": "build:add_convert_hnswlib",
     "collection": "collection:add_collection",
     "search": "search:add_search",
     "fetch-pubmed": "pubmed:add_fetch_pubmed",

@@ -1,4 +1,5 @@
-"""``medretrieve build`` (a collection from a corpus) and ``medretrieve export-onnx`` (an ONNX encoder)."""
+"""``medretrieve build`` (a collection from a corpus), ``medretrieve export-onnx`` (an ONNX encoder) and
+``medretrieve convert-hnswlib`` (an hnswlib index file to medretrieve's format)."""
 from __future__ import annotations
 
 import argparse
@@ -131,4 +132,41 @@ def _export(args: argparse.Namespace) -> int:
                                         "parity", "fidelity")}
     print(f"exported {args.source} -> {out}")
     print(json.dumps(summary, indent=2))
+    return 0
+
+
+def add_convert_hnswlib(sub: Any) -> None:
+    p = sub.add_parser("convert-hnswlib", help="convert an index file saved by hnswlib to medretrieve's format",
+                       description="Read an index file saved by hnswlib (save_index) and write it as a "
+                                   "medretrieve index file (Index.load, Index.load_index). hnswlib's files hold "
+                                   "neither the space nor the dimension: name both. Labels and deletion marks "
+                                   "are kept; the graph is linked anew with the file's M and ef_construction.",
+                       formatter_class=HelpFormatter)
+    p.add_argument("source", metavar="IN", help="index file written by hnswlib's save_index")
+    p.add_argument("out", metavar="OUT", help="medretrieve index file to write")
+    p.add_argument("--space", required=True, choices=("l2", "ip", "cosine"),
+                   help="the space the hnswlib index was created with")
+    p.add_argument("--dim", required=True, type=int, help="the vectors' dimension")
+    p.add_argument("--dtype", default="float32", choices=("float32", "int8"),
+                   help="vector storage of the written index (float32: as hnswlib holds them)")
+    p.add_argument("--threads", type=int, default=-1, help="threads linking the graph (-1: all cores)")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    p.set_defaults(func=_convert_hnswlib)
+
+
+def _convert_hnswlib(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..index import Index
+
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise ValueError(f"{out} exists (give --overwrite to replace it)")
+    t0 = time.perf_counter()
+    index = Index(args.space, args.dim)
+    index.set_num_threads(args.threads)
+    index.load_index(args.source, dtype=args.dtype)
+    index.save(out)
+    print(f"converted {args.source} -> {out}: {index.element_count} elements ({index.element_count - len(index)} "
+          f"deleted), space {args.space}, dim {args.dim}, {args.dtype}, in {time.perf_counter() - t0:.1f} s")
     return 0

@@ -44,7 +44,8 @@ def run_command(name: str, func: Callable[[argparse.Namespace], int], args: argp
         return 2
     except USER_ERRORS as exc:
         message = str(exc) or type(exc).__name__
-        if isinstance(exc, RuntimeError):  # LLMTimeout: ..., so the kind of failure shows
+        if isinstance(exc, RuntimeError) and not isinstance(exc, ValueError):  # LLMTimeout: ..., so the kind
+            # of failure shows (an index's input error is both, and its message says it all)
             message = f"{type(exc).__name__}: {message}"
         print(f"medretrieve {name}: {message}", file=sys.stderr)
         return 2

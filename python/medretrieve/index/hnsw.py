@@ -10,6 +10,7 @@ import numpy as np
 from .. import _core
 from ._hnswlib import knn_results
 from ._inputs import IndexInputError, LabelsArg, check_dim, check_dtype, check_space
+from .hnswlib_file import NotHnswlibFile, hnswlib_file_dim, lacks_medretrieve_magic, read_hnswlib_file
 
 @dataclass(frozen=True)
 class IndexStats:
@@ -264,7 +265,11 @@ class Index:
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike], mmap: bool = False) -> "Index":
-        """Loads a saved index; ``mmap=True`` serves it read-only from a memory map (mutations raise)."""
+        """Loads a saved index; ``mmap=True`` serves it read-only from a memory map (mutations raise).
+
+        A file saved by hnswlib does not hold its space: open it with ``Index(space, dim).load_index(path)``."""
+        if lacks_medretrieve_magic(path):
+            _refuse_hnswlib_file(path)
         core = _core.HnswIndex.load(os.fspath(path), bool(mmap))
         s = core.stats()
         obj = cls(s["space"], s["dim"])
@@ -322,13 +327,27 @@ class Index:
         self.save(path)
 
     def load_index(
-        self, path: Union[str, os.PathLike], max_elements: int = 0, allow_replace_deleted: bool = False
+        self,
+        path: Union[str, os.PathLike],
+        max_elements: int = 0,
+        allow_replace_deleted: bool = False,
+        *,
+        dtype: str = "float32",
     ) -> None:
         """hnswlib ``load_index``: replaces this index's contents; grows capacity to ``max_elements`` if larger.
 
         ``allow_replace_deleted`` sets whether ``add_items(..., replace_deleted=True)`` may reuse deleted slots from
         now on, as in hnswlib (which does not save it); ``Index.load`` keeps the setting the file was saved with.
+
+        ``path`` may also be a file saved by hnswlib itself (``hnswlib.Index.save_index``) for this index's space and
+        ``dim``: its vectors, labels and deletion marks are read (``hnswlib_file``) and linked into a new graph with
+        the file's ``M``, ``ef_construction`` and ``max_elements``, stored as ``dtype`` (float32: as hnswlib holds
+        them). That is one build of the index (seconds per 100k vectors); ``Index.save`` then writes medretrieve's
+        own format, or ``medretrieve convert-hnswlib`` does both. A file of neither format is an IndexInputError.
         """
+        if lacks_medretrieve_magic(path):
+            self._load_hnswlib_file(path, max_elements, allow_replace_deleted, dtype)
+            return
         core = _core.HnswIndex.load(os.fspath(path), False)
         s = core.stats()
         if s["space"] != self._space or s["dim"] != self._dim:
@@ -339,6 +358,24 @@ class Index:
             core.resize(int(max_elements))
         core.set_allow_replace_deleted(bool(allow_replace_deleted))
         self._core = core
+
+    def _load_hnswlib_file(
+        self, path: Union[str, os.PathLike], max_elements: int, allow_replace_deleted: bool, dtype: str
+    ) -> None:
+        try:
+            saved = read_hnswlib_file(path, self._dim)
+        except NotHnswlibFile as exc:
+            raise IndexInputError(f"{exc}; nor a medretrieve index file (bad magic)") from None
+        self._core = None  # a failed rebuild leaves the index uninitialised, not half-filled
+        rebuilt = Index(self._space, self._dim)
+        rebuilt.init_index(max(saved.max_elements, int(max_elements), 1), M=saved.M,
+                           ef_construction=saved.ef_construction, allow_replace_deleted=allow_replace_deleted,
+                           dtype=dtype)
+        if len(saved.labels):
+            rebuilt.add_items(saved.vectors, saved.labels.astype(np.int64), num_threads=self._num_threads)
+        for label in saved.labels[saved.deleted]:
+            rebuilt.mark_deleted(int(label))
+        self._core = rebuilt._core
 
     # --- pickling -------------------------------------------------------
     def __getstate__(self) -> dict:
@@ -364,3 +401,18 @@ class Index:
             f"deleted={s['deleted']}, max_elements={s['max_elements']}, M={s['M']}, ef={s['ef']}"
             f"{', read-only mmap' if s['read_only'] else ''})"
         )
+
+
+
+def _refuse_hnswlib_file(path: Union[str, os.PathLike]) -> None:
+    """``Index.load`` of a file without medretrieve's magic: an hnswlib file gets the way to open it (its space is
+    not in the file); anything else goes on to the native loader and its own message."""
+    try:
+        dim = hnswlib_file_dim(path)
+    except NotHnswlibFile:
+        return
+    raise IndexInputError(
+        f"{os.fspath(path)} was saved by hnswlib, whose files do not hold their space: open it with "
+        f"medretrieve.Index(space, {dim}).load_index(path), or convert it once with "
+        f"`medretrieve convert-hnswlib IN OUT --space SPACE --dim {dim}`"
+    )
