@@ -19,7 +19,7 @@ def add_build(sub: Any) -> None:
     p.add_argument("source", nargs="+", help="corpus file(s) or directory (JSONL, MedRAG JSONL, BioASQ JSON, "
                                              "MEDLINE XML; .gz allowed)")
     p.add_argument("out_dir", help="collection directory to create")
-    p.add_argument("--encoder", required=True, help="article or symmetric encoder directory (medretrieve "
+    p.add_argument("--encoder", default="default", help="article or symmetric encoder directory (medretrieve "
                                                     "export-onnx), or an embedded model: 'default' (all-MiniLM-L6-v2 "
                                                     "fine-tuned on BioASQ) or 'minilm' (the stock one)")
     p.add_argument("--query-encoder", default=None, help="query encoder directory (default: --encoder)")

@@ -1,5 +1,8 @@
 """The one place where library errors become CLI messages and exit codes.
 
+A library message that names a Python argument names its CLI spelling too, as ``pass overwrite=True (CLI:
+--overwrite)``; the CLI shows only the CLI one (:func:`cli_syntax`), so a command line never asks for ``name=``.
+
 Exit codes: 0 success, 1 the command ran but reported failures (e.g. some answers failed), 2 bad input or a
 library error (message on stderr, no traceback), 130 interrupted. A missing optional dependency names the
 extra that provides it. Anything else is a bug and keeps its traceback.
@@ -7,6 +10,7 @@ extra that provides it. Anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Callable, Dict
 
@@ -22,6 +26,16 @@ EXTRAS: Dict[str, str] = {
 # errors a user can act on: bad input, missing or corrupt files, an LLM server that failed (LLMError is a
 # RuntimeError, as are the native core's errors about files and arguments)
 USER_ERRORS = (ValueError, TypeError, OSError, RuntimeError)
+
+
+# "pass NAME=VALUE (CLI: --flag VALUE)" or "pass NAME=VALUE (--flag)": the library's wording of an argument
+PYTHON_ARGUMENT = re.compile(r"\bpass [A-Za-z_][\w.]*=\S* \((?:CLI: )?(--[^)]*)\)")
+
+
+def cli_syntax(message: str) -> str:
+    """``message`` with each Python argument it names replaced by its CLI spelling: ``pass format=NAME (CLI:
+    --format NAME)`` becomes ``give --format NAME``."""
+    return PYTHON_ARGUMENT.sub(r"give \1", message)
 
 
 def missing_extra_message(exc: ImportError) -> str:
@@ -43,7 +57,7 @@ def run_command(name: str, func: Callable[[argparse.Namespace], int], args: argp
         print(f"medretrieve {name}: {missing_extra_message(exc)}", file=sys.stderr)
         return 2
     except USER_ERRORS as exc:
-        message = str(exc) or type(exc).__name__
+        message = cli_syntax(str(exc)) or type(exc).__name__
         if isinstance(exc, RuntimeError) and not isinstance(exc, ValueError):  # LLMTimeout: ..., so the kind
             # of failure shows (an index's input error is both, and its message says it all)
             message = f"{type(exc).__name__}: {message}"

@@ -420,7 +420,8 @@ def detect_format(path: PathLike) -> str:
         return "jsonl"
     if stripped.startswith("{"):
         return "jsonl"
-    raise ValueError(f"cannot tell the format of {p}; pass format= one of {FORMATS[1:]}")
+    raise ValueError(f"cannot tell the format of {p}; pass format=NAME (CLI: --format NAME), NAME one of "
+                     f"{', '.join(FORMATS[1:])}")
 
 
 def _read_path(path: Path, fmt: str, rd: _Reader) -> Iterator[Record]:
