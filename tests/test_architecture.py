@@ -31,8 +31,8 @@ WINGS: Tuple[Tuple[str, ...], ...] = (
     ("generation",),
     ("evaluation",),
     ("client",),
-    ("distributed",),
     ("server",),
+    ("distributed",),  # above the server: Ray Serve's deployment serves the server's app over shards
     ("integrations",),
     ("testing",),
     ("cli",),

@@ -1,14 +1,24 @@
-"""A Ray Serve deployment of sharded search: replicas that each hold a :class:`~.search.ShardedRetriever`.
+"""A Ray Serve deployment of sharded search: replicas that each serve medretrieve's HTTP API over a
+:class:`~.search.ShardedRetriever`.
 
     from ray import serve
     from medretrieve.distributed.serve import app
-    handle = serve.run(app("/data/pubmed-shards", replicas=2))
-    result = handle.search.remote("What causes gout?", k=10, deadline_ms=300).result()   # SearchResult.to_dict()
+    serve.run(app("/data/pubmed-shards", replicas=2), route_prefix="/")
+    # POST http://127.0.0.1:8000/v1/search {"question": "What causes gout?", "k": 10}
 
-Over HTTP (Ray Serve's proxy, ``POST /`` with JSON ``{"question": ..., "k": 10, "deadline_ms": 300, ...}``) it
-answers the same dict, or status 400 with ``{"error": ...}`` for a request it cannot read. An HTTP service of its
-own (``medretrieve serve``) uses it either way: build a ``ShardedRetriever`` in process (it is a ``Retriever``), or
-keep the retrievers in Serve replicas and call ``handle.search`` from the service.
+Each replica is a Serve ingress around the app of ``medretrieve serve`` (:func:`medretrieve.server.app.create_app`)
+over its ``ShardedRetriever`` (a ``Retriever``): the same endpoints, request schema, strictness, error bodies
+(``{"error": {"type", "message", "field"}}``), admission, deadlines and ``Server-Timing`` header, one OpenAPI
+document for both (``GET /openapi.json``); only the work underneath fans out to the shards. ``server_options``
+are the server's settings (:class:`~medretrieve.server.config.ServerConfig` fields: ``deadline_ms``,
+``max_inflight``, ``max_queue``, ``max_batch``, ``max_body_bytes``, ...); answers are extractive (``/v1/answer``
+with ``mode`` ``cite``). Reloading is off: a deployment is redeployed instead.
+
+Python callers of the deployment use its handle, which searches as :meth:`ShardedRetriever.search` does (the same
+options, refused the same way) and answers the result as a dict (``SearchResult.from_dict`` reads it back)::
+
+    handle = serve.run(app("/data/pubmed-shards"))
+    result = handle.search.remote("What causes gout?", k=10, deadline_ms=300).result()
 
 ``share_shards=True`` makes all replicas use one set of shard actors (named after the shard directories and
 detached, so they outlive any replica; stop them with :func:`stop_shared_shards`); otherwise each replica starts
@@ -16,46 +26,35 @@ its own and they stop with it.
 """
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 from ray import serve
 
+from ..server.app import create_app
+from ..server.config import ServerConfig
 from .fanout import default_name_prefix, ensure_ray
-from .search import ShardedRetriever
 from .layout import PathLike, shard_dirs
+from .search import ShardedRetriever
 
-_SWITCHES = ("expand", "rerank", "diversify", "recover", "route", "dense", "lexical", "feedback")
 
-
+@serve.ingress()
 class ShardedSearch:
     """One replica: a :class:`ShardedRetriever` over ``shards`` built with ``retriever_options`` (its keyword
-    arguments: ranker, settings, actor_options, ...)."""
+    arguments: ranker, settings, actor_options, ...), served by the HTTP API's app with ``server_options``."""
 
     def __init__(self, shards: Union[PathLike, Sequence[PathLike]], retriever_options: Optional[Mapping[str, Any]] = None,
-                 share_shards: bool = False) -> None:
+                 share_shards: bool = False, server_options: Optional[Mapping[str, Any]] = None) -> None:
         self.retriever = ShardedRetriever(shards, shared=share_shards, **dict(retriever_options or {}))
+        self.server_options = dict(server_options or {})
 
-    def search(self, question: str, k: int = 10, deadline_ms: Optional[float] = 300, **switches: Any
-               ) -> Dict[str, Any]:
-        """:meth:`ShardedRetriever.search`, the result as a dict (``SearchResult.from_dict`` reads it back)."""
-        return self.retriever.search(question, k, deadline_ms, **switches).to_dict()
+    def __serve_build_asgi_app__(self) -> Any:
+        """Serve's hook: the replica's ASGI app, built once the retriever is (the HTTP API over it)."""
+        return create_app(self.retriever, **self.server_options)
 
-    async def __call__(self, request: Any) -> Any:
-        from starlette.responses import JSONResponse
-
-        try:
-            body = await request.json()
-            if not isinstance(body, dict) or not isinstance(body.get("question"), str):
-                raise ValueError("the body must be a JSON object with a string 'question'")
-            unknown = sorted(set(body) - {"question", "k", "deadline_ms", "per_document", *_SWITCHES})
-            if unknown:
-                raise ValueError(f"unknown fields {unknown}")
-            options = {key: body[key] for key in ("k", "deadline_ms", "per_document", *_SWITCHES) if key in body}
-            # search blocks on the shard calls: run it off the event loop
-            return await asyncio.to_thread(self.search, body["question"], **options)
-        except (ValueError, TypeError) as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
+    def search(self, question: str, **options: Any) -> Dict[str, Any]:
+        """:meth:`ShardedRetriever.search` with ``options`` (its keyword arguments, checked as it checks them), the
+        result as a dict (``SearchResult.from_dict`` reads it back)."""
+        return self.retriever.search(question, **options).to_dict()
 
     def __del__(self) -> None:
         retriever = getattr(self, "retriever", None)
@@ -65,13 +64,18 @@ class ShardedSearch:
 
 def app(shards: Union[PathLike, Sequence[PathLike]], replicas: int = 1,
         retriever_options: Optional[Mapping[str, Any]] = None, share_shards: bool = False,
-        ray_actor_options: Optional[Mapping[str, Any]] = None):
+        ray_actor_options: Optional[Mapping[str, Any]] = None,
+        server_options: Optional[Mapping[str, Any]] = None) -> Any:
     """The Serve application: ``replicas`` replicas of :class:`ShardedSearch` (``ray_actor_options``: each
-    replica's resources), ready for ``serve.run``."""
+    replica's resources; ``server_options``: the HTTP API's settings, checked here), ready for ``serve.run``."""
+    options = dict(server_options or {})
+    if options.get("enable_reload"):
+        raise ValueError("server_options: a deployment does not reload its shards (redeploy it instead)")
+    ServerConfig("shards", **options)  # the settings' own checks, before any replica starts
     deployment: Any = serve.deployment(ShardedSearch, name="medretrieve-sharded-search", num_replicas=replicas,
                                        ray_actor_options=dict(ray_actor_options or {}))
     return deployment.bind(shards if isinstance(shards, (str, bytes)) or not isinstance(shards, Sequence)
-                           else [str(s) for s in shards], dict(retriever_options or {}), share_shards)
+                           else [str(s) for s in shards], dict(retriever_options or {}), share_shards, options)
 
 
 def stop_shared_shards(shards: Union[PathLike, Sequence[PathLike]]) -> int:

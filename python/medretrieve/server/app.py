@@ -46,10 +46,9 @@ def _resolve(source: Union[ServerConfig, str, "os.PathLike[str]", Retriever], se
             raise TypeError("pass settings inside the ServerConfig, not beside it")
         return source, None
     if isinstance(source, Retriever):
-        if not isinstance(source.collection, Collection):
-            raise TypeError(f"serve a Retriever over a Collection directory, not over a "
-                            f"{type(source.collection).__name__}")
-        config = ServerConfig(str(source.collection.directory), **settings)
+        # a Retriever over anything else (a sharded retriever's shards, for Ray Serve) is named by its kind
+        col = source.collection
+        config = ServerConfig(str(col.directory) if isinstance(col, Collection) else type(col).__name__, **settings)
         if config.enable_reload:
             raise ValueError("enable_reload needs a collection directory, not a Retriever built elsewhere")
         return config, Snapshot(1, source, 0.0)
@@ -62,8 +61,9 @@ def create_app(source: Union[ServerConfig, str, "os.PathLike[str]", Retriever], 
 
     ``source``: a collection directory (``settings`` are :class:`~.config.ServerConfig` fields, e.g.
     ``max_inflight=4, deadline_ms=200``), a whole ``ServerConfig``, or a ``Retriever`` already built (served as
-    it is). The collection loads in the background when the app starts (``/readyz`` says when it is ready), or
-    before it starts with ``preload=True``.
+    it is: over a Collection directory, or over any other collection, such as a ``ShardedRetriever``'s shards).
+    The collection loads in the background when the app starts (``/readyz`` says when it is ready), or before it
+    starts with ``preload=True``.
     ``backend``: an LLM backend (``generate(messages, ...) -> str``) for ``/v1/answer``, instead of
     ``llm_url`` / ``llm_model``.
     """

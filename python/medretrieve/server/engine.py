@@ -21,6 +21,7 @@ from .._files import write_text_atomic
 from .._version import __version__
 from ..corpus.collection import DENSE, Collection
 from ..retrieval.budget import Deadline
+from ..retrieval.collection_view import CollectionView
 from ..retrieval.retriever import Retriever
 from .admission import Admission
 from .config import ServerConfig
@@ -49,12 +50,10 @@ class Snapshot:
     loaded_at: float = field(default_factory=time.time)
 
     @property
-    def collection(self) -> Collection:
-        """The collection the snapshot's retriever searches (a server loads a Collection directory)."""
-        col = self.retriever.collection
-        if not isinstance(col, Collection):
-            raise TypeError(f"a server snapshot searches a Collection, not a {type(col).__name__}")
-        return col
+    def collection(self) -> CollectionView:
+        """The collection the snapshot's retriever searches: a Collection directory the server loaded, or whatever
+        a Retriever given to ``create_app`` searches (a sharded retriever's shards, for Ray Serve)."""
+        return self.retriever.collection
 
 
 def load_snapshot(config: ServerConfig, generation: int) -> Snapshot:
@@ -73,25 +72,30 @@ def load_snapshot(config: ServerConfig, generation: int) -> Snapshot:
 
 
 def describe(snap: Snapshot, config: ServerConfig, llm: bool) -> Dict[str, Any]:
-    """``GET /v1/collection``: size, model, index and build info of the served collection."""
+    """``GET /v1/collection``: size, model, index and build info of the served collection (index and build info
+    of a Collection directory only: a sharded retriever's shards each have their own)."""
     col = snap.collection
-    stats = col.dense.stats()
     manifest = col.manifest
-    dense_file = col.directory / DENSE
+    stored: Dict[str, Any] = {}
+    if isinstance(col, Collection):
+        stats = col.dense.stats()
+        dense_file = col.directory / DENSE
+        stored = {
+            "directory": str(col.directory),
+            "sections": len(col.sections),
+            "dtype": stats.dtype,
+            "index": {"M": stats.M, "ef_construction": stats.ef_construction, "count": stats.count,
+                      "deleted": stats.deleted, "mmap": stats.read_only, "memory_bytes": stats.memory_bytes,
+                      "file_bytes": dense_file.stat().st_size if dense_file.exists() else None},
+            "build": {"format": manifest.get("format"), "created": manifest.get("created"),
+                      "versions": manifest.get("versions"), "chunking": manifest.get("chunking")}}
     return {
-        "directory": str(col.directory),
         "documents": col.n_documents,
         "chunks": len(col),
-        "sections": len(col.sections),
         "dim": col.dim,
-        "dtype": stats.dtype,
-        "index": {"M": stats.M, "ef_construction": stats.ef_construction, "count": stats.count,
-                  "deleted": stats.deleted, "mmap": stats.read_only, "memory_bytes": stats.memory_bytes,
-                  "file_bytes": dense_file.stat().st_size if dense_file.exists() else None},
+        **stored,
         "model": {"encoder": manifest.get("encoder"), "query_encoder": config.query_encoder or
                   manifest.get("query_encoder"), "cross_encoder": config.cross_encoder, "ranker": config.ranker},
-        "build": {"format": manifest.get("format"), "created": manifest.get("created"),
-                  "versions": manifest.get("versions"), "chunking": manifest.get("chunking")},
         "server": {"version": __version__, "pid": os.getpid(), "generation": snap.generation,
                    "loaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(snap.loaded_at)),
                    "load_ms": round(snap.load_ms, 1), "answers": "llm" if llm else "extractive",
@@ -179,8 +183,9 @@ class Engine:
         self.snapshot = snap
         self.error = None
         col = snap.collection
-        dense_file = col.directory / DENSE
-        self.metrics.set_index(len(col), col.n_documents, dense_file.stat().st_size if dense_file.exists() else 0)
+        dense_file = col.directory / DENSE if isinstance(col, Collection) else None
+        self.metrics.set_index(len(col), col.n_documents,
+                               dense_file.stat().st_size if dense_file and dense_file.exists() else 0)
         self.metrics.ready.set(1)
 
     def ready(self) -> Snapshot:
