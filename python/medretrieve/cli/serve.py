@@ -12,10 +12,17 @@ at once) and exits 0.
 Slow or hostile clients: a body over ``--max-body-bytes`` is refused unread (413), headers and body must arrive
 within ``--header-timeout-s`` / ``--body-timeout-s`` (408), and a worker holds at most ``--max-connections``
 (:mod:`medretrieve.server.limits`, :mod:`medretrieve.server.protocol`).
+
+Who may call: ``--api-key-file`` (or the ``MEDRETRIEVE_API_KEYS`` environment variable) gives the API keys and
+their scopes (:mod:`medretrieve.server.keys`); with keys, every endpoint but health, readiness and the pages asks
+for one. ``--ssl-certfile`` / ``--ssl-keyfile`` serve HTTPS. ``--cors-origin`` lets pages of the named origins call
+the API from a browser (none by default). Listening beyond loopback without a key is refused unless
+``--insecure`` says the operator means it (a proxy in front checks callers, say).
 """
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import shutil
 import signal
@@ -69,6 +76,16 @@ def add_serve(sub: Any) -> None:
                    help="an idle kept-alive connection is closed after this (s)")
     p.add_argument("--graceful-timeout", type=float, default=30.0,
                    help="at shutdown, the longest wait for requests in flight (s)")
+    p.add_argument("--api-key-file", default=None, metavar="FILE",
+                   help="API keys, one a line with its scopes (search, answer, admin), e.g. 'KEY search,answer'; "
+                   "also read from $MEDRETRIEVE_API_KEYS. Without keys anyone who reaches the server may call it")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow listening beyond loopback (--host 0.0.0.0) without an API key")
+    p.add_argument("--ssl-certfile", default=None, metavar="PEM", help="serve HTTPS with this certificate (chain)")
+    p.add_argument("--ssl-keyfile", default=None, metavar="PEM", help="the certificate's private key (HTTPS)")
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="an origin (https://app.example.org) whose pages may call the API from a browser; repeat "
+                   "for several (default: none, CORS closed)")
     p.add_argument("--access-log", action="store_true", help="log every request (costs throughput)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
                    help="server log level")
@@ -89,6 +106,48 @@ def _seconds(text: str) -> float:
     return value
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is reachable from this machine only."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name other than localhost: it may resolve to any interface
+        return False
+
+
+def check_exposure(command: str, host: str, keyed: bool, insecure: bool) -> None:
+    """ValueError (exit 2) when ``command`` would listen beyond loopback without API keys and without
+    ``--insecure``: anyone on the network could search, spend the LLM budget and reload."""
+    if not keyed and not insecure and not is_loopback(host):
+        raise ValueError(f"refusing to listen on {host} without an API key: anyone who can reach it could call it. "
+                         f"Give keys (--api-key-file FILE, or $MEDRETRIEVE_API_KEYS), listen on 127.0.0.1, or pass "
+                         f"--insecure if something in front of {command} checks callers")
+
+
+def api_keys(args: argparse.Namespace) -> tuple:
+    """The keys of ``--api-key-file`` and ``$MEDRETRIEVE_API_KEYS`` together (digests and scopes)."""
+    from ..server.keys import keys_from_env, read_key_file
+
+    keys = keys_from_env() + (read_key_file(args.api_key_file) if args.api_key_file else ())
+    digests = [digest for digest, _ in keys]
+    if len(set(digests)) != len(digests):
+        raise ValueError("the same API key is in --api-key-file and in $MEDRETRIEVE_API_KEYS: list it once")
+    return keys
+
+
+def _tls(args: argparse.Namespace) -> dict:
+    """uvicorn's certificate settings (none: plain HTTP); ValueError when one half is missing."""
+    if (args.ssl_certfile is None) != (args.ssl_keyfile is None):
+        raise ValueError("--ssl-certfile and --ssl-keyfile go together: give both (HTTPS) or neither")
+    if args.ssl_certfile is None:
+        return {}
+    for option, path in (("--ssl-certfile", args.ssl_certfile), ("--ssl-keyfile", args.ssl_keyfile)):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{option} {path}: no such file")
+    return {"ssl_certfile": args.ssl_certfile, "ssl_keyfile": args.ssl_keyfile}
+
+
 def _config(args: argparse.Namespace, runtime_dir: str, failure_file: str) -> "ServerConfig":
     from ..server.config import ServerConfig
 
@@ -103,7 +162,7 @@ def _config(args: argparse.Namespace, runtime_dir: str, failure_file: str) -> "S
         max_queue=args.max_queue, encoder_threads=args.encoder_threads, preload=True,
         startup_failure_file=failure_file, body_timeout_s=args.body_timeout_s,
         header_timeout_s=args.header_timeout_s, max_connections=args.max_connections,
-        enable_reload=args.enable_reload,
+        enable_reload=args.enable_reload, api_keys=api_keys(args), cors_origins=tuple(args.cors_origin),
         reload_stamp=os.path.join(runtime_dir, "reload-stamp") if args.enable_reload and args.workers > 1 else None,
         **extra)
 
@@ -129,6 +188,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         config = _config(args, runtime_dir, failure)
         config.check_paths()
+        check_exposure("medretrieve serve", args.host, bool(config.api_keys), args.insecure)
+        tls = _tls(args)
         os.environ[CONFIG_ENV] = config.to_json()
         if args.workers > 1:
             metrics_dir = os.path.join(runtime_dir, "metrics")
@@ -141,7 +202,7 @@ def _serve(args: argparse.Namespace) -> int:
             uvicorn.run("medretrieve.server.app:app_from_env", factory=True, host=args.host, port=args.port,
                         workers=args.workers, log_level=args.log_level, access_log=args.access_log,
                         log_config=_log_config(args.log_level), timeout_graceful_shutdown=args.graceful_timeout,
-                        timeout_keep_alive=args.keep_alive_s, http=PROTOCOL, lifespan="on")
+                        timeout_keep_alive=args.keep_alive_s, http=PROTOCOL, lifespan="on", **tls)
         except SystemExit:  # one worker that failed to start exits this way; several stop without a code
             if not os.path.exists(failure):
                 raise

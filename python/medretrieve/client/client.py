@@ -15,6 +15,7 @@ the call's deadline (a streamed answer: each read). Bodies are read and written 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Type, TypeVar, Union
@@ -30,6 +31,23 @@ from .async_transport import AsyncHttpxTransport, AsyncLeanTransport
 from .transport import REFUSED, TIMED_OUT, TRANSPORT_ERRORS, HttpxTransport, LeanTransport
 
 _DEADLINE_GRACE_S = 1.0  # how long past a call's deadline the client still waits for the server's reply (s)
+API_KEY_ENV = "MEDRETRIEVE_API_KEY"  # the key a client sends when it is given none
+
+
+def _with_key(headers: Optional[Dict[str, str]], api_key: Optional[str]) -> Optional[Dict[str, str]]:
+    """``headers`` plus ``Authorization: Bearer <key>``: ``api_key``, else ``$MEDRETRIEVE_API_KEY`` when it is
+    set and ``headers`` has no Authorization of its own. ValueError for a key that cannot go in a header."""
+    own = any(name.lower() == "authorization" for name in headers or {})
+    if api_key is None:
+        api_key = None if own else os.environ.get(API_KEY_ENV) or None
+    elif own:
+        raise ValueError("give the key as api_key or as an Authorization header, not both")
+    if api_key is None:
+        return headers
+    if not isinstance(api_key, str) or not api_key.isascii() or not api_key.isprintable() or " " in api_key:
+        raise ValueError(f"api_key must be the server's key as text (printable ASCII, no spaces); check "
+                         f"api_key= or ${API_KEY_ENV}")
+    return {**(headers or {}), "Authorization": f"Bearer {api_key}"}
 
 
 @dataclass
@@ -296,14 +314,19 @@ class Client(_Base):
     """A blocking client (see the module docstring): ``Client("http://127.0.0.1:8000").search("...")``.
 
     ``timeout_s``: the longest wait for one reply (s); ``retries``: attempts after a 429 / 503 / refused
-    connection; ``max_retry_after_s``: a longer Retry-After is not waited for. ``transport``: an httpx transport
+    connection; ``max_retry_after_s``: a longer Retry-After is not waited for. ``api_key``: the server's API key,
+    sent as ``Authorization: Bearer`` (default: ``$MEDRETRIEVE_API_KEY`` when set; a refused key raises
+    :class:`~.errors.Unauthorized` or, lacking the call's scope, :class:`~.errors.Forbidden`); ``headers``: sent
+    with every request. ``transport``: an httpx transport
     (tests, or ``httpx.WSGITransport``-style in-process use); without one, an ``http://`` server is reached over
     keep-alive connections on plain sockets (:class:`.transport.LeanTransport`), an ``https://`` one over httpx.
     """
 
     def __init__(self, url: str, *, timeout_s: float = 10.0, retries: int = 2, max_retry_after_s: float = 5.0,
-                 headers: Optional[Dict[str, str]] = None, transport: Optional[httpx.BaseTransport] = None) -> None:
+                 api_key: Optional[str] = None, headers: Optional[Dict[str, str]] = None,
+                 transport: Optional[httpx.BaseTransport] = None) -> None:
         super().__init__(url, timeout_s, retries, max_retry_after_s)
+        headers = _with_key(headers, api_key)
         self._http: Union[LeanTransport, HttpxTransport] = (
             LeanTransport(self.url, headers) if transport is None and self.url.startswith("http://")
             else HttpxTransport(self.url, headers, transport))
@@ -416,9 +439,10 @@ class AsyncClient(_Base):
     """The asyncio twin of :class:`Client` (same arguments, same methods, awaited)."""
 
     def __init__(self, url: str, *, timeout_s: float = 10.0, retries: int = 2, max_retry_after_s: float = 5.0,
-                 headers: Optional[Dict[str, str]] = None, transport: Optional[httpx.AsyncBaseTransport] = None
-                 ) -> None:
+                 api_key: Optional[str] = None, headers: Optional[Dict[str, str]] = None,
+                 transport: Optional[httpx.AsyncBaseTransport] = None) -> None:
         super().__init__(url, timeout_s, retries, max_retry_after_s)
+        headers = _with_key(headers, api_key)
         self._http: Union[AsyncLeanTransport, AsyncHttpxTransport] = (
             AsyncLeanTransport(self.url, headers) if transport is None and self.url.startswith("http://")
             else AsyncHttpxTransport(self.url, headers, transport))

@@ -25,12 +25,18 @@ class InvalidRequest(ClientError):
     """400 / 422: the request was refused (``field`` names the field at fault); do not retry."""
 
 
+class Unauthorized(ClientError):
+    """401: the server asks for an API key and got none, or one it does not accept (``api_key=``, or
+    ``$MEDRETRIEVE_API_KEY``)."""
+
+
 class NotFound(ClientError):
     """404: no such endpoint (an older server?), or 501: the feature is off on this server (answers)."""
 
 
 class Forbidden(ClientError):
-    """403: the operation is off on this server (reload)."""
+    """403: the API key lacks the operation's scope (``type`` ``insufficient_scope``), or the operation is off on
+    this server (``reload_disabled``)."""
 
 
 class Overloaded(ClientError):
@@ -58,8 +64,8 @@ class Unavailable(ClientError):
     """No response: the connection failed, or the client's own timeout passed."""
 
 
-_BY_STATUS: Dict[int, Type[ClientError]] = {400: InvalidRequest, 422: InvalidRequest, 403: Forbidden, 404: NotFound,
-                                             405: NotFound, 409: ServerError, 429: Overloaded, 501: NotFound,
+_BY_STATUS: Dict[int, Type[ClientError]] = {400: InvalidRequest, 422: InvalidRequest, 401: Unauthorized,
+                                             403: Forbidden, 404: NotFound, 405: NotFound, 409: ServerError, 429: Overloaded, 501: NotFound,
                                              503: NotReady, 504: DeadlineExceeded}
 
 

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -15,7 +16,7 @@ from typing import List, Optional, Sequence, Union
 
 import httpx
 
-_LISTENING = re.compile(r"Uvicorn running on (http://[\d.]+:\d+)")
+_LISTENING = re.compile(r"Uvicorn running on (https?://[\d.]+:\d+)")
 
 
 class ServerProcess:
@@ -23,15 +24,21 @@ class ServerProcess:
     (:attr:`log_path`), where the port is read from (uvicorn's "running on" line: keep ``--log-level`` at info).
 
     Use as a context manager (the log is removed at exit), or :meth:`start` / :meth:`stop` / :meth:`close`.
-    ``startup_s``: the longest wait for the server to listen and be ready (s).
+    ``startup_s``: the longest wait for the server to listen and be ready (s). ``api_key``: a key to ask for
+    readiness with when the server has keys (``--api-key-file``); ``verify``: how to check an HTTPS server's
+    certificate (a CA file, an SSL context, or False).
     """
 
     def __init__(self, collection: Union[str, "os.PathLike[str]"], args: Sequence[str] = (),
-                 startup_s: float = 120.0, env: Optional[dict] = None) -> None:
+                 startup_s: float = 120.0, env: Optional[dict] = None, api_key: Optional[str] = None,
+                 verify: Union[bool, str, ssl.SSLContext] = True) -> None:
         self.collection = os.fspath(collection)
         self.args = list(args)
         self.startup_s = startup_s
         self.env = {**os.environ, **(env or {})}
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # httpx takes a CA file as an SSL context (a path is deprecated there)
+        self.verify = ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
         self.url = ""
         self.returncode: Optional[int] = None
         self._dir = tempfile.mkdtemp(prefix="medretrieve-test-server-")
@@ -70,7 +77,7 @@ class ServerProcess:
     def wait_ready(self, timeout_s: float) -> None:
         """Wait until every worker serves (the ``medretrieve_ready`` gauge, summed over the workers)."""
         give_up = time.monotonic() + timeout_s
-        with httpx.Client(base_url=self.url, timeout=2.0) as http:
+        with httpx.Client(base_url=self.url, timeout=2.0, headers=self.headers, verify=self.verify) as http:
             while True:
                 try:
                     text = http.get("/metrics").text
