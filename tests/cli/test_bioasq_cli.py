@@ -223,3 +223,26 @@ def test_strip_refuses_a_golden_file_it_would_turn_into_a_broken_batch(tmp_path,
     (tmp_path / "golden.json").write_text(json.dumps({"questions": questions}))
     assert main(["bioasq", "strip", str(tmp_path / "golden.json"), str(tmp_path / "batch.json")]) == 2
     assert message in capsys.readouterr().err and not (tmp_path / "batch.json").exists()
+
+
+@pytest.mark.parametrize("edit", [
+    lambda e: e.update(documents=e["documents"][0]),  # exit 2 on every rerun before (issue 43)
+    lambda e: e["snippets"][0].pop("beginSection"),
+    lambda e: e.pop("documents"),  # submitted silently with exit 0 before
+    lambda e: e["documents"].__setitem__(0, e["documents"][0] + "x"),
+])
+def test_a_damaged_cache_entry_is_answered_again_by_the_cli(golden, collection, tmp_path, edit):
+    batch = strip(golden, tmp_path / "batch.json")
+    out = tmp_path / "run"
+    args = ["bioasq", "run", str(batch), "--phase", "A", "--collection", str(collection), "--out", str(out),
+            "--no-progress", "--quiet"]
+    assert main(args) == 0
+    intact = (out / "submission.json").read_text()
+    path = out / "questions" / "g2.json"
+    entry = json.loads(path.read_text())
+    edit(entry)
+    path.write_text(json.dumps(entry))
+    (out / "questions" / ".g2.json.tmp-999999").write_text("{")  # a killed run's temporary file
+    assert main(args) == 0
+    assert (out / "submission.json").read_text() == intact
+    assert sorted(p.name for p in (out / "questions").iterdir()) == ["g1.json", "g2.json", "g3.json"]

@@ -274,3 +274,161 @@ def test_a_damaged_cache_entry_is_answered_again_and_rewritten(tmp_path, damage,
     assert [e["id"] for e in again.entries] == ["q1", "q2"]
     assert json.loads((out / "questions" / "q2.json").read_text())["documents"] == json.loads(intact)["documents"]
     assert "q2.json" in caplog.text and "answered again" in caplog.text
+
+
+# ----------------------------------------------------------------------------- the cache, damaged (issue 43, item 7)
+
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from medretrieve.evaluation.run_cache import SEAL_KEY, entry_problem, seal  # noqa: E402
+from medretrieve.generation.generate import write_bioasq_submission  # noqa: E402
+
+CACHE_QS = [question("f1"), question("y1", "yesno", "Is metformin the first line drug for type 2 diabetes?")]
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory):
+    """An A+ run's folder (extractive answers) and the submission it makes."""
+    out = tmp_path_factory.mktemp("pristine") / "run"
+    entries = BatchRun(out, "A+", Search(), progress=False).run(CACHE_QS).entries
+    return out, write_bioasq_submission(entries, out / "submission.json", phase="A+")
+
+
+def _rerun(folder: Path) -> tuple[dict, Search]:
+    search = Search()
+    result = BatchRun(folder, "A+", search, progress=False).run(CACHE_QS)
+    assert not result.failures
+    return write_bioasq_submission(result.entries, folder / "submission.json", phase="A+"), search
+
+
+def _paths(value, at=()):
+    """Every place in a JSON value: ``(path, value)``, the value itself first."""
+    yield at, value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, inner in items:
+        yield from _paths(inner, at + (key,))
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 10**12) | st.floats(allow_nan=False) | st.text(max_size=8)
+                    | st.sampled_from(["", "yes", "no", URL + "12", URL + "1x2", "12"]),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                    max_leaves=6)
+
+
+def _mutate(entry: dict, data) -> dict:
+    """``entry`` with one place changed: removed, replaced by another JSON value, or (a string) edited."""
+    damaged = json.loads(json.dumps(entry))
+    places = [p for p, _ in _paths(damaged) if p and p[-1] != SEAL_KEY]
+    path = data.draw(st.sampled_from(places))
+    parent = damaged
+    for key in path[:-1]:
+        parent = parent[key]
+    action = data.draw(st.sampled_from(["remove", "replace", "edit"]))
+    if action == "remove":
+        del parent[path[-1]]
+    elif action == "edit" and isinstance(parent[path[-1]], str):
+        text = parent[path[-1]]
+        at = data.draw(st.integers(0, len(text)))
+        parent[path[-1]] = text[:at] + data.draw(st.sampled_from(["x", "7", " ", ""])) + text[at + 1:]
+    else:
+        parent[path[-1]] = data.draw(JSON)
+    return damaged
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), which=st.sampled_from(["f1", "y1"]), forge=st.booleans())
+def test_a_mutated_cache_entry_is_answered_again_and_the_submission_is_unchanged(pristine, data, which, forge):
+    """Each field of a real cached entry mutated (removed, replaced by any JSON value, a character edited). With
+    its seal the edit is always seen; with the seal forged (recomputed over the damage) only the field checks see
+    it. Either way the rerun never fails, and the submission equals the undamaged run's unless the forged entry is
+    one a submission can hold (then that entry is what is submitted)."""
+    source, submission = pristine
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch) / "run"
+        shutil.copytree(source, folder)
+        path = folder / "questions" / f"{which}.json"
+        entry = json.loads(path.read_text())
+        damaged = _mutate(entry, data)
+        if forge:
+            damaged = seal(damaged)
+        path.write_text(json.dumps(damaged))
+        unchanged = damaged == entry
+        q = next(q for q in CACHE_QS if q.id == which)
+        taken = entry_problem(damaged, q.id, q.type, "A+", 10) is None
+        again, search = _rerun(folder)
+        assert search.asked == ([] if taken else [q.body])
+        if unchanged or not taken:
+            assert again == submission
+        else:  # a forged seal over values a submission takes: that entry is submitted (written: no exit 2)
+            assert forge and json.loads(path.read_text()) == damaged
+            mine = write_bioasq_submission([damaged], folder / "mine.json", phase="A+")["questions"][0]
+            assert [e for e in again["questions"] if e["id"] == which] == [mine]
+        if not taken:  # rewritten whole: the next run takes it from the cache
+            assert entry_problem(json.loads(path.read_text()), q.id, q.type, "A+", 10) is None
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (lambda e: e.update(documents=URL + "11"), "documents is a str"),  # the campaign's: exit 2 on every rerun
+    (lambda e: e["snippets"][0].pop("offsetInBeginSection"), "offsetInBeginSection"),
+    (lambda e: e["snippets"][0].pop("text"), "snippet 'text'"),
+    (lambda e: e.update(exact_answer={"name": "metformin"}), "not a list"),
+    (lambda e: e.pop("documents"), "documents missing"),  # submitted silently, exit 0, before
+    (lambda e: e["documents"].__setitem__(0, URL + "1a1"), "not a PubMed URL"),
+    (lambda e: e.update(ideal_answer=["Metformin."]), "ideal_answer is a list"),
+    (lambda e: e["exact_answer"].append("metformin"), "not a list of non-empty names"),
+    (lambda e: e.update(documents=[URL + "11"] * 11), "more than 10"),
+])
+def test_each_damage_the_campaign_found_is_seen_by_the_field_checks(pristine, tmp_path, edit, reason, caplog):
+    source, submission = pristine
+    folder = tmp_path / "run"
+    shutil.copytree(source, folder)
+    path = folder / "questions" / "f1.json"
+    entry = json.loads(path.read_text())
+    edit(entry)
+    path.write_text(json.dumps(seal(entry)))  # a valid seal: only the field checks can tell
+    again, search = _rerun(folder)
+    assert search.asked == [CACHE_QS[0].body] and again == submission
+    assert reason in caplog.text and "f1.json" in caplog.text and "answered again" in caplog.text
+
+
+def test_an_entry_written_before_the_seal_is_taken_when_its_fields_check(pristine, tmp_path):
+    source, submission = pristine
+    folder = tmp_path / "run"
+    shutil.copytree(source, folder)
+    for q in CACHE_QS:
+        path = folder / "questions" / f"{q.id}.json"
+        entry = json.loads(path.read_text())
+        assert entry.pop(SEAL_KEY)
+        path.write_text(json.dumps(entry))
+    again, search = _rerun(folder)
+    assert search.asked == [] and again == submission
+
+
+def test_killed_runs_temporary_files_are_removed_and_only_those(pristine, tmp_path):
+    source, _ = pristine
+    folder = tmp_path / "run"
+    shutil.copytree(source, folder)
+    left = [folder / "questions" / ".f1.json.tmp-4242", folder / ".run.json.tmp-17", folder / ".submission-ab_9x.json",
+            folder / ".results.md.tmp-3", folder / ".results.json.tmp-3"]
+    kept = [folder / "questions" / "notes.json.tmp-1", folder / ".f1.json.tmp-x", folder / "questions" / ".hidden",
+            folder / "mine.json"]
+    for p in left + kept:
+        p.write_text("{}")
+    _rerun(folder)
+    assert [p.name for p in left if p.exists()] == [] and all(p.exists() for p in kept)
+
+
+def test_a_second_run_of_the_same_folder_is_refused_while_one_runs(pristine, tmp_path):
+    source, _ = pristine
+    folder = tmp_path / "run"
+    shutil.copytree(source, folder)
+    first = BatchRun(folder, "A+", Search(), progress=False)
+    with first.holding():
+        with pytest.raises(ValueError, match="another run is writing"):
+            BatchRun(folder, "A+", Search(), progress=False).run(CACHE_QS)
+        assert len(first.run(CACHE_QS).entries) == 2  # the holder itself goes on (reentrant)
+    assert len(BatchRun(folder, "A+", Search(), progress=False).run(CACHE_QS).entries) == 2

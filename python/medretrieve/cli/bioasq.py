@@ -86,22 +86,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     backend = backend_from_args(args, required=False)
     search = None
     if searching:
-        options = {"recover": args.recovery, "route": args.sections}
+        options = {"recovery": args.recovery, "route": args.sections}
         search = retriever_search_fn(_retriever(args, backend), args.deadline_ms, options)
     run = BatchRun(args.out, args.phase, search, backend if args.phase != "A" else None, fetch_k=args.fetch_k,
                    prune=args.prune, prune_per_document=args.prune_per_document, max_tokens=args.max_tokens,
                    max_chars=args.max_chars, config=_config(args), progress=not args.no_progress)
     if not args.quiet:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    result = run.run(questions)
     out = Path(args.out)
-    write_bioasq_submission(result.entries, out / "submission.json", system=args.system or "medretrieve",
-                            phase=args.phase)
-    print(f"{out / 'submission.json'}: phase {args.phase}, {len(result.entries)} of {len(questions)} questions "
-          f"({result.answered} answered now, {result.cached} from the cache, {len(result.failures)} failed; "
-          f"{result.elapsed_ms / 1000:.1f} s; per question: {out / 'log.jsonl'})")
-    if args.golden:
-        print(_score(result.entries, args.golden, out))
+    with run.holding():  # no other run of the folder between the answers and their submission
+        result = run.run(questions)
+        write_bioasq_submission(result.entries, out / "submission.json", system=args.system or "medretrieve",
+                                phase=args.phase)
+        print(f"{out / 'submission.json'}: phase {args.phase}, {len(result.entries)} of {len(questions)} questions "
+              f"({result.answered} answered now, {result.cached} from the cache, {len(result.failures)} failed; "
+              f"{result.elapsed_ms / 1000:.1f} s; per question: {out / 'log.jsonl'})")
+        if args.golden:
+            print(_score(result.entries, args.golden, out))
     return 1 if result.failures else 0
 
 

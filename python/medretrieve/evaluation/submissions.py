@@ -19,7 +19,11 @@ the entry then says ``"exact_answer_from": "snippets"`` (the question's cache fi
 submission holds the BioASQ fields only).
 
 Resuming: each finished question is written to ``out/questions/<id>.json`` at once, and a rerun over the same folder
-skips them (a file that does not hold its question's entry, cut short or edited, is answered again);
+skips them. A cached entry is used only when every field a submission needs checks and it was not edited since it
+was written (:mod:`.run_cache`); any other (cut short, edited, another question's) is answered again and rewritten,
+so a damaged cache never stops the batch nor reaches the submission. A run holds the folder's lock
+(``out/.lock``, ``flock``): a second run of the same folder is refused while one is running, and the temporary
+files killed runs left there are removed (their names only);
 ``out/run.json`` records what the answers depend on (phase, sources, stages), and a rerun with other options in the
 same folder is refused rather than mixing two systems' answers. A question that fails (an LLM or PubMed error,
 anything raised) is logged and left out of the cache, so the next run retries it; the batch goes on.
@@ -33,14 +37,17 @@ their section), exact answers per type and ROUGE of the ideal answers (:func:`~.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 import logging
 import re
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 from .._files import read_json, write_json_atomic
 from ..corpus.sources import pmid_from_url
@@ -49,6 +56,7 @@ from ..generation.llm import LLMContextTooLong
 from ..retrieval.recovery import prune
 from . import metrics
 from .datasets import BioASQQuestion
+from .run_cache import SEAL_KEY, entry_problem, remove_temp_files, seal
 from .evaluate import (PUBMED_URL, BioASQAnswer, bioasq_evidence, evaluate_bioasq_answers, generate_bioasq_answer,
                        retrieval_means, retrieval_row)
 
@@ -121,6 +129,7 @@ class BatchRun:
         self.max_chars = max_chars
         self.llm_deadline_ms = llm_deadline_ms
         self.progress = progress
+        self._lock_fd: Optional[int] = None
         self.config = {"phase": phase, "k": k, "fetch_k": fetch_k, "prune": prune,
                        "prune_per_document": prune_per_document, "max_tokens": max_tokens, "max_chars": max_chars,
                        "answers": "extractive" if backend is None else "llm", **dict(config or {})}
@@ -156,11 +165,38 @@ class BatchRun:
         except ValueError as exc:
             problem = str(exc)
         else:
-            if isinstance(entry, dict) and entry.get("id") == q.id and entry.get("type") == q.type:
-                return entry
-            problem = f"{path}: not the entry of question {q.id} ({q.type})"
+            why = entry_problem(entry, q.id, q.type, self.phase, self.k)
+            if why is None:
+                return {key: value for key, value in entry.items() if key != SEAL_KEY}
+            problem = f"{path}: {why}"
         log.warning("%s; answered again", problem)
         return None
+
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        """Hold the run folder's lock (``out/.lock``) for the block, after removing what killed runs left there;
+        ValueError when another run holds it. :meth:`run` holds it; a caller that writes the submission into the
+        folder holds it across both (it is reentrant)."""
+        if self._lock_fd is not None:
+            yield
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.out / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ValueError(f"another run is writing {self.out} (it holds {self.out / '.lock'}); wait for it to "
+                             "end or give another --out") from None
+        self._lock_fd = fd
+        try:
+            for folder in (self.out, self.out / "questions"):  # no live run owns them: this one holds the lock
+                for name in remove_temp_files(folder):
+                    log.info("removed %s, left by a run that was killed", folder / name)
+            yield
+        finally:
+            self._lock_fd = None
+            os.close(fd)
 
     def _log(self, qid: str, status: str, elapsed_ms: float, error: str = "") -> None:
         line = {"id": qid, "status": status, "ms": round(elapsed_ms, 1), "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
@@ -240,6 +276,10 @@ class BatchRun:
         ids = [q.id for q in questions]
         if len(set(ids)) != len(ids):
             raise ValueError("the batch holds a question id twice")
+        with self.holding():
+            return self._run(questions)
+
+    def _run(self, questions: Sequence[BioASQQuestion]) -> BatchResult:
         self._open()
         start = time.perf_counter()
         result = BatchResult([])
@@ -269,7 +309,7 @@ class BatchRun:
                         bar.update(1)
                     continue
                 entry["elapsed_ms"] = (time.perf_counter() - t0) * 1000.0
-                write_json_atomic(path, entry)
+                write_json_atomic(path, seal(entry))
                 result.answered += 1
                 self._log(q.id, "ok", entry["elapsed_ms"])
                 log.info("question %s answered in %.0f ms", q.id, entry["elapsed_ms"])
