@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
     col = Collection.open(live, encoder_threads=1)  # searches side by side: one ONNX thread each
     questions = [q["body"] for q in json.loads((ROOT / "examples" / "demo_questions.json").read_text())["questions"]]
     retriever = Retriever(col, ranker="default" if args.full else None)
-    options = {} if args.full else {"expand": False, "rerank": False, "recover": False}
+    options = {} if args.full else {"expand": False, "rerank": False, "recovery": False}
 
     phase = ["quiet"]
     budget = {"n": 0}

@@ -62,11 +62,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("MEDRETRIEVE_SHARED_DATA", ROOT.parent / "shared" / "data")) / "bioasq"
 
-_OFF = dict(expand=False, rerank=False, diversify=False, recover=False, route=False, feedback=False)
+_OFF = dict(expand=False, rerank=False, mmr=False, recovery=False, route=False, feedback=False)
 SYSTEMS = {
     "BM25, plain (subject_boost=0)": dict(_OFF, dense=False),
     "BM25": dict(_OFF, dense=False),
-    "dense": dict(_OFF, lexical=False),
+    "dense": dict(_OFF, bm25=False),
     "hybrid RRF": dict(_OFF),
     "hybrid + feedback": dict(_OFF, feedback=True),
     "hybrid + feedback + heuristic rerank": dict(_OFF, feedback=True, rerank=True),
@@ -193,7 +193,7 @@ def quality(args) -> None:
     weak_ids: List[int] = []
     per_q: Dict[str, List[Dict[str, float]]] = {}
     times: Dict[str, List[float]] = {}
-    extra = [("full, no recovery", dict(recover=False)), ("full, no learned ranker", dict())]
+    extra = [("full, no recovery", dict(recovery=False)), ("full, no learned ranker", dict())]
     dump = open(args.dump, "w", encoding="utf-8") if args.dump else None
     for name, switches in list(SYSTEMS.items()) + extra:
         agg: Dict[str, List[float]] = {}
@@ -247,7 +247,7 @@ def quality(args) -> None:
             continue
         ret = per_fold[q["file"]]
         ret.ranker = rankers[q["file"]]
-        res = ret.search(q["body"], k=100, deadline_ms=None, diversify=False, recover=False)
+        res = ret.search(q["body"], k=100, deadline_ms=None, mmr=False, recovery=False)
         cand = list(dict.fromkeys(h.document_id for h in res.hits))
         gold_first = [d for d in cand if d in rel_docs] + [d for d in cand if d not in rel_docs]
         ceil.append(_metrics(gold_first, rel_docs)["MAP@10"])
@@ -398,7 +398,7 @@ def cross_year(args) -> None:
     singles = {"medretrieve BM25, plain (subject_boost=0)": (Retriever(col, ranker=None, subject_boost=0),
                                                              dict(_OFF, dense=False)),
                "medretrieve BM25 (subject boost)": (plain, dict(_OFF, dense=False)),
-               "medretrieve dense": (plain, dict(_OFF, lexical=False)),
+               "medretrieve dense": (plain, dict(_OFF, bm25=False)),
                "hybrid RRF, every extra stage off": (plain, dict(_OFF)),
                "default pipeline, no learned ranker (ranker=None)": (plain, {})}
     for name, (ret, sw) in singles.items():
@@ -409,13 +409,13 @@ def cross_year(args) -> None:
           file=sys.stderr)
     # default-on stages switched off one at a time, then the default-off ones switched on (Settings docstring)
     ablation = {"route": dict(route=False), "rerank (learned ranker)": dict(rerank=False),
-                "recovery": dict(recover=False)}
+                "recovery": dict(recovery=False)}
     for stage, sw in ablation.items():
         table[f"full, {stage} off"] = run(f"full, {stage} off", full, **sw)
     table["full, near-duplicate removal off"] = run("full, near-duplicate removal off",
                                                     Retriever(col, ranker=ranker, near_duplicate=2.0))
     table["full, + feedback (off by default with a ranker)"] = run("+ feedback", full, feedback=True)
-    table["full, + MMR (off by default)"] = run("+ mmr", full, diversify=True)
+    table["full, + MMR (off by default)"] = run("+ mmr", full, mmr=True)
     table["full, + abbreviation and relation expansion (off by default)"] = run(
         "+ expansion", Retriever(col, ranker=ranker, expansions=("abbreviations", "relations", "training", "llm")))
     if full.reranker.ranker_note.startswith("default ranker"):  # the portable fallback, on the same encoder
@@ -427,7 +427,7 @@ def cross_year(args) -> None:
     ceil = []
     for q in questions:
         rel = q["docs"] & in_corpus
-        res = full.search(q["body"], k=100, deadline_ms=None, diversify=False, recover=False)
+        res = full.search(q["body"], k=100, deadline_ms=None, mmr=False, recovery=False)
         cand = list(dict.fromkeys(h.document_id for h in res.hits))
         ceil.append(_metrics([d for d in cand if d in rel] + [d for d in cand if d not in rel], rel)["MAP@10"])
     ceiling = float(np.mean(ceil))

@@ -28,7 +28,7 @@ def test_search_batch_and_answer_return_library_types(server, medretrieve_retrie
         assert isinstance(res, SearchResult) and isinstance(res.hits[0], Hit)
         assert [h.chunk_id for h in res.hits] == [h.chunk_id for h in local.hits]
         assert res.stage("dense").ran
-        off = client.search(QUESTION, k=2, sections=["symptoms"], recover=False, explain=True)
+        off = client.search(QUESTION, k=2, sections=["symptoms"], recovery=False, explain=True)
         assert not off.stage("recovery").ran and "filter" in off.stage("route").reason
         batch = client.search_batch([QUESTION, "asthma inhaler"], k=2)
         assert [type(r) for r in batch] == [SearchResult, SearchResult] and batch[1].question == "asthma inhaler"

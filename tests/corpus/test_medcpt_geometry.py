@@ -87,7 +87,7 @@ def test_search_scores_are_the_towers_raw_inner_products(built, pair, dtype, rto
     col = built[dtype]
     ref, q, a = _reference(pair)
     res = Retriever(col, warmup=False).search(QUESTION, k=len(DOCS), deadline_ms=None, rerank=False,
-                                             diversify=False, recover=False, lexical=False, expand=False,
+                                             mmr=False, recovery=False, bm25=False, expand=False,
                                              feedback=False)
     got = {h.document_id: h.scores["dense"] for h in res.hits}
     assert len(got) == len(DOCS)

@@ -51,7 +51,7 @@ def test_sharded_search_returns_the_hits_of_one_collection_of_the_shards(ray_clu
         for q in QUESTIONS[:4]:
             _same_hits(single.search(q, k=10, deadline_ms=None), sharded.search(q, k=10, deadline_ms=None))
         # switches and a per-document cap go through as for one collection
-        for options in ({"lexical": False}, {"dense": False}, {"feedback": True, "diversify": True},
+        for options in ({"bm25": False}, {"dense": False}, {"feedback": True, "mmr": True},
                         {"expand": False}, {"per_document": 1}, {"sections": ["treatment", "other"]}):
             _same_hits(single.search(QUESTIONS[1], k=5, deadline_ms=None, **options),
                        sharded.search(QUESTIONS[1], k=5, deadline_ms=None, **options))

@@ -262,7 +262,7 @@ def test_ranker_and_cross_encoder_add_logits_in_the_rankers_order(collection):
     q = "Which inhalers treat asthma?"
     ranked = Retriever(collection)
     ranker = fit_ranker(ranked, TRAINING)
-    alone = ranked.search(q, k=8, deadline_ms=None, diversify=False, recover=False)
+    alone = ranked.search(q, k=8, deadline_ms=None, mmr=False, recovery=False)
     p_alone = {h.chunk_id: h.scores["rerank"] for h in alone.hits}
 
     # a cross-encoder with nothing to say (logit 0) leaves the ranker's probabilities and order as they were, and
@@ -270,7 +270,7 @@ def test_ranker_and_cross_encoder_add_logits_in_the_rankers_order(collection):
     zero = ConstantCrossEncoder(collection)
     both = Retriever(collection, cross_encoder=zero, ranker=ranker, rerank_depth=4)
     zero.seen.clear()  # warmup's call
-    res = both.search(q, k=8, deadline_ms=None, diversify=False, recover=False)
+    res = both.search(q, k=8, deadline_ms=None, mmr=False, recovery=False)
     assert "learned ranker's order, logits added (weight 0.5)" in res.stage("rerank").reason
     assert zero.seen == [h.chunk_id for h in alone.hits[:4]]
     assert [h.chunk_id for h in res.hits] == [h.chunk_id for h in alone.hits]
@@ -285,13 +285,13 @@ def test_ranker_and_cross_encoder_add_logits_in_the_rankers_order(collection):
     ce_logit = 2 * (logit(alone.hits[0].scores["rerank"]) - logit(p_alone[target])) + 2.0
     loud = Retriever(collection, cross_encoder=ConstantCrossEncoder(collection, {target: ce_logit}), ranker=ranker,
                      rerank_depth=4)
-    top = loud.search(q, k=8, deadline_ms=None, diversify=False, recover=False).hits[0]
+    top = loud.search(q, k=8, deadline_ms=None, mmr=False, recovery=False).hits[0]
     assert top.chunk_id == target
     expected = 1 / (1 + np.exp(-(logit(p_alone[target]) + 0.5 * ce_logit)))
     assert top.scores["rerank"] == pytest.approx(expected, rel=1e-4)
     off = Retriever(collection, cross_encoder=ConstantCrossEncoder(collection, {target: ce_logit}), ranker=ranker,
                     rerank_depth=4, ranker_ce_weight=0.0)
-    assert off.search(q, k=8, deadline_ms=None, diversify=False, recover=False).hits[0].chunk_id == \
+    assert off.search(q, k=8, deadline_ms=None, mmr=False, recovery=False).hits[0].chunk_id == \
         alone.hits[0].chunk_id
 
 
@@ -389,7 +389,7 @@ def test_subject_boost_reweights_the_questions_bm25(tmp_path):
              {"id": "x3", "title": "", "text": "Asthma is treated with inhalers."}]
     col = Collection.build(docs, tmp_path / "col", encoder=default_model_dir(), progress=False)
     q = "What is the mechanism of action of motolimod?"
-    switches = dict(dense=False, expand=False, rerank=False, diversify=False, recover=False, route=False,
+    switches = dict(dense=False, expand=False, rerank=False, mmr=False, recovery=False, route=False,
                     feedback=False)
     plain = Retriever(col, subject_boost=0).search(q, k=3, deadline_ms=None, **switches)
     boosted = Retriever(col, subject_boost=2).search(q, k=3, deadline_ms=None, **switches)
@@ -420,9 +420,9 @@ def test_a_cut_cross_encoder_depth_in_the_rankers_order_scores_what_it_read(coll
     ce = ConstantCrossEncoder(collection)
     ret = Retriever(collection, cross_encoder=ce, ranker=reverse, rerank_depth=3)
     fused = Retriever(collection, ranker=None).search("Which inhalers treat asthma?", k=30, deadline_ms=None,
-                                                      rerank=False, diversify=False, recover=False)
+                                                      rerank=False, mmr=False, recovery=False)
     ce.seen.clear()
-    res = ret.search("Which inhalers treat asthma?", k=30, deadline_ms=None, diversify=False, recover=False)
+    res = ret.search("Which inhalers treat asthma?", k=30, deadline_ms=None, mmr=False, recovery=False)
     assert len(ce.seen) == 3 and not set(ce.seen) & {h.chunk_id for h in fused.hits[:3]}  # none of the fused top 3
     assert [h.chunk_id for h in res.hits[:len(ce.seen)]] == ce.seen
     assert all("rerank" in h.scores and "cross_encoder" in h.scores for h in res.hits[:len(ce.seen)])

@@ -106,7 +106,7 @@ def test_an_update_builds_a_new_scope_not_new_stage_objects(tmp_path, built):
 def test_each_fusion_runs_once_per_search(collection, monkeypatch, settings, feedback, expected):
     ret = Retriever(collection, **settings)
     spy = FusionSpy(monkeypatch)
-    res = ret.search(QUESTION, k=3, deadline_ms=None, feedback=feedback, recover=False)
+    res = ret.search(QUESTION, k=3, deadline_ms=None, feedback=feedback, recovery=False)
     calls = spy.take()
     assert len(calls) == expected, calls
     assert len(set(calls)) == len(calls)  # no two calls fused the same lists
@@ -124,7 +124,7 @@ def test_an_online_search_fuses_the_question_once(collection, tmp_path, monkeypa
         ret = Retriever(collection, online=src)
         spy = FusionSpy(monkeypatch)
         for _ in range(2):
-            res = ret.search(QUESTION, k=5, deadline_ms=None, recover=False)
+            res = ret.search(QUESTION, k=5, deadline_ms=None, recovery=False)
             assert res.stage("pool").ran and res.hits
             calls = spy.take()
             # the local candidates (they only seed the pool: no question's own fusion there), then over the pool
@@ -137,7 +137,7 @@ def test_an_online_search_fuses_the_question_once(collection, tmp_path, monkeypa
 def test_a_variant_list_makes_a_second_fusion_not_a_repeat(collection, monkeypatch):
     ret = Retriever(collection, llm_terms=lambda question, ms_left: ["thromboxane"])
     spy = FusionSpy(monkeypatch)
-    res = ret.search(QUESTION, k=3, deadline_ms=None, recover=False)
+    res = ret.search(QUESTION, k=3, deadline_ms=None, recovery=False)
     assert "llm" in res.expansions
     calls = spy.take()
     # the question's own lists (for the weak flag), then every list, the variant's with its weight

@@ -37,7 +37,7 @@ def test_search_returns_the_library_result_and_its_timing(http, medretrieve_retr
 
 def test_search_options_reach_the_retriever(http):
     body = {"question": "What are the symptoms of a pulmonary embolism?", "k": 5, "per_document": 1,
-            "sections": ["treatment", "diagnosis"], "stages": {"rerank": False, "recover": False}, "explain": True}
+            "sections": ["treatment", "diagnosis"], "stages": {"rerank": False, "recovery": False}, "explain": True}
     res = SearchResult.from_dict(http.post("/v1/search", json=body).json())
     assert len({h.document_id for h in res.hits}) == len(res.hits)  # per_document=1
     assert "filter" in res.stage("route").reason
@@ -74,7 +74,7 @@ def test_batch_answers_each_question_in_order(http):
     ("/v1/search", {"question": "x", "colour": "red"}, "colour", 422),
     ("/v1/search", {"question": "x", "deadline_ms": 0}, "deadline_ms", 422),
     ("/v1/search", {"question": "x", "sections": ["kitchen"]}, "sections.0", 422),
-    ("/v1/search", {"question": "x", "stages": {"dense": False, "lexical": False}}, "stages", 422),
+    ("/v1/search", {"question": "x", "stages": {"dense": False, "bm25": False}}, "stages", 422),
     ("/v1/search", {"question": "x", "stages": {"fast": True}}, "stages.fast", 422),
     ("/v1/search", [1, 2], None, 422),
     ("/v1/search:batch", {"questions": []}, "questions", 422),

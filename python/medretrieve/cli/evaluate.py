@@ -16,7 +16,7 @@ from .options import RANKER_HELP, HelpFormatter, deadline, ranker_arg
 
 
 def parse_search_options(pairs: Optional[Sequence[str]]) -> dict[str, Any]:
-    """``["lexical=false", "per_document=2"]`` -> ``{"lexical": False, "per_document": 2}``.
+    """``["bm25=false", "per_document=2"]`` -> ``{"bm25": False, "per_document": 2}``.
 
     Values: true/false, none, integers, floats, else the string.
     """
@@ -25,7 +25,7 @@ def parse_search_options(pairs: Optional[Sequence[str]]) -> dict[str, Any]:
         key, sep, raw = pair.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key.isidentifier():
-            raise ValueError(f"--search-option {pair!r} must look like NAME=VALUE (e.g. lexical=false)")
+            raise ValueError(f"--search-option {pair!r} must look like NAME=VALUE (e.g. bm25=false)")
         if key in ("k", "deadline_ms"):
             raise ValueError(f"--search-option {key} is set by --k / --deadline-ms")
         low = raw.strip().lower()
@@ -223,7 +223,7 @@ def add_eval(subparsers: Any) -> None:
     p.add_argument("--k", type=int, default=10, help="cut-off (BioASQ: 10)")
     p.add_argument("--fetch-k", type=int, default=None, help="hits asked from the retriever (default 3*k)")
     p.add_argument("--search-option", action="append", metavar="NAME=VALUE",
-                   help="extra Retriever.search keyword, repeatable (e.g. lexical=false for dense only)")
+                   help="extra Retriever.search keyword, repeatable (e.g. bm25=false for dense only)")
     p.add_argument("--ranker-folds", action="store_true",
                    help="learned ranker per file, fitted on the other files' questions (leave-one-file-out)")
     common(p)

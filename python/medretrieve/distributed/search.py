@@ -38,6 +38,7 @@ from .fanout import ShardSet, default_name_prefix
 from .first_stage import ShardedFirstStage
 from .sharded_collection import GlobalStats, ShardedCollection, ShardedSearchState
 from .shard_actor import ShardSearcher
+from ..wire import DEFAULT_DEADLINE_MS, DEFAULT_K
 from .layout import PathLike, shard_dirs
 
 class ShardedRetriever(Retriever):
@@ -136,15 +137,12 @@ class ShardedRetriever(Retriever):
         return ShardedSearchState(self.shard_set, self.collection.stats)
 
     # ------------------------------------------------------------- search
-    def search(self, question: str, k: int = 10, deadline_ms: Optional[float] = 300, *,
-               expand: bool = True, rerank: bool = True, diversify: Optional[bool] = None, recover: bool = True,
-               route: bool = True, dense: bool = True, lexical: bool = True, feedback: Optional[bool] = None,
-               per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None) -> SearchResult:
-        """:meth:`Retriever.search` over every shard (module docstring); ``result.shards`` says which answered."""
+    def search(self, question: str, k: int = DEFAULT_K, deadline_ms: Optional[float] = DEFAULT_DEADLINE_MS,
+               **options: Any) -> SearchResult:
+        """:meth:`Retriever.search` over every shard (module docstring), with its options
+        (:data:`medretrieve.wire.SEARCH_OPTIONS`); ``result.shards`` says which answered."""
         state = self._search_state()
         with self.collection.session(state):
-            result = super().search(question, k, deadline_ms, expand=expand, rerank=rerank, diversify=diversify,
-                                    recover=recover, route=route, dense=dense, lexical=lexical, feedback=feedback,
-                                    per_document=per_document, sections=sections)
+            result = super().search(question, k, deadline_ms, **options)
         result.shards = state.report()
         return result

@@ -383,7 +383,7 @@ def retriever_search_fn(retriever: Any, deadline_ms: Any = RETRIEVER_DEFAULT,
 
     ``deadline_ms``: per search (ms); None for no deadline; by default the
     retriever's own default. ``options``: more ``Retriever.search`` keywords
-    (e.g. ``{"lexical": False}`` for a dense-only ablation).
+    (e.g. ``{"bm25": False}`` for a dense-only ablation).
     """
 
     def search(query: str, k: int) -> Sequence[Any]:

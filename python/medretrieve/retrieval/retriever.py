@@ -53,7 +53,8 @@ from .learned_ranker import LinearRanker
 from .recovery import Recovery
 from .rerank import Ranking, Reranker
 from .results import Hit, SearchResult, StageLog
-from .settings import Settings, check_settings
+from .settings import Settings
+from ..wire import DEFAULT_DEADLINE_MS, DEFAULT_K, check_search_options
 
 
 WEAK_DEPTH = 10  # first-stage hits the weak flag reads (at least)
@@ -189,48 +190,54 @@ class Retriever:
         return r.title, r.text
 
     # ------------------------------------------------------------- search
-    def search(self, question: str, k: int = 10, deadline_ms: Optional[float] = 300, *,
-               expand: bool = True, rerank: bool = True, diversify: Optional[bool] = None, recover: bool = True,
-               route: bool = True, dense: bool = True, lexical: bool = True, feedback: Optional[bool] = None,
-               per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None) -> SearchResult:
+    def search(self, question: str, k: int = DEFAULT_K, deadline_ms: Optional[float] = DEFAULT_DEADLINE_MS, *,
+               per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
+               expand: Optional[bool] = None, route: Optional[bool] = None, dense: Optional[bool] = None,
+               bm25: Optional[bool] = None, feedback: Optional[bool] = None, rerank: Optional[bool] = None,
+               mmr: Optional[bool] = None, recovery: Optional[bool] = None) -> SearchResult:
         """Best ``k`` chunks for ``question`` within ``deadline_ms`` (None: no deadline; 0: already expired,
         so only the stages that always run do).
 
-        The switches turn stages off (for ablations): ``dense`` / ``lexical`` (at least one), ``expand``,
-        ``rerank``, ``diversify`` (MMR), ``recover``, ``route`` (section routing), ``feedback``
-        (pseudo-relevance feedback). ``diversify`` and ``feedback`` default to None: as ``Settings.mmr`` and
-        ``Settings.feedback`` say (MMR off; feedback only without a learned ranker; why in :class:`.Settings`).
-        ``per_document`` caps hits per document. With an online source the deadline covers the PubMed calls too
-        (module docstring). ``sections``: section categories (``treatment``, ``symptoms``, ``diagnosis``, ...
-        of ``medretrieve.corpus.chunking.SECTION_CATEGORIES``, or ``other``) every hit must come from; it replaces
-        section routing and recovery stays inside it too.
+        The options are those of the search request, declared once in :data:`medretrieve.wire.SEARCH_OPTIONS`
+        (names, types, bounds, units) and checked as every door checks them
+        (:func:`~medretrieve.wire.check_search_options`: TypeError for a wrong type, no coercion; ValueError out of
+        bounds). ``per_document`` caps hits per document. ``sections``: section categories (``treatment``,
+        ``symptoms``, ``diagnosis``, ... of ``medretrieve.corpus.chunking.SECTION_CATEGORIES``, or ``other``) every
+        hit must come from; it replaces section routing and recovery stays inside it too. With an online source the
+        deadline covers the PubMed calls too (module docstring).
+
+        The stage switches carry the stage log's names: ``expand``, ``route`` (section routing), ``dense`` /
+        ``bm25`` (not both off), ``feedback`` (pseudo-relevance feedback), ``rerank``, ``mmr``, ``recovery``.
+        None (the default) is the retriever's setting: on, except ``mmr`` and ``feedback``, as ``Settings.mmr``
+        and ``Settings.feedback`` say (MMR off; feedback only without a learned ranker; why in :class:`.Settings`).
         """
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question must be a non-empty string")
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
-        if not (dense or lexical):
-            raise ValueError("at least one of dense and lexical retrieval must be on")
-        if per_document is not None:
-            check_settings(per_document=per_document)
+        expired = deadline_ms == 0 and not isinstance(deadline_ms, bool)  # in-process only: already out of time
+        opts = check_search_options(dict(
+            k=k, deadline_ms=None if expired else deadline_ms, per_document=per_document, sections=sections,
+            expand=expand, route=route, dense=dense, bm25=bm25, feedback=feedback, rerank=rerank, mmr=mmr,
+            recovery=recovery))
+        k, per_document = opts["k"], opts.get("per_document")
+        on = {name: opts.get(name, True) for name in ("expand", "route", "dense", "bm25", "rerank", "recovery")}
         only = None if sections is None else section_labels(sections)
         dl = Deadline(deadline_ms)
         log = StageLog(dl)
         with dl.stage("classify"):
             query = Query.analyse(question)
         log.record("classify", True, f"{query.qtype} / intent {query.intent}")
-        switches = Switches(expand, route, dense, lexical, feedback)
-        ranked = rerank and self.ranker is not None
+        switches = Switches(on["expand"], on["route"], on["dense"], on["bm25"], feedback)
+        ranked = on["rerank"] and self.ranker is not None
         scope, pool = self.scope(), None
         if self.online is not None:
             scope, pool = self._online_scope(scope, query, k, dl, log, switches, ranked, only)
         cands = self.candidates.gather(scope, query, k, dl, log, switches, ranked=ranked, only=only)
-        ranking = self.reranker.rerank(scope, query, cands, dl, log, enabled=rerank)
-        mmr = self._diversify(scope.collection, query, cands, ranking, k, dl, log,
-                              self.settings.mmr if diversify is None else diversify)
+        ranking = self.reranker.rerank(scope, query, cands, dl, log, enabled=on["rerank"])
+        diversified = self._diversify(scope.collection, query, cands, ranking, k, dl, log,
+                                      self.settings.mmr if mmr is None else mmr)
         with dl.stage("prune"):
-            top = self.recovery.select(scope, mmr.order, k, per_document)
-        log.record("prune", True, f"{len(mmr.order)} candidates -> {len(top)} hits")
+            top = self.recovery.select(scope, diversified.order, k, per_document)
+        log.record("prune", True, f"{len(diversified.order)} candidates -> {len(top)} hits")
         with dl.stage("weak"):
             # read from the question's own first-stage lists, which no deadline changes, so the flag (and an
             # abstention built on it) does not flip with machine load; over at least 10 hits, so it does not
@@ -239,9 +246,9 @@ class Retriever:
             weak_reasons = self.recovery.weak_reasons(
                 scope, query, self.recovery.select(scope, cands.question_ids.tolist(), wk, per_document), wk)
         log.record("weak", True, "; ".join(weak_reasons) or "not weak")
-        rec = self._recover(scope, pool, query, top, k, cands, dl, log, bool(weak_reasons) and recover, recover,
-                            only)
-        hits = self._hits(scope, query, rec, cands, ranking, mmr.scores)
+        rec = self._recover(scope, pool, query, top, k, cands, dl, log, bool(weak_reasons) and on["recovery"],
+                            on["recovery"], only)
+        hits = self._hits(scope, query, rec, cands, ranking, diversified.scores)
         rec.report.pop("added_rows", None)
         return SearchResult(query.text, hits, query.qtype, bool(weak_reasons), weak_reasons,
                             rec.report.get("replaced", 0) > 0, log.stages, dl.finish(), intent=query.intent,

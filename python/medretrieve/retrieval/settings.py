@@ -20,7 +20,7 @@ in bench/RESULTS.md, "Cross-year quality"). Each switch is kept (``Retriever(...
 - ``feedback`` (pseudo-relevance feedback): None, the default, runs it only **without** a learned ranker. Without
   one it helps in both years; with one it is mixed (-0.003 / +0.003), so the rule puts it off where it loses.
 - ``mmr``: MMR diversification is **off** (-0.001 / -0.001; no run showed a gain in document MAP). Turn it on
-  (``mmr=True`` or ``search(diversify=True)``) when a prompt needs evidence from different angles more than the
+  (``mmr=True`` or ``search(mmr=True)``) when a prompt needs evidence from different angles more than the
   best-ranked evidence.
 """
 from __future__ import annotations

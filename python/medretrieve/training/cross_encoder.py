@@ -70,7 +70,7 @@ def fit_cross_encoder(retriever, examples, base: Union[str, os.PathLike], out_di
     for question, docs in tqdm(pairs, desc="cross-encoder candidates", disable=not progress):
         if not question.strip():
             continue
-        hits = retriever.search(question, k=100, deadline_ms=None, diversify=False, recover=False).hits
+        hits = retriever.search(question, k=100, deadline_ms=None, mmr=False, recovery=False).hits
         pos = [h for h in hits if h.document_id in docs][:max_positives]
         neg = [h for h in hits if h.document_id not in docs][:30]
         if not pos or not neg:
