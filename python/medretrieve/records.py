@@ -22,10 +22,13 @@ __all__ = ["Hit", "StageInfo", "SearchResult", "Citation", "Answer"]
 
 @dataclass
 class Hit:
-    """One retrieved chunk. ``score`` is its relevance score (the rerank stage's; the normalised RRF score when
-    reranking is off; a recovered hit's lexical relevance); ``scores`` holds each stage's value for this chunk
-    (``dense``, ``bm25``, ``rrf``, ``rerank``, ``cross_encoder``, ``mmr``, ``recovery``; empty in a compact
-    record). ``span``: where the text sits in its source document, as BioASQ snippet fields (``beginSection``,
+    """One retrieved chunk. ``score`` is the score the list is ordered by, one scale per list (the rerank stage's;
+    the normalised RRF score when reranking is off). ``placed_by`` names the stage that put the hit in its place
+    rather than its score (``"recovery"``: it replaced a weak hit of the search); such a hit takes the score of the
+    place it fills (0.0 when it was added below the ranked ones), so ``score`` still reads as the list's order, and
+    its own measure is in ``scores`` (``scores["recovery"]``: the share of the question's words it holds).
+    ``scores`` holds each stage's value for this chunk (``dense``, ``bm25``, ``rrf``, ``rerank``,
+    ``cross_encoder``, ``mmr``, ``recovery``; empty in a compact record). ``span``: where the text sits in its source document, as BioASQ snippet fields (``beginSection``,
     ``endSection``, ``offsetInBeginSection``, ``offsetInEndSection``; :func:`medretrieve.corpus.spans.chunk_span`;
     and ``text``, the section's characters at those offsets, only where they differ from the chunk's
     whitespace-normalised ``text``), None when the collection does not know the chunk's section."""
@@ -40,6 +43,7 @@ class Hit:
     metadata: Dict[str, Any]
     parent_id: Optional[str]
     span: Optional[Dict[str, Any]] = None
+    placed_by: Optional[str] = None
 
     def to_dict(self, explain: bool = True) -> Dict[str, Any]:
         """A JSON-ready dict (its containers are copies; values inside ``metadata`` are shared)."""
@@ -47,7 +51,7 @@ class Hit:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Hit":
-        """The inverse of :meth:`to_dict` (``scores`` may be left out: empty)."""
+        """The inverse of :meth:`to_dict` (``scores`` may be left out: empty; ``span`` and ``placed_by``: None)."""
         return cls(**{"scores": {}, **data})
 
 
@@ -158,7 +162,11 @@ class Answer:
     ``error`` holds the LLM failure message (the pipeline does not raise it);
     ``sources_used`` is how many of the ``evidence`` hits (the first ones) were
     in the prompt -- fewer than all when the context overflowed and the
-    Answerer retried with fewer -- and ``notes`` says what was adapted.
+    Answerer retried with fewer -- and ``notes`` says what was adapted;
+    ``shown_sources`` are the 1-based source numbers worth showing a reader: the
+    cited ones and those scoring at least the Answerer's ``source_floor``
+    (:data:`medretrieve.generation.generate.SOURCE_FLOOR`), in order; the other
+    evidence stays in ``evidence`` (empty in an answer from before this field: show all).
     """
 
     question: str
@@ -175,6 +183,7 @@ class Answer:
     raw: str = ""
     sources_used: int = 0
     notes: list[str] = field(default_factory=list)
+    shown_sources: list[int] = field(default_factory=list)
 
     @property
     def unsupported(self) -> list[Citation]:
@@ -211,7 +220,7 @@ class Answer:
 
 
 _HIT_FIELDS = {f.name for f in dataclasses.fields(Hit)}
-_HIT_REQUIRED = _HIT_FIELDS - {"scores", "span"}
+_HIT_REQUIRED = _HIT_FIELDS - {"scores", "span", "placed_by"}
 
 
 def _hit_dict(hit: Any, explain: bool) -> dict:

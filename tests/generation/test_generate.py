@@ -333,3 +333,22 @@ def test_answerer_over_a_real_collection(tmp_path):
     assert ans.exact_answer == "yes"
     assert "1" in [h.document_id for h in ans.evidence]
     assert len(ans.citations) == 1 and ans.citations[0].supported
+
+
+def test_answers_show_the_cited_sources_and_those_above_the_floor():
+    """Issue 44: an answer lists what it cites plus any source scoring at least ``source_floor``; the rest stay in
+    ``evidence``; a source a stage placed without ranking it is shown only when cited."""
+    hits = [_hit(0, SOURCES[0], 0.95, rerank=0.95), _hit(1, SOURCES[1]["text"], 0.80, rerank=0.8),
+            _hit(2, SOURCES[2], 0.30, rerank=0.3), _hit(3, "Unrelated hypertension text.", 0.92, recovery=0.6)]
+    hits[3].placed_by = "recovery"
+    retriever = FakeRetriever(_result(hits))
+    reply = "Oseltamivir is a neuraminidase inhibitor used for influenza [3]."
+    with FakeLLMServer(scripted([reply, reply])) as srv, OpenAIBackend(srv.base_url, "fake-model") as backend:
+        ans = G.Answerer(retriever, backend, k=4).answer("What is oseltamivir?")
+        assert ans.shown_sources == [1, 3]  # 1: uncited at 0.95 >= 0.9; 2: 0.80 < 0.9; 3: cited; 4: placed, uncited
+        strict = G.Answerer(retriever, backend, k=4, source_floor=1.0).answer("What is oseltamivir?")
+        assert strict.shown_sources == [3]
+    assert len(ans.evidence) == 4 and G.Answer.from_dict(ans.to_dict()).shown_sources == [1, 3]
+    with pytest.raises(ValueError, match="source_floor"):
+        G.Answerer(retriever, None, source_floor=float("nan"))
+    assert G.shown_sources(hits, [G.Citation("s [9] [2]", [9, 2], True, 1.0, "", invalid_sources=[9])]) == [1, 2]

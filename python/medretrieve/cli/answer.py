@@ -5,7 +5,7 @@ import json
 import sys
 from typing import Any
 
-from ..generation.generate import MODES, field_of
+from ..generation.generate import MODES, SOURCE_FLOOR, field_of
 from ..generation.prompts import BIOASQ_TYPES
 from .options import HelpFormatter, deadline
 from .search import score_label
@@ -34,6 +34,9 @@ def add_answer(subparsers: Any) -> None:
     p.add_argument("--max-tokens", type=int, default=512, help="most tokens the LLM may write")
     p.add_argument("--timeout-s", type=float, default=60.0, help="per-request LLM timeout in seconds")
     p.add_argument("--json", action="store_true", help="print the full answer as JSON")
+    p.add_argument("--all-sources", action="store_true",
+                   help="list every retrieved source (default: the cited ones and any scoring at least "
+                        f"{SOURCE_FLOOR})")
     p.add_argument("--verbose", action="store_true", help="also print notes and timings")
     p.set_defaults(func=_answer)
 
@@ -60,16 +63,18 @@ def _answer(args: Any) -> int:
     if args.json:
         print(json.dumps(ans.to_dict(), indent=2, ensure_ascii=False, default=str))
     else:
-        print(format_answer(ans, verbose=args.verbose))
+        print(format_answer(ans, verbose=args.verbose, all_sources=args.all_sources))
     if ans.error:
         print(f"medretrieve answer: {ans.error}", file=sys.stderr)
         return 1
     return 0
 
 
-def format_answer(ans: Any, width: int = 100, verbose: bool = False) -> str:
-    """An answer for a person: the answer, why there is none, its exact answer, the numbered sources it may cite
-    (with the relevance score the evidence is ranked by), unsupported sentences; timings with ``verbose``."""
+def format_answer(ans: Any, width: int = 100, verbose: bool = False, all_sources: bool = False) -> str:
+    """An answer for a person: the answer, why there is none, its exact answer, its sources (the cited ones and
+    those scoring at least the answerer's floor, ``Answer.shown_sources``; every source with ``all_sources``),
+    numbered as the answer cites them, with the score the evidence is ranked by; unsupported sentences; notes and
+    timings with ``verbose``."""
     import textwrap
 
     lines = [textwrap.fill(f"A: {ans.text or '(no answer)'}", width, subsequent_indent="   ")]
@@ -79,17 +84,24 @@ def format_answer(ans: Any, width: int = 100, verbose: bool = False) -> str:
         lines.append(f"   (failed: {ans.error})")
     if ans.exact_answer is not None:
         lines.append(f"Exact answer: {ans.exact_answer}")
-    if ans.evidence:
-        shown = ans.evidence[:ans.sources_used or len(ans.evidence)]
-        recovered = sum("recovery" in (field_of(h, "scores") or {}) for h in shown)
-        lines.append("Sources, in the search's order (by rerank score"
-                     + (f"; recovery put {recovered} in place of weak hits" if recovered else "") + "):")
-        for n, h in enumerate(shown, 1):
+    offered = ans.evidence[:ans.sources_used or len(ans.evidence)]
+    numbers = list(range(1, len(offered) + 1))
+    if not all_sources and getattr(ans, "shown_sources", None) is not None and (ans.shown_sources or ans.citations
+                                                                                 or ans.abstained):
+        numbers = [n for n in ans.shown_sources if 1 <= n <= len(offered)]
+    if numbers:
+        lines.append("Sources (cited, or scoring at least the relevance floor):" if len(numbers) < len(offered)
+                     else "Sources:")
+        for n in numbers:
+            h = offered[n - 1]
             where = " > ".join(str(p) for p in (field_of(h, "title"), field_of(h, "section")) if p)
             score = field_of(h, "score")
             lines.append(f"  [{n}] {field_of(h, 'document_id', '')} {where}"
-                         + (f" ({score_label(field_of(h, 'scores') or {}, score)})"
+                         + (f" ({score_label(field_of(h, 'scores') or {}, score, field_of(h, 'placed_by'))})"
                             if isinstance(score, (int, float)) else ""))
+    if len(numbers) < len(offered):
+        lines.append(f"  ({len(offered) - len(numbers)} more retrieved, not cited and below the relevance floor: "
+                     "--all-sources lists them)")
     bad = ans.unsupported
     if bad:
         lines.append("Unsupported sentences:")

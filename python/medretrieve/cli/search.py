@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from .options import RANKER_HELP, HelpFormatter, deadline, ranker_arg
 from ..retrieval.results import SearchResult
@@ -37,27 +37,28 @@ def add_search(sub: Any) -> None:
     p.set_defaults(func=_search)
 
 
-def score_label(scores: Dict[str, float], score: float) -> str:
-    """What a hit's score is, so a listing explains its order: a hit recovery put in the place of a weak one
-    ranks there by recovery (its score is its lexical match, not comparable with the rerank scores around it);
-    the others by the rerank (or RRF) score."""
-    if "recovery" in scores:
-        return f"placed by recovery, lexical match {score:.3f}"
+def score_label(scores: Dict[str, float], score: float, placed_by: Optional[str] = None) -> str:
+    """What a hit's score is, so a listing explains its order: a hit another stage put in its place (``placed_by``:
+    recovery's second search for a weak question) is said to be there for that reason, with no score of another
+    scale; the others show the score the list is ordered by (rerank, or RRF without reranking)."""
+    if placed_by or "recovery" in scores:
+        return "added by a second search: the first found little"
     return f"{'rerank' if 'rerank' in scores or 'cross_encoder' in scores else 'rrf'} {score:.3f}"
 
 
 def format_result(res: SearchResult, width: int = 160, stages: bool = True) -> str:
     """A search result for a person: the question, then each hit with the score its place comes from (module
     :func:`score_label`) and its text."""
-    lines = [f"Q: {res.question}", f"   type={res.query_type} intent={res.intent} weak={res.weak}"
-             + (f" ({'; '.join(res.weak_reasons)})" if res.weak else "") + f" recovered={res.recovered}"
-             + f" total={res.timings_ms.get('total', 0):.1f} ms"]
+    evidence = f"weak evidence ({'; '.join(res.weak_reasons)})" if res.weak else "good evidence"
+    lines = [f"Q: {res.question}", f"   a {res.query_type} question; {evidence}; "
+             f"searched in {res.timings_ms.get('total', 0):.1f} ms"]
     if res.recovered:
-        lines.append(f"   order: reranked, then recovery replaced {res.recovery.get('replaced', 0)} weak hit(s) in "
-                     "place (marked 'placed by recovery')")
+        lines.append(f"   {res.recovery.get('replaced', 0)} hit(s) added by a second search, in place of ones that "
+                     "matched the question poorly")
     for i, h in enumerate(res.hits, 1):
         text = " ".join(h.text.split())
-        lines.append(f"{i:3d}. [{score_label(h.scores, h.score)}] {h.document_id} {h.section or '-'} | {h.title[:60]}")
+        lines.append(f"{i:3d}. [{score_label(h.scores, h.score, h.placed_by)}] {h.document_id} {h.section or '-'} "
+                     f"| {h.title[:60]}")
         lines.append(f"      {text[:width]}{'...' if len(text) > width else ''}")
     if stages:
         lines.append("   stages: " + ", ".join(

@@ -30,7 +30,8 @@ from .parsers import (
 from .prompts import BIOASQ_TYPES, bioasq_messages, cite_messages
 from .schemas import bioasq_response_format
 
-__all__ = ["write_bioasq_submission", "AbstentionPolicy", "Answer", "Answerer", "Citation", "MODES", "field_of"]
+__all__ = ["write_bioasq_submission", "AbstentionPolicy", "Answer", "Answerer", "Citation", "MODES", "SOURCE_FLOOR",
+           "field_of", "shown_sources"]
 
 # ---------------------------------------------------------------------------
 # BioASQ submission
@@ -240,6 +241,25 @@ class AbstentionPolicy:
 
 MODES = ("cite", "answer_only", "bioasq")
 
+#: Score (on the evidence list's scale: the shipped ranker's probability of relevance, or the RRF score normalised
+#: by the best without a ranker) an uncited source needs to be shown with an answer. Cited sources are always shown.
+#: Why this high: the ranker gives a passage on the question's neighbouring topic ~0.8 (Hypertension for a diabetes
+#: question), which a reader takes for a reference; the full evidence stays in ``Answer.evidence``.
+SOURCE_FLOOR = 0.9
+
+
+def shown_sources(evidence: list, citations: Iterable[Citation], floor: float = SOURCE_FLOOR) -> list[int]:
+    """The 1-based numbers of the sources worth showing: every validly cited one, and the uncited ones whose
+    ``score`` reaches ``floor`` (a hit placed by a stage other than the ranking, ``placed_by``, only when cited)."""
+    cited = {n for c in citations for n in c.sources if n not in c.invalid_sources}
+    out = []
+    for n, h in enumerate(evidence, 1):
+        score = field_of(h, "score")
+        strong = isinstance(score, (int, float)) and score >= floor and not field_of(h, "placed_by")
+        if n in cited or strong:
+            out.append(n)
+    return out
+
 
 class Answerer:
     """Retrieve evidence, abstain when it is too weak, else ask the LLM and check the answer.
@@ -256,6 +276,8 @@ class Answerer:
     in the prompt (chars) so small context windows fit; when the prompt still
     overflows the model's context (:class:`~medretrieve.generation.llm.LLMContextTooLong`)
     and ``shrink_on_overflow``, the top half of the sources is tried, down to one.
+    ``source_floor``: the score an uncited source needs to be in ``Answer.shown_sources``
+    (:data:`SOURCE_FLOOR`; cited sources always are).
     """
 
     def __init__(
@@ -274,6 +296,7 @@ class Answerer:
         support_threshold: float = SUPPORT_THRESHOLD,
         search_kwargs: Optional[dict] = None,
         shrink_on_overflow: bool = True,
+        source_floor: float = SOURCE_FLOOR,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -298,6 +321,10 @@ class Answerer:
         self.support_threshold = support_threshold
         self.search_kwargs = dict(search_kwargs or {})
         self.shrink_on_overflow = shrink_on_overflow
+        if isinstance(source_floor, bool) or not isinstance(source_floor, (int, float)) \
+                or not math.isfinite(source_floor):
+            raise ValueError(f"source_floor must be a finite number (a score), got {source_floor!r}")
+        self.source_floor = float(source_floor)
 
     def _messages(self, question: str, qtype: Optional[str], hits: list) -> list[dict]:
         if self.mode == "bioasq":
@@ -313,7 +340,14 @@ class Answerer:
     def answer(self, question: str, qtype: Optional[str] = None, deadline_ms: Optional[float] = None) -> Answer:
         """Answer ``question``; ``qtype`` (yesno | factoid | list | summary) asks for an
         exact answer too (default: the retriever's ``query_type`` when it is one of those).
-        ``deadline_ms`` caps the whole call (retrieval + generation)."""
+        ``deadline_ms`` caps the whole call (retrieval + generation). The answer's ``shown_sources``
+        are its cited sources and those scoring at least ``source_floor``."""
+        ans = self._answer(question, qtype, deadline_ms)
+        offered = ans.evidence[:ans.sources_used or len(ans.evidence)]
+        ans.shown_sources = shown_sources(offered, ans.citations, self.source_floor)
+        return ans
+
+    def _answer(self, question: str, qtype: Optional[str], deadline_ms: Optional[float]) -> Answer:
         from .llm import LLMContextTooLong, LLMError, LLMTimeout
 
         if not isinstance(question, str) or not question.strip():
