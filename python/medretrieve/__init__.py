@@ -9,17 +9,17 @@ MCP) and ``cli``. This module re-exports the public names, each loaded on first 
 medretrieve`` costs nothing, the native core loads with the first ``Index`` or ``mmr``, onnxruntime with the first
 pipeline class.
 """
-from __future__ import annotations
-
 import os as _os
-from typing import TYPE_CHECKING, Any
+import typing as _typing
+
+from ._exports import attach as _attach
 
 # Developer builds: MEDRETRIEVE_CORE_DIR points at a CMake build folder that
 # holds _core*.so, so several build trees can share one source checkout.
 if _os.environ.get("MEDRETRIEVE_CORE_DIR"):
     __path__.insert(0, _os.environ["MEDRETRIEVE_CORE_DIR"])
 
-if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs (explicit re-exports)
+if _typing.TYPE_CHECKING:  # the public API, declared once: type checkers read it here, _exports.attach at run time
     from ._version import __version__ as __version__
     from .fusion import cuda_available as cuda_available
     from .fusion import fuse_scores as fuse_scores
@@ -30,25 +30,26 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from .index import BFIndex as BFIndex
     from .index import FlatIndex as FlatIndex
     from .index import Index as Index
-    from .corpus.collection import Collection as Collection
-    from .corpus.snapshot import CollectionSnapshot as CollectionSnapshot
-    from .corpus.store import CollectionChanged as CollectionChanged
-    from .corpus.store import DamagedCollection as DamagedCollection
-    from .corpus.memory import MemoryCollection as MemoryCollection
-    from .corpus.pubmed import PubMedSource as PubMedSource
     from .records import Answer as Answer
-    from .generation.generate import Answerer as Answerer
-    from .integrations.haystack import HaystackRetriever as HaystackRetriever
-    from .integrations.langchain import LangChainRetriever as LangChainRetriever
-    from .integrations.llamaindex import LlamaIndexRetriever as LlamaIndexRetriever
-    from .retrieval.online import OnlineStage as OnlineStage
-    from .retrieval.query import Query as Query
-    from .retrieval.learned_ranker import LinearRanker as LinearRanker
     from .records import Hit as Hit
     from .records import SearchResult as SearchResult
     from .records import StageInfo as StageInfo
-    from .retrieval.retriever import Retriever as Retriever
-    from .retrieval.settings import Settings as Settings
+    from .corpus import Collection as Collection
+    from .corpus import CollectionChanged as CollectionChanged
+    from .corpus import CollectionSnapshot as CollectionSnapshot
+    from .corpus import DamagedCollection as DamagedCollection
+    from .corpus import MemoryCollection as MemoryCollection
+    from .corpus import PubMedSource as PubMedSource
+    from .retrieval import LinearRanker as LinearRanker
+    from .retrieval import OnlineStage as OnlineStage
+    from .retrieval import Query as Query
+    from .retrieval import Retriever as Retriever
+    from .retrieval import Settings as Settings
+    from .generation import Answerer as Answerer
+    # framework doors, each behind its extra (langchain, llamaindex, haystack)
+    from .integrations import HaystackRetriever as HaystackRetriever
+    from .integrations import LangChainRetriever as LangChainRetriever
+    from .integrations import LlamaIndexRetriever as LlamaIndexRetriever
 
 
 def simd_level() -> str:
@@ -83,54 +84,6 @@ def _check_simd_env() -> None:
 
 _check_simd_env()
 
-# public name -> module that defines it, imported on first use: importing medretrieve (or a light part of it such
-# as medretrieve.client) loads neither the native core nor numpy until a name that needs them is used
-_LAZY = {
-    "__version__": "_version",  # importlib.metadata is slow to import
-    "Index": "index",
-    "FlatIndex": "index",
-    "BFIndex": "index",
-    "mmr": "fusion",
-    "mmr_batch": "fusion",
-    "rrf": "fusion",
-    "fuse_scores": "fusion",
-    "lambda_for": "fusion",
-    "cuda_available": "fusion",
-    "Collection": "corpus.collection",
-    "CollectionSnapshot": "corpus.snapshot",
-    "DamagedCollection": "corpus.store",
-    "CollectionChanged": "corpus.store",
-    "MemoryCollection": "corpus.memory",
-    "PubMedSource": "corpus.pubmed",
-    "OnlineStage": "retrieval.online",
-    "Retriever": "retrieval.retriever",
-    "Settings": "retrieval.settings",
-    "SearchResult": "records",
-    "Hit": "records",
-    "StageInfo": "records",
-    "Query": "retrieval.query",
-    "LinearRanker": "retrieval.learned_ranker",
-    "Answerer": "generation.generate",
-    "Answer": "records",
-    # framework doors, each behind its extra (langchain, llamaindex, haystack)
-    "LangChainRetriever": "integrations.langchain",
-    "LlamaIndexRetriever": "integrations.llamaindex",
-    "HaystackRetriever": "integrations.haystack",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value  # later lookups skip this function
-        return value
-    raise AttributeError(f"module 'medretrieve' has no attribute {name!r}")
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY))
-
-
-__all__ = ["simd_level", "cpu_simd_level", *_LAZY]
+# each public name is imported on first use: importing medretrieve (or a light part of it such as
+# medretrieve.client) loads neither the native core nor numpy until a name that needs them is used
+__getattr__, __dir__, __all__ = _attach(__name__, __file__, extra=("simd_level", "cpu_simd_level"))

@@ -89,7 +89,7 @@ def versions() -> Dict[str, str]:
     from importlib import metadata
 
     out = {"medretrieve": package_version()}
-    for pkg in ("numpy", "bm25s", "onnxruntime"):
+    for pkg in ("numpy", "onnxruntime"):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

@@ -1,8 +1,8 @@
-"""BM25 lexical search (bm25s) with biomedical-aware tokenisation.
+"""BM25 lexical search with biomedical-aware tokenisation, in numpy alone.
 
-Why bm25s: it is pure Python + numpy/scipy (no extra native wheel) and scores a
-query over a whole collection with one sparse matrix product, fast enough for the
-first stage of a search under a deadline.
+BM25 here follows bm25s's formula and arithmetic (method "lucene"), which it replaced: every (row, term) weight
+is computed once at fit time, and a query over a whole collection is a sum of matrix columns, fast enough for the
+first stage of a search under a deadline, with no scipy or sparse package loaded.
 
 Tokenisation (:func:`tokenize`): lower-cased; a token is a run of letters /
 digits joined by ``-`` or ``/`` (and ``.`` between digits), so gene, protein
@@ -20,10 +20,9 @@ Incremental add and delete: ``add`` re-fits BM25 over all kept token lists
 few seconds); ``delete`` only masks rows (they score 0 and are never
 returned) and the next ``add`` or ``save`` drops them for good.
 
-bm25s fits the index: it computes every (row, term) BM25 weight once, into a sparse
-term-major matrix (:class:`BM25Matrix`); a query's scores are then sums of the
-matrix's columns, which this module does with numpy alone, so answering needs
-neither bm25s nor scipy loaded. On disk (``format: medretrieve-lexical-2``) an
+Fitting computes every (row, term) BM25 weight once, into a sparse term-major
+matrix (:class:`BM25Matrix`); a query's scores are then sums of the matrix's
+columns. On disk (``format: medretrieve-lexical-2``) an
 index is what it needs to answer at once, memory-mapped: the matrix
 (``matrix/``), the token lists as ids into a vocabulary (``tokens.npy`` +
 ``token_offsets.npy`` + ``vocab.json``) and the row ids (``ids.npy``), so opening
@@ -52,8 +51,7 @@ TOKENIZER_VERSION = 2
 
 _TOKEN_RE = re.compile(r"[^\W_]+(?:(?:[-/]|(?<=\d)\.(?=\d))[^\W_]+)*")
 
-# Lucene's English stop set (the list bm25s ships as STOPWORDS_EN), written out here because importing it from
-# bm25s runs bm25s's package import, which loads scipy: a third of a one-shot CLI search's start-up
+# Lucene's English stop set (the list bm25s ships as STOPWORDS_EN, which the BM25 here was checked against)
 _LUCENE_STOPWORDS = (
     "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not", "of",
     "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was", "will", "with",

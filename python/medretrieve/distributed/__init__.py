@@ -14,26 +14,15 @@ imports Ray only when one of these is used (the ``distributed`` extra installs i
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .build import build_sharded
-    from .search import ShardedRetriever
-    from .serve import ShardedSearch
-    from .layout import shard_dirs, shard_of
+from .._exports import attach as _attach
 
-_LAZY = {"ShardedRetriever": "search", "build_sharded": "build", "ShardedSearch": "serve", "shard_of": "layout",
-         "shard_dirs": "layout"}
+if TYPE_CHECKING:  # the public names, declared once (medretrieve._exports)
+    from .build import build_sharded as build_sharded
+    from .layout import shard_dirs as shard_dirs
+    from .layout import shard_of as shard_of
+    from .search import ShardedRetriever as ShardedRetriever
+    from .serve import ShardedSearch as ShardedSearch
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'medretrieve.distributed' has no attribute {name!r}")
-
-
-__all__ = ["ShardedRetriever", "build_sharded", "ShardedSearch", "shard_of", "shard_dirs"]
+__getattr__, __dir__, __all__ = _attach(__name__, __file__)

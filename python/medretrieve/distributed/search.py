@@ -118,10 +118,10 @@ class ShardedRetriever(Retriever):
         """Stop the shard actors this retriever started."""
         self.shard_set.close()
 
-    def warmup(self) -> None:
+    def warmup(self, freeze_gc: bool = False) -> None:
         """As :meth:`Retriever.warmup`, plus one call to every shard (their first answers pay no start-up)."""
         with self.collection.session(self._search_state()) as state:
-            super().warmup()
+            super().warmup(freeze_gc)
             state.call("ping", {i: () for i in range(len(self.shard_set))})
 
     def warm_pair(self) -> tuple:

@@ -14,17 +14,13 @@ id, section, BioASQ span and source link (:func:`.source.hit_metadata`).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-_LAZY = {"LangChainRetriever": "langchain", "LlamaIndexRetriever": "llamaindex", "HaystackRetriever": "haystack"}
+from .._exports import attach as _attach
 
+if TYPE_CHECKING:  # the public names, declared once (medretrieve._exports)
+    from .haystack import HaystackRetriever as HaystackRetriever
+    from .langchain import LangChainRetriever as LangChainRetriever
+    from .llamaindex import LlamaIndexRetriever as LlamaIndexRetriever
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module 'medretrieve.integrations' has no attribute {name!r}")
-
-
-__all__ = list(_LAZY)
+__getattr__, __dir__, __all__ = _attach(__name__, __file__)

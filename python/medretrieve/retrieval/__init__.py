@@ -9,3 +9,18 @@ features) and ``shipped_ranker`` (the ranker the package ships and which form of
 search's PubMed pool), ``results`` (what a search returns), ``budget`` (deadline and cost estimates), ``settings``
 (tuning), ``retriever`` (``Retriever``).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._exports import attach as _attach
+
+if TYPE_CHECKING:  # the public names, declared once (medretrieve._exports)
+    from .retriever import Retriever as Retriever
+    from .settings import Settings as Settings
+    from .query import Query as Query
+    from .learned_ranker import LinearRanker as LinearRanker
+    from .online import OnlineStage as OnlineStage
+
+__getattr__, __dir__, __all__ = _attach(__name__, __file__)

@@ -109,7 +109,7 @@ def create_app(source: Union[ServerConfig, str, "os.PathLike[str]", Retriever], 
 
 def app_from_env() -> FastAPI:
     """The app of one ``medretrieve serve`` worker (uvicorn factory): its config comes from the environment."""
-    # a worker draws no progress bars; without this, tqdm (imported by bm25s) makes a multiprocessing lock that a
+    # a worker draws no progress bars; without this, tqdm (progress bars) makes a multiprocessing lock that a
     # spawned worker never releases, and multiprocessing warns about "leaked semaphore objects" at every shutdown
     from tqdm.std import TqdmDefaultWriteLock
 

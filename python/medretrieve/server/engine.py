@@ -67,7 +67,8 @@ def load_snapshot(config: ServerConfig, generation: int) -> Snapshot:
 
         cross = CrossEncoder.from_dir(config.cross_encoder, threads=config.encoder_threads)
     ret = Retriever(col, cross_encoder=cross, ranker=config.ranker,
-                    training=list(config.training) if config.training else None)
+                    training=list(config.training) if config.training else None, warmup=False)
+    ret.warmup(freeze_gc=True)  # the server owns its process: a frozen heap keeps full collections out of searches
     return Snapshot(generation, ret, (time.perf_counter() - t0) * 1000.0)
 
 
