@@ -83,7 +83,8 @@ class Retriever:
       :class:`~.online.OnlineStage`: every search adds the question's PubMed articles to the local candidates
       (module docstring). Without a local corpus pass an empty
       :class:`~medretrieve.corpus.memory.MemoryCollection` (``MemoryCollection.from_encoders(dir)``).
-    - ``warmup`` (default True): :meth:`warmup` at construction.
+    - ``warmup`` (default True): :meth:`warmup` at construction (encoders loaded and run once; the process's
+      garbage collector is left as it is).
     - ``first_stage``: the dense + BM25 gathering over the collection a search reads
       (:class:`~.first_stage.FirstStage`, made by ``first_stage(collection)``); default
       :class:`~.first_stage.LocalFirstStage`. The sharded retriever passes its fan-out over shards.
@@ -154,14 +155,16 @@ class Retriever:
             self._scope = scope
         return scope
 
-    def warmup(self) -> None:
-        """Load the encoders and run them once, so the first search does not pay session start-up; then
-        collect garbage once and freeze what is alive (``gc.freeze``).
+    def warmup(self, freeze_gc: bool = False) -> None:
+        """Load the encoders and run them once, so the first search does not pay session start-up; with
+        ``freeze_gc``, then collect garbage once and freeze what is alive (``gc.freeze``).
 
-        Why the freeze: a collection's rows and token lists are hundreds of thousands of long-lived Python
-        objects, and every full (generation 2) collection walks them all; at 100k chunks one such pass stalled
-        a search for 0.44 s. Frozen objects are still freed by reference counting; only reference cycles among
-        them are never reclaimed, which long-lived index data does not form.
+        Why a process that serves searches may want the freeze: a collection's rows and token lists are hundreds
+        of thousands of long-lived Python objects, and every full (generation 2) collection walks them all; at
+        100k chunks one such pass stalled a search for 0.44 s. Frozen objects are still freed by reference
+        counting; only reference cycles among them are never reclaimed, which long-lived index data does not form.
+        It changes the whole process's collector, so the library does it only when asked: ``medretrieve serve``
+        asks (it owns its process); construction (``warmup=True``) does not.
         """
         Query.analyse("warm up motolimod MI")
         col = self._snapshot()
@@ -180,8 +183,9 @@ class Retriever:
                 t0 = time.perf_counter()
                 self.cross_encoder.score("warm up", [pair] * 8)
                 self.costs.ce_pair_ms.value = (time.perf_counter() - t0) * 1000.0 / 8
-        gc.collect()
-        gc.freeze()
+        if freeze_gc:
+            gc.collect()
+            gc.freeze()
 
     def warm_pair(self) -> tuple:
         """A (title, text) of the collection for timing the cross-encoder at warm-up."""
