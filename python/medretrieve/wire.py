@@ -25,8 +25,8 @@ from .records import Answer, Citation, Hit, SearchResult, StageInfo
 
 __all__ = ["MAX_K", "MAX_BATCH", "MAX_DEADLINE_MS", "MAX_QUESTION_CHARS", "DEFAULT_K", "DEFAULT_DEADLINE_MS",
            "DEADLINE_HEADER", "SECTIONS", "WordedQuestion", "ERROR_TYPES", "STAGE_SWITCHES", "Stages",
-           "SearchOptions", "SearchOption", "SEARCH_OPTIONS", "check_search_options", "SearchRequest", "BatchSearchRequest",
-           "AnswerRequest", "BatchSearchResponse", "ErrorDetail", "ErrorResponse", "deadline_header_ms",
+           "SearchOptions", "SearchOption", "SEARCH_OPTIONS", "check_search_options", "SearchRequest",
+           "BatchSearchRequest", "AnswerRequest", "BatchSearchResponse", "ErrorDetail", "ErrorResponse", "deadline_header_ms",
            "field_errors", "Answer", "Citation", "Hit", "SearchResult", "StageInfo"]
 
 MAX_K = 100  # most hits (or evidence passages) one request may ask for

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
-from .options import RANKER_HELP, HelpFormatter, deadline, ranker_arg
+from .options import RANKER_HELP, HelpFormatter, ranker_arg
 from ..retrieval.results import SearchResult
+from ..wire import DEFAULT_DEADLINE_MS, SEARCH_OPTIONS, SearchOption, check_search_options
 
 
 def add_search(sub: Any) -> None:
@@ -18,14 +19,13 @@ def add_search(sub: Any) -> None:
     p.add_argument("target", nargs="+", metavar="ARG",
                    help="collection directory (medretrieve build) and the question; with --pubmed the collection "
                         "may be left out (then give --encoder)")
-    p.add_argument("--k", type=int, default=10, help="hits to return")
-    p.add_argument("--deadline-ms", type=deadline, default=300.0, help="time budget in ms ('none': no deadline)")
+    add_search_options(p)
     p.add_argument("--cross-encoder", default=None, help="cross-encoder model directory")
     p.add_argument("--training", nargs="*", default=None, help="BioASQ golden files for training-memory expansion")
     p.add_argument("--ranker", type=ranker_arg, default="default", help=RANKER_HELP)
     p.add_argument("--query-encoder", default=None,
                    help="query encoder directory replacing the collection's (medretrieve fit-query-encoder)")
-    p.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    p.add_argument("--json", action="store_true", help="print the whole result as JSON (SearchResult.to_dict())")
     p.add_argument("--pubmed", action="store_true",
                    help="add the question's PubMed articles (E-utilities) to the candidates; give --deadline-ms "
                         "room for the PubMed calls (e.g. 'none')")
@@ -35,6 +35,62 @@ def add_search(sub: Any) -> None:
                         "for a collection built before collections held their models)")
     add_pubmed_options(p)
     p.set_defaults(func=_search)
+
+
+def add_search_options(p: argparse.ArgumentParser) -> None:
+    """The search request's options as flags, built from its one declaration (:data:`medretrieve.wire.SEARCH_OPTIONS`):
+    ``--k``, ``--deadline-ms`` (``none``: no deadline), ``--per-document``, ``--sections NAME ...`` and
+    ``--STAGE`` / ``--no-STAGE`` for each stage switch. A flag not given is the retriever's setting; a value the
+    declaration refuses is a usage error (exit 2) naming the flag."""
+    for option in SEARCH_OPTIONS.values():
+        flag = "--" + option.name.replace("_", "-")
+        unit = f" ({option.unit})" if option.unit and option.unit not in option.description else ""
+        if option.stage:
+            p.add_argument(flag, dest=option.name, action=argparse.BooleanOptionalAction, default=None,
+                           help=f"the {option.name} stage, {option.description}; not given: the retriever's setting")
+        elif option.type == "array":
+            p.add_argument(flag, dest=option.name, nargs="+", metavar="NAME", type=_option_value(option),
+                           help=f"{option.description}: of {', '.join(option.items or ())}")
+        elif option.name == "deadline_ms":
+            p.add_argument(flag, dest=option.name, type=_option_value(option), default=DEFAULT_DEADLINE_MS,
+                           help=f"time budget{unit} ('none': no deadline)")
+        else:
+            default = "" if option.default is None else f"; default {option.default}"
+            p.add_argument(flag, dest=option.name, type=_option_value(option), default=None,
+                           help=f"{option.description}{unit}{default}")
+
+
+def _option_value(option: SearchOption) -> Callable[[str], Any]:
+    """The argparse type of one option's flag: the text read as the option's type, then checked by the declaration
+    (an ``argparse.ArgumentTypeError`` with its message when refused: a usage error)."""
+    def parse(text: str) -> Any:
+        if option.name == "deadline_ms" and text.strip().lower() == "none":
+            return None
+        if option.type == "array":
+            value: Any = [text]
+        else:
+            try:
+                value = int(text) if option.type == "integer" else float(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"{option.name} must be {'an integer' if option.type == 'integer' else 'a number'}, "
+                    f"got {text!r}") from None
+        try:
+            checked = check_search_options({option.name: value})[option.name]
+        except (TypeError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return checked[0] if option.type == "array" else checked
+
+    parse.__name__ = option.name  # argparse names the type in its messages
+    return parse
+
+
+def search_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """The search options the command line gave (:func:`add_search_options`' flags; not given: left out),
+    checked together (``--no-dense --no-bm25`` is refused)."""
+    given = {name: getattr(args, name) for name in SEARCH_OPTIONS if name != "deadline_ms"}
+    checked = check_search_options(given)
+    return {**checked, "deadline_ms": args.deadline_ms}
 
 
 def score_label(scores: Dict[str, float], score: float, placed_by: Optional[str] = None) -> str:
@@ -78,7 +134,7 @@ def _search(args: argparse.Namespace) -> int:
     col = open_collection(args.target[0] if len(args.target) == 2 else None, args)
     ret = Retriever(col, cross_encoder=args.cross_encoder, training=args.training, ranker=args.ranker,
                     online=online)
-    res = ret.search(args.target[-1], k=args.k, deadline_ms=args.deadline_ms)
+    res = ret.search(args.target[-1], **search_options(args))
     print(json.dumps(res.to_dict(), indent=2, default=str) if args.json else format_result(res))
     return 0
 

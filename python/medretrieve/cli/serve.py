@@ -29,6 +29,7 @@ import signal
 import tempfile
 from typing import TYPE_CHECKING, Any
 
+from ..wire import DEFAULT_DEADLINE_MS
 from .options import RANKER_HELP, HelpFormatter, ranker_arg
 
 if TYPE_CHECKING:  # the server needs the serve extra: imported when the command runs, so --help works without it
@@ -61,7 +62,8 @@ def add_serve(sub: Any) -> None:
     p.add_argument("--encoder-threads", type=_positive, default=1,
                    help="ONNX Runtime threads per encoder call (searches already run side by side)")
     p.add_argument("--answer-concurrency", type=_positive, default=8, help="answers generated at once per worker")
-    p.add_argument("--deadline-ms", type=float, default=300.0, help="deadline of a search that names none (ms)")
+    p.add_argument("--deadline-ms", type=float, default=DEFAULT_DEADLINE_MS,
+                   help="deadline of a search that names none (ms)")
     p.add_argument("--max-batch", type=_positive, default=64, help="most questions in one /v1/search:batch")
     p.add_argument("--enable-reload", action="store_true", help="allow POST /v1/admin/reload")
     p.add_argument("--max-body-bytes", type=_positive, default=None,

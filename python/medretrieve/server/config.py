@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from ..wire import DEFAULT_DEADLINE_MS
+
 CONFIG_ENV = "MEDRETRIEVE_SERVE_CONFIG"
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: a batch of 64 questions of 4,000 characters is ~260 kB
 
@@ -72,7 +74,7 @@ class ServerConfig:
     encoder_threads: int = 1
     max_inflight: int = field(default_factory=_cpus)
     max_queue: Optional[int] = None
-    deadline_ms: float = 300.0
+    deadline_ms: float = DEFAULT_DEADLINE_MS
     max_batch: int = 64
     preload: bool = False
     startup_failure_file: Optional[str] = None
