@@ -86,3 +86,37 @@ def test_lines_split_across_pieces():
     assert lines.feed(b"event: a\r\nda") == ["event: a"]
     assert lines.feed(b"ta: 1\n\nlast") == ["data: 1", ""]
     assert lines.end() == ["last"] and lines.end() == []
+
+
+def test_a_head_is_read_up_to_its_byte_and_header_limits_and_no_further():
+    one_more = http11.MAX_HEAD_BYTES - len(FIXED) + len(BODY) + 1  # the filler that puts the head one byte over
+    at_limit = FIXED.replace(b"X-A: 1", b"X-A: 1" + b"1" * (one_more - 1))
+    assert _read([at_limit]).take() == BODY  # a head of exactly MAX_HEAD_BYTES, fed with its body in one piece
+    for pieces in ([at_limit.replace(b"X-A: 1", b"X-A: 11")], [b"HTTP/1.1 200 OK\r\nX-Endless: ", b"a" * 10**6]):
+        with pytest.raises(ReplyError, match="head is over the client's limit"):
+            _read(pieces)
+    many = b"".join(b"X-A: %d\r\n" % i for i in range(http11.MAX_HEADERS - 5))  # with the five of FIXED: 100
+    assert _read([FIXED.replace(b"X-A: 1\r\n", b"X-A: 1\r\n" + many)]).take() == BODY
+    with pytest.raises(ReplyError, match=f"more than the client's limit of {http11.MAX_HEADERS} headers"):
+        _read([FIXED.replace(b"X-A: 1\r\n", b"X-A: 1\r\nX-B: 2\r\n" + many)])
+
+
+@settings(max_examples=100, deadline=None)
+@given(interim=st.lists(st.sampled_from([b"HTTP/1.1 100 Continue\r\n\r\n",
+                                         b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"]),
+                        min_size=1, max_size=3),
+       cuts=st.lists(st.integers(0, 400), max_size=8))
+def test_interim_replies_are_skipped_wherever_the_bytes_are_cut(interim, cuts):
+    wire = b"".join(interim) + FIXED
+    bounds = [0, *sorted(c for c in cuts if c <= len(wire)), len(wire)]
+    reader = _read(wire[a:b] for a, b in zip(bounds, bounds[1:]))
+    assert reader.done and reader.reusable and reader.status == 200 and reader.take() == BODY
+    assert reader.headers.get("link") is None and reader.headers.get("x-a") == "1, 2"
+
+
+def test_a_line_that_is_not_utf8_is_a_reply_error_and_long_lines_join_once():
+    with pytest.raises(ReplyError, match="not UTF-8"):
+        LineSplitter().feed(b'data: {"text": "\xff"}\n')
+    lines = LineSplitter()
+    assert all(lines.feed(b"x" * 1000) == [] for _ in range(100))
+    assert lines.feed(b"\nnext") == ["x" * 100_000] and lines.end() == ["next"]

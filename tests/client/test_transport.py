@@ -8,9 +8,10 @@ import time
 
 import orjson
 import pytest
+from client_drivers import SyncedAsyncClient
 from raw_http import CLOSE, RawServer, reply
 
-from medretrieve.client import AsyncClient, Unavailable, http11
+from medretrieve.client import AsyncClient, BadResponse, Unavailable, http11
 from medretrieve.client import Client as Client_
 from medretrieve.records import SearchResult
 
@@ -18,42 +19,9 @@ RESULT = orjson.dumps(SearchResult("q", [], "factoid", False, [], False, [], {"t
 ANSWER_EVENT = b'event: answer\ndata: {"question": "q", "text": "Metformin."}\n\n'  # a stream's last event
 
 
-class _Synced:
-    """An AsyncClient driven from these sync tests, on one event loop of its own (where its connections live)."""
-
-    def __init__(self, url, **settings):
-        self.loop = asyncio.new_event_loop()
-        self.client = AsyncClient(url, **settings)
-
-    def search(self, *args, **kwargs):
-        return self.loop.run_until_complete(self.client.search(*args, **kwargs))
-
-    def stream_answer(self, *args, **kwargs):
-        events = self.client.stream_answer(*args, **kwargs)
-        try:
-            while True:
-                try:
-                    yield self.loop.run_until_complete(events.__anext__())
-                except StopAsyncIteration:
-                    return
-        finally:
-            self.loop.run_until_complete(events.aclose())
-
-    @property
-    def last_server_timing(self):
-        return self.client.last_server_timing
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.loop.run_until_complete(self.client.aclose())
-        self.loop.close()
-
-
 @pytest.fixture(params=["Client", "AsyncClient"])
 def Client(request):  # noqa: N802 (stands for either client class)
-    return Client_ if request.param == "Client" else _Synced
+    return Client_ if request.param == "Client" else SyncedAsyncClient
 
 
 def test_searches_share_one_keep_alive_connection(Client):
@@ -149,7 +117,7 @@ def test_a_reply_over_the_size_limit_is_refused_not_held(Client, monkeypatch):
     chunked = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", *[_chunk(b"x" * 100)] * 20, b"0\r\n\r\n"]
     for script in (lambda n, request: declared, lambda n, request: chunked):
         with RawServer(script) as srv, Client(srv.url, retries=0) as client:
-            with pytest.raises(Unavailable, match="over the client's limit"):
+            with pytest.raises(BadResponse, match="over the client's limit"):
                 client.search("q")
 
 

@@ -28,6 +28,7 @@ from ..records import Answer, Hit, SearchResult
 from ..wire import AnswerRequest, BatchSearchRequest, SearchOptions, SearchRequest, WordedQuestion, field_errors
 from .errors import BadResponse, ClientError, InvalidRequest, Unavailable, error_for
 from .async_transport import AsyncHttpxTransport, AsyncLeanTransport
+from .http11 import ReplyCut, ReplyError
 from .transport import REFUSED, TIMED_OUT, TRANSPORT_ERRORS, HttpxTransport, LeanTransport
 
 _DEADLINE_GRACE_S = 1.0  # how long past a call's deadline the client still waits for the server's reply (s)
@@ -286,7 +287,8 @@ class _Retries:
 
     def wait_after(self, outcome: Any) -> Optional[float]:
         """Seconds to wait before the next attempt, or None when ``outcome`` (a response) is final. A transport
-        error: retried after a short backoff when the connection was refused, else raised as Unavailable."""
+        error: retried after a short backoff when the connection was refused, else raised as Unavailable (or
+        BadResponse: a reply that is not HTTP/1.1 the client can read)."""
         if isinstance(outcome, Exception):
             if not isinstance(outcome, REFUSED):
                 raise self.unreachable(outcome) from outcome
@@ -304,10 +306,24 @@ class _Retries:
         return wait
 
     def unreachable(self, exc: BaseException) -> ClientError:
-        """The Unavailable error of a failed attempt (timed out, or no connection)."""
+        """The typed error of an attempt that got no reply: Unavailable (timed out, no connection), or
+        BadResponse when what came back is not HTTP/1.1 the client can read (a head over its limits)."""
+        if isinstance(exc, ReplyError) and not isinstance(exc, ReplyCut):
+            return BadResponse(f"the reply is not one the client can read: {exc}")
         if isinstance(exc, TIMED_OUT):
             return Unavailable(f"no reply within {self.timeout_s:.2f} s ({type(exc).__name__})")
         return Unavailable(f"cannot reach the server: {type(exc).__name__}: {exc}")
+
+    def broken(self, exc: BaseException, status: int) -> ClientError:
+        """The typed error of a reply that broke while its body was read (a stream that began): Unavailable when
+        the connection was cut, reset or went quiet for the attempt's timeout, BadResponse when its bytes are
+        not HTTP/1.1 or not UTF-8 (``status``: the reply's)."""
+        if isinstance(exc, ReplyError) and not isinstance(exc, ReplyCut):
+            return BadResponse(f"the reply broke off unreadable: {exc}", status)
+        if isinstance(exc, TIMED_OUT):
+            return Unavailable(f"no reply within {self.timeout_s:.2f} s: the reply stopped coming "
+                               f"({type(exc).__name__})")
+        return Unavailable(f"the reply broke off: {type(exc).__name__}: {exc}")
 
 
 class Client(_Base):
@@ -341,9 +357,11 @@ class Client(_Base):
         self.close()
 
     def _send(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
-              deadline_ms: Optional[float] = None, stream: bool = False) -> Any:
-        """The final response (retried as the module docstring says); with ``stream``, unread and open."""
-        retries = self._retries(body, deadline_ms)
+              deadline_ms: Optional[float] = None, stream: bool = False,
+              retries: Optional[_Retries] = None) -> Any:
+        """The final response (retried as the module docstring says); with ``stream``, unread and open.
+        ``retries``: the call's attempts (its timeout maps a stream's later failures: :meth:`_Retries.broken`)."""
+        retries = retries or self._retries(body, deadline_ms)
         while True:
             sent, timeout = retries.attempt()
             try:
@@ -394,17 +412,23 @@ class Client(_Base):
         """The answer as it is made: an ``evidence`` event, ``delta`` events, then the ``answer``. Closing the
         iterator early (or leaving its loop) closes the connection, which cancels the generation on the server."""
         body = _answer_body(question, k, deadline_ms, qtype, mode, max_tokens, True, explain)
-        response = self._send("POST", "/v1/answer", body, deadline_ms, stream=True)
+        retries = self._retries(body, deadline_ms)
+        response = self._send("POST", "/v1/answer", body, deadline_ms, stream=True, retries=retries)
+        stream: Optional[_AnswerStream] = None
         try:
-            if not response.is_success:
-                response.read()
-                _parsed(response)
-            stream = _AnswerStream(response)
-            for line in response.iter_lines():
-                event = stream.feed(line)
-                if event is not None:
-                    yield event
-            stream.end()
+            try:  # every read of the body, not only the first send, maps its failures to typed errors
+                if not response.is_success:
+                    response.read()
+                    _parsed(response)
+                stream = _AnswerStream(response)
+                for line in response.iter_lines():
+                    event = stream.feed(line)
+                    if event is not None:
+                        yield event
+                stream.end()
+            except TRANSPORT_ERRORS as exc:
+                if stream is None or not stream.answered:  # after the answer, only the body's end was lost
+                    raise retries.broken(exc, response.status_code) from exc
         finally:
             response.close()
 
@@ -457,9 +481,11 @@ class AsyncClient(_Base):
         await self.aclose()
 
     async def _send(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
-                    deadline_ms: Optional[float] = None, stream: bool = False) -> Any:
-        """The final response (retried as the module docstring says); with ``stream``, unread and open."""
-        retries = self._retries(body, deadline_ms)
+                    deadline_ms: Optional[float] = None, stream: bool = False,
+                    retries: Optional[_Retries] = None) -> Any:
+        """The final response (retried as the module docstring says); with ``stream``, unread and open.
+        ``retries``: the call's attempts (its timeout maps a stream's later failures: :meth:`_Retries.broken`)."""
+        retries = retries or self._retries(body, deadline_ms)
         while True:
             sent, timeout = retries.attempt()
             try:
@@ -503,17 +529,23 @@ class AsyncClient(_Base):
                             qtype: Optional[str] = None, mode: str = "cite", max_tokens: int = 512,
                             explain: bool = False) -> AsyncIterator[AnswerEvent]:
         body = _answer_body(question, k, deadline_ms, qtype, mode, max_tokens, True, explain)
-        response = await self._send("POST", "/v1/answer", body, deadline_ms, stream=True)
+        retries = self._retries(body, deadline_ms)
+        response = await self._send("POST", "/v1/answer", body, deadline_ms, stream=True, retries=retries)
+        stream: Optional[_AnswerStream] = None
         try:
-            if not response.is_success:
-                await response.aread()
-                _parsed(response)
-            stream = _AnswerStream(response)
-            async for line in response.aiter_lines():
-                event = stream.feed(line)
-                if event is not None:
-                    yield event
-            stream.end()
+            try:  # every read of the body, not only the first send, maps its failures to typed errors
+                if not response.is_success:
+                    await response.aread()
+                    _parsed(response)
+                stream = _AnswerStream(response)
+                async for line in response.aiter_lines():
+                    event = stream.feed(line)
+                    if event is not None:
+                        yield event
+                stream.end()
+            except TRANSPORT_ERRORS as exc:
+                if stream is None or not stream.answered:  # after the answer, only the body's end was lost
+                    raise retries.broken(exc, response.status_code) from exc
         finally:
             await response.aclose()
 

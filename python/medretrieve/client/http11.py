@@ -17,12 +17,22 @@ import httptools
 # the largest reply body read (bytes): a batch of 100-hit explained results is a few MB; a server that sends more
 # is refused rather than held in memory
 MAX_REPLY_BYTES = 64 * 2**20
+# the largest reply head (bytes, interim 1xx heads included) and the most headers in one: the API's heads are
+# ~200 bytes; a head without end (one endless header value, endless headers) is refused at the cap instead of
+# growing in memory until the timeout (the parser concatenates a value's pieces as they come)
+MAX_HEAD_BYTES = 64 * 2**10
+MAX_HEADERS = 100
 JSON_HEADERS = {"Content-Type": "application/json"}  # of a request with a body (an httpx transport's too)
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 
 
 class ReplyError(Exception):
-    """The server's reply is not HTTP/1.1 the client can read, or it is over :data:`MAX_REPLY_BYTES`."""
+    """The server's reply is not HTTP/1.1 the client can read, or it is over :data:`MAX_HEAD_BYTES`,
+    :data:`MAX_HEADERS` or :data:`MAX_REPLY_BYTES` (a subclass, :class:`ReplyCut`: it was cut short)."""
+
+
+class ReplyCut(ReplyError):
+    """The server closed the connection in the middle of its reply (a server killed, a proxy's cut)."""
 
 
 class StaleConnection(Exception):
@@ -74,7 +84,8 @@ class ReplyReader:
     """One reply, fed the bytes as they arrive (:meth:`feed`; :meth:`feed_eof` when the server closes). ``status``
     and ``headers`` once ``head_done``; body pieces collect in ``pieces`` (a stream's reader takes them as they
     come: :meth:`take`); ``done`` once the reply is complete; ``reusable`` then says whether its connection can
-    carry the next request."""
+    carry the next request. Interim replies (``100 Continue``, ``103 Early Hints``) are skipped, as HTTP asks of
+    a client that did not ask for them: the reply read is the final one."""
 
     def __init__(self) -> None:
         self._parser = httptools.HttpResponseParser(self)
@@ -87,6 +98,9 @@ class ReplyReader:
         self._leftover = False  # bytes after the reply's end (no pipelining here: the connection is not reused)
         self._until_close = False  # no length and not chunked: the body ends when the connection does
         self._keep_alive = False  # read with the head: llhttp forgets it once the reply is complete
+        self._head_room = MAX_HEAD_BYTES  # head bytes the server may still send before the final head is done
+        self._interim = False  # the head just read is a 1xx's: its message is skipped
+        self._header_lines = 0  # in the head being read
 
     # httptools' callbacks
     def on_message_begin(self) -> None:
@@ -94,12 +108,20 @@ class ReplyReader:
             raise _NextMessage()
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_lines += 1  # lines, not names: a repeated name is joined into one value
+        if self._header_lines > MAX_HEADERS:
+            raise ReplyError(f"the reply's head has more than the client's limit of {MAX_HEADERS} headers")
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
         self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
 
     def on_headers_complete(self) -> None:
         self.status = self._parser.get_status_code()
+        if 100 <= self.status < 200 and self.status != 101:  # interim (101 is an upgrade: refused by feed)
+            self._interim = True
+            self.headers = Headers()
+            self._header_lines = 0
+            return
         declared = self.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > MAX_REPLY_BYTES:
             raise ReplyError(f"the reply's body is {declared} bytes, over the client's limit of {MAX_REPLY_BYTES}")
@@ -115,14 +137,31 @@ class ReplyReader:
         self.pieces.append(body)
 
     def on_message_complete(self) -> None:
+        if self._interim:  # the final reply follows on the same connection
+            self._interim = False
+            return
         self.done = True
 
     # fed by a transport
     def feed(self, data: "bytes | memoryview") -> None:
-        """The next bytes from the connection (any bytes-like object; not kept). ReplyError when they are not HTTP/1.1 or over the limit."""
+        """The next bytes from the connection (any bytes-like object; not kept). ReplyError when they are not
+        HTTP/1.1 or over a limit (the head's bytes are fed only up to :data:`MAX_HEAD_BYTES`)."""
         if self.done:
             self._leftover = self._leftover or bool(data)
             return
+        if not self.head_done:
+            if len(data) > self._head_room:  # the head must end within the room left: feed that much first
+                room = self._head_room
+                self._head_room = 0
+                self._feed(memoryview(data)[:room])
+                if not self.head_done:
+                    raise ReplyError(f"the reply's head is over the client's limit of {MAX_HEAD_BYTES} bytes")
+                self.feed(memoryview(data)[room:])
+                return
+            self._head_room -= len(data)
+        self._feed(data)
+
+    def _feed(self, data: "bytes | memoryview") -> None:
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -135,15 +174,15 @@ class ReplyReader:
             raise cause or ReplyError(f"the reply is not HTTP/1.1: {exc}") from None
 
     def feed_eof(self) -> None:
-        """The server closed the connection: the end of a body that runs until then, else ReplyError (cut
-        short; ``ConnectionResetError`` before any byte, which a transport may retry)."""
+        """The server closed the connection: the end of a body that runs until then, else :class:`ReplyCut`
+        (``ConnectionResetError`` before any byte, which a transport may retry)."""
         if self.done:
             return
         if self.head_done and self._until_close:
             self.done = True
             self._leftover = True  # the connection is gone
             return
-        raise ReplyError("the server closed the connection in the middle of its reply")
+        raise ReplyCut("the server closed the connection in the middle of its reply")
 
     def take(self) -> bytes:
         """The body bytes that arrived since the last call."""
@@ -157,18 +196,34 @@ class ReplyReader:
 
 
 class LineSplitter:
-    """A body's lines as its bytes arrive (without their line ends; a last line without one at :meth:`end`)."""
+    """A body's lines as its bytes arrive (without their line ends; a last line without one at :meth:`end`).
+    ReplyError for a line that is not UTF-8. The pieces of a line are joined once, when its end arrives (a long
+    line in many pieces costs linear time)."""
 
     def __init__(self) -> None:
-        self._pending = b""
+        self._pending: List[bytes] = []  # the pieces of the line not yet ended
 
     def feed(self, data: bytes) -> List[str]:
-        *lines, self._pending = (self._pending + data).split(b"\n")
-        return [line.decode("utf-8").rstrip("\r") for line in lines]
+        if b"\n" not in data:
+            self._pending.append(data)
+            return []
+        self._pending.append(data)
+        *lines, last = b"".join(self._pending).split(b"\n")
+        self._pending = [last]
+        return [_utf8(line) for line in lines]
 
     def end(self) -> List[str]:
-        last, self._pending = self._pending, b""
-        return [last.decode("utf-8").rstrip("\r")] if last else []
+        last = b"".join(self._pending)
+        self._pending = []
+        return [_utf8(last)] if last else []
+
+
+def _utf8(line: bytes) -> str:
+    try:
+        return line.decode("utf-8").rstrip("\r")
+    except UnicodeDecodeError as exc:
+        raise ReplyError(f"a line of the streamed reply is not UTF-8 ({exc.reason} at byte {exc.start}): "
+                         f"{line[:80]!r}") from None
 
 
 _Conn = TypeVar("_Conn")
