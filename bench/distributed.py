@@ -29,8 +29,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import retrieval as bench  # noqa: E402  (bench/retrieval.py: the BioASQ collection and its filler)
+import bioasq_corpus as bench  # bench/bioasq_corpus.py: the BioASQ files, questions, collections and metrics
 
 
 def _rss(b: Dict[str, int]) -> str:

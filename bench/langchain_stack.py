@@ -46,8 +46,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import retrieval as rb  # noqa: E402  (bench/retrieval.py: the BioASQ files, questions and metrics)
+import bioasq_corpus as rb  # bench/bioasq_corpus.py: the BioASQ files, questions, collections and metrics
 
 WARMUP = 5
 SYSTEMS = {
@@ -77,7 +76,7 @@ def run_questions(search: Callable[[str], List[str]], questions: Sequence[dict],
         t0 = time.perf_counter()
         docs = search(q["body"])
         times.append((time.perf_counter() - t0) * 1000.0)
-        m = rb._metrics(list(dict.fromkeys(docs))[:10], q["docs"] & in_corpus)
+        m = rb.doc_metrics(list(dict.fromkeys(docs))[:10], q["docs"] & in_corpus)
         maps.append(m["MAP@10"])
         recalls.append(m["R@10"])
     ms = np.asarray(times)

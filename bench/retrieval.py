@@ -59,8 +59,8 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("MEDRETRIEVE_SHARED_DATA", ROOT.parent / "shared" / "data")) / "bioasq"
+from bioasq_corpus import (DATA, build_bioasq_collection, doc_metrics, doc_ranking, file_key, filled_collection,
+                           load_questions, norm, rss, status_kb, year_files)
 
 _OFF = dict(expand=False, rerank=False, mmr=False, recovery=False, route=False, feedback=False)
 SYSTEMS = {
@@ -76,66 +76,6 @@ SYSTEMS = {
 FOLD_SYSTEMS = ("full pipeline", "full, no recovery", "full, no learned ranker")
 
 
-def _norm(text: str) -> str:
-    return " ".join(text.lower().split())
-
-
-def file_key(name: str) -> str:
-    """A golden file's short name: "7B1" for 7B1_golden.json (what --holdout and --cross-fit list)."""
-    return name.split("_")[0]
-
-
-def year_files(year: str = "7B") -> List[Path]:
-    """The golden files of one BioASQ year ("7B": 7B1-5, "12B": 12B1-4), or of several joined by "+"
-    ("7B+12B": the nine files, what the shipped defaults are fitted on)."""
-    files = [f for y in year.upper().split("+") for f in sorted(DATA.glob(f"{y}[0-9]*_golden.json"))]
-    if not files:
-        sys.exit(f"no {year} golden files in {DATA}")
-    return files
-
-
-def load_questions(year: str = "7B") -> List[dict]:
-    from medretrieve.corpus.sources import pmid_from_url
-
-    out = []
-    for f in year_files(year):
-        for q in json.loads(f.read_text())["questions"]:
-            docs = set()
-            for d in q.get("documents") or []:
-                try:
-                    docs.add(pmid_from_url(d))
-                except ValueError:
-                    pass
-            out.append({"file": f.name, "id": q["id"], "body": q["body"], "type": q["type"], "docs": docs,
-                        "snippets": [_norm(s["text"]) for s in q.get("snippets") or []]})
-    return out
-
-
-def build_bioasq_collection(encoder: str, work: Path, year: str = "7B"):
-    """The closed corpus of one BioASQ year (every distinct snippet a chunk), built once under ``work``."""
-    from medretrieve.corpus.collection import Collection
-
-    out = work / ("bioasq-collection" if year.upper() == "7B"
-                  else f"bioasq-{year.lower().replace('+', '-')}-collection")
-    if (out / "manifest.json").is_file():
-        return Collection.open(out)
-    files = year_files(year)
-    t0 = time.perf_counter()
-    col = Collection.build(files, out, encoder=encoder, format="bioasq", progress=True)
-    print(f"built {len(col)} chunks / {col.n_documents} documents in {time.perf_counter() - t0:.0f} s",
-          file=sys.stderr)
-    return col
-
-
-def _metrics(ranked: Sequence, relevant: set) -> Dict[str, float]:
-    from medretrieve.evaluation.metrics import average_precision_at_k, ndcg_at_k, recall_at_k
-
-    if not relevant:
-        return {}
-    return {"MAP@10": average_precision_at_k(ranked, relevant, 10), "R@10": recall_at_k(ranked, relevant, 10),
-            "nDCG@10": ndcg_at_k(ranked, relevant, 10)}
-
-
 def _rankings(col, res, q) -> tuple:
     docs: List[str] = []
     for h in res.hits:
@@ -145,7 +85,7 @@ def _rankings(col, res, q) -> tuple:
     gold = q["snippets"]
     rel_snip = set()
     for h in res.hits[:10]:
-        t = _norm(h.text)
+        t = norm(h.text)
         snippets.append(h.chunk_id)
         if any(t == g or t in g for g in gold):
             rel_snip.add(h.chunk_id)
@@ -181,7 +121,7 @@ def quality(args) -> None:
     # relevant snippet chunks: every chunk whose text is (part of) a gold snippet; computed per question
     text_rows: Dict[str, List[str]] = {}
     for r in col.rows:
-        text_rows.setdefault(_norm(r.text), []).append(r.chunk_id)
+        text_rows.setdefault(norm(r.text), []).append(r.chunk_id)
 
     def gold_snippet_chunks(q) -> set:
         out = set()
@@ -212,8 +152,8 @@ def quality(args) -> None:
             if dump and name == "full pipeline":
                 dump.write(json.dumps({"file": q["file"], "id": q["id"], "question": q["body"], "type": q["type"],
                                        "ranked": docs, "gold": sorted(rel_docs)}) + "\n")
-            m = {f"doc {k_}": v for k_, v in _metrics(docs, rel_docs).items()}
-            m.update({f"snippet {k_}": v for k_, v in _metrics(snips, gold_snippet_chunks(q)).items()})
+            m = {f"doc {k_}": v for k_, v in doc_metrics(docs, rel_docs).items()}
+            m.update({f"snippet {k_}": v for k_, v in doc_metrics(snips, gold_snippet_chunks(q)).items()})
             rows_q.append(m)
             for k_, v in m.items():
                 agg.setdefault(k_, []).append(v)
@@ -250,7 +190,7 @@ def quality(args) -> None:
         res = ret.search(q["body"], k=100, deadline_ms=None, mmr=False, recovery=False)
         cand = list(dict.fromkeys(h.document_id for h in res.hits))
         gold_first = [d for d in cand if d in rel_docs] + [d for d in cand if d not in rel_docs]
-        ceil.append(_metrics(gold_first, rel_docs)["MAP@10"])
+        ceil.append(doc_metrics(gold_first, rel_docs)["MAP@10"])
         cand_recall.append(len(set(cand) & rel_docs) / len(rel_docs))
     print(f"ceiling of reranking: the full pipeline's candidate documents (100 hits) with the gold ones first: "
           f"doc MAP@10 {np.mean(ceil):.4f} (candidate document recall {np.mean(cand_recall):.4f}); "
@@ -272,10 +212,6 @@ def quality(args) -> None:
 
 
 # ----------------------------------------------------------------- across years
-
-
-def _doc_ranking(hits) -> List[str]:
-    return list(dict.fromkeys(h.document_id for h in hits))[:10]
 
 
 def _peer_rankings(col, questions) -> Dict[str, List[List[str]]]:
@@ -358,15 +294,15 @@ def cross_year(args) -> None:
     questions = [q for q in load_questions(args.test) if q["docs"] & in_corpus][: args.limit or None]
     text_rows: Dict[str, List[str]] = {}
     for r in col.rows:
-        text_rows.setdefault(_norm(r.text), []).append(r.chunk_id)
+        text_rows.setdefault(norm(r.text), []).append(r.chunk_id)
 
     def score(name: str, doc_lists: Sequence[List[str]], snippet_lists=None) -> Dict[str, float]:
         agg: Dict[str, List[float]] = {}
         for i, q in enumerate(questions):
-            m = {f"doc {k_}": v for k_, v in _metrics(doc_lists[i], q["docs"] & in_corpus).items()}
+            m = {f"doc {k_}": v for k_, v in doc_metrics(doc_lists[i], q["docs"] & in_corpus).items()}
             gold = {c for g in q["snippets"] for c in text_rows.get(g, ())}
             if snippet_lists is not None and gold:
-                m["snippet MAP@10"] = _metrics(snippet_lists[i], gold)["MAP@10"]
+                m["snippet MAP@10"] = doc_metrics(snippet_lists[i], gold)["MAP@10"]
             for k_, v in m.items():
                 agg.setdefault(k_, []).append(v)
         row = {c: float(np.mean(agg[c])) if c in agg else float("nan") for c in CROSS_COLS}
@@ -379,7 +315,7 @@ def cross_year(args) -> None:
             t0 = time.perf_counter()
             res = ret.search(q["body"], k=30, deadline_ms=None, **switches)
             ms.append((time.perf_counter() - t0) * 1000)
-            docs.append(_doc_ranking(res.hits))
+            docs.append(doc_ranking(res.hits))
             snips.append([h.chunk_id for h in res.hits[:10]])
         return {**score(name, docs, snips), "ms": float(np.mean(ms))}
 
@@ -429,7 +365,7 @@ def cross_year(args) -> None:
         rel = q["docs"] & in_corpus
         res = full.search(q["body"], k=100, deadline_ms=None, mmr=False, recovery=False)
         cand = list(dict.fromkeys(h.document_id for h in res.hits))
-        ceil.append(_metrics([d for d in cand if d in rel] + [d for d in cand if d not in rel], rel)["MAP@10"])
+        ceil.append(doc_metrics([d for d in cand if d in rel] + [d for d in cand if d not in rel], rel)["MAP@10"])
     ceiling = float(np.mean(ceil))
 
     trained = ("the shipped default ranker" if args.shipped else f"a ranker fitted on {args.train} only"
@@ -497,7 +433,7 @@ def dense_holdout(args) -> None:
         in_corpus = {r.document_id for r in col.rows}
         questions = [q for q in load_questions(args.train) if file_key(q["file"]) in held and q["docs"] & in_corpus]
         ranked = _peer_rankings(col, questions)["dense"]
-        ap = [_metrics(r, q["docs"] & in_corpus)["MAP@10"] for r, q in zip(ranked, questions)]
+        ap = [doc_metrics(r, q["docs"] & in_corpus)["MAP@10"] for r, q in zip(ranked, questions)]
         print(f"{encoder}: dense doc MAP@10 {np.mean(ap):.4f} on {len(questions)} questions of {args.holdout}")
 
 
@@ -573,7 +509,7 @@ def _ce_run(col, ret, questions, in_corpus, deadline):
         res = ret.search(q["body"], k=30, deadline_ms=deadline)
         ms.append((time.perf_counter() - t0) * 1000)
         depth.append(res.rerank_depth)
-        m = _metrics(_rankings(col, res, q)[0], q["docs"] & in_corpus)
+        m = doc_metrics(_rankings(col, res, q)[0], q["docs"] & in_corpus)
         maps.append(m["MAP@10"])
         ndcgs.append(m["nDCG@10"])
     return maps, ndcgs, ms, depth
@@ -664,7 +600,7 @@ def adapt(args) -> None:
                 rel = q["docs"] & in_corpus
                 for name in systems:
                     docs = _rankings(c, ret.search(q["body"], k=30, deadline_ms=None, **SYSTEMS[name]), q)[0]
-                    for k_, v in _metrics(docs, rel).items():
+                    for k_, v in doc_metrics(docs, rel).items():
                         agg.setdefault((enc, name), {}).setdefault(k_, []).append(v)
     print(f"\nBioASQ 7b, {len(questions)} questions, leave-one-file-out query-encoder adaptation "
           f"({args.epochs} epochs, {np.mean([r.seconds for r in fits]):.0f} s per fit, agreement "
@@ -724,7 +660,7 @@ def adapt_cross_year(args) -> None:
                                           ranker=None), year_files(train_year))
         ret = Retriever(Collection.open(test.directory, query_encoder=query_encoder), ranker=ranker)
         for name in run_systems:
-            ap = [_metrics(_rankings(ret.collection, ret.search(q["body"], k=30, deadline_ms=None, **SYSTEMS[name]),
+            ap = [doc_metrics(_rankings(ret.collection, ret.search(q["body"], k=30, deadline_ms=None, **SYSTEMS[name]),
                                      q)[0], q["docs"] & in_corpus)["MAP@10"] for q in questions]
             maps[(enc, name)] = float(np.mean(ap))
             print(f"{enc} {name}: doc MAP@10 {maps[(enc, name)]:.4f}", file=sys.stderr)
@@ -770,81 +706,6 @@ def make_cross_encoder(work: Path) -> Path:
 
     export_onnx(hf, out, kind="cross", quantize="int8", max_length=256, overwrite=True)
     return out
-
-
-def filler_batches(col, n_total: int, seed: int = 0, batch: int = 20_000):
-    """Synthetic filler growing ``col`` to ``n_total`` chunks (module docstring): ``(rows, vectors)`` batches, rows
-    numbered on from ``len(col.rows)``."""
-    from medretrieve.corpus.chunking import split_sentences
-    from medretrieve.corpus.chunk_table import ChunkRow
-
-    rng = np.random.default_rng(seed)
-    need = n_total - len(col.rows)
-    real = np.flatnonzero(col.alive)
-    vecs = col.vectors(real.tolist())
-    sents = [split_sentences(col.rows[int(i)].text) for i in real]
-    start = len(col.rows)
-    while need > 0:
-        b = min(batch, need)
-        src = rng.integers(0, len(real), size=(b, 3))
-        v = vecs[src].mean(axis=1) + rng.normal(0, 0.02, size=(b, vecs.shape[1])).astype(np.float32)
-        v /= np.linalg.norm(v, axis=1, keepdims=True)
-        labels = rng.integers(0, 10, size=b)
-        rows = [ChunkRow(start + j, f"filler-{start + j}", f"filler-{(start + j) // 5}", "", "",
-                         " ".join(s for k in src[j] for s in sents[k][:2]), "", 0, f"filler-{start + j}#s0",
-                         int(labels[j])) for j in range(b)]
-        yield rows, v.astype(np.float32)
-        start += b
-        need -= b
-        print(f"  filler: {start} chunks", file=sys.stderr)
-
-
-def filled_collection(encoder: str, work: Path, n_total: int, threads: int = -1) -> Path:
-    """The BioASQ collection grown to ``n_total`` chunks with the filler, written out of core
-    (``medretrieve.corpus.builder``: the base rows and the filler go to disk a batch at a time) and reused."""
-    from medretrieve.corpus.builder import CollectionBuilder
-
-    out = work / f"bioasq-{n_total}"
-    if (out / "manifest.json").is_file():
-        return out
-    col = build_bioasq_collection(encoder, work)
-    m = col.manifest
-    t0 = time.perf_counter()
-    builder = CollectionBuilder(out, col.directory / m["encoder"]["dir"], chunking=m["chunking"],
-                                dtype=m["index"]["dtype"], M=m["index"]["M"],
-                                ef_construction=m["index"]["ef_construction"], threads=threads, overwrite=True)
-    base = list(range(len(col.rows)))
-    builder.add_rows([col.rows[i] for i in base], col.vectors(base), list(col.sections.values()))
-    with open("/proc/self/clear_refs", "w") as fh:  # the peak from here on is the build's
-        fh.write("5")
-    before = _status_kb()
-    for rows, v in filler_batches(col, n_total):
-        builder.add_rows(rows, v)
-    t1 = time.perf_counter()
-    written = _status_kb()["VmHWM"]
-    builder.finish()
-    peak = _status_kb()["VmHWM"]
-    sizes = {name: sum(f.stat().st_size for f in (out / name).rglob("*")) if (out / name).is_dir()
-             else (out / name).stat().st_size for name in ("dense.index", "lexical", "chunks.jsonl", "rows")}
-    print(f"{n_total} chunks written in {t1 - t0:.0f} s, indexed in {time.perf_counter() - t1:.0f} s; resident "
-          f"memory before {before['VmRSS'] / 2**20:.2f} GiB, peak while writing {written / 2**20:.2f} GiB, while "
-          f"indexing {peak / 2**20:.2f} GiB; files (GiB): "
-          + ", ".join(f"{k} {v / 2**30:.2f}" for k, v in sizes.items()), file=sys.stderr)
-    return out
-
-
-def _status_kb() -> Dict[str, int]:
-    """VmRSS, VmHWM, RssAnon, RssFile of this process (kB)."""
-    from medretrieve.distributed.shard_actor import process_memory
-
-    return {k: v // 1024 for k, v in process_memory().items()}
-
-
-def _rss() -> str:
-    """The process's resident memory: anonymous (heap) and file-backed (memory-mapped collection files)."""
-    kb = _status_kb()
-    return (f"RSS {kb['VmRSS'] / 2**20:.2f} GiB (anonymous {kb['RssAnon'] / 2**20:.2f}, "
-            f"file-backed {kb['RssFile'] / 2**20:.2f})")
 
 
 def latency(args) -> None:
@@ -901,7 +762,7 @@ def latency(args) -> None:
         stages = ", ".join(f"{k_} {v:.0f}" for k_, v in slowest[2].items() if v >= 1)
         print(f"  {name}: slowest query #{slowest[1]} {slowest[0]:.0f} ms (stages, ms: {stages})", file=sys.stderr)
         print("  " + "; ".join(f"{k_} stage p50 {np.percentile(v, 50):.1f} / p99 {np.percentile(v, 99):.1f} ms"
-                               for k_, v in stage_ms.items()) + f"; {_rss()}")
+                               for k_, v in stage_ms.items()) + f"; {rss()}")
 
 
 def overlap(args) -> None:
@@ -938,7 +799,7 @@ def overlap(args) -> None:
             for h in res.hits:
                 if h.document_id not in docs:
                     docs.append(h.document_id)
-            m = _metrics(docs[:10], rel)
+            m = doc_metrics(docs[:10], rel)
             maps.append(m["MAP@10"])
             recs10.append(m["R@10"])
         n_ov = sum(1 for r in col.rows if r.overlap)
@@ -947,7 +808,7 @@ def overlap(args) -> None:
 
 
 def _peak_kb() -> int:
-    return _status_kb()["VmHWM"]
+    return status_kb()["VmHWM"]
 
 
 def lexical_worker(engine: str, mult: int) -> Dict[str, float]:
@@ -1077,7 +938,7 @@ def ef_policy(args) -> None:
         rows, efs, weak = [], [], 0
         for q in questions:
             res = ret.search(q["body"], k=30, deadline_ms=None)
-            rows.append(_metrics(_doc_ranking(res.hits), q["docs"] & in_corpus))
+            rows.append(doc_metrics(doc_ranking(res.hits), q["docs"] & in_corpus))
             efs.append(_ef_of(res))
             weak += res.weak
         print(f"| {name} | {np.mean([r['MAP@10'] for r in rows]):.4f} | {np.mean([r['R@10'] for r in rows]):.4f} | "

@@ -1,6 +1,6 @@
 """Recall after vector updates: medretrieve.Index vs hnswlib in the same run.
 
-    python bench/updates.py [--n 20000] [--dim 64] [--rounds 3] [--fraction 0.33]
+    python bench/probes/updates.py [--n 20000] [--dim 64] [--rounds 3] [--fraction 0.33]
 
 Builds each index on n random vectors (ip, M=16, ef_construction=100), then, ``rounds`` times, replaces a random
 ``fraction`` of the vectors with new random ones through ``add_items`` on existing ids (an update). Prints

@@ -7,7 +7,7 @@ a 5-sentence cited answer):
   int8 MiniLM encoder): the price of the semantic check, as a ratio;
 - one OpenAIBackend round trip to the local fake server (HTTP + JSON on loopback).
 
-Usage: ``MEDRETRIEVE_CORE_DIR=build/dev PYTHONPATH=python:tests/support nice python bench/generation.py``
+Usage: ``MEDRETRIEVE_CORE_DIR=build/dev PYTHONPATH=python:tests/support nice python bench/probes/generation.py``
 Prints a markdown table (median of repeated runs, ms) for bench/RESULTS.md.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "support"))
 
 from llm_server import FakeLLMServer  # noqa: E402
 

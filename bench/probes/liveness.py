@@ -1,6 +1,6 @@
 """Writer liveness: how much slower an add (and a save) gets while other threads search continuously.
 
-    python bench/liveness.py [--base 20000] [--rows 20000] [--dim 384] [--searchers 4] [--nq 64] [--timeout 300]
+    python bench/probes/liveness.py [--base 20000] [--rows 20000] [--dim 384] [--searchers 4] [--nq 64] [--timeout 300]
 
 For each index kind, a base of ``base`` vectors is built, then ``rows`` more are added in one call, once with the
 index to itself and once while ``searchers`` threads search it back to back (``nq`` queries, k=10, one thread per

@@ -1,6 +1,6 @@
 """CLI start-up: time to the first result of ``medretrieve search`` on a 100k-chunk collection on disk.
 
-    python bench/startup.py [--work DIR] [--chunks 100000] [--runs 5]
+    python bench/probes/startup.py [--work DIR] [--chunks 100000] [--runs 5]
                             [--other-pythonpath DIR --other-core-dir DIR --other-collection DIR]
 
 The collection is the BioASQ 7b closed corpus (``bench/retrieval.py``) grown to ``--chunks`` with its
@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import retrieval as bench  # noqa: E402  (bench/retrieval.py: the BioASQ collection and its filler)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a probe: bench/'s shared helpers are one level up
+import bioasq_corpus as bench  # noqa: E402  (bench/bioasq_corpus.py: the BioASQ collection and its filler)
 
 SPLIT = r"""
 import sys, time, json

@@ -24,7 +24,7 @@ interleaved over ``--rounds``. Then the rate limiter (24 searches from 24 thread
 Usage (under the bench lock, the machine is shared)::
 
     MEDRETRIEVE_CORE_DIR=build/dev PYTHONPATH=python MEDRETRIEVE_SHARED_DATA=../shared/data \\
-      flock /tmp/bench.lock nice python bench/online.py --questions 12 --rounds 3
+      flock /tmp/bench.lock nice python bench/probes/online.py --questions 12 --rounds 3
 
 Prints markdown tables for bench/RESULTS.md.
 """
@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 # the shared data: $MEDRETRIEVE_SHARED_DATA, else ../shared/data beside the checkout (or beside its parent folder)
 SHARED = Path(os.environ.get("MEDRETRIEVE_SHARED_DATA") or next(

@@ -1,7 +1,7 @@
 """Searches from 8 threads while ``Collection.add`` / ``delete`` run: errors, and the search p99 with updates
 against without, in one run.
 
-    python bench/live_updates.py [--searches 100000] [--quiet 20000] [--threads 8] [--rounds 10]
+    python bench/probes/live_updates.py [--searches 100000] [--quiet 20000] [--threads 8] [--rounds 10]
                                  [--collection DIR] [--work DIR] [--full] [--out results.json]
 
 The collection is a copy of ``--collection`` (default: the demo corpus, built once into ``--work``). ``--threads``
@@ -30,7 +30,7 @@ from typing import Dict, List
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _doc(i: int) -> dict:
