@@ -25,9 +25,10 @@ from .records import Answer, Citation, Hit, SearchResult, StageInfo
 
 __all__ = ["MAX_K", "MAX_BATCH", "MAX_DEADLINE_MS", "MAX_QUESTION_CHARS", "DEFAULT_K", "DEFAULT_DEADLINE_MS",
            "DEADLINE_HEADER", "SECTIONS", "WordedQuestion", "ERROR_TYPES", "STAGE_SWITCHES", "Stages",
-           "SearchOptions", "SearchOption", "SEARCH_OPTIONS", "check_search_options", "SearchRequest",
-           "BatchSearchRequest", "AnswerRequest", "BatchSearchResponse", "ErrorDetail", "ErrorResponse", "deadline_header_ms",
-           "field_errors", "Answer", "Citation", "Hit", "SearchResult", "StageInfo"]
+           "SearchOptions", "SearchOption", "SEARCH_OPTIONS", "check_search_options", "SearchOptionTypeError",
+           "SearchOptionValueError", "SearchRequest", "BatchSearchRequest", "AnswerRequest", "BatchSearchResponse",
+           "ErrorDetail", "ErrorResponse", "deadline_header_ms", "field_errors", "Answer", "Citation", "Hit",
+           "SearchResult", "StageInfo"]
 
 MAX_K = 100  # most hits (or evidence passages) one request may ask for
 MAX_BATCH = 64  # most questions in one /v1/search:batch (ServerConfig.max_batch may lower it)
@@ -109,6 +110,7 @@ def _question(value: str) -> str:
 # it with a message that says what is wrong
 Question = Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_CHARS,
                                 description="the question, in natural language (it must hold a letter or a digit)",
+                                examples=["Which drugs lower serum urate in gout?"],  # what "Try it out" fills in
                                 json_schema_extra={"pattern": WORD_PATTERN})]
 #: The same question with its word rule applied, for a question checked outside the request models (the MCP tools'
 #: arguments): one rule and one limit, whichever door the question comes in by.
@@ -240,57 +242,79 @@ def _listing() -> Dict[str, SearchOption]:
 SEARCH_OPTIONS: Mapping[str, SearchOption] = MappingProxyType(_listing())
 
 
+class SearchOptionTypeError(TypeError):
+    """A search option that is unknown (misspelt) or of the wrong type; ``option``: its name."""
+
+    def __init__(self, message: str, option: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+class SearchOptionValueError(ValueError):
+    """A search option out of its bounds; ``option``: its name (``stages`` for a rule over several switches)."""
+
+    def __init__(self, message: str, option: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
 def check_search_options(options: Mapping[str, Any]) -> Dict[str, Any]:
     """``options`` (search keyword arguments: :data:`SEARCH_OPTIONS`' names) checked as the server checks a request,
     for the doors that take Python values: the options given (None: not given, dropped), integers as ``int``,
     ``sections`` as a list.
 
-    Strict as the server: TypeError for an unknown (or misspelt) name or a value of the wrong type (``"5"`` and
-    ``True`` are not integers, ``"300"`` not a number; numpy integers are integers, and a whole float such as
-    ``5.0`` one as JSON Schema says); ValueError for a value out of bounds, an unknown section, or ``dense`` and
-    ``bm25`` both off. Each message names the option.
+    Strict as the server: :class:`SearchOptionTypeError` (a TypeError) for an unknown (or misspelt) name or a value
+    of the wrong type (``"5"`` and ``True`` are not integers, ``"300"`` not a number; numpy integers are integers,
+    and a whole float such as ``5.0`` one, as JSON Schema says); :class:`SearchOptionValueError` (a ValueError) for
+    a value out of bounds, an unknown section, or ``dense`` and ``bm25`` both off. Each names the option, in its
+    message and its ``option``.
     """
     unknown = sorted(set(options) - set(SEARCH_OPTIONS))
     if unknown:
-        raise TypeError(f"unknown search option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
-                        f"known: {', '.join(SEARCH_OPTIONS)}")
+        raise SearchOptionTypeError(f"unknown search option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                                    f"known: {', '.join(SEARCH_OPTIONS)}", unknown[0])
     given = {name: _checked(SEARCH_OPTIONS[name], value) for name, value in options.items() if value is not None}
     if given.get("dense") is False and given.get("bm25") is False:
-        raise ValueError(_ONE_FIRST_STAGE)
+        raise SearchOptionValueError(_ONE_FIRST_STAGE, "stages")
     return given
 
 
 def _checked(option: SearchOption, value: Any) -> Any:
     name, kind = option.name, option.type
+
+    def wrong(what: str) -> SearchOptionTypeError:
+        return SearchOptionTypeError(f"{name} must be {what}, got {value!r}", name)
+
+    def outside(what: str) -> SearchOptionValueError:
+        return SearchOptionValueError(f"{name} must be {what}, got {value!r}", name)
+
     if kind == "boolean":
         if not isinstance(value, bool):
-            raise TypeError(f"{name} must be true or false (a bool), got {value!r}")
+            raise wrong("true or false (a bool)")
         return value
     if kind == "array":
-        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-            raise TypeError(f"{name} must be a list of names, got {value!r}")
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or \
+                not all(isinstance(item, str) for item in value):
+            raise wrong("a list of names")
         if option.min_items is not None and len(value) < option.min_items:
-            raise ValueError(f"{name} must name at least {option.min_items}, got none")
-        for item in value:
-            if not isinstance(item, str):
-                raise TypeError(f"{name} must be a list of names, got {item!r} in it")
-            if option.items is not None and item not in option.items:
-                raise ValueError(f"{name}: unknown {item!r}; known: {', '.join(option.items)}")
+            raise outside(f"a list of at least {option.min_items}")
+        unknown = [item for item in value if option.items is not None and item not in option.items]
+        if unknown:
+            raise outside(f"of {', '.join(option.items or ())} (unknown: {', '.join(unknown)})")
         return list(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be {'an integer' if kind == 'integer' else 'a number'}, got {value!r}")
+        raise wrong("an integer" if kind == "integer" else "a number")
+    if not math.isfinite(value):
+        raise outside("a finite number")
     if kind == "integer":
-        if not isinstance(value, numbers.Integral):
-            if not (math.isfinite(value) and float(value).is_integer()):
-                raise ValueError(f"{name} must be a whole number, got {value!r}")
+        if not isinstance(value, numbers.Integral) and not float(value).is_integer():
+            raise outside("a whole number")
         value = int(value)
-    elif not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
     low, high, above = option.minimum, option.maximum, option.exclusive_minimum
     if (low is not None and value < low) or (high is not None and value > high) or \
             (above is not None and value <= above):
-        bounds = f"{'(' + format(above, 'g') if above is not None else '[' + format(low, 'g')}, {format(high, 'g')}]"
-        raise ValueError(f"{name} must be in {bounds}{' ' + option.unit if option.unit else ''}, got {value!r}")
+        start = f"({above:g}" if above is not None else f"[{low:g}"
+        raise outside(f"in {start}, {high:g}]" + (f" {option.unit}" if option.unit else ""))
     return value
 
 

@@ -60,8 +60,16 @@ def test_a_request_the_server_would_refuse_is_refused_before_sending():
         with pytest.raises(InvalidRequest) as info:
             client.search(QUESTION, deadline_ms=700_000)
         assert info.value.field == "deadline_ms"
-        with pytest.raises(InvalidRequest, match="stages.fast"):
+        with pytest.raises(TypeError, match="fast"):  # an unknown (misspelt) option, as Retriever.search says
             client.search(QUESTION, fast=True)
+        # no coercion: strings and booleans are not numbers (the server refuses them; so does Retriever.search)
+        for bad in (dict(k="5"), dict(k=True), dict(deadline_ms="300"), dict(per_document=False),
+                    dict(sections="treatment"), dict(rerank=1), dict(explain="yes")):
+            with pytest.raises(TypeError, match=next(iter(bad))):
+                client.search(QUESTION, **bad)
+            with pytest.raises(TypeError, match=next(iter(bad))):
+                client.search_batch([QUESTION], **bad)
+        assert isinstance(info.value, ValueError)  # as Retriever.search's refusal of the same request
         with pytest.raises(InvalidRequest, match="mode"):
             client.answer(QUESTION, mode="poetry")
     assert seen == []

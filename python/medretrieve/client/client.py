@@ -25,7 +25,8 @@ import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..records import Answer, Hit, SearchResult
-from ..wire import AnswerRequest, BatchSearchRequest, SearchOptions, SearchRequest, WordedQuestion, field_errors
+from ..wire import (DEFAULT_K, AnswerRequest, BatchSearchRequest, SearchOptions, SearchOptionValueError, SearchRequest,
+                    WordedQuestion, check_search_options, field_errors)
 from .errors import BadResponse, ClientError, InvalidRequest, Unavailable, error_for
 from .async_transport import AsyncHttpxTransport, AsyncLeanTransport
 from .http11 import ReplyCut, ReplyError
@@ -103,6 +104,23 @@ def _search_body(question: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     except ValidationError as exc:
         raise _refused([{**e, "loc": ("question", *e["loc"])} for e in exc.errors()]) from None
     return {"question": checked, **options}
+
+
+def _checked_fields(k: int, deadline_ms: Optional[float], per_document: Optional[int],
+                    sections: Optional[Sequence[str]], explain: bool, stages: Dict[str, Any]) -> Dict[str, Any]:
+    """:func:`_search_fields`, once the options are checked by the search request's declaration
+    (:func:`medretrieve.wire.check_search_options`), as ``Retriever.search`` checks them: an unknown (misspelt)
+    option or a value of the wrong type (``k="5"``, ``k=True``, ``deadline_ms="300"``) raises a TypeError naming
+    it, one out of bounds :class:`~.errors.InvalidRequest` (a ValueError, ``status`` 0) naming its field; nothing
+    is sent either way."""
+    if not isinstance(explain, bool):
+        raise TypeError(f"explain must be true or false (a bool), got {explain!r}")
+    try:
+        check_search_options({"k": k, "deadline_ms": deadline_ms, "per_document": per_document, "sections": sections,
+                              **stages})
+    except SearchOptionValueError as exc:
+        raise InvalidRequest(f"refused before sending: {exc}", 0, "invalid_request", exc.option) from None
+    return _search_fields(k, deadline_ms, per_document, sections, explain, stages)
 
 
 def _search_fields(k: int, deadline_ms: Optional[float], per_document: Optional[int],
@@ -380,21 +398,23 @@ class Client(_Base):
               deadline_ms: Optional[float] = None) -> Any:
         return _parsed(self._send(method, path, body, deadline_ms))
 
-    def search(self, question: str, k: int = 10, *, deadline_ms: Optional[float] = None,
+    def search(self, question: str, k: int = DEFAULT_K, *, deadline_ms: Optional[float] = None,
                per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
                explain: bool = False, **stages: bool) -> SearchResult:
         """``Retriever.search`` on the server: the best ``k`` chunks within ``deadline_ms`` (ms, queueing on the
-        server included; None: the server's default). ``stages``: switches such as ``rerank=False``; ``explain``:
-        each stage's reason and each hit's per-stage scores too (a compact result without)."""
-        body = _search_body(question, _search_fields(k, deadline_ms, per_document, sections, explain, stages))
+        server included; None: the server's default). ``stages``: switches by their stage-log names, such as
+        ``rerank=False`` (:data:`medretrieve.wire.STAGE_SWITCHES`; not given: the server retriever's setting);
+        ``explain``: each stage's reason and each hit's per-stage scores too (a compact result without). The
+        options are checked before anything is sent, as ``Retriever.search`` checks them (:func:`_checked_fields`)."""
+        body = _search_body(question, _checked_fields(k, deadline_ms, per_document, sections, explain, stages))
         return _decoded(SearchResult.from_dict, self._call("POST", "/v1/search", body, deadline_ms), "/v1/search")
 
-    def search_batch(self, questions: Sequence[str], k: int = 10, *, deadline_ms: Optional[float] = None,
+    def search_batch(self, questions: Sequence[str], k: int = DEFAULT_K, *, deadline_ms: Optional[float] = None,
                      per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
                      explain: bool = False, **stages: bool) -> List[SearchResult]:
         """Several questions with the same options and one deadline for them all (one result per question)."""
         body = _request(BatchSearchRequest, questions=list(questions),
-                        **_search_fields(k, deadline_ms, per_document, sections, explain, stages))
+                        **_checked_fields(k, deadline_ms, per_document, sections, explain, stages))
         return _decoded(_search_results, self._call("POST", "/v1/search:batch", body, deadline_ms),
                         "/v1/search:batch")
 
@@ -504,18 +524,19 @@ class AsyncClient(_Base):
                     deadline_ms: Optional[float] = None) -> Any:
         return _parsed(await self._send(method, path, body, deadline_ms))
 
-    async def search(self, question: str, k: int = 10, *, deadline_ms: Optional[float] = None,
+    async def search(self, question: str, k: int = DEFAULT_K, *, deadline_ms: Optional[float] = None,
                      per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
                      explain: bool = False, **stages: bool) -> SearchResult:
-        body = _search_body(question, _search_fields(k, deadline_ms, per_document, sections, explain, stages))
+        body = _search_body(question, _checked_fields(k, deadline_ms, per_document, sections, explain, stages))
         return _decoded(SearchResult.from_dict, await self._call("POST", "/v1/search", body, deadline_ms),
                         "/v1/search")
 
-    async def search_batch(self, questions: Sequence[str], k: int = 10, *, deadline_ms: Optional[float] = None,
+    async def search_batch(self, questions: Sequence[str], k: int = DEFAULT_K, *,
+                           deadline_ms: Optional[float] = None,
                            per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
                            explain: bool = False, **stages: bool) -> List[SearchResult]:
         body = _request(BatchSearchRequest, questions=list(questions),
-                        **_search_fields(k, deadline_ms, per_document, sections, explain, stages))
+                        **_checked_fields(k, deadline_ms, per_document, sections, explain, stages))
         return _decoded(_search_results, await self._call("POST", "/v1/search:batch", body, deadline_ms),
                         "/v1/search:batch")
 

@@ -21,8 +21,9 @@ class ClientError(Exception):
         self.retry_after_s = retry_after_s
 
 
-class InvalidRequest(ClientError):
-    """400 / 422: the request was refused (``field`` names the field at fault); do not retry."""
+class InvalidRequest(ClientError, ValueError):
+    """400 / 422: the request was refused (``field`` names the field at fault), or refused before sending
+    (``status`` 0); do not retry. A ValueError too, as ``Retriever.search``'s refusal of the same request is."""
 
 
 class Unauthorized(ClientError):
