@@ -157,7 +157,9 @@ class SearchOptions(_Strict):
     it or checked against it (:data:`SEARCH_OPTIONS`, :func:`check_search_options`); a field not given means the
     retriever's setting, never a default of the door's own."""
 
-    k: Integer = Field(DEFAULT_K, ge=1, le=MAX_K, description="hits to return", json_schema_extra={"x-unit": "hits"})
+    # (null as absent: None means "not given" on every door)
+    k: Optional[Annotated[int, Field(ge=1, le=MAX_K), BeforeValidator(_whole_number)]] = Field(
+        DEFAULT_K, description="hits to return", json_schema_extra={"x-unit": "hits"})
     deadline_ms: Optional[DeadlineMs] = Field(
         None, description="budget (ms) from the request's arrival, queueing included; the server's default when "
                           "absent. The X-Deadline-Ms header may set it too (the smaller one counts).",
