@@ -25,8 +25,11 @@ retrieval stages which geometry they work in.
 
 Writes are atomic at directory level: a build (and every ``add`` / ``delete``)
 writes a complete new directory next to the target and swaps it in with
-renames, so a failure leaves either the old collection or nothing; the next
-open or write cleans up after a killed one (:mod:`.store`). Opening validates
+renames, so a failure leaves either the old collection or nothing; the new
+files, their folders and the folder around them are fsynced before and after the
+renames, so a power loss does too (``_files.swap_in``); the next open or write
+cleans up after a killed one (:mod:`.store`). A full disk is an OSError (ENOSPC)
+naming the file, the free space the write needs and that nothing was changed. Opening validates
 the manifest (:mod:`.manifest`), keeps every path inside the folder, checks the
 files against it and raises :class:`~.store.DamagedCollection` naming the
 field or file at fault.
@@ -58,7 +61,7 @@ from .lexical import LexicalIndex
 from .manifest import CollectionManifest, read_manifest, validate_manifest
 from .snapshot import CollectionSnapshot, Encoders, load_snapshot
 from .sources import ReadReport, Record, SourceLike, read_records
-from .._files import new_temp_dir, swap_in, write_text_atomic
+from .._files import disk_full_error, new_temp_dir, swap_in, write_text_atomic
 from .store import (
     CHUNKS, DENSE, LEXICAL, MANIFEST, SECTIONS, CollectionChanged, DamagedCollection, Stamp, check_links, confined,
     copy_tree, digests, is_collection, manifest_stamp, recover_leftovers, write_jsonl, writer_lock,
@@ -563,8 +566,11 @@ class Collection:
                                             "nothing was written (open it again and repeat the change)")
                 swap_in(tmp, out)
                 stamp = manifest_stamp(out)
-        except BaseException:
+        except BaseException as exc:
+            full = disk_full_error(exc, out, tmp, base.directory)  # read before tmp goes: what it held
             shutil.rmtree(tmp, ignore_errors=True)
+            if full is not None:
+                raise full.error() from exc
             raise
         self._models = {key: str(out / manifest[key]["dir"]) for key in self._models}
         self._snap = load_snapshot(out, spec, base.encoders, False, stamp)
