@@ -96,11 +96,11 @@ def fsync_dir(directory: Path) -> None:
 def fsync_tree(root: Path) -> None:
     """fsync every file under ``root``, then every directory, deepest first, ``root`` last (links not followed):
     once it returns, the whole tree's blocks and names are on disk."""
-    folders = []
-    for folder, _, files in os.walk(root, followlinks=False):
-        folders.append(Path(folder))
+    folders: List[Path] = []
+    for here, _, files in os.walk(root, followlinks=False):
+        folders.append(Path(here))
         for name in files:
-            p = Path(folder) / name
+            p = Path(here) / name
             if p.is_symlink() or not p.is_file():
                 continue
             fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)

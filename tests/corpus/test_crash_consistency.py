@@ -221,12 +221,13 @@ def replay(disk: Disk, scratch: Path, old: Dict[str, str], new: Dict[str, str]) 
     return len(seen), failures
 
 
-def test_every_state_a_power_loss_can_leave_opens_to_the_old_or_the_new_version(built, tmp_path, monkeypatch):
+@pytest.mark.parametrize("write", ["add", "delete"])
+def test_every_state_a_power_loss_can_leave_opens_to_the_old_or_the_new_version(built, tmp_path, monkeypatch, write):
     root = tmp_path / "disk"
     shutil.copytree(built, root / "col")
     old = _tree(root / "col")
     col = Collection.open(root / "col")
-    disk = record_write(monkeypatch, root, lambda: col.add(NEW))
+    disk = record_write(monkeypatch, root, lambda: col.add(NEW) if write == "add" else col.delete("d2"))
     new = _tree(root / "col")
     assert new != old and len(disk.steps) > 10
     assert any(s.startswith("rename col -> .col.old-") for s in disk.steps)
