@@ -263,6 +263,7 @@ class DiskFull:
 
     def __init__(self, target: Path, work: Path, like: Optional[Path], exc: BaseException) -> None:
         self.target = target
+        self.at_least = like is None  # nothing to size the files not written yet by: what was written so far
         written = _tree_sizes(work)
         before = _tree_sizes(like)
         self.needed = sum(max(written.get(k, 0), before.get(k, 0)) for k in set(written) | set(before))
@@ -270,7 +271,10 @@ class DiskFull:
         if named:  # the native writer names its temporary file: the file it was writing
             self.file = Path(re.sub(r"\.tmp\.\d+\.\d+$", "", named.group(0))).relative_to(work).as_posix()
         else:
-            newest = max(written, key=lambda k: (work / k).stat().st_mtime_ns, default="")
+            try:
+                newest = max(written, key=lambda k: (work / k).lstat().st_mtime_ns, default="")
+            except OSError:  # removed meanwhile
+                newest = ""
             self.file = newest or "(the first file)"
 
     def error(self) -> OSError:
@@ -278,15 +282,17 @@ class DiskFull:
         parent = self.target.parent
         free = shutil.disk_usage(parent).free if parent.is_dir() else 0
         mib = 1 << 20
+        need = f"{'more than' if self.at_least else 'about'} {self.needed / mib:.1f} MiB"
         return OSError(errno.ENOSPC, f"no space left on the device while writing {self.file} of {self.target}: the "
-                       f"new version needs about {self.needed / mib:.1f} MiB free in {parent} ({free / mib:.1f} MiB "
-                       f"free now); nothing was changed, {self.target} is as it was before the write")
+                       f"new version needs {need} free in {parent} ({free / mib:.1f} MiB free now); nothing was "
+                       f"changed, {self.target} is as it was before the write")
 
 
 def disk_full_error(exc: BaseException, target: Path, work: Path, like: Optional[Path] = None
                     ) -> Optional[DiskFull]:
     """A :class:`DiskFull` when ``exc`` (raised while writing ``target``'s new version in ``work``) means the disk
-    or the quota is full (ENOSPC, EDQUOT, or such a message from numpy or the native core), else None."""
+    or the quota is full (ENOSPC, EDQUOT, or such a message from numpy or the native core), else None. ``like``:
+    a version whose files size those not written yet (None: the space needed is more than what was written)."""
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return DiskFull(target, work, like, exc)
     if isinstance(exc, (OSError, RuntimeError)) and _NO_SPACE.search(str(exc)):

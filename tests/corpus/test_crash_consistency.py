@@ -332,3 +332,20 @@ def test_a_full_disk_names_the_file_the_space_needed_and_that_nothing_changed(bu
     monkeypatch.undo()
     assert _tree(col_dir) == before and not [p for p in tmp_path.iterdir() if p.name.startswith(".col.")]
     assert Collection.open(col_dir).n_documents == len(DOCS)
+
+
+def test_a_build_on_a_full_disk_says_so_and_leaves_nothing(tmp_path, monkeypatch):
+    import numpy as np
+
+    from medretrieve.models.encoders import default_model_dir
+
+    def save(file, arr, *a, **kw):
+        Path(file).write_bytes(b"\x93NUMPY")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "save", save)
+    with pytest.raises(OSError) as info:
+        Collection.build(DOCS, tmp_path / "col", encoder=default_model_dir(), progress=False)
+    message = str(info.value)
+    assert info.value.errno == errno.ENOSPC and ".npy of" in message and "needs more than" in message
+    assert "nothing was changed" in message and list(tmp_path.iterdir()) == []

@@ -324,8 +324,11 @@ class Collection:
             records = read_records(source, format=format, errors=errors, report=report)
             builder.add_records(itertools.islice(records, builder.records_done, None))
             out = builder.finish(report)
-        except Exception:
+        except Exception as exc:
+            full = disk_full_error(exc, Path(out_dir), builder.work)  # read before the work folder goes
             builder.abandon()  # a failed build leaves nothing behind
+            if full is not None:
+                raise full.error() from exc
             raise
         except BaseException:  # interrupted: kept to resume when the sources can be recognised again
             if builder.key is None:
