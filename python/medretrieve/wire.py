@@ -25,10 +25,10 @@ from .records import Answer, Citation, Hit, SearchResult, StageInfo
 
 __all__ = ["MAX_K", "MAX_BATCH", "MAX_DEADLINE_MS", "MAX_QUESTION_CHARS", "DEFAULT_K", "DEFAULT_DEADLINE_MS",
            "DEADLINE_HEADER", "SECTIONS", "WordedQuestion", "ERROR_TYPES", "STAGE_SWITCHES", "Stages",
-           "SearchOptions", "SearchOption", "SEARCH_OPTIONS", "check_search_options", "SearchOptionTypeError",
-           "SearchOptionValueError", "SearchRequest", "BatchSearchRequest", "AnswerRequest", "BatchSearchResponse",
-           "ErrorDetail", "ErrorResponse", "deadline_header_ms", "field_errors", "Answer", "Citation", "Hit",
-           "SearchResult", "StageInfo"]
+           "SearchOptions", "SearchOption", "SEARCH_OPTIONS", "check_search_options", "check_question",
+           "SearchOptionTypeError", "SearchOptionValueError", "SearchRequest", "BatchSearchRequest", "AnswerRequest",
+           "BatchSearchResponse", "ErrorDetail", "ErrorResponse", "deadline_header_ms", "field_errors", "Answer",
+           "Citation", "Hit", "SearchResult", "StageInfo"]
 
 MAX_K = 100  # most hits (or evidence passages) one request may ask for
 MAX_BATCH = 64  # most questions in one /v1/search:batch (ServerConfig.max_batch may lower it)
@@ -279,6 +279,22 @@ def check_search_options(options: Mapping[str, Any]) -> Dict[str, Any]:
     if given.get("dense") is False and given.get("bm25") is False:
         raise SearchOptionValueError(_ONE_FIRST_STAGE, "stages")
     return given
+
+
+def check_question(question: Any) -> str:
+    """A search's question checked as the server checks it (:data:`WordedQuestion`: a string of at most
+    ``MAX_QUESTION_CHARS`` characters that holds a letter or a digit): :class:`SearchOptionTypeError` for one
+    that is not a string, :class:`SearchOptionValueError` for a blank, word-less or too long one; both name
+    ``question``."""
+    if not isinstance(question, str):
+        raise SearchOptionTypeError(f"question must be a string, got {type(question).__name__}", "question")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise SearchOptionValueError(f"question must be at most {MAX_QUESTION_CHARS} characters, got "
+                                     f"{len(question)}", "question")
+    try:
+        return _question(question)
+    except ValueError as exc:
+        raise SearchOptionValueError(f"question {exc}", "question") from None
 
 
 def _checked(option: SearchOption, value: Any) -> Any:

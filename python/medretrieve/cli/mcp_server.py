@@ -24,6 +24,11 @@ def add_mcp(sub: Any) -> None:
                    "limits on slow clients and connections: the serve extra)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on with --http")
     p.add_argument("--port", type=int, default=8765, help="port with --http (0: any free port; the log names it)")
+    p.add_argument("--api-key-file", default=None, metavar="FILE",
+                   help="with --http: API keys as for medretrieve serve (also $MEDRETRIEVE_API_KEYS); /mcp then "
+                   "needs a key with the search scope, and the answer tool one with answer too")
+    p.add_argument("--insecure", action="store_true",
+                   help="with --http: allow listening beyond loopback (--host 0.0.0.0) without an API key")
     p.add_argument("--llm", default=None, metavar="BASE_URL",
                    help="OpenAI-compatible API root that writes answers (default: extractive answers)")
     p.add_argument("--model", default=None, help="model name the LLM server knows (with --llm)")
@@ -49,6 +54,14 @@ def _mcp(args: Any) -> int:
 
     if (args.llm is None) != (args.model is None):
         raise ValueError("--llm and --model go together")
+    if args.api_key_file and not args.http:
+        raise ValueError("--api-key-file goes with --http (over stdio the MCP client starts this process itself)")
+    keys: tuple = ()
+    if args.http:  # checked before the collection loads
+        from .serve import api_keys, check_exposure
+
+        keys = api_keys(args)
+        check_exposure("medretrieve mcp", args.host, bool(keys), args.insecure)
     with contextlib.ExitStack() as stack:
         backend = None
         if args.llm is not None:
@@ -74,6 +87,11 @@ def _mcp(args: Any) -> int:
                               '"medretrieve[mcp,serve]"') from exc
 
         print("medretrieve mcp: streamable HTTP at path /mcp of the address uvicorn names below", file=sys.stderr)
-        uvicorn.run(server.streamable_http_app(host=args.host), host=args.host, port=args.port, log_level="info",
-                    http=PROTOCOL)
+        app: Any = server.streamable_http_app(host=args.host)
+        if keys:
+            from ..server.auth import RequireMcpKey
+            from ..server.keys import KeyRing
+
+            app = RequireMcpKey(app, KeyRing(keys))
+        uvicorn.run(app, host=args.host, port=args.port, log_level="info", http=PROTOCOL)
     return 0

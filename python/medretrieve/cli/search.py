@@ -69,8 +69,8 @@ def _option_value(option: SearchOption) -> Callable[[str], Any]:
         if option.type == "array":
             value: Any = [text]
         else:
-            try:
-                value = int(text) if option.type == "integer" else float(text)
+            try:  # an integer's flag may be written 5 or 5.0, as a JSON number may (the declaration decides)
+                value = int(text) if text.strip().lstrip("+-").isdigit() else float(text)
             except ValueError:
                 raise argparse.ArgumentTypeError(
                     f"{option.name} must be {'an integer' if option.type == 'integer' else 'a number'}, "

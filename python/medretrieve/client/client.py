@@ -25,8 +25,8 @@ import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..records import Answer, Hit, SearchResult
-from ..wire import (DEFAULT_K, AnswerRequest, BatchSearchRequest, SearchOptions, SearchOptionValueError, SearchRequest,
-                    WordedQuestion, check_search_options, field_errors)
+from ..wire import (DEFAULT_K, AnswerRequest, BatchSearchRequest, SearchOptions, SearchOptionTypeError,
+                    SearchOptionValueError, SearchRequest, WordedQuestion, check_search_options, field_errors)
 from .errors import BadResponse, ClientError, InvalidRequest, Unavailable, error_for
 from .async_transport import AsyncHttpxTransport, AsyncLeanTransport
 from .http11 import ReplyCut, ReplyError
@@ -106,13 +106,17 @@ def _search_body(question: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     return {"question": checked, **options}
 
 
-def _checked_fields(k: int, deadline_ms: Optional[float], per_document: Optional[int],
+def _checked_fields(questions: Sequence[Any], k: int, deadline_ms: Optional[float], per_document: Optional[int],
                     sections: Optional[Sequence[str]], explain: bool, stages: Dict[str, Any]) -> Dict[str, Any]:
     """:func:`_search_fields`, once the options are checked by the search request's declaration
     (:func:`medretrieve.wire.check_search_options`), as ``Retriever.search`` checks them: an unknown (misspelt)
     option or a value of the wrong type (``k="5"``, ``k=True``, ``deadline_ms="300"``) raises a TypeError naming
     it, one out of bounds :class:`~.errors.InvalidRequest` (a ValueError, ``status`` 0) naming its field; nothing
-    is sent either way."""
+    is sent either way. A question that is not a string is a TypeError too (its words are checked with the
+    request)."""
+    for question in questions:
+        if not isinstance(question, str):
+            raise SearchOptionTypeError(f"question must be a string, got {type(question).__name__}", "question")
     if not isinstance(explain, bool):
         raise TypeError(f"explain must be true or false (a bool), got {explain!r}")
     try:
@@ -406,15 +410,17 @@ class Client(_Base):
         ``rerank=False`` (:data:`medretrieve.wire.STAGE_SWITCHES`; not given: the server retriever's setting);
         ``explain``: each stage's reason and each hit's per-stage scores too (a compact result without). The
         options are checked before anything is sent, as ``Retriever.search`` checks them (:func:`_checked_fields`)."""
-        body = _search_body(question, _checked_fields(k, deadline_ms, per_document, sections, explain, stages))
+        body = _search_body(question, _checked_fields([question], k, deadline_ms, per_document, sections, explain,
+                                                       stages))
         return _decoded(SearchResult.from_dict, self._call("POST", "/v1/search", body, deadline_ms), "/v1/search")
 
     def search_batch(self, questions: Sequence[str], k: int = DEFAULT_K, *, deadline_ms: Optional[float] = None,
                      per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
                      explain: bool = False, **stages: bool) -> List[SearchResult]:
         """Several questions with the same options and one deadline for them all (one result per question)."""
-        body = _request(BatchSearchRequest, questions=list(questions),
-                        **_checked_fields(k, deadline_ms, per_document, sections, explain, stages))
+        listed = list(questions)
+        body = _request(BatchSearchRequest, questions=listed,
+                        **_checked_fields(listed, k, deadline_ms, per_document, sections, explain, stages))
         return _decoded(_search_results, self._call("POST", "/v1/search:batch", body, deadline_ms),
                         "/v1/search:batch")
 
@@ -527,7 +533,8 @@ class AsyncClient(_Base):
     async def search(self, question: str, k: int = DEFAULT_K, *, deadline_ms: Optional[float] = None,
                      per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
                      explain: bool = False, **stages: bool) -> SearchResult:
-        body = _search_body(question, _checked_fields(k, deadline_ms, per_document, sections, explain, stages))
+        body = _search_body(question, _checked_fields([question], k, deadline_ms, per_document, sections, explain,
+                                                       stages))
         return _decoded(SearchResult.from_dict, await self._call("POST", "/v1/search", body, deadline_ms),
                         "/v1/search")
 
@@ -535,8 +542,9 @@ class AsyncClient(_Base):
                            deadline_ms: Optional[float] = None,
                            per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
                            explain: bool = False, **stages: bool) -> List[SearchResult]:
-        body = _request(BatchSearchRequest, questions=list(questions),
-                        **_checked_fields(k, deadline_ms, per_document, sections, explain, stages))
+        listed = list(questions)
+        body = _request(BatchSearchRequest, questions=listed,
+                        **_checked_fields(listed, k, deadline_ms, per_document, sections, explain, stages))
         return _decoded(_search_results, await self._call("POST", "/v1/search:batch", body, deadline_ms),
                         "/v1/search:batch")
 

@@ -54,7 +54,7 @@ from .recovery import Recovery
 from .rerank import Ranking, Reranker
 from .results import Hit, SearchResult, StageLog
 from .settings import Settings
-from ..wire import DEFAULT_DEADLINE_MS, DEFAULT_K, check_search_options
+from ..wire import DEFAULT_DEADLINE_MS, DEFAULT_K, check_question, check_search_options
 
 
 WEAK_DEPTH = 10  # first-stage hits the weak flag reads (at least)
@@ -204,19 +204,19 @@ class Retriever:
 
         The options are those of the search request, declared once in :data:`medretrieve.wire.SEARCH_OPTIONS`
         (names, types, bounds, units) and checked as every door checks them
-        (:func:`~medretrieve.wire.check_search_options`: TypeError for a wrong type, no coercion; ValueError out of
-        bounds). ``per_document`` caps hits per document. ``sections``: section categories (``treatment``,
-        ``symptoms``, ``diagnosis``, ... of ``medretrieve.corpus.chunking.SECTION_CATEGORIES``, or ``other``) every
-        hit must come from; it replaces section routing and recovery stays inside it too. With an online source the
-        deadline covers the PubMed calls too (module docstring).
+        (:func:`~medretrieve.wire.check_search_options`, :func:`~medretrieve.wire.check_question`: TypeError for a
+        wrong type, no coercion; ValueError out of bounds, or for a blank or word-less question). ``per_document``
+        caps hits per document. ``sections``: section categories (``treatment``, ``symptoms``, ``diagnosis``, ...
+        of ``medretrieve.corpus.chunking.SECTION_CATEGORIES``, or ``other``) every hit must come from; it replaces
+        section routing and recovery stays inside it too. With an online source the deadline covers the PubMed
+        calls too (module docstring).
 
         The stage switches carry the stage log's names: ``expand``, ``route`` (section routing), ``dense`` /
         ``bm25`` (not both off), ``feedback`` (pseudo-relevance feedback), ``rerank``, ``mmr``, ``recovery``.
         None (the default) is the retriever's setting: on, except ``mmr`` and ``feedback``, as ``Settings.mmr``
         and ``Settings.feedback`` say (MMR off; feedback only without a learned ranker; why in :class:`.Settings`).
         """
-        if not isinstance(question, str) or not question.strip():
-            raise ValueError("question must be a non-empty string")
+        check_question(question)
         expired = deadline_ms == 0 and not isinstance(deadline_ms, bool)  # in-process only: already out of time
         opts = check_search_options(dict(
             k=k, deadline_ms=None if expired else deadline_ms, per_document=per_document, sections=sections,

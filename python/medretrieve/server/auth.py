@@ -11,9 +11,10 @@ API's JSON error shape, before the request's body is read.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+import json
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import error_response
 from .keys import SCOPES, KeyRing
@@ -55,12 +56,15 @@ def _bearer(scope: Scope) -> Optional[bytes]:
 
 
 class RequireKey:
-    """Pure ASGI middleware: a request to a path that needs a key (:func:`required_scope`) passes only with a
-    key that has its scope; others are answered 401 / 403 (module docstring) before their body is read."""
+    """Pure ASGI middleware: a request to a path that needs a key (``scope_of``: :func:`required_scope` for the
+    HTTP API) passes only with a key that has its scope; others are answered 401 / 403 (module docstring) before
+    their body is read."""
 
-    def __init__(self, app: ASGIApp, keys: KeyRing) -> None:
+    def __init__(self, app: ASGIApp, keys: KeyRing,
+                 scope_of: Callable[[str], Optional[str]] = required_scope) -> None:
         self.app = app
         self.keys = keys
+        self.scope_of = scope_of
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -70,27 +74,103 @@ class RequireKey:
         root = scope.get("root_path", "")
         if root and path.startswith(root):  # mounted under a prefix: the app's own path
             path = path[len(root):]
-        needed = required_scope(path)
-        if needed is not None:
-            refusal = self._refusal(scope, needed)
-            if refusal is not None:
-                await refusal(scope, receive, send)
-                return
+        needed = self.scope_of(path)
+        if needed is None:
+            await self.app(scope, receive, send)
+            return
+        refusal, scopes = self._check(scope, needed)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        await self.let_in(scope, receive, send, scopes)
+
+    async def let_in(self, scope: Scope, receive: Receive, send: Send, scopes: FrozenSet[str]) -> None:
+        """Pass a request whose key has the path's scope (``scopes``: all of the key's) on to the app."""
         await self.app(scope, receive, send)
 
-    def _refusal(self, scope: Scope, needed: str) -> Any:
+    def _check(self, scope: Scope, needed: str) -> Tuple[Any, FrozenSet[str]]:
+        """The refusal of a request (None: let in) and its key's scopes."""
         token = _bearer(scope)
         if token is None:
             return error_response(401, "unauthorized", "this server needs an API key: send the header "
-                                  "'Authorization: Bearer <key>'", headers=_challenge())
+                                  "'Authorization: Bearer <key>'", headers=_challenge()), frozenset()
         scopes = self.keys.scopes_of(token)
         if scopes is None:
             return error_response(401, "unauthorized", "the API key is not one this server accepts",
-                                  headers=_challenge("invalid_token"))
+                                  headers=_challenge("invalid_token")), frozenset()
         if needed and needed not in scopes:
-            return error_response(403, "insufficient_scope", f"this API key lacks the '{needed}' scope (it has: "
-                                  f"{', '.join(sorted(scopes))})", headers=_challenge("insufficient_scope", needed))
-        return None
+            return scope_refusal(needed, scopes), scopes
+        return None, scopes
+
+
+def scope_refusal(needed: str, scopes: FrozenSet[str]) -> Any:
+    """The 403 ``insufficient_scope`` response of a key (``scopes``) without ``needed``."""
+    return error_response(403, "insufficient_scope", f"this API key lacks the '{needed}' scope (it has: "
+                          f"{', '.join(sorted(scopes))})", headers=_challenge("insufficient_scope", needed))
+
+
+MCP_PATH = "/mcp"
+MAX_MCP_BODY_BYTES = 1 << 20  # an MCP request (a tool call's question and options) is a few kB
+
+
+def mcp_scope(path: str) -> Optional[str]:
+    """The scope ``medretrieve mcp --http`` asks of a path: ``search`` for the MCP endpoint (the ``answer``
+    tool's calls need ``answer`` too: :class:`RequireMcpKey`), None elsewhere."""
+    return "search" if path == MCP_PATH or path.startswith(MCP_PATH + "/") else None
+
+
+def _tools_called(body: bytes) -> List[str]:
+    """The tool names of the JSON-RPC ``tools/call`` requests in ``body`` (one request or a batch); [] when it is
+    not JSON (the MCP server answers that itself)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return []
+    calls = data if isinstance(data, list) else [data]
+    return [str(c.get("params", {}).get("name")) for c in calls
+            if isinstance(c, dict) and c.get("method") == "tools/call" and isinstance(c.get("params"), dict)]
+
+
+class RequireMcpKey(RequireKey):
+    """:class:`RequireKey` for ``medretrieve mcp --http``: the MCP endpoint needs a key with ``search``, and a
+    call of the ``answer`` tool (which spends the LLM's budget) a key with ``answer`` as well: the body of a
+    request whose key lacks it is read (at most :data:`MAX_MCP_BODY_BYTES`, else 413) and refused 403 when it
+    calls ``answer``, else handed on unchanged."""
+
+    def __init__(self, app: ASGIApp, keys: KeyRing) -> None:
+        super().__init__(app, keys, mcp_scope)
+
+    async def let_in(self, scope: Scope, receive: Receive, send: Send, scopes: FrozenSet[str]) -> None:
+        if "answer" in scopes or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks: List[bytes] = []
+        size, more = 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > MAX_MCP_BODY_BYTES:
+                await error_response(413, "body_too_large", f"an MCP request is at most {MAX_MCP_BODY_BYTES} "
+                                     "bytes")(scope, receive, send)
+                return
+        body = b"".join(chunks)
+        if "answer" in _tools_called(body):
+            await scope_refusal("answer", scopes)(scope, receive, send)
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
 
 def document_security(app: Any, error_model: Any) -> None:
