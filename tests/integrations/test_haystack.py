@@ -64,8 +64,23 @@ def test_top_k_sections_and_deadline_reach_the_search(medretrieve_retriever):
         (2, 60000.0, ["diagnosis"]), (4, 60000.0, ["treatment"])]
     expected = medretrieve_retriever.search(QUESTION, k=2, deadline_ms=None, sections=["diagnosis"]).hits
     assert [d.id for d in docs] == [h.chunk_id for h in expected]
-    with pytest.raises(ValueError, match="unknown sections"):
+    with pytest.raises(ValueError, match="astrology"):
         retriever.run(QUESTION, sections=["astrology"])
+
+
+@pytest.mark.parametrize("bad,error,says", [
+    ({"k": "5"}, TypeError, "k must be an integer"), ({"k": True}, TypeError, "k must be an integer"),
+    ({"deadline_ms": "300"}, TypeError, "deadline_ms must be a number"), ({"k": 0}, ValueError, "k must be in"),
+    ({"per_documnt": 1}, TypeError, "per_documnt"), ({"feedback": "yes"}, TypeError, "feedback")])
+def test_options_are_refused_as_the_http_api_refuses_them_over_a_folder_and_a_url(medretrieve_collection, server,
+                                                                                   bad, error, says):
+    for source in (str(medretrieve_collection.directory), server.url):
+        with pytest.raises(error, match=says):
+            HaystackRetriever(source, **bad)
+    retriever = HaystackRetriever(server.url)
+    with pytest.raises(TypeError, match="k must be an integer"):
+        retriever.run(QUESTION, top_k="5")
+    retriever.close()
 
 
 def test_over_a_server_sync_and_async(server, medretrieve_retriever):
@@ -88,12 +103,13 @@ def test_over_a_server_sync_and_async(server, medretrieve_retriever):
 def test_the_pipeline_round_trips_through_yaml_when_built_from_a_folder(medretrieve_collection,
                                                                        medretrieve_retriever):
     folder = str(medretrieve_collection.directory)
-    yaml = _rag(HaystackRetriever(folder, k=2, deadline_ms=None, sections=["treatment"])).dumps()
+    yaml = _rag(HaystackRetriever(folder, k=2, deadline_ms=None, sections=["treatment"], mmr=True)).dumps()
     loaded = Pipeline.loads(yaml, allowed_modules=["medretrieve.integrations.haystack"])
     retriever = loaded.get_component("retriever")
-    assert (retriever.call.k, retriever.call.sections, retriever.call.deadline_ms) == (2, ["treatment"], None)
+    assert retriever.call.deadline_ms is None
+    assert retriever.call.options == {"k": 2, "sections": ["treatment"], "mmr": True}
     docs = loaded.run(_inputs(QUESTION), include_outputs_from={"retriever"})["retriever"]["documents"]
-    expected = medretrieve_retriever.search(QUESTION, k=2, deadline_ms=None, sections=["treatment"]).hits
+    expected = medretrieve_retriever.search(QUESTION, k=2, deadline_ms=None, sections=["treatment"], mmr=True).hits
     assert [d.id for d in docs] == [h.chunk_id for h in expected]
     with pytest.raises(TypeError, match="serialises only when built from a collection folder or a server URL"):
         _rag(HaystackRetriever(medretrieve_retriever)).dumps()

@@ -45,10 +45,35 @@ def test_k_deadline_and_sections_reach_the_search(medretrieve_retriever):
     nodes = retriever.retrieve(QUESTION)
     retriever.k, retriever.sections, retriever.deadline_ms = 1, None, None
     asyncio.run(retriever.aretrieve(QUESTION))
-    assert [(c["k"], c["deadline_ms"], c["sections"]) for c in source.calls] == [
+    assert [(c["k"], c["deadline_ms"], c.get("sections")) for c in source.calls] == [
         (2, 60000.0, ["diagnosis"]), (1, None, None)]
     expected = medretrieve_retriever.search(QUESTION, k=2, deadline_ms=None, sections=["diagnosis"]).hits
     assert [n.node.node_id for n in nodes] == [h.chunk_id for h in expected]
+
+
+def test_every_declared_option_reaches_the_search(medretrieve_retriever):
+    source = RecordingSource(medretrieve_retriever)
+    options = {"k": 3, "per_document": 1, "mmr": True, "recovery": False}
+    nodes = LlamaIndexRetriever(source, deadline_ms=None, **options).retrieve(QUESTION)
+    assert source.calls == [{"question": QUESTION, "deadline_ms": None, **options}]
+    expected = medretrieve_retriever.search(QUESTION, deadline_ms=None, **options)
+    assert [n.node.node_id for n in nodes] == [h.chunk_id for h in expected.hits]
+
+
+@pytest.mark.parametrize("bad,error,says", [
+    ({"k": "5"}, TypeError, "k must be an integer"), ({"k": True}, TypeError, "k must be an integer"),
+    ({"deadline_ms": "300"}, TypeError, "deadline_ms must be a number"), ({"k": 101}, ValueError, "k must be in"),
+    ({"per_documnt": 1}, TypeError, "per_documnt"), ({"sections": "treatment"}, TypeError, "sections")])
+def test_options_are_refused_as_the_http_api_refuses_them_over_a_folder_and_a_url(medretrieve_collection, server,
+                                                                                   bad, error, says):
+    for source in (str(medretrieve_collection.directory), server.url):
+        with pytest.raises(error, match=says):
+            LlamaIndexRetriever(source, **bad)
+    retriever = LlamaIndexRetriever(server.url)
+    retriever.k = "5"  # an attribute changed later is checked at the next query, before anything is sent
+    with pytest.raises(TypeError, match="k must be an integer"):
+        retriever.retrieve(QUESTION)
+    retriever.close()
 
 
 def test_over_a_server_sync_and_async(server, medretrieve_retriever):

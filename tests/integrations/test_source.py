@@ -41,16 +41,19 @@ def test_source_url_prefers_the_documents_own_link_and_knows_none_for_other_ids(
 
 
 def test_search_call_overrides_and_refuses_unknown_options():
-    call = SearchCall(10, 300.0, None).with_overrides({"k": 3, "sections": ("treatment",)})
+    call = SearchCall.of(300.0, k=10).with_overrides({"k": 3, "sections": ("treatment",)})
     assert call.kwargs() == {"k": 3, "deadline_ms": 300.0, "sections": ["treatment"]}
-    with pytest.raises(TypeError, match=r"unknown search options \['top'\]"):
-        SearchCall(10, None, None).with_overrides({"top": 3})
+    assert SearchCall.of(None, k=3, mmr=True).with_overrides({"mmr": None}).kwargs() == {"k": 3, "deadline_ms": None}
+    with pytest.raises(TypeError, match="unknown search option top;"):
+        SearchCall.of(None, k=10).with_overrides({"top": 3})
+    with pytest.raises(TypeError, match="k must be an integer"):
+        SearchCall.of(None, k="3")
 
 
 def test_searcher_passes_the_options_and_serves_async_from_a_thread(medretrieve_retriever):
     source = RecordingSource(medretrieve_retriever)
     searcher = Searcher(source)
-    call = SearchCall(2, None, ["treatment"])
+    call = SearchCall.of(None, k=2, sections=["treatment"])
     sync = searcher.search(QUESTION, call)
     awaited = asyncio.run(searcher.asearch(QUESTION, call))
     assert [h.chunk_id for h in sync.hits] == [h.chunk_id for h in awaited.hits]
@@ -60,7 +63,7 @@ def test_searcher_passes_the_options_and_serves_async_from_a_thread(medretrieve_
 
 def test_searcher_opens_a_folder_and_refuses_what_cannot_search(medretrieve_collection, tmp_path):
     opened = Searcher(str(medretrieve_collection.directory))
-    assert opened.search(QUESTION, SearchCall(1, None, None)).hits[0].document_id == "demo-002"
+    assert opened.search(QUESTION, SearchCall.of(None, k=1)).hits[0].document_id == "demo-002"
     with pytest.raises(TypeError, match="source must be a medretrieve Retriever, Client or AsyncClient"):
         Searcher(42)
     with pytest.raises(FileNotFoundError, match="is not a medretrieve collection"):
@@ -74,7 +77,7 @@ def test_an_async_client_serves_only_async_calls(server):
         async with AsyncClient(server.url) as client:
             searcher = Searcher(client)
             with pytest.raises(TypeError, match="answers only the async calls"):
-                searcher.search(QUESTION, SearchCall(1, None, None))
-            return await searcher.asearch(QUESTION, SearchCall(1, 60000.0, None))
+                searcher.search(QUESTION, SearchCall.of(None, k=1))
+            return await searcher.asearch(QUESTION, SearchCall.of(60000.0, k=1))
 
     assert asyncio.run(both()).hits[0].document_id == "demo-002"

@@ -1,12 +1,16 @@
 """medretrieve as a Haystack component (the ``haystack`` extra: ``haystack-ai``, the 2.x components API).
 
-``HaystackRetriever(source, k=..., deadline_ms=..., sections=...)`` is a ``@component`` with ``run`` and
-``run_async`` (an ``AsyncPipeline`` awaits the latter): input ``query`` (and per run ``top_k``, ``sections``),
+``HaystackRetriever(source, k=..., deadline_ms=..., sections=..., **options)`` is a ``@component`` with ``run``
+and ``run_async`` (an ``AsyncPipeline`` awaits the latter): input ``query`` (and per run ``top_k``, ``sections``),
 output ``documents``, a list of Haystack ``Document`` objects (id: the chunk id; content: the chunk's text;
 score: the hit's relevance; meta: :func:`~.source.hit_metadata`: document id, title, section, BioASQ span,
 source link). ``source`` is a :class:`~medretrieve.retrieval.retriever.Retriever`, a
 :class:`~medretrieve.client.Client` / :class:`~medretrieve.client.AsyncClient`, a collection folder or a
-server URL (:mod:`.source`). Built from a folder or URL, the component serialises with its pipeline
+server URL (:mod:`.source`). The search options are those of the search declaration
+(:data:`medretrieve.wire.SEARCH_OPTIONS`, the keyword arguments of ``Retriever.search``: ``per_document`` and the
+stage switches beside these three), checked as the HTTP API checks them (TypeError for an unknown or misspelt
+option or a value of the wrong type, ValueError out of bounds); one not given is the source's own setting.
+Built from a folder or URL, the component serialises with its pipeline
 (``Pipeline.dumps`` / ``loads``); built from an object, it cannot (``to_dict`` says so).
 """
 from __future__ import annotations
@@ -23,14 +27,15 @@ from .source import SearchCall, Searcher, SourceLike, hit_metadata
 @component
 class HaystackRetriever:
     """medretrieve's hybrid search as a Haystack retriever component (module docstring). ``k``: hits per run
-    (``top_k`` overrides it); ``deadline_ms``: the time budget of one search (ms; None: none); ``sections``:
-    section categories every hit must come from (a run's ``sections`` overrides them)."""
+    (``top_k`` overrides it; None: the source's, 10); ``deadline_ms``: the time budget of one search (ms; None:
+    none); ``sections``: section categories every hit must come from (a run's ``sections`` overrides them);
+    ``options``: the other search options (``per_document``, stage switches)."""
 
-    def __init__(self, source: SourceLike, k: int = 10, deadline_ms: Optional[float] = 300.0,
-                 sections: Optional[List[str]] = None) -> None:
+    def __init__(self, source: SourceLike, k: Optional[int] = None, deadline_ms: Optional[float] = 300.0,
+                 sections: Optional[List[str]] = None, **options: Any) -> None:
+        self.call = SearchCall.of(deadline_ms, k=k, sections=sections, **options)  # checked before opening
         self.source = source
         self.searcher = Searcher(source)
-        self.call = SearchCall(k, deadline_ms, sections)
 
     def _for_run(self, top_k: Optional[int], sections: Optional[Sequence[str]]) -> SearchCall:
         overrides: Dict[str, Any] = {}
@@ -57,9 +62,8 @@ class HaystackRetriever:
         if not isinstance(self.source, (str, os.PathLike)):
             raise TypeError("a HaystackRetriever serialises only when built from a collection folder or a server "
                             f"URL, not from a {type(self.source).__name__} object")
-        sections = None if self.call.sections is None else list(self.call.sections)
-        return default_to_dict(self, source=os.fspath(self.source), k=self.call.k,
-                               deadline_ms=self.call.deadline_ms, sections=sections)
+        return default_to_dict(self, source=os.fspath(self.source), deadline_ms=self.call.deadline_ms,
+                               **self.call.options)
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "HaystackRetriever":

@@ -1,10 +1,14 @@
 """medretrieve as a LlamaIndex retriever (the ``llamaindex`` extra: ``llama-index-core``).
 
-``LlamaIndexRetriever(source, k=..., deadline_ms=..., sections=...)`` is a ``llama_index.core`` ``BaseRetriever``:
+``LlamaIndexRetriever(source, k=..., deadline_ms=..., sections=..., **options)`` is a ``llama_index.core``
+``BaseRetriever``:
 ``retrieve`` / ``aretrieve`` return ``NodeWithScore`` objects, so it plugs into a ``RetrieverQueryEngine``, a
 ``ContextChatEngine`` or a router like any other retriever. ``source`` is a
 :class:`~medretrieve.retrieval.retriever.Retriever`, a :class:`~medretrieve.client.Client` /
-:class:`~medretrieve.client.AsyncClient`, a collection folder or a server URL (:mod:`.source`).
+:class:`~medretrieve.client.AsyncClient`, a collection folder or a server URL (:mod:`.source`). The search options
+are those of the search declaration (:data:`medretrieve.wire.SEARCH_OPTIONS`, the keyword arguments of
+``Retriever.search``), checked as the HTTP API checks them (TypeError for an unknown or misspelt option or a value
+of the wrong type, ValueError out of bounds); one not given is the source's own setting.
 
 Each hit becomes a ``TextNode`` (id: the chunk id; text: the chunk's; its source relationship: the document id)
 with the hit's score and :func:`~.source.hit_metadata` as metadata. The LLM reads the title, section, document
@@ -13,7 +17,7 @@ prompt and out of any re-embedding, and so do fields without a value (``excluded
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.retrievers import BaseRetriever
@@ -27,21 +31,24 @@ HIDDEN_KEYS = ["chunk_id", "parent_id", "score", "scores", *SPAN_KEYS]
 
 
 class LlamaIndexRetriever(BaseRetriever):
-    """medretrieve's hybrid search as a LlamaIndex retriever (module docstring). ``k``: hits per search;
-    ``deadline_ms``: the time budget of one search (ms; None: none); ``sections``: section categories every hit
-    must come from (None: all). They are attributes, so a caller may change them between queries."""
+    """medretrieve's hybrid search as a LlamaIndex retriever (module docstring). ``k``: hits per search (None: the
+    source's, 10); ``deadline_ms``: the time budget of one search (ms; None: none); ``sections``: section
+    categories every hit must come from (None: all); ``options``: the other search options (``per_document``,
+    stage switches). They are attributes, so a caller may change them between queries (each query checks them)."""
 
-    def __init__(self, source: SourceLike, *, k: int = 10, deadline_ms: Optional[float] = 300.0,
+    def __init__(self, source: SourceLike, *, k: Optional[int] = None, deadline_ms: Optional[float] = 300.0,
                  sections: Optional[Sequence[str]] = None, callback_manager: Optional[CallbackManager] = None,
-                 verbose: bool = False) -> None:
-        self.searcher = Searcher(source)
+                 verbose: bool = False, **options: Any) -> None:
         self.k = k
         self.deadline_ms = deadline_ms
         self.sections = sections
+        self.options = options
+        self._call()  # the options' check, before anything is opened
+        self.searcher = Searcher(source)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     def _call(self) -> SearchCall:
-        return SearchCall(self.k, self.deadline_ms, self.sections)
+        return SearchCall.of(self.deadline_ms, k=self.k, sections=self.sections, **self.options)
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         return _nodes(self.searcher.search(query_bundle.query_str, self._call()))

@@ -2,8 +2,11 @@
 
 Two tools, both read-only, both answering structured content with a typed output schema:
 
-- ``search(question, k, sections)``: the best chunks (:class:`SearchOutput`: hits with text, score, document id,
-  title, section, BioASQ span and source link; whether the question is weak; stages the deadline cut).
+- ``search``: the best chunks (:class:`SearchOutput`: hits with text, score, document id, title, section, BioASQ
+  span and source link; whether the question is weak; the stage log). Its arguments are the body of ``POST
+  /v1/search`` (:func:`search_input_schema`, built from the search declaration
+  :data:`medretrieve.wire.SEARCH_OPTIONS`: ``question``, ``k``, ``deadline_ms``, ``per_document``, ``sections``,
+  the stage switches under ``stages``), checked as the HTTP API checks that body.
 - ``answer(question, k)``: a cited answer (:class:`AnswerOutput`: the text with ``[n]`` marks, each sentence's
   citation check, the numbered sources the marks point at), written by the LLM backend the server was started
   with, or extractive (the evidence's own sentences) without one.
@@ -11,6 +14,9 @@ Two tools, both read-only, both answering structured content with a typed output
 ``build_server(engine)`` makes the ``MCPServer``; :class:`Engine` does the work over a local collection (a
 :class:`~medretrieve.retrieval.retriever.Retriever`, optionally with an LLM backend) or over a running
 ``medretrieve serve`` (a :class:`~medretrieve.client.Client`, which answers with the server's own backend).
+Arguments are checked by the tools as the HTTP API checks a request, never coerced (``"3"`` is no ``k``, a JSON
+string no list): an unknown or misspelt argument, a value of the wrong type or out of bounds is a tool error that
+names it. A result is its structured content (the output schema) beside a short plain-text summary.
 ``medretrieve mcp COLLECTION`` serves it over stdio, or over streamable HTTP with ``--http``.
 The tools run in worker threads; each search is bounded by the engine's ``deadline_ms``, each answer by its
 ``answer_deadline_ms``.
@@ -18,17 +24,19 @@ The tools run in worker threads; each search is bounded by the engine's ``deadli
 from __future__ import annotations
 
 import contextlib
-from typing import Annotated, Any, Iterator, List, Optional, Sequence, Tuple, Type
+from typing import Annotated, Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Type, TypeVar
 
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .._version import __version__
 from ..records import Answer, Hit, SearchResult
-from ..wire import MAX_K, Integer, Section, WordedQuestion
+from ..wire import MAX_QUESTION_CHARS, SEARCH_OPTIONS, AnswerRequest, SearchRequest, field_errors
 from .source import SPAN_KEYS, SearchCall, Searcher, source_url
 
 
@@ -56,12 +64,22 @@ class HitOutput(BaseModel):
     span: Optional[Span] = Field(None, description="the text's place in its source, when the collection knows it")
 
 
+class StageOutput(BaseModel):
+    """One stage of the search, as its stage log gives it."""
+
+    name: str
+    ran: bool
+    cut: bool = Field(description="the deadline cut the stage short or skipped it")
+
+
 class SearchOutput(BaseModel):
     question: str
     query_type: str = Field(description="yesno, factoid, list or summary")
     weak: bool = Field(description="the evidence matches the question poorly (reasons in weak_reasons)")
     weak_reasons: List[str]
     cut: List[str] = Field(description="stages the deadline cut short or skipped")
+    stages: List[StageOutput] = Field(description="the search's stages in the order they ran or were skipped (the "
+                                                  "names of the stage switches)")
     hits: List[HitOutput]
 
 
@@ -93,7 +111,26 @@ def hit_output(number: int, hit: Hit) -> HitOutput:
 def search_output(result: SearchResult) -> SearchOutput:
     return SearchOutput(question=result.question, query_type=result.query_type, weak=result.weak,
                         weak_reasons=list(result.weak_reasons), cut=result.cut,
+                        stages=[StageOutput(name=s.name, ran=s.ran, cut=s.cut) for s in result.stages],
                         hits=[hit_output(n, h) for n, h in enumerate(result.hits, 1)])
+
+
+def search_summary(out: SearchOutput) -> str:
+    """The plain-text line an agent reads beside the structured result: how many passages, from where."""
+    if not out.hits:
+        return "No passages found."
+    found = "; ".join(f"[{h.number}] {h.title} ({h.section})" for h in out.hits)
+    weak = f" The evidence matches the question poorly: {'; '.join(out.weak_reasons)}." if out.weak else ""
+    return f"{len(out.hits)} passages (text, scores and sources in the structured result): {found}.{weak}"
+
+
+def answer_summary(out: AnswerOutput) -> str:
+    """The plain-text answer beside the structured one: its text, or why there is none."""
+    if out.error:
+        return f"No answer: {out.error}"
+    if out.abstained:
+        return f"No answer: {out.abstain_reason}"
+    return out.text
 
 
 def answer_output(ans: Answer) -> AnswerOutput:
@@ -129,9 +166,12 @@ class Engine:
         self.deadline_ms = deadline_ms
         self.answer_deadline_ms = answer_deadline_ms
 
-    def search(self, question: str, k: int, sections: Optional[Sequence[str]]) -> SearchResult:
+    def search(self, question: str, options: Mapping[str, Any], deadline_ms: Optional[float] = None) -> SearchResult:
+        """The search with ``options`` (keyword arguments of ``Retriever.search`` but the deadline: the search
+        declaration's, checked) within ``deadline_ms`` (ms; None: the engine's ``deadline_ms``)."""
         with self._told():
-            return self.searcher.search(question, SearchCall(k, self.deadline_ms, sections))
+            call = SearchCall.of(self.deadline_ms if deadline_ms is None else deadline_ms, **options)
+            return self.searcher.search(question, call)
 
     def answer(self, question: str, k: int) -> Answer:
         with self._told():
@@ -161,32 +201,103 @@ class Engine:
         self.searcher.close()
 
 
-Question = Annotated[WordedQuestion, Field(description="the question, in plain words (the HTTP API's rule and limit)")]
-# strict, as the HTTP API: "3" or true is no count of hits (2.0 is: Integer takes a whole float)
-HitCount = Annotated[Integer, Field(ge=1, le=MAX_K, strict=True, description="how many hits (chunks) to return")]
-Sections = Annotated[Optional[List[Section]], Field(min_length=1, description="section categories every hit must "
-                                                                          "come from (default: all)")]
-EvidenceCount = Annotated[Integer, Field(ge=1, le=MAX_K, strict=True,
-                                         description="how many evidence passages to read")]
+QUESTION_SCHEMA: Dict[str, Any] = {
+    "type": "string", "minLength": 1, "maxLength": MAX_QUESTION_CHARS,
+    "description": "the question, in plain words (it must hold a letter or a digit: the HTTP API's rule and limit)"}
 
 
-def build_server(engine: Engine, *, name: str = "medretrieve", default_k: int = 10) -> MCPServer:
-    """The MCP server with the ``search`` and ``answer`` tools over ``engine`` (module docstring)."""
+def _object(properties: Dict[str, Any], **more: Any) -> Dict[str, Any]:
+    return {"type": "object", "properties": properties, "additionalProperties": False, **more}
+
+
+def search_input_schema(default_k: Optional[int] = None) -> Dict[str, Any]:
+    """The ``search`` tool's published input schema, built from the search declaration
+    (:data:`medretrieve.wire.SEARCH_OPTIONS`): the fields of ``POST /v1/search`` but ``explain``, the stage
+    switches under ``stages``, in standard JSON Schema keywords. The question's word rule is checked by the tool
+    (a Unicode-range pattern helps no agent). ``default_k``: the hits of a call that names no ``k`` (None: the
+    declaration's)."""
+    top: Dict[str, Any] = {}
+    stages: Dict[str, Any] = {}
+    for name, option in SEARCH_OPTIONS.items():
+        (stages if option.stage else top)[name] = option.json_schema()
+    if default_k is not None:
+        top["k"]["default"] = default_k
+    top["deadline_ms"]["description"] = "budget of this search (ms; the server's --deadline-ms when absent)"
+    return _object({"question": QUESTION_SCHEMA, **top, "stages": _object(
+        stages, description="stages to switch on or off, by their names in the stage log (absent: the "
+                            "collection's setting)")}, required=["question"])
+
+
+def answer_input_schema(default_k: Optional[int] = None) -> Dict[str, Any]:
+    """The ``answer`` tool's published input schema: the question and ``k`` (evidence passages to read, as the
+    search declaration bounds it)."""
+    k = {**SEARCH_OPTIONS["k"].json_schema(), "description": "how many evidence passages to read"}
+    if default_k is not None:
+        k["default"] = default_k
+    return _object({"question": QUESTION_SCHEMA, "k": k}, required=["question"])
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def checked_arguments(arguments: Mapping[str, Any], model: Type[M], schema: Mapping[str, Any]) -> M:
+    """A tool's arguments as ``model`` (the HTTP API's request body) reads them, strictly and with its messages;
+    an argument the tool's ``schema`` does not list is refused too. ToolError naming each argument at fault."""
+    unknown = sorted(set(arguments) - set(schema["properties"]))
+    problems = [f"{name}: unknown argument" for name in unknown]
+    if not problems:
+        try:
+            return model.model_validate(dict(arguments))
+        except ValidationError as exc:
+            problems = [str(error["message"]) for error in field_errors(exc.errors())]
+    raise ToolError(f"{'; '.join(problems)} (the arguments: {', '.join(schema['properties'])})")
+
+
+class _SentArguments(ArgModelBase):
+    """A tool's arguments as the client sent them, for the tool to check (:func:`checked_arguments`): the SDK's
+    own argument model would parse a JSON string into a list, coerce ``"3"`` into 3 and drop unknown names."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def model_dump_one_level(self) -> Dict[str, Any]:
+        return {"arguments": dict(self.model_extra or {})}
+
+
+def _tool(fn: Callable[..., Any], schema: Dict[str, Any], annotations: ToolAnnotations) -> Tool:
+    """The SDK's tool of ``fn(arguments)``, publishing ``schema`` and handing ``fn`` the arguments as sent."""
+    tool = Tool.from_function(fn, annotations=annotations)
+    tool.parameters = schema
+    tool.fn_metadata.arg_model = _SentArguments
+    return tool
+
+
+def build_server(engine: Engine, *, name: str = "medretrieve", default_k: Optional[int] = None) -> MCPServer:
+    """The MCP server with the ``search`` and ``answer`` tools over ``engine`` (module docstring). ``default_k``:
+    the hits (evidence passages) of a call that names no ``k`` (None: the declaration's, 10)."""
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    search_schema, answer_schema = search_input_schema(default_k), answer_input_schema(default_k)
+
+    async def search(arguments: Dict[str, Any]) -> Annotated[CallToolResult, SearchOutput]:
+        """Search the medical collection: the best passages for the question, each with its source."""
+        body = checked_arguments(arguments, SearchRequest, search_schema)
+        options = body.search_kwargs()
+        if default_k is not None:
+            options.setdefault("k", default_k)
+        out = search_output(await anyio.to_thread.run_sync(engine.search, body.question, options, body.deadline_ms))
+        return CallToolResult(content=[TextContent(type="text", text=search_summary(out))],
+                              structured_content=out.model_dump(mode="json"))
+
+    async def answer(arguments: Dict[str, Any]) -> Annotated[CallToolResult, AnswerOutput]:
+        """Answer the question from the collection, citing the sources as [n] and checking each citation."""
+        body = checked_arguments(arguments, AnswerRequest, answer_schema)
+        k = body.k if "k" in body.model_fields_set or default_k is None else default_k
+        out = answer_output(await anyio.to_thread.run_sync(engine.answer, body.question, k))
+        return CallToolResult(content=[TextContent(type="text", text=answer_summary(out))],
+                              structured_content=out.model_dump(mode="json"))
+
     server: MCPServer = MCPServer(
         name, version=__version__, log_level="WARNING",
         instructions="Medical literature retrieval. `search` returns evidence passages with their sources; "
-                     "`answer` writes an answer that cites them as [n] (sources[n-1]) and checks each citation.")
-    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-
-    @server.tool(annotations=read_only)
-    async def search(question: Question, k: HitCount = default_k, sections: Sections = None) -> SearchOutput:
-        """Search the medical collection: the best passages for the question, each with its source."""
-        result = await anyio.to_thread.run_sync(engine.search, question, k, sections)
-        return search_output(result)
-
-    @server.tool(annotations=read_only)
-    async def answer(question: Question, k: EvidenceCount = default_k) -> AnswerOutput:
-        """Answer the question from the collection, citing the sources as [n] and checking each citation."""
-        return answer_output(await anyio.to_thread.run_sync(engine.answer, question, k))
-
+                     "`answer` writes an answer that cites them as [n] (sources[n-1]) and checks each citation.",
+        tools=[_tool(search, search_schema, read_only), _tool(answer, answer_schema, read_only)])
     return server

@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-from dataclasses import dataclass, replace
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Dict, Mapping, Optional, Union
 
 from ..records import Hit, SearchResult
+from ..wire import check_search_options
 
 PUBMED_ARTICLE_URL = "https://pubmed.ncbi.nlm.nih.gov/{}/"
 SPAN_KEYS = ("beginSection", "endSection", "offsetInBeginSection", "offsetInEndSection")
@@ -53,27 +55,30 @@ def hit_metadata(hit: Hit) -> Dict[str, Any]:
 
 @dataclass(frozen=True)
 class SearchCall:
-    """The options of one search: ``k`` hits, ``deadline_ms`` (ms; None: no deadline), ``sections`` (section
-    categories, None: all)."""
+    """The options of one search, checked against the search declaration (:data:`medretrieve.wire.SEARCH_OPTIONS`)
+    as every door checks them: ``deadline_ms`` (ms; None: no deadline, or the server's default over a URL) and
+    ``options``, the other options given (``k``, ``per_document``, ``sections``, the stage switches); one not
+    given is the retriever's setting. Make one with :meth:`of`."""
 
-    k: int
     deadline_ms: Optional[float]
-    sections: Optional[Sequence[str]]
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, deadline_ms: Optional[float] = None, **options: Any) -> "SearchCall":
+        """The call with these options (None: not given). Strict as the HTTP API: TypeError for an unknown or
+        misspelt option and for a value of the wrong type (``"5"`` or ``True`` for ``k``: no coercion),
+        ValueError for one out of its bounds; each message names the option."""
+        checked = check_search_options({**options, "deadline_ms": deadline_ms})
+        return cls(checked.pop("deadline_ms", None), MappingProxyType(checked))
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> "SearchCall":
-        """These options with a call's own (``k``, ``deadline_ms``, ``sections``); TypeError names others."""
-        unknown = sorted(set(overrides) - {"k", "deadline_ms", "sections"})
-        if unknown:
-            raise TypeError(f"unknown search options {unknown}; known: deadline_ms, k, sections")
-        return replace(self, **overrides)
+        """These options with a call's own (any declared option; None resets one to the retriever's setting),
+        checked as :meth:`of` checks them."""
+        return SearchCall.of(**{"deadline_ms": self.deadline_ms, **self.options, **overrides})
 
     def kwargs(self) -> Dict[str, Any]:
-        """Keyword arguments of ``search`` (sections as a list: a framework may hand over a tuple; a bare
-        string stays as it is, for the retriever's own check to refuse)."""
-        sections = self.sections
-        if sections is not None and not isinstance(sections, str):
-            sections = list(sections)
-        return {"k": self.k, "deadline_ms": self.deadline_ms, "sections": sections}
+        """Keyword arguments of ``search``: the deadline and the options given."""
+        return {"deadline_ms": self.deadline_ms, **self.options}
 
 
 def _open(source: SourceLike) -> Any:
