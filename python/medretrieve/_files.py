@@ -83,7 +83,10 @@ def new_temp_dir(out: Path) -> Path:
 def fsync_dir(directory: Path) -> None:
     """Make ``directory``'s entries (names created, renamed or removed in it) durable. File systems that cannot
     fsync a directory (some network ones) are skipped: they give no such guarantee to keep."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except PermissionError:  # a folder one may write in but not list: nothing more this process can do
+        return
     try:
         os.fsync(fd)
     except OSError as exc:

@@ -101,40 +101,41 @@ class Disk:
         self.synced_names.append(names)
         self.steps.append(what)
 
+    def _content(self, i: int, ino: int, data_kept: bool) -> str:
+        """The content of inode ``ino`` after a power loss after step ``i`` (module docstring)."""
+        sha = next((v[2] for v in self.views[i].values() if v[1] == ino), None)
+        if data_kept and sha is not None:
+            return sha
+        if ino in self.synced_data[i]:
+            return self.synced_data[i][ino]
+        zeros = b"\0" * (len(self.blobs[sha]) if sha is not None else 0)
+        zero_sha = hashlib.sha256(zeros).hexdigest()
+        self.blobs.setdefault(zero_sha, zeros)
+        return zero_sha
+
+    def _durable_names(self, i: int, folder_ino: int, prefix: str, data_kept: bool,
+                       state: Dict[str, Optional[str]]) -> None:
+        for name, (kind, ino) in self.synced_names[i].get(folder_ino, {}).items():
+            rel = prefix + name
+            if kind == "d":
+                state[rel] = None
+                self._durable_names(i, ino, rel + "/", data_kept, state)
+            else:
+                state[rel] = self._content(i, ino, data_kept)
+
     def crash_states(self, i: int):
         """The disks a power loss after step ``i`` may leave: ``{path: content sha or None for a folder}``, for
         names kept / lost and data kept / lost."""
         view = self.views[i]
-        by_ino = {ino: (kind, sha) for kind, ino, sha in view.values()}
-        sizes = {ino: len(self.blobs[sha]) for kind, ino, sha in view.values() if sha is not None}
         for names_kept in (True, False):
             for data_kept in (True, False):
-                def content(ino: int) -> str:
-                    if data_kept and ino in by_ino:
-                        return by_ino[ino][1]  # type: ignore[return-value]
-                    if ino in self.synced_data[i]:
-                        return self.synced_data[i][ino]
-                    zeros = b"\0" * sizes.get(ino, 0)
-                    sha = hashlib.sha256(zeros).hexdigest()
-                    self.blobs.setdefault(sha, zeros)
-                    return sha
-
                 state: Dict[str, Optional[str]] = {}
                 if names_kept:
                     for rel, (kind, ino, _) in view.items():
                         if rel != ".":
-                            state[rel] = None if kind == "d" else content(ino)
+                            state[rel] = None if kind == "d" else self._content(i, ino, data_kept)
                 else:
-                    def walk(folder_ino: int, prefix: str) -> None:
-                        for name, (kind, ino) in self.synced_names[i].get(folder_ino, {}).items():
-                            rel = prefix + name
-                            if kind == "d":
-                                state[rel] = None
-                                walk(ino, rel + "/")
-                            else:
-                                state[rel] = content(ino)
-
-                    walk(view["."][1], "")
+                    self._durable_names(i, view["."][1], "", data_kept, state)
                 yield f"names {'kept' if names_kept else 'lost'}, data {'kept' if data_kept else 'lost'}", state
 
     def materialize(self, state: Dict[str, Optional[str]], into: Path, store: Path) -> None:

@@ -1,13 +1,20 @@
 """BatchRun (a BioASQ test batch to a submission) without an index: a scripted search, a scripted LLM; resuming,
-failures that do not stop the batch, pruning, extractive answers, and scoring against a golden file."""
+failures that do not stop the batch, pruning, extractive answers, scoring against a golden file, and a cache
+damaged field by field (answered again, the submission unchanged), killed runs' temporary files, the folder's lock."""
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from medretrieve.evaluation.datasets import BioASQQuestion, Snippet, load_bioasq
+from medretrieve.evaluation.run_cache import SEAL_KEY, entry_problem, seal
 from medretrieve.evaluation.submissions import BatchRun, score_submission, strip_batch
+from medretrieve.generation.generate import write_bioasq_submission
 from medretrieve.retrieval.results import Hit
 
 URL = "http://www.ncbi.nlm.nih.gov/pubmed/"
@@ -278,15 +285,6 @@ def test_a_damaged_cache_entry_is_answered_again_and_rewritten(tmp_path, damage,
 
 # ----------------------------------------------------------------------------- the cache, damaged (issue 43, item 7)
 
-import shutil  # noqa: E402
-import tempfile  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
-
-from medretrieve.evaluation.run_cache import SEAL_KEY, entry_problem, seal  # noqa: E402
-from medretrieve.generation.generate import write_bioasq_submission  # noqa: E402
-
 CACHE_QS = [question("f1"), question("y1", "yesno", "Is metformin the first line drug for type 2 diabetes?")]
 
 
@@ -313,8 +311,8 @@ def _paths(value, at=()):
         yield from _paths(inner, at + (key,))
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 10**12) | st.floats(allow_nan=False) | st.text(max_size=8)
-                    | st.sampled_from(["", "yes", "no", URL + "12", URL + "1x2", "12"]),
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 10**12) | st.floats(allow_nan=False)
+                    | st.text(max_size=8) | st.sampled_from(["", "yes", "no", URL + "12", URL + "1x2", "12"]),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
                     max_leaves=6)
 

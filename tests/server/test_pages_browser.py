@@ -268,3 +268,49 @@ def test_the_api_docs_render_offline(driver, page_server):
     assert not console_errors(driver)
     offsite = _offsite(requests_seen(driver), page_server.url)
     assert not offsite, offsite
+
+
+PAGE_KEY = "page-key-with-every-scope-0123456789"
+
+
+@pytest.fixture(scope="module")
+def keyed_page_server(pmid_collection, tmp_path_factory):
+    """A server with an API key (every scope): the page must ask for it."""
+    from medretrieve.testing.server import ServerProcess
+
+    keys = tmp_path_factory.mktemp("page-keys") / "keys.txt"
+    keys.write_text(f"{PAGE_KEY} search,answer\n", encoding="utf-8")
+    with ServerProcess(pmid_collection, ["--api-key-file", str(keys), *SERVE_ARGS], api_key=PAGE_KEY) as srv:
+        yield srv
+
+
+def test_the_page_asks_for_a_key_keeps_it_in_the_tab_and_sends_it(driver, keyed_page_server):
+    """On a server with keys the first question is refused (401): the page shows its key field with the focus in
+    it; the key typed there goes to sessionStorage only and the question is asked again with it, by keyboard."""
+    from selenium.webdriver.common.keys import Keys
+
+    driver.get(keyed_page_server.url + "/")
+    driver.execute_script("sessionStorage.clear(); localStorage.clear();")
+    driver.get(keyed_page_server.url + "/")
+    _wait(driver, lambda d: d.switch_to.active_element.get_attribute("id") == "question", "the question's focus")
+    assert not driver.find_element("id", "key-form").is_displayed()
+    driver.switch_to.active_element.send_keys(QUESTION, Keys.ENTER)
+    _wait(driver, lambda d: d.switch_to.active_element.get_attribute("id") == "api-key", "the key field's focus")
+    assert "API key" in driver.find_element("id", "status").text
+    assert driver.find_element("id", "key-form").is_displayed()
+    assert driver.find_element("id", "api-key").get_attribute("type") == "password"
+    driver.switch_to.active_element.send_keys(PAGE_KEY, Keys.ENTER)
+    _wait(driver, _answered, "the streamed answer asked with the key")
+    assert not driver.find_element("id", "key-form").is_displayed()
+    stored = driver.execute_script("return [sessionStorage.getItem('medretrieve.apiKey'), localStorage.length,"
+                                   " document.cookie];")
+    assert stored == [PAGE_KEY, 0, ""]
+    assert driver.find_elements("css selector", "#hits li.hit")
+    # a wrong key kept in the tab: refused again, the field comes back
+    driver.execute_script("sessionStorage.setItem('medretrieve.apiKey', 'wrong-key-0123456789abcdef');")
+    driver.find_element("id", "question").send_keys(Keys.ENTER)
+    _wait(driver, lambda d: d.find_element("id", "key-form").is_displayed(), "the key field after a wrong key")
+    driver.find_element("id", "key-forget").click()
+    assert driver.execute_script("return sessionStorage.getItem('medretrieve.apiKey');") is None
+    assert not _offsite(requests_seen(driver), keyed_page_server.url)
+    assert not [e for e in console_errors(driver) if "401" not in e]  # the refused fetches log their status

@@ -24,6 +24,7 @@ import httpx
 import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from ..outbound import Deadline, OutboundPolicy, RetryAfterError, parse_retry_after
 from ..records import Answer, Hit, SearchResult
 from ..wire import (DEFAULT_K, AnswerRequest, BatchSearchRequest, SearchOptions, SearchOptionTypeError,
                     SearchOptionValueError, SearchRequest, WordedQuestion, check_search_options, field_errors)
@@ -158,10 +159,11 @@ def _server_timing(header: str) -> Dict[str, float]:
 
 
 def _retry_after(response: Any) -> Optional[float]:
-    raw = response.headers.get("Retry-After")
+    """The reply's Retry-After (s) by the package's one rule (:func:`medretrieve.outbound.parse_retry_after`);
+    None when it has none or one that cannot be read."""
     try:
-        return max(0.0, float(raw)) if raw is not None else None
-    except ValueError:
+        return parse_retry_after(response.headers.get("Retry-After"))
+    except RetryAfterError:
         return None
 
 
@@ -260,6 +262,10 @@ class _Base:
         self.timeout_s = float(timeout_s)
         self.retries = int(retries)
         self.max_retry_after_s = float(max_retry_after_s)
+        # the package's outbound policy with the client's settings: a refused connection is retried after
+        # 0.05 s, 0.1 s, ... (the server may be starting); a 429 / 503 after its Retry-After
+        self.policy = OutboundPolicy(timeout_s=self.timeout_s, max_retries=self.retries, backoff_s=0.05,
+                                     max_backoff_s=1.0, max_retry_after_s=self.max_retry_after_s)
         # the last response's Server-Timing (ms by name: queue, work, total; {} when it had none): round trip
         # minus "total" is what the HTTP door cost (with several threads or tasks: whichever response came last)
         self.last_server_timing: Dict[str, float] = {}
@@ -273,17 +279,6 @@ class _Base:
         return _Retries(self, body, deadline_ms)
 
 
-class _Clock:
-    """What is left of a call's deadline (ms; None: no deadline)."""
-
-    def __init__(self, deadline_ms: Optional[float]) -> None:
-        self.unlimited = deadline_ms is None
-        self.give_up = time.monotonic() + (0.0 if deadline_ms is None else deadline_ms / 1000.0)
-
-    def remaining_ms(self) -> float:
-        return float("inf") if self.unlimited else (self.give_up - time.monotonic()) * 1000.0
-
-
 class _Retries:
     """The attempts of one call (see the module docstring): :meth:`attempt` gives the next body and timeout,
     :meth:`wait_after` what to do with what came back."""
@@ -291,7 +286,7 @@ class _Retries:
     def __init__(self, client: _Base, body: Optional[Dict[str, Any]], deadline_ms: Optional[float]) -> None:
         self.client = client
         self.body = body
-        self.clock = _Clock(deadline_ms)
+        self.clock = Deadline(deadline_ms)
         self.attempts = 0
         self.timeout_s = client.timeout_s
 
@@ -314,17 +309,17 @@ class _Retries:
         if isinstance(outcome, Exception):
             if not isinstance(outcome, REFUSED):
                 raise self.unreachable(outcome) from outcome
-            wait: Optional[float] = None
+            header = None
         elif outcome.status_code in (429, 503):
-            wait = _retry_after(outcome)
+            header = outcome.headers.get("Retry-After")
         else:
             return None
-        wait = 0.05 * 2 ** (self.attempts - 1) if wait is None else wait
-        if (self.attempts > self.client.retries or wait > self.client.max_retry_after_s
-                or wait * 1000.0 >= self.clock.remaining_ms()):
-            if isinstance(outcome, Exception):
-                raise self.unreachable(outcome) from outcome
-            return None
+        try:
+            wait = self.client.policy.retry(self.attempts - 1, self.clock, header).wait_s
+        except RetryAfterError:  # a Retry-After that cannot be read counts as none
+            wait = self.client.policy.retry(self.attempts - 1, self.clock).wait_s
+        if wait is None and isinstance(outcome, Exception):
+            raise self.unreachable(outcome) from outcome
         return wait
 
     def unreachable(self, exc: BaseException) -> ClientError:

@@ -14,14 +14,10 @@ from urllib.parse import urlsplit
 
 import httptools
 
-# the largest reply body read (bytes): a batch of 100-hit explained results is a few MB; a server that sends more
-# is refused rather than held in memory
-MAX_REPLY_BYTES = 64 * 2**20
-# the largest reply head (bytes, interim 1xx heads included) and the most headers in one: the API's heads are
-# ~200 bytes; a head without end (one endless header value, endless headers) is refused at the cap instead of
-# growing in memory until the timeout (the parser concatenates a value's pieces as they come)
-MAX_HEAD_BYTES = 64 * 2**10
-MAX_HEADERS = 100
+# the reply caps of the package's outbound policy (bytes; header lines), read from these names at each reply: a
+# larger body is refused rather than held in memory; a head without end (one endless header value, endless
+# headers) is refused at its cap instead of growing until the timeout (the parser concatenates a value's pieces)
+from ..outbound import MAX_HEAD_BYTES, MAX_HEADERS, MAX_REPLY_BYTES
 JSON_HEADERS = {"Content-Type": "application/json"}  # of a request with a body (an httpx transport's too)
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 

@@ -6,17 +6,18 @@ upstream cannot abuse:
 - **Rate**: at most 3 requests per second without an API key and 10 with one, through one :class:`RateLimiter`
   per E-utilities root and key, shared by every thread and every client of the process; a slot is free again
   1.05 s after its request *finished*.
-- **One deadline per call** (:class:`CallClock`) bounds waiting for the limiter, connecting, sending, the reply's
+- **One deadline per call** (:class:`CallClock`, the package's :class:`~medretrieve.outbound.Deadline`) bounds waiting for the limiter, connecting, sending, the reply's
   headers, its body and every retry together; each attempt is also bounded as a whole by ``timeout_s``. The
   exchange runs on one process-wide asyncio loop (httpx's async client) under ``asyncio.wait_for``, so a server
   that trickles its headers or body a byte at a time is cut at the deadline, not at each read's timeout.
 - **Reply size cap** (``max_reply_bytes``), enforced while streaming on the *decoded* bytes: gzip / deflate are
   decoded here with a bounded output, so neither a flood nor a compression bomb costs more than the cap.
-- **Retries**: 429, 5xx and dropped connections are retried ``max_retries`` times with exponential backoff
-  (0.5 s, 1 s, 2 s, ... at most 8 s). A ``Retry-After`` (seconds or an HTTP date) takes precedence; one that is
-  not finite and non-negative (``nan``, ``inf``, ``-1``, garbage) is refused (:class:`PubMedBadResponse`), one
-  longer than ``max_retry_after_s`` is not slept (:class:`PubMedRateLimited`), one past the deadline neither
-  (:class:`PubMedTimeout`). Other 4xx fail at once (:class:`PubMedHTTPError`).
+- **Retries**, as the package's outbound policy decides (:class:`~medretrieve.outbound.OutboundPolicy`): 429, 5xx
+  and dropped connections are retried ``max_retries`` times with exponential backoff (0.5 s, 1 s, 2 s, ... at
+  most 8 s). A ``Retry-After`` (seconds or an HTTP date, :func:`~medretrieve.outbound.parse_retry_after`) takes
+  precedence; one that is not finite and non-negative (``nan``, ``inf``, ``-1``, garbage) is refused
+  (:class:`PubMedBadResponse`), one longer than ``max_retry_after_s`` is not slept (:class:`PubMedRateLimited`),
+  one past the deadline neither (:class:`PubMedTimeout`). Other 4xx fail at once (:class:`PubMedHTTPError`).
 
 Every failure is a :class:`PubMedError` subclass naming what went wrong.
 """
@@ -26,7 +27,6 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import email.utils
 import os
 import re
 import threading
@@ -35,6 +35,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Coroutine, Deque, Dict, Iterator, List, Optional, Tuple, TypeVar
 
+from ..outbound import Deadline, OutboundPolicy, RetryAfterError, parse_retry_after
+
 DEFAULT_BASE_URL = "https://eutils.ncbi.nlm.nih.gov/entrez/eutils/"
 RATE_NO_KEY = 3  # requests per second NCBI allows without an API key
 RATE_WITH_KEY = 10  # ... and with one
@@ -42,7 +44,6 @@ DEFAULT_MAX_REPLY_BYTES = 64 << 20  # an efetch of 200 abstracts is ~1-4 MB of X
 DEFAULT_MAX_RETRY_AFTER_S = 60.0
 ERROR_BODY_BYTES = 64 << 10  # of an error reply, only the start is read (for the message)
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
-_DELTA_SECONDS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,6})?")
 T = TypeVar("T")
 
 
@@ -168,25 +169,22 @@ def shared_limiter(base_url: str, api_key: Optional[str]) -> RateLimiter:
 # --------------------------------------------------------------------------- the whole-call deadline
 
 
-class CallClock:
-    """A whole-call deadline in ``time.monotonic()`` seconds (``deadline_ms`` None: none)."""
+class CallClock(Deadline):
+    """A whole call's deadline (``deadline_ms`` None: none): the package's :class:`~medretrieve.outbound.Deadline`
+    with ValueError for any budget that is not a number >= 0 and PubMed's own timeout error."""
 
     def __init__(self, deadline_ms: Optional[float]) -> None:
         if deadline_ms is not None and (isinstance(deadline_ms, bool) or not isinstance(deadline_ms, (int, float))
                                         or not deadline_ms >= 0):
             raise ValueError(f"deadline_ms must be a number >= 0 or None, got {deadline_ms!r}")
-        self.budget_ms = deadline_ms
-        self.end = None if deadline_ms is None else time.monotonic() + deadline_ms / 1000.0
-
-    def left_s(self) -> float:
-        return float("inf") if self.end is None else self.end - time.monotonic()
+        super().__init__(deadline_ms)
 
     def left_ms(self) -> Optional[float]:
         """Milliseconds left (None without a deadline), never negative: what a nested call gets."""
-        return None if self.end is None else max(self.left_s() * 1000.0, 0.0)
+        return None if self.unlimited else max(self.remaining_ms(), 0.0)
 
     def check(self, what: str) -> None:
-        if self.left_s() <= 0:
+        if self.expired():
             raise PubMedTimeout(f"deadline: {self.budget_ms:.0f} ms passed before {what}")
 
 
@@ -324,25 +322,14 @@ class _Transport:
 # --------------------------------------------------------------------------- retries
 
 
-def backoff_s(attempt: int) -> float:
-    return min(0.5 * (2 ** attempt), 8.0)
-
-
 def retry_after_s(value: Optional[str], what: str, status: int) -> Optional[float]:
-    """Seconds a ``Retry-After`` header asks to wait (None when absent): delay-seconds or an HTTP date
-    (RFC 9110). Anything else, ``nan``, ``inf`` and negative delays included, is refused."""
-    if value is None:
-        return None
-    text = value.strip()
-    if _DELTA_SECONDS.fullmatch(text):
-        return float(text)
-    when = None
-    with contextlib.suppress(TypeError, ValueError, IndexError, OverflowError):
-        when = email.utils.parsedate_to_datetime(text)
-    if when is None or when.tzinfo is None:
-        raise PubMedBadResponse(f"{what}: HTTP {status} with Retry-After {value[:60]!r}, which is neither a "
-                                "non-negative number of seconds nor an HTTP date")
-    return max(when.timestamp() - time.time(), 0.0)
+    """Seconds a ``Retry-After`` header asks to wait (None when absent), by the package's one rule
+    (:func:`medretrieve.outbound.parse_retry_after`); anything it cannot read, ``nan``, ``inf`` and negative
+    delays included, refuses the reply (:class:`PubMedBadResponse`)."""
+    try:
+        return parse_retry_after(value)
+    except RetryAfterError as exc:
+        raise PubMedBadResponse(f"{what}: HTTP {status} with {exc}") from None
 
 
 def _error_text(reply: Reply) -> str:
@@ -371,6 +358,9 @@ class EutilsClient:
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.max_retry_after_s = max_retry_after_s
+        # the package's outbound policy with NCBI's settings: backoff 0.5 s, 1 s, 2 s, ... at most 8 s
+        self.policy = OutboundPolicy(timeout_s=timeout_s, max_retries=max_retries, backoff_s=0.5, max_backoff_s=8.0,
+                                     max_retry_after_s=max_retry_after_s, max_reply_bytes=max_reply_bytes)
         self.limiter = shared_limiter(base_url, api_key)
         self.requests_sent = 0
         self._count_lock = threading.Lock()
@@ -392,8 +382,8 @@ class EutilsClient:
         """One try: the reply, or None and why it failed in a way a retry may fix."""
         import httpx
 
-        with self.limiter.slot(clock.end):
-            limit = min(self.timeout_s, clock.left_s())
+        with self.limiter.slot(clock.monotonic_end()):
+            limit = self.policy.attempt_s(clock)
             if limit <= 0:
                 raise PubMedTimeout(f"deadline: no time left for {what} after waiting for the rate limit")
             with self._count_lock:
@@ -401,7 +391,7 @@ class EutilsClient:
             try:
                 return self._transport.send(method, url, params, limit), ""
             except (asyncio.TimeoutError, concurrent.futures.TimeoutError, httpx.TimeoutException):
-                if clock.left_s() <= 0.01:
+                if clock.remaining_s() <= 0.01:
                     raise PubMedTimeout(f"deadline: {what} did not finish within {clock.budget_ms:.0f} ms "
                                         "(connect, headers and body together)") from None
                 return None, f"{what} did not finish within timeout_s={self.timeout_s:g} s"
@@ -416,7 +406,7 @@ class EutilsClient:
         for attempt in range(self.max_retries + 1):
             clock.check(what)
             reply, last = self._attempt(method, url, full, clock, what)
-            wait = backoff_s(attempt)
+            asked: Optional[str] = None
             if reply is not None:
                 if reply.status == 200:
                     return reply.body
@@ -424,16 +414,16 @@ class EutilsClient:
                 if reply.status not in _RETRY_STATUS:
                     raise PubMedHTTPError(reply.status, f"{what}: {message}")
                 last = f"HTTP {reply.status} from {what}: {message}"
-                asked = retry_after_s(reply.headers.get("retry-after"), what, reply.status)
-                if asked is not None:
-                    if asked > self.max_retry_after_s:
-                        raise PubMedRateLimited(reply.status, f"{what}: E-utilities asks to wait {asked:.0f} s "
-                                                f"before retrying, more than max_retry_after_s="
-                                                f"{self.max_retry_after_s:g}", asked)
-                    wait = asked
-            if attempt == self.max_retries:
+                asked = reply.headers.get("retry-after")
+                retry_after_s(asked, what, reply.status)  # PubMedBadResponse when it cannot be read
+            retry = self.policy.retry(attempt, clock, asked)
+            if retry.why_not == "retry_after" and reply is not None and retry.asked_s is not None:
+                raise PubMedRateLimited(reply.status, f"{what}: E-utilities asks to wait {retry.asked_s:.0f} s "
+                                        f"before retrying, more than max_retry_after_s="
+                                        f"{self.max_retry_after_s:g}", retry.asked_s)
+            if retry.why_not == "retries":
                 break
-            if wait >= clock.left_s():
+            if retry.wait_s is None:
                 raise PubMedTimeout(f"deadline: {last}; the next try would start after the deadline")
-            time.sleep(wait)
+            time.sleep(retry.wait_s)
         raise PubMedUnavailable(f"{last} (gave up after {self.max_retries + 1} tries)")

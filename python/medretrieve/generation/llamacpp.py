@@ -18,10 +18,10 @@ import functools
 import json
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
+from ..outbound import Deadline
 from .llm import (
     LLMBadResponse,
     LLMContextTooLong,
@@ -93,7 +93,7 @@ class LlamaCppBackend:
         msgs, fmt = _checked_request(messages, max_tokens, temperature, deadline_ms, response_format)
         if deadline_ms is not None and deadline_ms <= 0:
             raise LLMTimeout("deadline passed before generation started")
-        stop_at = None if deadline_ms is None else time.monotonic() + deadline_ms / 1000.0
+        deadline = Deadline(deadline_ms)
         kwargs: dict = {"messages": msgs, "max_tokens": max_tokens, "temperature": float(temperature),
                         "stream": True}
         if fmt is not None:
@@ -106,7 +106,7 @@ class LlamaCppBackend:
                     delta = (chunk.get("choices") or [{}])[0].get("delta") or {}
                     if isinstance(delta.get("content"), str):
                         pieces.append(delta["content"])
-                    if stop_at is not None and time.monotonic() >= stop_at:
+                    if deadline.expired():
                         close = getattr(stream, "close", None)
                         if close is not None:
                             close()

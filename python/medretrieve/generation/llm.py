@@ -17,14 +17,14 @@ All derive from :class:`LLMError` so callers can report them in one place.
 """
 from __future__ import annotations
 
-import email.utils
 import json
 import os
-import random
 import re
 import threading
 import time
 from typing import Any, Callable, Iterator, Optional, Protocol, Sequence, Union, runtime_checkable
+
+from ..outbound import Deadline, OutboundPolicy, RetryAfterError
 
 __all__ = [
     "Backend",
@@ -192,30 +192,9 @@ _CONTEXT_PATTERNS = re.compile(
 )
 
 
-def _deadline_at(deadline_ms: Optional[float]) -> Optional[float]:
-    return None if deadline_ms is None else time.monotonic() + deadline_ms / 1000.0
-
-
-def _left_s(deadline: Optional[float]) -> float:
-    return float("inf") if deadline is None else deadline - time.monotonic()
-
-
-def _parse_retry_after(value: Optional[str]) -> Optional[float]:
-    """Seconds from a Retry-After header (delta-seconds or HTTP date); None if absent/unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - time.time())
+def _deadline(deadline_ms: Optional[float]) -> Deadline:
+    """The call's deadline (``deadline_ms`` checked by :func:`_checked_request`; one already negative: expired)."""
+    return Deadline(None if deadline_ms is None else max(float(deadline_ms), 0.0))
 
 
 class _Reply:
@@ -242,12 +221,12 @@ class _Reply:
                                  f"{self.text[:200]!r}") from exc
 
 
-def _read_body(response: Any, stop_at: float, max_bytes: int, where: str) -> bytes:
-    """The decoded body of a streamed httpx ``response``, read before ``stop_at`` (``time.monotonic``) and at
-    most ``max_bytes`` long (after decompression: a small gzip body may expand to gigabytes).
+def _read_body(response: Any, attempt: Deadline, max_bytes: int, where: str) -> bytes:
+    """The decoded body of a streamed httpx ``response``, read before the ``attempt``'s deadline and at most
+    ``max_bytes`` long (after decompression: a small gzip body may expand to gigabytes).
 
     Why a watchdog: httpx's timeouts bound each read, not the whole body, so a server that trickles a byte every
-    half second would hold the call for as long as it likes; at ``stop_at`` the watchdog shuts the socket down,
+    half second would hold the call for as long as it likes; at the deadline the watchdog shuts the socket down,
     which wakes the blocked read. gzip and deflate are decoded here, in bounded steps.
     """
     import zlib
@@ -263,7 +242,7 @@ def _read_body(response: Any, stop_at: float, max_bytes: int, where: str) -> byt
         timed_out.set()
         _shut_down(response)
 
-    watchdog = threading.Timer(max(0.0, stop_at - time.monotonic()), abort)
+    watchdog = threading.Timer(max(0.0, attempt.remaining_s()), abort)
     watchdog.daemon = True
     watchdog.start()
     out = bytearray()
@@ -392,6 +371,10 @@ class OpenAIBackend:
         self.backoff_s = float(backoff_s)
         self.max_backoff_s = float(max_backoff_s)
         self.max_retry_after_s = float(max_retry_after_s)
+        # the package's outbound policy with these settings (medretrieve.outbound): retries, their waits, caps
+        self.policy = OutboundPolicy(timeout_s=self.timeout_s, max_retries=max_retries, backoff_s=self.backoff_s,
+                                     max_backoff_s=self.max_backoff_s, jitter=True,
+                                     max_retry_after_s=self.max_retry_after_s, max_reply_bytes=max_response_bytes)
         self.extra_body = dict(extra_body or {})
         key = api_key or os.environ.get("MEDRETRIEVE_LLM_API_KEY") or os.environ.get("OPENAI_API_KEY")
         # only encodings _read_body decodes itself, in bounded steps
@@ -429,7 +412,7 @@ class OpenAIBackend:
     ) -> str:
         """The assistant's reply text. Raises an :class:`LLMError` subclass on failure."""
         body = self._request_body(messages, max_tokens, temperature, deadline_ms, response_format)
-        deadline = _deadline_at(deadline_ms)
+        deadline = _deadline(deadline_ms)
         response = self._post_with_retries(body, deadline)
         if response.status_code in (400, 422) and "response_format" in body:
             message = _error_message(response)
@@ -458,7 +441,7 @@ class OpenAIBackend:
         :class:`LLMError` subclass on failure, also part-way through."""
         body = {**self._request_body(messages, max_tokens, temperature, deadline_ms, response_format),
                 "stream": True}
-        deadline = _deadline_at(deadline_ms)
+        deadline = _deadline(deadline_ms)
         cancel = cancel or Cancel()
         if cancel.is_set():
             raise LLMCancelled("cancelled before the request was sent")
@@ -481,7 +464,7 @@ class OpenAIBackend:
                     break
                 if piece:
                     yield piece
-                if _left_s(deadline) <= 0:
+                if deadline.expired():
                     raise LLMTimeout(f"the deadline passed while {self._where()} was still writing")
             if cancel.is_set():  # the shut-down socket read as the end of the stream
                 raise LLMCancelled(f"cancelled while {self._where()} was writing")
@@ -520,20 +503,20 @@ class OpenAIBackend:
             raise LLMBadResponse(f"{self._where()} streamed an unreadable event: {data[:200]!r}") from exc
 
     # -- internals ---------------------------------------------------------
-    def _post_with_retries(self, body: dict, deadline: Optional[float], stream: bool = False) -> Any:
+    def _post_with_retries(self, body: dict, deadline: Deadline, stream: bool = False) -> Any:
         """The first reply that is neither 429 nor 5xx, read whole (:class:`_Reply`); with ``stream`` a 200
-        reply comes back as the open httpx response, its body unread (the caller closes it)."""
+        reply comes back as the open httpx response, its body unread (the caller closes it). Retries and their
+        waits as ``self.policy`` decides (:meth:`medretrieve.outbound.OutboundPolicy.retry`)."""
         httpx = self._httpx
         last_problem = ""
         for attempt in range(self.max_retries + 1):
-            left = _left_s(deadline)
-            if left <= 0:
+            if deadline.expired():
                 raise LLMTimeout(f"deadline passed before the LLM replied ({self._where()}){last_problem}")
-            per_try = min(self.timeout_s, left)
+            per_try = self.policy.attempt_s(deadline)
             try:
                 response = self._exchange(body, per_try, stream)
             except (httpx.TimeoutException, LLMTimeout) as exc:
-                if _left_s(deadline) <= 0:
+                if deadline.expired():
                     raise LLMTimeout(
                         f"no reply from {self._where()} within the deadline ({per_try * 1000:.0f} ms)"
                     ) from exc
@@ -545,8 +528,8 @@ class OpenAIBackend:
                     ) from exc
                 continue
             except (httpx.TransportError, OSError) as exc:
-                wait = self._backoff(attempt)
-                if attempt == self.max_retries or wait >= _left_s(deadline):
+                wait = self.policy.retry(attempt, deadline).wait_s
+                if wait is None:
                     raise LLMUnavailable(
                         f"cannot reach the LLM server at {self.url} ({attempt + 1} attempts): "
                         f"{type(exc).__name__}: {exc}"
@@ -557,43 +540,49 @@ class OpenAIBackend:
             if status == 429 or status >= 500:
                 message = _error_message(response)
                 last_problem = f"; last reply: HTTP {status}: {message}"
-                if attempt == self.max_retries:
-                    raise LLMUnavailable(
-                        f"LLM server {self._where()} answered HTTP {status} after {attempt + 1} attempts: {message}"
-                    )
-                retry_after = _parse_retry_after(response.headers.get("Retry-After"))
-                if retry_after is not None and retry_after > self.max_retry_after_s:
-                    raise LLMUnavailable(
-                        f"LLM server {self._where()} asks to retry after {retry_after:.0f} s "
-                        f"(more than max_retry_after_s={self.max_retry_after_s:.0f}): HTTP {status}: {message}"
-                    )
-                wait = retry_after if retry_after is not None else self._backoff(attempt)
-                if wait >= _left_s(deadline):
-                    raise LLMUnavailable(
-                        f"LLM server {self._where()} answered HTTP {status} and the retry wait "
-                        f"({wait:.2f} s) does not fit in the deadline: {message}"
-                    )
-                time.sleep(wait)
+                time.sleep(self._retry_wait(response, attempt, deadline, message))
                 continue
             return response
         raise AssertionError("unreachable")  # the loop returns or raises
 
+    def _retry_wait(self, response: Any, attempt: int, deadline: Deadline, message: str) -> float:
+        """Seconds to wait before retrying after a 429 / 5xx ``response``, or the LLMUnavailable that says why
+        not (a Retry-After that cannot be read counts as none)."""
+        status = response.status_code
+        try:
+            retry = self.policy.retry(attempt, deadline, response.headers.get("Retry-After"))
+        except RetryAfterError:
+            retry = self.policy.retry(attempt, deadline)
+        if retry.why_not == "retry_after":
+            raise LLMUnavailable(
+                f"LLM server {self._where()} asks to retry after {retry.asked_s:.0f} s "
+                f"(more than max_retry_after_s={self.max_retry_after_s:.0f}): HTTP {status}: {message}"
+            )
+        if retry.why_not == "retries":
+            raise LLMUnavailable(
+                f"LLM server {self._where()} answered HTTP {status} after {attempt + 1} attempts: {message}"
+            )
+        if retry.wait_s is None:
+            asked = "" if retry.asked_s is None else f" ({retry.asked_s:.2f} s)"
+            raise LLMUnavailable(
+                f"LLM server {self._where()} answered HTTP {status} and the retry wait{asked} does not fit in "
+                f"the deadline: {message}"
+            )
+        return retry.wait_s
+
     def _exchange(self, body: dict, limit_s: float, stream: bool = False) -> Any:
         """One request whose reply is read whole within ``limit_s`` seconds (see :func:`_read_body`); with
         ``stream``, a 200 reply is returned open instead."""
-        stop_at = time.monotonic() + limit_s
+        attempt = Deadline(max(limit_s, 0.0) * 1000.0)
         request = self._client.build_request("POST", self.url, json=body, timeout=limit_s)
         response = self._client.send(request, stream=True)
         if stream and response.status_code == 200:
             return response
         try:
-            content = _read_body(response, stop_at, self.max_response_bytes, self._where())
+            content = _read_body(response, attempt, self.max_response_bytes, self._where())
             return _Reply(response.status_code, response.headers, content, self._where())
         finally:
             response.close()
-
-    def _backoff(self, attempt: int) -> float:
-        return min(self.max_backoff_s, self.backoff_s * (2 ** attempt)) * random.uniform(0.5, 1.5)
 
     def _where(self) -> str:
         return f"{self.url} (model {self.model})"
@@ -729,7 +718,7 @@ class TransformersBackend:
         if deadline_ms is not None and deadline_ms <= 0:
             raise LLMTimeout("deadline passed before generation started")
         torch, transformers = self._torch, self._transformers
-        start = time.monotonic()
+        deadline = Deadline(deadline_ms)
         input_ids = self._prompt_ids(msgs).to(self.device)
         n_prompt = int(input_ids.shape[-1])
         if n_prompt + max_tokens > self.max_context:
@@ -750,7 +739,7 @@ class TransformersBackend:
             gen_kwargs.update(do_sample=False)
         max_time = None
         if deadline_ms is not None:
-            max_time = deadline_ms / 1000.0 - (time.monotonic() - start)
+            max_time = deadline.remaining_s()
             if max_time <= 0:
                 raise LLMTimeout("deadline passed while the prompt was being tokenized")
             gen_kwargs["stopping_criteria"] = transformers.StoppingCriteriaList(
@@ -761,7 +750,7 @@ class TransformersBackend:
                 out = self.model.generate(input_ids, **gen_kwargs)
             except RuntimeError as exc:
                 raise LLMBadResponse(f"local generation failed: {exc}") from exc
-        if deadline_ms is not None and time.monotonic() - start >= deadline_ms / 1000.0:
+        if deadline.expired():
             raise LLMTimeout(
                 f"local generation stopped at the deadline ({deadline_ms:.0f} ms) after "
                 f"{int(out.shape[-1]) - n_prompt} tokens"

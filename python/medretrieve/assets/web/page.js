@@ -4,6 +4,8 @@
 // reads its server-sent events: `evidence` (the hits the answer is grounded on), `delta` (answer text as it is
 // written), `answer` (the whole answer, citations checked) or `error`. Each citation mark [n] names evidence hit n;
 // it becomes a link to that hit in the list shown (by chunk id), so a reader can check the source.
+// A server with API keys answers 401 without one: the page then shows its key field; the key is kept in this
+// tab's sessionStorage (never in localStorage or a cookie) and sent as `Authorization: Bearer <key>`.
 "use strict";
 
 (function () {
@@ -28,6 +30,9 @@
   const answerSection = $("answer-section"), answerBox = $("answer"), answerNote = $("answer-note");
   const hitsSection = $("hits-section"), hitsList = $("hits");
   const timingsSection = $("timings-section"), timings = $("timings"), timingsBody = timings.querySelector("tbody");
+
+  const keyForm = $("key-form"), keyInput = $("api-key"), keyForget = $("key-forget");
+  const KEY_STORE = "medretrieve.apiKey";
 
   let running = null;  // the AbortController of the search in progress
 
@@ -94,12 +99,22 @@
     return out;
   }
 
+  // The API key this tab keeps ("" when none; storage may be off in a private window).
+  function storedKey() {
+    try { return sessionStorage.getItem(KEY_STORE) || ""; } catch (_) { return ""; }
+  }
+
+  function askForKey(message) {
+    keyForm.hidden = false;
+    say(message, true);
+    keyInput.focus();
+  }
+
   async function postJson(path, body, signal) {
-    const response = await fetch(path, {
-      method: "POST", signal,
-      headers: { "Content-Type": "application/json", "Accept": "application/json, text/event-stream" },
-      body: JSON.stringify(body),
-    });
+    const headers = { "Content-Type": "application/json", "Accept": "application/json, text/event-stream" };
+    const key = storedKey();
+    if (key) headers.Authorization = `Bearer ${key}`;
+    const response = await fetch(path, { method: "POST", signal, headers, body: JSON.stringify(body) });
     if (!response.ok) {
       let message = `${response.status} ${response.statusText}`;
       try {
@@ -300,7 +315,8 @@
     } catch (error) {
       if (controller.signal.aborted && running !== controller) return;
       const reason = controller.signal.aborted && controller.signal.reason ? controller.signal.reason.message : error.message;
-      say(`Search failed: ${reason}`, true);
+      if (error.status === 401) askForKey(`Search failed: ${reason}. Enter the server's API key below.`);
+      else say(`Search failed: ${reason}`, true);
     } finally {
       clearTimeout(searchTimer);
       if (running === controller) {
@@ -317,6 +333,25 @@
     if (!text) { say("Type a question first.", true); question.focus(); return; }
     if (!Number.isInteger(k) || k < 1 || k > 100) { say("Hits must be a whole number from 1 to 100.", true); kInput.focus(); return; }
     ask(text, k, explainBox.checked);
+  });
+
+  keyForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const key = keyInput.value.trim();
+    if (!key) { say("Type the API key first.", true); keyInput.focus(); return; }
+    try { sessionStorage.setItem(KEY_STORE, key); } catch (_) { say("This browser keeps no key (storage is off).", true); return; }
+    keyInput.value = "";
+    keyForm.hidden = true;
+    question.focus();
+    if (question.value.trim()) form.requestSubmit();  // ask again, with the key
+    else say("Key kept for this tab.");
+  });
+
+  keyForget.addEventListener("click", () => {
+    try { sessionStorage.removeItem(KEY_STORE); } catch (_) { /* nothing kept */ }
+    keyInput.value = "";
+    say("Key forgotten.");
+    keyInput.focus();
   });
 
   // A citation link takes the keyboard focus to its hit (not only the scroll position).
