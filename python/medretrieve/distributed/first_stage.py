@@ -16,7 +16,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..retrieval.budget import Deadline
+from ..outbound import Deadline
 from ..retrieval.candidates import RESERVE
 from ..retrieval.first_stage import FirstLists, RankedList
 from ..retrieval.results import StageLog

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..corpus.chunk_table import ChunkRow
 from ..corpus.lexical import bm25_from_counts
-from ..retrieval.budget import Deadline
+from ..outbound import Deadline
 from .fanout import Outcome, ShardSet
 from .shard_actor import distinct_terms
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Union
 
 from ..records import Answer, Citation
-from ..retrieval.budget import Deadline
+from ..outbound import Deadline
 from .extractive import extractive_answer
 from .citations import SUPPORT_THRESHOLD, verify_citations
 from .parsers import (

@@ -44,7 +44,8 @@ import numpy as np
 from ..corpus.chunking import CATEGORY_IDS
 from ..corpus.lexical import tokenize
 from ..fusion import rrf
-from .budget import CostModel, Deadline
+from ..outbound import Deadline
+from .budget import CostModel
 from .collection_view import CollectionView
 from .expansion import TermSource, TrainingMemory, abbreviation_terms, relation_terms
 from .first_stage import FirstLists, FirstStage

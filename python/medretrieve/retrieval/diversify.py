@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from ..fusion import lambda_for, mmr
-from .budget import Deadline
+from ..outbound import Deadline
 from .collection_view import CollectionView
 from .query import Query
 from .rerank import Ranking

@@ -15,7 +15,7 @@ from typing import Callable, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
-from .budget import Deadline
+from ..outbound import Deadline
 from .collection_view import CollectionView, SearchableCollection
 from .results import StageLog
 

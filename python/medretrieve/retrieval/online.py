@@ -44,7 +44,7 @@ from ..corpus.pubmed import PubMedError, PubMedTimeout
 from ..corpus.pubmed_cache import PubMedCache
 from ..corpus.snapshot import CollectionSnapshot
 from ..corpus.sources import Record
-from .budget import Deadline
+from ..outbound import Deadline
 from .pool_filler import FillReport, PoolFiller, VectorStore
 from .query import Query
 from .results import StageLog

@@ -23,7 +23,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .budget import CostModel, Deadline
+from ..outbound import Deadline
+from .budget import CostModel
 from .candidates import Candidates
 from .matching import coverage, subject_share
 from .query import Query

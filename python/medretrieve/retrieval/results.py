@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import List
 
 from ..records import Hit, SearchResult, StageInfo
-from .budget import Deadline
+from ..outbound import Deadline
 
 __all__ = ["Hit", "StageInfo", "SearchResult", "StageLog"]
 

@@ -18,7 +18,8 @@ from collections import deque
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Deque, Optional
 
-from ..retrieval.budget import Deadline, Ema
+from ..outbound import Deadline
+from ..retrieval.budget import Ema
 
 _DEVIATIONS = 4  # mean deviations added to the mean work time, as RFC 6298 adds 4 x RTTVAR to SRTT
 

@@ -21,7 +21,7 @@ from starlette.responses import StreamingResponse
 from ..generation.generate import Answerer
 from ..generation.llm import Cancel, LLMCancelled, StreamingBackend
 from ..records import Answer, SearchResult
-from ..retrieval.budget import Deadline
+from ..outbound import Deadline
 from ..wire import AnswerRequest
 from .admission import remaining_or_none
 from .engine import Engine, Snapshot

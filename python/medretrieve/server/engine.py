@@ -20,7 +20,7 @@ from typing import Any, AsyncIterator, Callable, Dict, Optional, Tuple, TypeVar
 from .._files import write_text_atomic
 from .._version import __version__
 from ..corpus.collection import DENSE, Collection
-from ..retrieval.budget import Deadline
+from ..outbound import Deadline
 from ..retrieval.collection_view import CollectionView
 from ..retrieval.retriever import Retriever
 from .admission import Admission

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..retrieval.budget import Deadline
+from ..outbound import Deadline
 from ..wire import DEADLINE_HEADER, deadline_header_ms
 from .errors import ApiError, invalid
 from .metrics import ServerMetrics

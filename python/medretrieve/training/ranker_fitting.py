@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 
-from ..retrieval.budget import Deadline
+from ..outbound import Deadline
 from ..retrieval.shipped_ranker import RankerBundle, default_bundle, choose, encoder_fingerprints
 from ..retrieval.expansion import training_pairs
 from ..retrieval.query import Query
