@@ -78,14 +78,13 @@ def test_backoff_doubles_up_to_its_cap_with_bounded_jitter():
 
 
 def test_an_attempt_gets_the_timeout_or_what_the_deadline_leaves():
-    policy = OutboundPolicy(timeout_s=5.0, connect_timeout_s=1.0)
-    assert policy.attempt_s(Deadline(None)) == 5.0 and policy.connect_s(Deadline(None)) == 1.0
-    assert 0 < policy.attempt_s(Deadline(200)) <= 0.2 and policy.connect_s(Deadline(200)) <= 0.2
+    policy = OutboundPolicy(timeout_s=5.0)
+    assert policy.attempt_s(Deadline(None)) == 5.0 and 0 < policy.attempt_s(Deadline(200)) <= 0.2
 
 
 @pytest.mark.parametrize("bad", [{"timeout_s": 0}, {"timeout_s": float("nan")}, {"max_retries": -1},
                                  {"max_retries": 1.5}, {"max_retry_after_s": -1}, {"max_reply_bytes": 0},
-                                 {"connect_timeout_s": 0}, {"backoff_s": True}])
+                                 {"backoff_s": True}])
 def test_bad_policy_settings_are_refused(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         OutboundPolicy(**bad)

@@ -146,9 +146,10 @@ class Retry:
 class OutboundPolicy:
     """How one caller calls another server.
 
-    - ``timeout_s``: one attempt's whole time, connecting, sending and reading the reply together (s); a
-      server that trickles its reply is cut there. ``connect_timeout_s``: connecting alone (s; None:
-      ``timeout_s``).
+    - ``timeout_s``: one attempt's whole time, connecting, sending and reading the reply together (s), so that
+      a server that trickles its head or body is cut there; a streamed body (server-sent events) instead gives
+      each wait for its next bytes ``timeout_s``, as an answer may be written for longer. Never past the
+      call's deadline (:meth:`attempt_s`).
     - ``max_retries``: attempts after the first, for failures a retry may fix (refused or dropped connections,
       429, 5xx as the caller says), after ``backoff_s * 2**attempt`` seconds (at most ``max_backoff_s``;
       ``jitter``: times 0.5-1.5 at random, so that many callers do not retry in step) or the server's
@@ -159,7 +160,6 @@ class OutboundPolicy:
     """
 
     timeout_s: float = 30.0
-    connect_timeout_s: Optional[float] = None
     max_retries: int = 2
     backoff_s: float = 0.5
     max_backoff_s: float = 8.0
@@ -172,11 +172,10 @@ class OutboundPolicy:
     def __post_init__(self) -> None:
         for name in ("timeout_s", "backoff_s", "max_backoff_s", "max_retry_after_s"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value) >= 0:
                 raise ValueError(f"{name} must be a number >= 0 s, got {value!r}")
-        if not self.timeout_s > 0 or (self.connect_timeout_s is not None and not self.connect_timeout_s > 0):
-            raise ValueError(f"timeout_s and connect_timeout_s must be > 0 s, got {self.timeout_s!r} and "
-                             f"{self.connect_timeout_s!r}")
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0 s, got {self.timeout_s!r}")
         for name in ("max_retries", "max_reply_bytes", "max_head_bytes", "max_headers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "max_retries" else 1):
@@ -186,10 +185,6 @@ class OutboundPolicy:
     def attempt_s(self, deadline: Deadline) -> float:
         """How long the next attempt may take (s): ``timeout_s``, or less when the call's deadline is nearer."""
         return min(self.timeout_s, deadline.remaining_s())
-
-    def connect_s(self, deadline: Deadline) -> float:
-        """How long the next attempt may spend connecting (s)."""
-        return min(self.connect_timeout_s or self.timeout_s, self.attempt_s(deadline))
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait after failed attempt ``attempt`` (0-based) when the server named no time."""

@@ -364,7 +364,7 @@ class EutilsClient:
         self.limiter = shared_limiter(base_url, api_key)
         self.requests_sent = 0
         self._count_lock = threading.Lock()
-        self._transport = _Transport(f"{tool} (medretrieve)", max_reply_bytes)
+        self._transport = _Transport(f"{tool} (medretrieve)", self.policy.max_reply_bytes)
 
     def close(self) -> None:
         self._transport.close()

@@ -456,7 +456,7 @@ class OpenAIBackend:
                 if cancel.is_set():
                     raise LLMCancelled(f"cancelled while {self._where()} was writing")
                 received += len(line) + 1
-                if received > self.max_response_bytes:
+                if received > self.policy.max_reply_bytes:
                     raise LLMBadResponse(f"LLM server {self._where()} streamed more than "
                                          f"max_response_bytes={self.max_response_bytes}")
                 piece = self._stream_piece(line)
@@ -579,7 +579,7 @@ class OpenAIBackend:
         if stream and response.status_code == 200:
             return response
         try:
-            content = _read_body(response, attempt, self.max_response_bytes, self._where())
+            content = _read_body(response, attempt, self.policy.max_reply_bytes, self._where())
             return _Reply(response.status_code, response.headers, content, self._where())
         finally:
             response.close()
