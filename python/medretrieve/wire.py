@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 import re
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -132,15 +133,15 @@ class Stages(_Strict):
         "required": ["dense", "bm25"],
         "properties": {"dense": {"const": False}, "bm25": {"const": False}}}})
 
-    expand: Optional[bool] = Field(None, description="query variants: training-memory terms, LLM synonyms")
-    route: Optional[bool] = Field(None, description="section routing for treatment / symptom / test intents")
-    dense: Optional[bool] = Field(None, description="dense (vector) first stage")
-    bm25: Optional[bool] = Field(None, description="BM25 (lexical) first stage")
-    feedback: Optional[bool] = Field(None, description="pseudo-relevance feedback (default: only without a "
+    expand: Optional[bool] = Field(default=None, description="query variants: training-memory terms, LLM synonyms")
+    route: Optional[bool] = Field(default=None, description="section routing for treatment / symptom / test intents")
+    dense: Optional[bool] = Field(default=None, description="dense (vector) first stage")
+    bm25: Optional[bool] = Field(default=None, description="BM25 (lexical) first stage")
+    feedback: Optional[bool] = Field(default=None, description="pseudo-relevance feedback (default: only without a "
                                                        "learned ranker)")
-    rerank: Optional[bool] = Field(None, description="rerank: learned ranker, cross-encoder or formula")
-    mmr: Optional[bool] = Field(None, description="MMR diversification of the hits (default off)")
-    recovery: Optional[bool] = Field(None, description="weak-question recovery")
+    rerank: Optional[bool] = Field(default=None, description="rerank: learned ranker, cross-encoder or formula")
+    mmr: Optional[bool] = Field(default=None, description="MMR diversification of the hits (default off)")
+    recovery: Optional[bool] = Field(default=None, description="weak-question recovery")
 
     @model_validator(mode="after")
     def _one_first_stage(self) -> "Stages":
@@ -325,9 +326,12 @@ def _checked(option: SearchOption, value: Any) -> Any:
     if not math.isfinite(value):
         raise outside("a finite number")
     if kind == "integer":
-        if not isinstance(value, numbers.Integral) and not float(value).is_integer():
+        if isinstance(value, numbers.Integral):
+            value = operator.index(value)
+        elif float(value).is_integer():
+            value = int(float(value))
+        else:
             raise outside("a whole number")
-        value = int(value)
     low, high, above = option.minimum, option.maximum, option.exclusive_minimum
     if (low is not None and value < low) or (high is not None and value > high) or \
             (above is not None and value <= above):
