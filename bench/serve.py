@@ -1,6 +1,6 @@
 """HTTP service benchmarks (``medretrieve serve`` on loopback; every run bounded in requests and seconds).
 
-    python bench/serve.py overhead   [--chunks 100000] [--queries 300]
+    python bench/serve.py overhead   [--chunks 100000 | --golden FILE...] [--queries 300] [--simd avx2,native]
     python bench/serve.py throughput [--chunks 100000] [--seconds 15] [--clients 1,4,16,64] [--workers 1,2]
     python bench/serve.py overload   [--chunks 100000] [--seconds 60] [--saturation QPS] [--workers 2]
     python bench/serve.py memory     [--chunks 100000]
@@ -27,7 +27,9 @@ and server's event loops waiting for a CPU).
   server" the round trip minus the server's whole time (``Server-Timing: total``, arrival to serialised
   response). Response bytes: the body of each search (compact; ``--explain`` asks for stage reasons and per-stage
   scores, as servers before the compact form always sent them). The SIMD level is the server's
-  (``MEDRETRIEVE_SIMD`` caps it).
+  (``MEDRETRIEVE_SIMD`` caps it); ``--simd avx2,native`` runs once per level (child processes) and ends with each
+  level's serving cost: ``Client``'s p50 round trip minus the in-process p50 for the same requests (issue 42).
+  ``--golden FILE...`` serves a collection built from BioASQ golden files instead of BioASQ + filler.
 - throughput: closed-loop clients (asyncio + aiohttp, each sends its next request when the last one answered;
   after a 429 it waits the Retry-After) for ``--seconds`` per cell; each worker gets ``--max-inflight`` =
   CPUs / workers. The load generator shares the machine's CPUs with the server.
@@ -77,11 +79,25 @@ CPUS = len(os.sched_getaffinity(0))
 # ----------------------------------------------------------------- the collection and the questions
 
 def collection_dir(args: argparse.Namespace) -> Path:
-    """``--collection`` when given, else the BioASQ + filler collection of ``args.chunks`` chunks on disk (built
-    once)."""
+    """``--collection`` when given; else the collection of the ``--golden`` BioASQ golden files (every snippet a
+    chunk); else the BioASQ + filler collection of ``args.chunks`` chunks on disk (each built once)."""
     if args.collection:
         return Path(args.collection)
+    if args.golden:
+        return golden_collection(args.encoder, Path(args.work), [Path(f) for f in args.golden])
     return rb.filled_collection(args.encoder, Path(args.work), args.chunks)
+
+
+def golden_collection(encoder: Optional[str], work: Path, files: Sequence[Path]) -> Path:
+    """A collection built from BioASQ golden files (``format="bioasq"``: every distinct snippet a chunk), under
+    ``work`` once per set of files."""
+    from medretrieve.corpus.collection import Collection
+
+    out = work / ("golden-" + "-".join(sorted(f.stem for f in files)))
+    if not (out / "manifest.json").is_file():
+        Collection.build(list(files), out, encoder=encoder or "default", format="bioasq", progress=False,
+                         overwrite=True)
+    return out
 
 
 def questions(n: int) -> List[str]:
@@ -217,6 +233,42 @@ def overhead(args: argparse.Namespace) -> None:
     for row in rows.values():
         print(f"\n{row.name}: round-trip percentile minus in-process percentile: "
               f"p50 {pct(row.round_trip, 50) - pct(lib, 50):+.2f} ms, p99 {pct(row.round_trip, 99) - pct(lib, 99):+.2f} ms")
+    # the serving cost of issue 42 (the same request in process and through Client), for --simd's summary
+    cost = {"simd": simd, "questions": len(qs), "in_process_p50": pct(lib, 50),
+            "client_p50": pct(rows["client"].round_trip, 50),
+            "client_beyond_total_p50": pct(rows["client"].outside, 50)}
+    print(SERVING_COST + json.dumps(cost))
+
+
+SERVING_COST = "serving cost: "
+
+
+def overhead_per_simd(args: argparse.Namespace) -> None:
+    """``overhead`` once per SIMD level of ``--simd`` (each in a child process with ``MEDRETRIEVE_SIMD`` set, so the
+    in-process search and the server run at that level), then the serving cost of each: Client's p50 round trip
+    minus the in-process p50 for the same requests."""
+    import subprocess
+
+    given = sys.argv[1:]
+    argv = [a for i, a in enumerate(given) if not (a.startswith("--simd") or (i and given[i - 1] == "--simd"))]
+    costs = []
+    for level in args.simd:
+        env = {k: v for k, v in os.environ.items() if k != "MEDRETRIEVE_SIMD"}
+        if level != "native":
+            env["MEDRETRIEVE_SIMD"] = level
+        done = subprocess.run([sys.executable, __file__, *argv], env=env, capture_output=True, text=True,
+                              timeout=3600)
+        print(done.stdout, end="")
+        if done.returncode != 0:
+            raise SystemExit(f"overhead at SIMD {level} failed:\n{done.stderr[-3000:]}")
+        costs += [json.loads(line[len(SERVING_COST):]) for line in done.stdout.splitlines()
+                  if line.startswith(SERVING_COST)]
+    print("\n| server SIMD | questions | in-process p50 ms | Client p50 ms | serving cost (Client p50 - in-process "
+          "p50) ms | Client beyond Server-Timing total, p50 ms |")
+    print("|---|---|---|---|---|---|")
+    for c in costs:
+        print(f"| {c['simd']} | {c['questions']} | {c['in_process_p50']:.2f} | {c['client_p50']:.2f} | "
+              f"**{c['client_p50'] - c['in_process_p50']:+.2f}** | {c['client_beyond_total_p50']:.2f} |")
 
 
 def _simd_of(srv: ServerProcess) -> str:
@@ -603,6 +655,11 @@ def main() -> None:
     p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16, 64])
     p.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
     p.add_argument("--explain", action="store_true", help="overhead: ask for explained (uncompact) responses")
+    p.add_argument("--golden", nargs="+", default=None,
+                   help="serve a collection built from these BioASQ golden files (instead of BioASQ + filler)")
+    p.add_argument("--simd", type=lambda s: s.split(","), default=None,
+                   help="overhead: run once per SIMD level (e.g. avx2,native; each in a child process with "
+                        "MEDRETRIEVE_SIMD set) and print each level's serving cost")
     p.add_argument("--saturation", type=float, default=None, help="overload: saturation QPS (default: measured)")
     args = p.parse_args()
     if args.what == "canned-server":
@@ -616,6 +673,10 @@ def main() -> None:
         args.seconds = 60.0 if args.what == "overload" else 15.0
     if not rb.DATA.is_dir():
         sys.exit(f"no BioASQ data at {rb.DATA}")
+    if args.what == "overhead" and args.simd:
+        collection_dir(args)  # built once, before the runs
+        overhead_per_simd(args)
+        return
     {"overhead": overhead, "throughput": throughput, "overload": overload, "memory": memory,
      "cpu": cpu, "client": client_cpu}[args.what](args)
 
