@@ -125,12 +125,13 @@ class RecoveryQueries:
 
 @dataclass(frozen=True)
 class Switches:
-    """Stages a caller turned off (for ablations); ``feedback`` None: as ``Settings.feedback`` says."""
+    """Stages a caller turned off (for ablations), by their stage-log names; ``feedback`` None: as ``Settings.feedback``
+    says."""
 
     expand: bool = True
     route: bool = True
     dense: bool = True
-    lexical: bool = True
+    bm25: bool = True
     feedback: Optional[bool] = None
 
 
@@ -294,10 +295,10 @@ class CandidateGenerator:
             vectors = self._encode(scope.collection, texts, dl, log)
         else:
             log.record("encode", False, "dense retrieval disabled")
-        bm25_texts = texts if switches.lexical else []
+        bm25_texts = texts if switches.bm25 else []
         times = s.subject_boost if s.subject_boost is not None else (0 if ranked else 1)
         boost = [t for ts, _ in query.subject for t in sorted(ts)] * times
-        bm25_query = list(texts[0].tokens) + (boost if switches.lexical else [])
+        bm25_query = list(texts[0].tokens) + (boost if switches.bm25 else [])
         n_dense = 0 if vectors is None else len(vectors)
 
         ef = self.ef(query)
@@ -371,7 +372,7 @@ class CandidateGenerator:
                                       f"flag lists at ef={max(ef, ncand)})")
         else:
             log.record("dense", False, "disabled")
-        log.record("bm25", switches.lexical, f"{len(bm25_texts)} query texts" if switches.lexical else "disabled")
+        log.record("bm25", switches.bm25, f"{len(bm25_texts)} query texts" if switches.bm25 else "disabled")
 
         fb_vec = None
         feedback = self.feedback_on(switches.feedback, ranked)
