@@ -10,6 +10,7 @@ import socket
 import struct
 import time
 import tracemalloc
+from urllib.parse import urlsplit
 
 import orjson
 import pytest
@@ -43,7 +44,7 @@ def _chunk(data: bytes) -> bytes:
 EVIDENCE = _chunk(_event("evidence", {"hits": [HIT.to_dict()]}))
 DELTAS = [_chunk(_event("delta", {"text": piece})) for piece in ("Metformin", " [1]", ".")]
 LAST = _chunk(_event("answer", ANSWER.to_dict())) + b"0\r\n\r\n"
-# a whole streamed answer as it travels: the head, one chunk per event, the last chunk
+# a whole streamed answer as it travels (the head, one chunk per event, the last chunk), for the scripted faults
 STREAM = HEAD + EVIDENCE + b"".join(DELTAS) + LAST
 
 
@@ -122,14 +123,37 @@ def test_a_stream_whose_connection_is_reset_is_unavailable(make):
             _events(client)
 
 
+@pytest.fixture(scope="module")
+def recorded(server):
+    """A streamed answer as ``medretrieve serve`` writes it (uvicorn's head, one chunk per event, the last
+    chunk), recorded off the wire from the test session's server."""
+    body = orjson.dumps({"question": "Which drugs lower serum urate in gout?", "k": 3, "stream": True})
+    parts = urlsplit(server.url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=60) as sock:
+        sock.sendall(b"POST /v1/answer HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (parts.netloc.encode(), len(body), body))
+        wire = b""
+        while True:
+            piece = sock.recv(65536)
+            if not piece:
+                break
+            wire += piece
+    assert wire.startswith(b"HTTP/1.1 200") and b"chunked" in wire and wire.endswith(b"0\r\n\r\n"), wire[:300]
+    with RawServer(_answering(wire, CLOSE)) as srv, MAKERS["Client"](srv.url) as client:
+        kinds = _events(client)
+    assert kinds[0] == "evidence" and kinds[-1] == "answer" and "delta" in kinds
+    return wire, kinds
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(cut=st.integers(0, len(STREAM) - 1))
-def test_a_stream_cut_at_any_byte_is_unavailable_or_bad(make, cut):
-    """The recorded answer cut at any byte (the server closes there): the events before the cut arrive, then
+@given(data=st.data())
+def test_a_stream_cut_at_any_byte_is_unavailable_or_bad(make, recorded, data):
+    """A recorded answer cut at any byte (the server closes there): the events before the cut arrive, then
     Unavailable (or BadResponse, where the cut leaves bytes that cannot be HTTP); never another exception. A cut
     after the answer event (in the body's last chunk) loses nothing: the answer stands, without an error."""
-    whole = ["evidence", "delta", "delta", "delta", "answer"]
-    with RawServer(_answering(STREAM[:cut], CLOSE)) as srv, make(srv.url, timeout_s=2.0, retries=0) as client:
+    wire, whole = recorded
+    cut = data.draw(st.integers(0, len(wire) - 1), label="cut")
+    with RawServer(_answering(wire[:cut], CLOSE)) as srv, make(srv.url, timeout_s=2.0, retries=0) as client:
         seen = []
         try:
             for event in client.stream_answer("What treats type 2 diabetes?"):
@@ -138,7 +162,7 @@ def test_a_stream_cut_at_any_byte_is_unavailable_or_bad(make, cut):
             assert isinstance(exc, (Unavailable, BadResponse)), repr(exc)
             assert "answer" not in seen and seen == whole[:len(seen)]
         else:
-            assert seen == whole and cut >= len(STREAM) - len(b"0\r\n\r\n") - len(b"\r\n")
+            assert seen == whole and cut >= len(wire) - len(b"0\r\n\r\n") - len(b"\r\n")
 
 
 def _endless_header(n, request):
