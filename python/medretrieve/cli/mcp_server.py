@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from .options import HelpFormatter, deadline
+from .serve import _positive  # the same check as serve's --answer-concurrency
 
 
 def add_mcp(sub: Any) -> None:
@@ -36,7 +37,10 @@ def add_mcp(sub: Any) -> None:
     p.add_argument("--k", type=_hit_count, default=10, help="hits a tool call returns when it names no k (1-100)")
     p.add_argument("--deadline-ms", type=deadline, default=300.0, help="budget of one search (ms, or 'none')")
     p.add_argument("--answer-deadline-ms", type=deadline, default=60_000.0,
-                   help="budget of one answer, retrieval and generation (ms, or 'none')")
+                   help="budget of one answer, retrieval and generation (ms, or 'none'); over a server URL, also "
+                   "how long the server's answer is waited for")
+    p.add_argument("--answer-concurrency", type=_positive, default=8,
+                   help="answers written at once; one more is refused at once with a tool error that says so")
     p.set_defaults(func=_mcp)
 
 
@@ -70,7 +74,7 @@ def _mcp(args: Any) -> int:
             backend = stack.enter_context(OpenAIBackend(args.llm, args.model, timeout_s=args.llm_timeout_s))
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries the protocol: loading must not print there
             engine = Engine(args.collection, backend, deadline_ms=args.deadline_ms,
-                            answer_deadline_ms=args.answer_deadline_ms)
+                            answer_deadline_ms=args.answer_deadline_ms, answer_concurrency=args.answer_concurrency)
         stack.callback(engine.close)
         server = build_server(engine, default_k=args.k)
         if not args.http:

@@ -17,27 +17,44 @@ Two tools, both read-only, both answering structured content with a typed output
 Arguments are checked by the tools as the HTTP API checks a request, never coerced (``"3"`` is no ``k``, a JSON
 string no list): an unknown or misspelt argument, a value of the wrong type or out of bounds is a tool error that
 names it. A result is its structured content (the output schema) beside a short plain-text summary.
-``medretrieve mcp COLLECTION`` serves it over stdio, or over streamable HTTP with ``--http``.
-The tools run in worker threads; each search is bounded by the engine's ``deadline_ms``, each answer by its
-``answer_deadline_ms``.
+``medretrieve mcp COLLECTION`` serves it over stdio (:mod:`.mcp_transport`: every request line gets a reply, a
+broken one a JSON-RPC error), or over streamable HTTP with ``--http``.
+
+The tools run in worker threads, searches and answers in pools of their own, so that a search never waits for a
+thread behind answers that wait on a slow LLM. Each search is bounded by the engine's ``deadline_ms``, each answer
+by its ``answer_deadline_ms``. At most ``answer_concurrency`` answers are written at once: one more is refused at
+once with a tool error that says so (as ``medretrieve serve --answer-concurrency`` answers 429). A call its caller
+cancels cancels its answer: the LLM request is closed at once (a backend that streams with a
+:class:`~medretrieve.generation.llm.Cancel`; a remote server's answer at its next event), and its slot is free
+again when the work has stopped.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from typing import Annotated, Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Type, TypeVar
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Annotated, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
-import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.applications import Starlette
 
 from .._version import __version__
+from ..generation.llm import Cancel, LLMCancelled, StreamingBackend
 from ..records import Answer, Hit, SearchResult
-from ..wire import MAX_QUESTION_CHARS, SEARCH_OPTIONS, AnswerRequest, SearchRequest, field_errors
+from ..wire import MAX_DEADLINE_MS, MAX_QUESTION_CHARS, SEARCH_OPTIONS, AnswerRequest, SearchRequest, field_errors
+from .mcp_transport import EveryBodyAnswered, serve_stdio
 from .source import SPAN_KEYS, SearchCall, Searcher, source_url
+
+SEARCH_THREADS = 4  # searches worked at once (CPU-bound: more threads than cores only queue inside the engine)
+ANSWER_CONCURRENCY = 8  # answers written at once by default, as medretrieve serve's --answer-concurrency
+CLIENT_GRACE_S = 1.0  # a client opened from a URL waits this long past a budget (s; the client's own grace)
+NO_DEADLINE_WAIT_S = MAX_DEADLINE_MS / 1000.0  # its wait for a reply with no budget (s): the longest budget there is
 
 
 class Span(BaseModel):
@@ -143,15 +160,67 @@ def answer_output(ans: Answer) -> AnswerOutput:
                         notes=list(ans.notes))
 
 
+class Busy(ToolError):
+    """An answer refused because ``answer_concurrency`` answers are being written (the caller may try again)."""
+
+
+class AnswerSlots:
+    """Room for ``limit`` answers at once: :meth:`take` says whether one more fits (never waits); a slot is given
+    back when its work has stopped, from whichever thread it stopped in."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"answer_concurrency must be >= 1, got {limit}")
+        self.limit = limit
+        self.busy = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.busy >= self.limit:
+                return False
+            self.busy += 1
+            return True
+
+    def give_back(self) -> None:
+        with self._lock:
+            self.busy -= 1
+
+
+class _Cancellable:
+    """An LLM backend whose generation stops when ``cancel`` is set: streamed with the cancel when the backend can
+    stream (its request is closed at once), else refused when the cancel came before it started."""
+
+    def __init__(self, backend: Any, cancel: Cancel) -> None:
+        self.backend = backend
+        self.cancel = cancel
+
+    def generate(self, messages: Sequence[dict], **options: Any) -> str:
+        if self.cancel.is_set():
+            raise LLMCancelled("the caller cancelled the answer before generation")
+        if isinstance(self.backend, StreamingBackend):
+            return "".join(self.backend.stream(messages, cancel=self.cancel, **options))
+        text: str = self.backend.generate(messages, **options)
+        return text
+
+
 class Engine:
     """What the tools call. ``source``: a Retriever, a Client, a collection folder or a server URL
     (:class:`~.source.Searcher`); ``backend``: an LLM backend (:mod:`medretrieve.generation.llm`) for answers
     over a local collection (None: extractive; a server answers with its own). ``deadline_ms``: each search's
-    budget (ms); ``answer_deadline_ms``: each answer's, retrieval and generation together (ms)."""
+    budget (ms); ``answer_deadline_ms``: each answer's, retrieval and generation together (ms; a client opened
+    here from a URL waits that long for an answer); ``answer_concurrency``: answers written at once, more are
+    refused (:class:`Busy`); ``search_threads``: searches worked at once, in a pool apart from the answers'."""
 
     def __init__(self, source: Any, backend: Any = None, *, deadline_ms: Optional[float] = 300.0,
-                 answer_deadline_ms: Optional[float] = 60_000.0) -> None:
-        self.searcher = Searcher(source)
+                 answer_deadline_ms: Optional[float] = 60_000.0, answer_concurrency: int = ANSWER_CONCURRENCY,
+                 search_threads: int = SEARCH_THREADS) -> None:
+        if search_threads < 1:
+            raise ValueError(f"search_threads must be >= 1, got {search_threads}")
+        self.answer_slots = AnswerSlots(answer_concurrency)
+        # a URL's client waits for the longest call it is given, not the client's default 10 s
+        self._client = _client_for(source, _client_wait_s(deadline_ms, answer_deadline_ms))
+        self.searcher = Searcher(source if self._client is None else self._client)
         self.remote = callable(getattr(self.searcher.target, "answer", None))
         refusal: Optional[Exception] = None
         if self.searcher.is_async:
@@ -160,11 +229,13 @@ class Engine:
             refusal = ValueError("a medretrieve server answers with the LLM it was started with; an LLM backend "
                                  "goes with a local collection only")
         if refusal is not None:
-            self.searcher.close()
+            self._close_clients()
             raise refusal
         self.backend = backend
         self.deadline_ms = deadline_ms
         self.answer_deadline_ms = answer_deadline_ms
+        self._pools = {"search": ThreadPoolExecutor(search_threads, thread_name_prefix="mr-mcp-search"),
+                       "answer": ThreadPoolExecutor(answer_concurrency, thread_name_prefix="mr-mcp-answer")}
 
     def search(self, question: str, options: Mapping[str, Any], deadline_ms: Optional[float] = None) -> SearchResult:
         """The search with ``options`` (keyword arguments of ``Retriever.search`` but the deadline: the search
@@ -173,15 +244,59 @@ class Engine:
             call = SearchCall.of(self.deadline_ms if deadline_ms is None else deadline_ms, **options)
             return self.searcher.search(question, call)
 
-    def answer(self, question: str, k: int) -> Answer:
+    def answer(self, question: str, k: int, cancel: Optional[Cancel] = None) -> Answer:
+        """The answer (blocking). ``cancel`` set from another thread stops it: a local LLM request is closed at
+        once, a remote server's answer at its next event."""
+        cancel = cancel or Cancel()
         with self._told():
             if self.remote:
-                remote: Answer = self.searcher.target.answer(question, k=k, deadline_ms=self.answer_deadline_ms)
-                return remote
+                return self._remote_answer(question, k, cancel)
             from ..generation.generate import Answerer  # the engine: loaded for a local collection only
 
-            answerer = Answerer(self.searcher.target, self.backend, k=k)
+            backend = None if self.backend is None else _Cancellable(self.backend, cancel)
+            answerer = Answerer(self.searcher.target, backend, k=k)
             return answerer.answer(question, deadline_ms=self.answer_deadline_ms)
+
+    def _remote_answer(self, question: str, k: int, cancel: Cancel) -> Answer:
+        target = self.searcher.target
+        if not callable(getattr(target, "stream_answer", None)):
+            remote: Answer = target.answer(question, k=k, deadline_ms=self.answer_deadline_ms)
+            return remote
+        events = target.stream_answer(question, k=k, deadline_ms=self.answer_deadline_ms)
+        try:  # streamed: leaving the stream closes the connection, which cancels the server's generation
+            for event in events:
+                if cancel.is_set():
+                    raise LLMCancelled("the caller cancelled the answer")
+                if event.kind == "answer" and event.answer is not None:
+                    return event.answer
+        finally:
+            events.close()
+        raise ValueError("the server's answer stream ended without its answer")
+
+    async def search_async(self, question: str, options: Mapping[str, Any], deadline_ms: Optional[float] = None
+                           ) -> SearchResult:
+        """:meth:`search` in the search pool (never behind answers)."""
+        return await asyncio.wrap_future(self._pools["search"].submit(self.search, question, options, deadline_ms))
+
+    async def answer_async(self, question: str, k: int) -> Answer:
+        """:meth:`answer` in the answer pool when a slot is free, else :class:`Busy` at once. Cancelled, it sets
+        the answer's :class:`Cancel` and returns at once; the slot comes back when the work has stopped."""
+        if not self.answer_slots.take():
+            raise Busy(f"{self.answer_slots.limit} answers are being written, the most this server writes at once "
+                       "(medretrieve mcp --answer-concurrency); try again when one has finished")
+        cancel = Cancel()
+        try:
+            work: "Future[Answer]" = self._pools["answer"].submit(self.answer, question, k, cancel)
+        except BaseException:  # the pool is shut down (the server stops)
+            self.answer_slots.give_back()
+            raise
+        work.add_done_callback(lambda _: self.answer_slots.give_back())  # run, failed or cancelled unstarted
+        try:
+            return await asyncio.wrap_future(work)
+        except asyncio.CancelledError:
+            cancel.set()
+            work.cancel()
+            raise
 
     @contextlib.contextmanager
     def _told(self) -> Iterator[None]:
@@ -198,7 +313,31 @@ class Engine:
             raise ToolError(str(exc)) from exc
 
     def close(self) -> None:
+        """Stop the pools (work already running ends on its own deadline) and close a client opened here."""
+        for pool in self._pools.values():
+            pool.shutdown(wait=False, cancel_futures=True)
+        self._close_clients()
+
+    def _close_clients(self) -> None:
         self.searcher.close()
+        if self._client is not None:
+            self._client.close()
+
+
+def _client_for(source: Any, wait_s: float) -> Any:
+    """A Client of the server an http(s) URL names, waiting ``wait_s`` (s) for a reply; None for other sources."""
+    if not (isinstance(source, str) and source.startswith(("http://", "https://"))):
+        return None
+    from ..client.client import Client
+
+    return Client(source, timeout_s=wait_s)
+
+
+def _client_wait_s(deadline_ms: Optional[float], answer_deadline_ms: Optional[float]) -> float:
+    """How long a client opened from a URL waits for one reply (s): the longer of the two budgets, plus the
+    client's grace; :data:`NO_DEADLINE_WAIT_S` for a budget of None."""
+    budgets = [NO_DEADLINE_WAIT_S if ms is None else ms / 1000.0 for ms in (deadline_ms, answer_deadline_ms)]
+    return max(budgets) + CLIENT_GRACE_S
 
 
 QUESTION_SCHEMA: Dict[str, Any] = {
@@ -271,6 +410,22 @@ def _tool(fn: Callable[..., Any], schema: Dict[str, Any], annotations: ToolAnnot
     return tool
 
 
+class _AnswersEveryRequest(MCPServer):
+    """The SDK's server, over stdio through :func:`.mcp_transport.serve_stdio` (a JSON-RPC error for each broken
+    line, where the SDK's transport drops it) and over HTTP behind :class:`.mcp_transport.EveryBodyAnswered`. The SDK has no public way to hand its server other streams, hence
+    its ``_lowlevel_server``, as its own ``run_stdio_async`` uses it."""
+
+    async def run_stdio_async(self) -> None:
+        server = self._lowlevel_server
+        await serve_stdio(lambda read, write: server.run(read, write, server.create_initialization_options()))
+
+    def streamable_http_app(self, **options: Any) -> Starlette:
+        """The SDK's app, a broken body answered as over stdio (:class:`.mcp_transport.EveryBodyAnswered`)."""
+        app = super().streamable_http_app(**options)
+        app.add_middleware(EveryBodyAnswered)
+        return app
+
+
 def build_server(engine: Engine, *, name: str = "medretrieve", default_k: Optional[int] = None) -> MCPServer:
     """The MCP server with the ``search`` and ``answer`` tools over ``engine`` (module docstring). ``default_k``:
     the hits (evidence passages) of a call that names no ``k`` (None: the declaration's, 10)."""
@@ -283,7 +438,7 @@ def build_server(engine: Engine, *, name: str = "medretrieve", default_k: Option
         options = body.search_kwargs()
         if default_k is not None:
             options.setdefault("k", default_k)
-        out = search_output(await anyio.to_thread.run_sync(engine.search, body.question, options, body.deadline_ms))
+        out = search_output(await engine.search_async(body.question, options, body.deadline_ms))
         return CallToolResult(content=[TextContent(type="text", text=search_summary(out))],
                               structured_content=out.model_dump(mode="json"))
 
@@ -291,11 +446,11 @@ def build_server(engine: Engine, *, name: str = "medretrieve", default_k: Option
         """Answer the question from the collection, citing the sources as [n] and checking each citation."""
         body = checked_arguments(arguments, AnswerRequest, answer_schema)
         k = body.k if "k" in body.model_fields_set or default_k is None else default_k
-        out = answer_output(await anyio.to_thread.run_sync(engine.answer, body.question, k))
+        out = answer_output(await engine.answer_async(body.question, k))
         return CallToolResult(content=[TextContent(type="text", text=answer_summary(out))],
                               structured_content=out.model_dump(mode="json"))
 
-    server: MCPServer = MCPServer(
+    server: MCPServer = _AnswersEveryRequest(
         name, version=__version__, log_level="WARNING",
         instructions="Medical literature retrieval. `search` returns evidence passages with their sources; "
                      "`answer` writes an answer that cites them as [n] (sources[n-1]) and checks each citation.",
