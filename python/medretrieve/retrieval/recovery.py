@@ -21,7 +21,8 @@ import numpy as np
 
 from ..corpus.lexical import tokenize
 from ..fusion import rrf
-from .budget import CostModel, Deadline
+from ..outbound import Deadline
+from .budget import CostModel
 from .candidates import RecoveryQueries
 from .matching import jaccard, subject_share
 from .query import Query

@@ -38,7 +38,8 @@ import numpy as np
 from ..corpus.collection import Collection
 from ..corpus.snapshot import CollectionSnapshot
 from ..corpus.spans import Span, chunk_span
-from .budget import CostModel, Deadline
+from ..outbound import Deadline
+from .budget import CostModel
 from .candidates import Candidates, CandidateGenerator, Switches, section_labels
 from .collection_view import CollectionView, SearchableCollection
 from .diversify import Diversified, diversify

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from .._version import __version__
 from ..records import Answer, SearchResult
-from ..retrieval.budget import Deadline
+from ..outbound import Deadline
 from ..wire import (DEADLINE_HEADER, MAX_DEADLINE_MS, AnswerRequest, BatchSearchRequest, BatchSearchResponse,
                     ErrorResponse, SearchRequest)
 from .admission import remaining_or_none
