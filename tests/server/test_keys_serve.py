@@ -151,3 +151,52 @@ def test_https_with_a_certificate_and_a_key(medretrieve_collection, key_file, tm
         plain = srv.url.replace("https://", "http://")
         with httpx.Client(timeout=10.0) as http, pytest.raises(httpx.HTTPError):
             http.get(f"{plain}/healthz")  # plain HTTP to the TLS port is not served
+
+
+def test_the_framework_retrievers_send_a_key(keyed_server, monkeypatch):
+    monkeypatch.delenv("MEDRETRIEVE_API_KEY", raising=False)
+    langchain = pytest.importorskip("medretrieve.integrations.langchain")
+    retriever = langchain.LangChainRetriever(source=keyed_server.url, api_key=SEARCH_KEY, k=2)
+    try:
+        assert retriever.invoke(QUESTION)[0].metadata["document_id"] == "demo-002"
+        assert SEARCH_KEY not in repr(retriever)  # a SecretStr
+    finally:
+        retriever.close()
+    llamaindex = pytest.importorskip("medretrieve.integrations.llamaindex")
+    nodes = llamaindex.LlamaIndexRetriever(keyed_server.url, api_key=SEARCH_KEY, k=2)
+    try:
+        assert nodes.retrieve(QUESTION)[0].node.ref_doc_id == "demo-002"
+    finally:
+        nodes.close()
+    haystack = pytest.importorskip("medretrieve.integrations.haystack")
+    from haystack.utils import Secret
+
+    component = haystack.HaystackRetriever(keyed_server.url, api_key=Secret.from_token(SEARCH_KEY), k=2)
+    try:
+        assert component.run(QUESTION)["documents"][0].meta["document_id"] == "demo-002"
+        with pytest.raises(ValueError):  # a token is never written into a pipeline
+            component.to_dict()
+    finally:
+        component.close()
+    monkeypatch.setenv("MEDRETRIEVE_API_KEY", SEARCH_KEY)
+    by_name = haystack.HaystackRetriever(keyed_server.url, api_key=Secret.from_env_var("MEDRETRIEVE_API_KEY"), k=2)
+    try:
+        data = by_name.to_dict()
+        assert SEARCH_KEY not in str(data) and data["init_parameters"]["api_key"]["env_vars"] == ["MEDRETRIEVE_API_KEY"]
+        again = haystack.HaystackRetriever.from_dict(data)
+        assert again.run(QUESTION)["documents"] and again.close() is None
+    finally:
+        by_name.close()
+    with pytest.raises(TypeError, match="Secret"):
+        haystack.HaystackRetriever(keyed_server.url, api_key=SEARCH_KEY)
+    monkeypatch.delenv("MEDRETRIEVE_API_KEY")
+    from medretrieve.client import Unauthorized
+
+    bare = llamaindex.LlamaIndexRetriever(keyed_server.url, k=1)
+    try:
+        with pytest.raises(Unauthorized):
+            bare.retrieve(QUESTION)
+    finally:
+        bare.close()
+    with pytest.raises(TypeError, match="api_key goes with a server URL"):
+        llamaindex.LlamaIndexRetriever(keyed_server.collection, api_key=SEARCH_KEY)

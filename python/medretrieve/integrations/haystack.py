@@ -19,6 +19,7 @@ import os
 from typing import Any, Dict, List, Optional, Sequence
 
 from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.utils import Secret, deserialize_secrets_inplace
 
 from ..records import SearchResult
 from .source import SearchCall, Searcher, SourceLike, hit_metadata
@@ -29,13 +30,18 @@ class HaystackRetriever:
     """medretrieve's hybrid search as a Haystack retriever component (module docstring). ``k``: hits per run
     (``top_k`` overrides it; None: the source's, 10); ``deadline_ms``: the time budget of one search (ms; None:
     none); ``sections``: section categories every hit must come from (a run's ``sections`` overrides them);
-    ``options``: the other search options (``per_document``, stage switches)."""
+    ``options``: the other search options (``per_document``, stage switches). ``api_key``: the key of a server URL
+    source, a Haystack ``Secret`` (default: ``$MEDRETRIEVE_API_KEY`` when set)."""
 
     def __init__(self, source: SourceLike, k: Optional[int] = None, deadline_ms: Optional[float] = 300.0,
-                 sections: Optional[List[str]] = None, **options: Any) -> None:
+                 sections: Optional[List[str]] = None, api_key: Optional[Secret] = None, **options: Any) -> None:
         self.call = SearchCall.of(deadline_ms, k=k, sections=sections, **options)  # checked before opening
         self.source = source
-        self.searcher = Searcher(source)
+        if api_key is not None and not isinstance(api_key, Secret):  # Haystack's way: never a bare string
+            raise TypeError("api_key is a haystack Secret: Secret.from_env_var('MEDRETRIEVE_API_KEY') (written into "
+                            "a pipeline by name) or Secret.from_token(key)")
+        self.api_key = api_key
+        self.searcher = Searcher(source, None if api_key is None else api_key.resolve_value())
 
     def _for_run(self, top_k: Optional[int], sections: Optional[Sequence[str]]) -> SearchCall:
         overrides: Dict[str, Any] = {}
@@ -62,11 +68,14 @@ class HaystackRetriever:
         if not isinstance(self.source, (str, os.PathLike)):
             raise TypeError("a HaystackRetriever serialises only when built from a collection folder or a server "
                             f"URL, not from a {type(self.source).__name__} object")
+        # a key from the environment is written by its variable's name; Secret.to_dict refuses a token's value
+        key = {} if self.api_key is None else {"api_key": self.api_key.to_dict()}
         return default_to_dict(self, source=os.fspath(self.source), deadline_ms=self.call.deadline_ms,
-                               **self.call.options)
+                               **key, **self.call.options)
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "HaystackRetriever":
+        deserialize_secrets_inplace(data.get("init_parameters", {}), keys=["api_key"])
         return default_from_dict(cls, data)
 
     def close(self) -> None:

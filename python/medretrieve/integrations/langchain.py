@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
 
 from ..records import SearchResult
 from ..wire import SEARCH_OPTIONS, check_search_options
@@ -39,6 +39,8 @@ class LangChainRetriever(BaseRetriever):
     k: Optional[int] = Field(None, description="hits (chunks) per search (None: the source's, 10)")
     deadline_ms: Optional[float] = Field(300.0, description="time budget of one search in ms (None: none)")
     sections: Optional[List[str]] = Field(None, description="section categories every hit must come from")
+    api_key: Optional[SecretStr] = Field(None, description="the API key of a server URL source (default: "
+                                         "$MEDRETRIEVE_API_KEY when set)")
     options: Dict[str, Any] = Field(default_factory=dict, description="the other search options given "
                                     "(per_document, stage switches: medretrieve.wire.SEARCH_OPTIONS)")
     _searcher: Searcher = PrivateAttr()
@@ -69,7 +71,7 @@ class LangChainRetriever(BaseRetriever):
 
     def model_post_init(self, context: Any) -> None:
         self._call({})  # the options' check, at construction
-        self._searcher = Searcher(self.source)
+        self._searcher = Searcher(self.source, self.api_key.get_secret_value() if self.api_key else None)
 
     def _call(self, overrides: dict) -> SearchCall:
         return SearchCall.of(self.deadline_ms, k=self.k, sections=self.sections,

@@ -34,17 +34,18 @@ class LlamaIndexRetriever(BaseRetriever):
     """medretrieve's hybrid search as a LlamaIndex retriever (module docstring). ``k``: hits per search (None: the
     source's, 10); ``deadline_ms``: the time budget of one search (ms; None: none); ``sections``: section
     categories every hit must come from (None: all); ``options``: the other search options (``per_document``,
-    stage switches). They are attributes, so a caller may change them between queries (each query checks them)."""
+    stage switches). They are attributes, so a caller may change them between queries (each query checks them).
+    ``api_key``: the key of a server URL source (default: ``$MEDRETRIEVE_API_KEY`` when set)."""
 
     def __init__(self, source: SourceLike, *, k: Optional[int] = None, deadline_ms: Optional[float] = 300.0,
                  sections: Optional[Sequence[str]] = None, callback_manager: Optional[CallbackManager] = None,
-                 verbose: bool = False, **options: Any) -> None:
+                 verbose: bool = False, api_key: Optional[str] = None, **options: Any) -> None:
         self.k = k
         self.deadline_ms = deadline_ms
         self.sections = sections
         self.options = options
         self._call()  # the options' check, before anything is opened
-        self.searcher = Searcher(source)
+        self.searcher = Searcher(source, api_key)  # api_key: a server URL's (default $MEDRETRIEVE_API_KEY)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     def _call(self) -> SearchCall:

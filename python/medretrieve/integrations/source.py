@@ -81,15 +81,19 @@ class SearchCall:
         return {"deadline_ms": self.deadline_ms, **self.options}
 
 
-def _open(source: SourceLike) -> Any:
-    """The search object a folder or URL names (others pass through)."""
-    if not isinstance(source, (str, os.PathLike)):
+def _open(source: SourceLike, api_key: Optional[str] = None) -> Any:
+    """The search object a folder or URL names (others pass through); ``api_key``: the server's key, for a URL
+    only (TypeError otherwise: a Client takes its own, a folder needs none)."""
+    text = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
+    if api_key is not None and not (text or "").startswith(("http://", "https://")):
+        raise TypeError("api_key goes with a server URL source (a Client takes its own api_key; a collection "
+                        "folder or a Retriever needs none)")
+    if text is None:
         return source
-    text = os.fspath(source)
     if text.startswith(("http://", "https://")):
         from ..client.client import Client
 
-        return Client(text)
+        return Client(text, api_key=api_key)
     from ..corpus.collection import Collection
     from ..retrieval.retriever import Retriever
 
@@ -98,10 +102,11 @@ def _open(source: SourceLike) -> Any:
 
 class Searcher:
     """One door to a search (module docstring). ``source``: a Retriever-like object, a Client, an AsyncClient,
-    a collection folder or a server URL."""
+    a collection folder or a server URL; ``api_key``: the key of a server URL (default: ``$MEDRETRIEVE_API_KEY``
+    when set)."""
 
-    def __init__(self, source: SourceLike) -> None:
-        target = _open(source)
+    def __init__(self, source: SourceLike, api_key: Optional[str] = None) -> None:
+        target = _open(source, api_key)
         search = getattr(target, "search", None)
         if not callable(search):
             raise TypeError("source must be a medretrieve Retriever, Client or AsyncClient (an object with "
