@@ -252,6 +252,9 @@ class SearchOptionTypeError(TypeError):
         super().__init__(message)
         self.option = option
 
+    def __reduce__(self) -> Any:  # pickled whole (a Ray handle, a process pool re-raise it), not as message only
+        return type(self), (str(self), self.option)
+
 
 class SearchOptionValueError(ValueError):
     """A search option out of its bounds; ``option``: its name (``stages`` for a rule over several switches)."""
@@ -259,6 +262,9 @@ class SearchOptionValueError(ValueError):
     def __init__(self, message: str, option: str) -> None:
         super().__init__(message)
         self.option = option
+
+    def __reduce__(self) -> Any:  # pickled whole (a Ray handle, a process pool re-raise it), not as message only
+        return type(self), (str(self), self.option)
 
 
 def check_search_options(options: Mapping[str, Any]) -> Dict[str, Any]:

@@ -26,6 +26,7 @@ its own and they stop with it.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 from ray import serve
@@ -42,8 +43,9 @@ class ShardedSearch:
     """One replica: a :class:`ShardedRetriever` over ``shards`` built with ``retriever_options`` (its keyword
     arguments: ranker, settings, actor_options, ...), served by the HTTP API's app with ``server_options``."""
 
-    def __init__(self, shards: Union[PathLike, Sequence[PathLike]], retriever_options: Optional[Mapping[str, Any]] = None,
-                 share_shards: bool = False, server_options: Optional[Mapping[str, Any]] = None) -> None:
+    def __init__(self, shards: Union[PathLike, Sequence[PathLike]],
+                 retriever_options: Optional[Mapping[str, Any]] = None, share_shards: bool = False,
+                 server_options: Optional[Mapping[str, Any]] = None) -> None:
         self.retriever = ShardedRetriever(shards, shared=share_shards, **dict(retriever_options or {}))
         self.server_options = dict(server_options or {})
 
@@ -74,8 +76,9 @@ def app(shards: Union[PathLike, Sequence[PathLike]], replicas: int = 1,
     ServerConfig("shards", **options)  # the settings' own checks, before any replica starts
     deployment: Any = serve.deployment(ShardedSearch, name="medretrieve-sharded-search", num_replicas=replicas,
                                        ray_actor_options=dict(ray_actor_options or {}))
-    return deployment.bind(shards if isinstance(shards, (str, bytes)) or not isinstance(shards, Sequence)
-                           else [str(s) for s in shards], dict(retriever_options or {}), share_shards, options)
+    # absolute paths: a replica's working directory is not the caller's
+    where = os.path.abspath(shards) if isinstance(shards, (str, os.PathLike)) else [os.path.abspath(s) for s in shards]
+    return deployment.bind(where, dict(retriever_options or {}), share_shards, options)
 
 
 def stop_shared_shards(shards: Union[PathLike, Sequence[PathLike]]) -> int:
