@@ -29,6 +29,33 @@ def test_mcp_checks_k_when_parsing(capsys):
     assert info.value.code == 2 and "--k: must be in [1, 100]" in capsys.readouterr().err
 
 
+def test_mcp_checks_answer_concurrency_when_parsing(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["mcp", "col", "--answer-concurrency", "0"])
+    assert info.value.code == 2 and "--answer-concurrency: must be >= 1" in capsys.readouterr().err
+
+
+def test_mcp_passes_its_answer_settings_to_the_engine(monkeypatch, medretrieve_collection):
+    """--answer-concurrency and --answer-deadline-ms reach the engine (the answers' bound; over a URL, the
+    client's wait: it waited its default 10 s whatever --answer-deadline-ms said)."""
+    pytest.importorskip("mcp")
+    from medretrieve.integrations import mcp_server
+
+    made = {}
+
+    class Recorded(mcp_server.Engine):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made["engine"] = self
+
+    monkeypatch.setattr(mcp_server, "Engine", Recorded)
+    monkeypatch.setattr(mcp_server.MCPServer, "run", lambda self, transport="stdio", **kw: None)
+    assert main(["mcp", "http://127.0.0.1:1", "--answer-concurrency", "3", "--answer-deadline-ms", "45000"]) == 0
+    engine = made["engine"]
+    assert engine.answer_slots.limit == 3 and engine.answer_deadline_ms == 45000
+    assert engine.searcher.target.timeout_s == pytest.approx(46.0)  # the answer deadline and the client's grace
+
+
 def test_mcp_without_the_mcp_extra_names_it(monkeypatch, capsys, tmp_path):
     monkeypatch.delitem(sys.modules, "medretrieve.integrations.mcp_server", raising=False)
     for name in [n for n in sys.modules if n == "mcp" or n.startswith("mcp.")] + ["mcp"]:
