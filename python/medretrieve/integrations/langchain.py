@@ -23,10 +23,10 @@ from typing import Any, Dict, List, Optional
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, SecretStr
 
 from ..records import SearchResult
-from ..wire import SEARCH_OPTIONS, check_search_options
+from ..wire import SEARCH_OPTIONS, SearchOptionTypeError
 from .source import SearchCall, Searcher, hit_metadata
 
 
@@ -45,32 +45,22 @@ class LangChainRetriever(BaseRetriever):
                                     "(per_document, stage switches: medretrieve.wire.SEARCH_OPTIONS)")
     _searcher: Searcher = PrivateAttr()
 
-    @model_validator(mode="before")
-    @classmethod
-    def _declared_options(cls, data: Any) -> Any:
-        """Search options given as keyword arguments go to ``options``; any other unknown name is a TypeError
-        (pydantic would drop it silently)."""
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        unknown = sorted(set(data) - set(cls.model_fields) - set(SEARCH_OPTIONS))
+    def __init__(self, **data: Any) -> None:
+        """The fields, with any declared search option as a keyword argument (it goes to ``options``); every option
+        is checked by the declaration before pydantic reads it (pydantic would take ``"5"`` as 5, drop an unknown
+        name and wrap the error): TypeError / ValueError naming the option."""
+        unknown = sorted(set(data) - set(type(self).model_fields) - set(SEARCH_OPTIONS))
         if unknown:
-            raise TypeError(f"LangChainRetriever: unknown argument{'s' if len(unknown) > 1 else ''} "
-                            f"{', '.join(unknown)}; search options: {', '.join(SEARCH_OPTIONS)}")
-        given = {name: data.pop(name) for name in list(data)
-                 if name in SEARCH_OPTIONS and name not in cls.model_fields}
-        if given:
-            data["options"] = {**data.get("options", {}), **given}
-        return data
-
-    @field_validator("k", "deadline_ms", "sections", mode="before")
-    @classmethod
-    def _strict(cls, value: Any, info: ValidationInfo) -> Any:
-        """The declaration's check, before pydantic's own (which would take "5" as 5)."""
-        return value if value is None else check_search_options({info.field_name: value})[info.field_name]
+            raise SearchOptionTypeError(f"LangChainRetriever: unknown argument{'s' if len(unknown) > 1 else ''} "
+                                        f"{', '.join(unknown)}; search options: {', '.join(SEARCH_OPTIONS)}",
+                                        unknown[0])
+        options = {**data.pop("options", {}), **{name: data.pop(name) for name in list(data)
+                                                 if name in SEARCH_OPTIONS and name not in ("k", "deadline_ms",
+                                                                                            "sections")}}
+        SearchCall.of(**{name: data[name] for name in ("k", "deadline_ms", "sections") if name in data}, **options)
+        super().__init__(**data, options=options)
 
     def model_post_init(self, context: Any) -> None:
-        self._call({})  # the options' check, at construction
         self._searcher = Searcher(self.source, self.api_key.get_secret_value() if self.api_key else None)
 
     def _call(self, overrides: dict) -> SearchCall:
