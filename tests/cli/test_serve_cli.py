@@ -59,3 +59,40 @@ def test_serve_without_the_serve_extra_names_it(monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if not installed
     assert main(["serve", str(tmp_path)]) == 2
     assert 'pip install "medretrieve[serve]"' in capsys.readouterr().err
+
+
+def test_keys_tls_and_cors_reach_uvicorn_and_the_workers(tmp_path, capsys, medretrieve_collection, monkeypatch):
+    """What ``serve`` hands uvicorn (run replaced: nothing listens): the certificate files, and the worker config
+    with the keys' digests (never a key) and the CORS origins; keys over plain HTTP beyond loopback are warned of."""
+    uvicorn = pytest.importorskip("uvicorn")
+    from medretrieve.server.config import CONFIG_ENV, ServerConfig
+    from medretrieve.server.keys import hash_key
+
+    seen = {}
+
+    def run(app, **settings):
+        import os
+
+        seen.update(settings, config=ServerConfig.from_json(os.environ[CONFIG_ENV]))
+
+    monkeypatch.setattr(uvicorn, "run", run)
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    keys = tmp_path / "keys.txt"
+    keys.write_text("a-key-of-twenty-chars search,admin\n")
+    (tmp_path / "c.pem").write_text("cert")
+    (tmp_path / "k.pem").write_text("key")
+    col = str(medretrieve_collection.directory)
+    assert main(["serve", col, "--api-key-file", str(keys), "--ssl-certfile", str(tmp_path / "c.pem"),
+                 "--ssl-keyfile", str(tmp_path / "k.pem"), "--cors-origin", "https://a.example",
+                 "--cors-origin", "https://b.example"]) == 0
+    assert seen["ssl_certfile"] == str(tmp_path / "c.pem") and seen["ssl_keyfile"] == str(tmp_path / "k.pem")
+    config = seen["config"]
+    assert config.api_keys == ((hash_key("a-key-of-twenty-chars"), ("search", "admin")),)
+    assert config.cors_origins == ("https://a.example", "https://b.example")
+    assert "a-key-of-twenty-chars" not in config.to_json()
+    assert "warning" not in capsys.readouterr().err
+    seen.clear()
+    assert main(["serve", col, "--api-key-file", str(keys), "--host", "0.0.0.0"]) == 0
+    assert "ssl_certfile" not in seen and "API keys over plain HTTP" in capsys.readouterr().err
+    assert main(["serve", col, "--host", "0.0.0.0", "--insecure"]) == 0  # the operator said so
+    assert seen["config"].api_keys == () and "warning" not in capsys.readouterr().err

@@ -85,6 +85,19 @@ def test_the_right_scope_opens_and_another_is_refused_403(keyed, method, path, b
             assert f'scope="{scope}"' in response.headers["WWW-Authenticate"]
 
 
+def test_keys_hold_where_the_app_is_mounted_under_a_prefix(medretrieve_retriever):
+    outer = fastapi.FastAPI()
+    outer.mount("/retrieval", create_app(medretrieve_retriever, api_keys=parse_keys(KEYS)))
+    with TestClient(outer) as client:
+        assert client.get("/retrieval/healthz").status_code == 200
+        _refused(client.post("/retrieval/v1/search", json={"question": QUESTION}), 401, "unauthorized")
+        _refused(client.get("/retrieval/metrics"), 401, "unauthorized")
+        reply = client.post("/retrieval/v1/search", json={"question": QUESTION, "k": 1}, headers=bearer(SEARCH_KEY))
+        assert reply.status_code == 200
+        _refused(client.post("/retrieval/v1/answer", json={"question": QUESTION}, headers=bearer(SEARCH_KEY)),
+                 403, "insufficient_scope")
+
+
 def test_health_readiness_and_pages_stay_open(keyed):
     for path in ("/healthz", "/readyz", "/", "/docs", "/openapi.json", "/static/page/page.js"):
         assert keyed.get(path).status_code == 200, path

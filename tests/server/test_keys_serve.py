@@ -200,3 +200,13 @@ def test_the_framework_retrievers_send_a_key(keyed_server, monkeypatch):
         bare.close()
     with pytest.raises(TypeError, match="api_key goes with a server URL"):
         llamaindex.LlamaIndexRetriever(keyed_server.collection, api_key=SEARCH_KEY)
+
+
+def test_server_process_says_when_it_needs_a_key(medretrieve_collection, key_file):
+    keyless = ServerProcess(medretrieve_collection.directory, ["--api-key-file", str(key_file)])
+    try:
+        with pytest.raises(RuntimeError, match="pass ServerProcess"):
+            keyless.start()
+        assert keyless.process is None  # stopped, not left running
+    finally:
+        keyless.close()

@@ -26,6 +26,7 @@ import ipaddress
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from typing import TYPE_CHECKING, Any
 
@@ -192,6 +193,9 @@ def _serve(args: argparse.Namespace) -> int:
         config.check_paths()
         check_exposure("medretrieve serve", args.host, bool(config.api_keys), args.insecure)
         tls = _tls(args)
+        if config.api_keys and not tls and not is_loopback(args.host):
+            print("medretrieve serve: warning: API keys over plain HTTP can be read by anyone on the network path; "
+                  "serve HTTPS (--ssl-certfile, --ssl-keyfile) or put a TLS proxy in front", file=sys.stderr)
         os.environ[CONFIG_ENV] = config.to_json()
         if args.workers > 1:
             metrics_dir = os.path.join(runtime_dir, "metrics")

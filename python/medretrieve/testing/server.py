@@ -80,7 +80,12 @@ class ServerProcess:
         with httpx.Client(base_url=self.url, timeout=2.0, headers=self.headers, verify=self.verify) as http:
             while True:
                 try:
-                    text = http.get("/metrics").text
+                    reply = http.get("/metrics")
+                    if reply.status_code in (401, 403):  # waiting cannot help
+                        self.stop()
+                        raise RuntimeError(f"medretrieve serve asks for an API key with which to read /metrics "
+                                           f"(HTTP {reply.status_code}): pass ServerProcess(..., api_key=KEY)")
+                    text = reply.text
                     ready = sum(float(line.split()[1]) for line in text.splitlines()
                                 if line.startswith("medretrieve_ready "))
                     if ready >= self.workers:
