@@ -62,6 +62,19 @@ BROKEN_LINES = [
 ]
 
 
+# JSON-RPC messages the SDK reads, but wrong for MCP (no tool name, an unknown tool, arguments as a string, an
+# unknown method, a second initialize without its parameters, k of 1e400)
+WELL_FORMED_BUT_WRONG = [
+    b'{"jsonrpc":"2.0","id":30,"method":"tools/call","params":{}}',
+    b'{"jsonrpc":"2.0","id":31,"method":"tools/call","params":{"name":"nope","arguments":{}}}',
+    b'{"jsonrpc":"2.0","id":32,"method":"tools/call","params":{"name":"search","arguments":"gout"}}',
+    b'{"jsonrpc":"2.0","id":33,"method":"nope/nope"}',
+    b'{"jsonrpc":"2.0","id":34,"method":"initialize","params":{}}',
+    b'{"jsonrpc":"2.0","id":35,"method":"tools/call","params":{"name":"search","arguments":{"question":"gout",'
+    b'"k":1e400}}}',
+]
+
+
 class _Lines:
     """The lines a subprocess writes to stdout, read in a thread so that every wait for one has a deadline."""
 
@@ -120,6 +133,10 @@ def test_every_broken_stdio_line_gets_a_json_rpc_error(stdio_server):
         assert "error" in reply and reply["error"]["code"] == code, (name, reply)
         assert reply["id"] == request_id, (name, reply)
         assert time.monotonic() - t0 < REPLY_S
+    for well_formed in WELL_FORMED_BUT_WRONG:  # the SDK's own replies: a result or an error, each with its id
+        send(well_formed)
+        reply = lines.next(REPLY_S)
+        assert reply["id"] == json.loads(well_formed)["id"] and ("error" in reply or "result" in reply), reply
     send(b"")  # a blank line is no request: nothing comes back for it, and the next request is answered
     send(_call(20, b'{"question":"' + QUESTION.encode() + b'","k":2}'))
     found = lines.next(REPLY_S)

@@ -254,8 +254,8 @@ class EveryBodyAnswered:
             room = MAX_LINE_BYTES - len(body)
             cut = cut or len(chunk) > room
             body += chunk[:max(room, 0)]
-            if not message.get("more_body", False):
-                break
+            if cut or not message.get("more_body", False):
+                break  # over the limit: answered now, the rest unread (the server closes the connection)
         checked = read_line(body.decode("utf-8", errors="replace"), cut)
         if isinstance(checked, JSONRPCError):
             reply = checked.model_dump_json(by_alias=True, exclude_unset=True).encode("utf-8")
