@@ -23,7 +23,8 @@ from llm_server import FakeLLMServer  # noqa: E402
 
 from medretrieve.generation.citations import verify_citations  # noqa: E402
 from medretrieve.generation.llm import OpenAIBackend  # noqa: E402
-from medretrieve.generation.parsers import parse_bioasq, parse_medrgb  # noqa: E402
+from medretrieve.evaluation.medrgb.parsers import parse_medrgb  # noqa: E402
+from medretrieve.generation.parsers import parse_bioasq  # noqa: E402
 from medretrieve.generation.prompts import cite_messages  # noqa: E402
 
 SENTENCE = ("Baloxavir marboxil was approved in 2018 for acute uncomplicated influenza in patients aged 12 years "

@@ -15,9 +15,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Literal, Mapping, Optional, Tuple, get_args
 
-__all__ = ["Hit", "StageInfo", "SearchResult", "Citation", "Answer"]
+__all__ = ["Hit", "StageInfo", "SearchResult", "Citation", "Answer", "BioASQType", "BIOASQ_TYPES", "INSUFFICIENT"]
+
+# Answer-level constants, defined here once because every floor uses them: the loader of BioASQ files and the
+# Answerer's bioasq mode check a question type against BIOASQ_TYPES, the HTTP schema (wire.AnswerRequest) declares
+# it, and an abstaining answer, the prompts and the metrics all speak the INSUFFICIENT phrase.
+#: A BioASQ question type (a golden question's ``type``; the exact answer asked of an answer).
+BioASQType = Literal["yesno", "factoid", "list", "summary"]
+#: The BioASQ question types, in the challenge's order.
+BIOASQ_TYPES: Tuple[str, ...] = get_args(BioASQType)
+#: The exact phrase models are told to use instead of speculating, and the text of an abstaining answer.
+INSUFFICIENT = "insufficient information"
 
 
 @dataclass

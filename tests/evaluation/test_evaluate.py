@@ -160,7 +160,7 @@ def test_cli_eval_reports_bad_input(tmp_path, capsys):
 
 def test_cli_eval_medrgb_tables_and_plots(tmp_path, monkeypatch):
     from llm_server import FakeLLMServer
-    from test_medrgb import fake_search, smart_llm
+    from medrgb_fakes import fake_search, smart_llm
 
     from medretrieve.cli import main
 
@@ -303,7 +303,7 @@ def test_cli_eval_medrgb_grid_judge_and_resume(tmp_path, monkeypatch):
     """``--grid``: every setting of the protocol, tables and plots (accuracy, noise and fact detection vs p),
     a separate judge named in the report, and a rerun answered from the caches."""
     from llm_server import FakeLLMServer
-    from test_medrgb import fake_search, smart_llm
+    from medrgb_fakes import fake_search, smart_llm
 
     from medretrieve.cli import main
 
@@ -351,7 +351,7 @@ def test_cli_eval_medrgb_with_a_local_backend(tmp_path, monkeypatch, kind):
     import threading
 
     from fake_llama_cpp import gguf, install
-    from test_medrgb import fake_search, smart_llm
+    from medrgb_fakes import fake_search, smart_llm
 
     from medretrieve.cli import main
     from medretrieve.generation import llamacpp

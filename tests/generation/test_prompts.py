@@ -28,14 +28,6 @@ def _all_messages():
         P.bioasq_messages(Q, "summary", []),
         P.cite_messages(Q, SNIPPETS),
         P.cite_messages(Q, SNIPPETS, mode="answer_only", qtype="factoid"),
-        P.medrgb_messages("standard", Q, ["yes", "no"], SNIPPETS),
-        P.medrgb_messages("sufficiency", Q, {"A": "yes", "B": "no"}, SNIPPETS),
-        P.medrgb_messages("integration", Q, ["yes", "no"], SNIPPETS, sub_questions=["What is baloxavir?"]),
-        P.medrgb_messages("robustness", Q, ["yes", "no"], SNIPPETS),
-        P.search_topics_messages(Q, n=4),
-        P.sub_qa_messages(Q, SNIPPETS, n=2),
-        P.counterfactual_messages(SNIPPETS[0], "influenza"),
-        P.judge_messages(Q, "Yes.", "It is approved."),
         P.expansion_messages(Q, "synonyms"),
         P.expansion_messages(Q, "relations", n=5),
     ]
@@ -52,11 +44,10 @@ def test_every_prompt_is_system_plus_user_with_no_unfilled_placeholder():
 def test_templates_are_package_files():
     folder = resources.files("medretrieve.generation").joinpath("templates")
     names = {p.name for p in folder.iterdir()}
-    for name in ("bioasq.txt", "cite.txt", "answer_only.txt", "judge.txt", "medrgb_robustness.txt",
-                 "expansion_synonyms.txt", "search_topics.txt", "sub_qa.txt", "counterfactual.txt"):
+    for name in ("bioasq.txt", "cite.txt", "answer_only.txt", "expansion_synonyms.txt", "bioasq_list.txt"):
         assert name in names
-    system, user = P.load_template("judge")
-    assert system is not None and "$pred" in user.template
+    system, user = P.load_template("cite")
+    assert system is not None and "$question" in user.template
 
 
 def test_sources_are_numbered_with_titles():
@@ -105,57 +96,23 @@ def test_cite_and_answer_only_modes():
         P.cite_messages(None, SNIPPETS)
 
 
-def test_medrgb_scenarios():
-    std = P.medrgb_messages("standard", Q, ["yes", "no"], SNIPPETS)[1]["content"]
-    assert "A. yes\nB. no" in std and "Document [2] Xofluza" in std and '"answer_choice"' in std
-    assert P.INSUFFICIENT not in std
-    suff = P.medrgb_messages("sufficiency", Q, ["yes", "no"], SNIPPETS)[1]["content"]
-    assert P.INSUFFICIENT in suff and '"relevant_documents"' in suff
-    integ = P.medrgb_messages("integration", Q, ["yes", "no"], SNIPPETS, sub_questions=["What is X?", "Y?"])
-    assert "1. What is X?\n2. Y?" in integ[1]["content"] and '"sub_answers"' in integ[1]["content"]
-    rob = P.medrgb_messages("robustness", Q, ["yes", "no"], SNIPPETS)[1]["content"]
-    assert '"has_factual_error"' in rob and '"correction"' in rob and "sub_answers" not in rob
-    rob_sub = P.medrgb_messages("robustness", Q, ["yes", "no"], SNIPPETS, sub_questions=["What is X?"])[1]["content"]
-    assert "Sub-questions to answer first:\n1. What is X?" in rob_sub and '"sub_answers"' in rob_sub
-    assert '"has_factual_error"' in rob_sub
-    closed = P.medrgb_messages("standard", Q, ["yes", "no"], [])
-    assert "own medical knowledge" in closed[0]["content"] and "Document" not in closed[1]["content"]
-    assert "A. yes\nB. no" in closed[1]["content"] and '"answer_choice"' in closed[1]["content"]
-    with pytest.raises(ValueError, match="scenario"):
-        P.medrgb_messages("noise", Q, ["a", "b"], SNIPPETS)
-    with pytest.raises(ValueError, match="sub_questions"):
-        P.medrgb_messages("integration", Q, ["a", "b"], SNIPPETS)
-    with pytest.raises(ValueError, match="sub_questions"):
-        P.medrgb_messages("standard", Q, ["a", "b"], SNIPPETS, sub_questions=["x?"])
-    with pytest.raises(ValueError, match="at least 2"):
-        P.medrgb_messages("standard", Q, ["only"], SNIPPETS)
-
-
-def test_option_letters():
-    assert P.option_letters(["x", "y", "z"]) == {"A": "x", "B": "y", "C": "z"}
-    assert P.option_letters({"a": "x", "b": "y"}) == {"A": "x", "B": "y"}
-    with pytest.raises(ValueError, match="single letters"):
-        P.option_letters({"AA": "x", "B": "y"})
-    with pytest.raises(TypeError):
-        P.option_letters("xy")
-
-
-def test_generation_and_expansion_prompts():
-    topics = P.search_topics_messages(Q, n=4)[1]["content"]
-    assert "4 different search topics" in topics and "JSON array of 4" in topics
-    subqa = P.sub_qa_messages(Q, SNIPPETS, n=2)[1]["content"]
-    assert "Document [1]" in subqa and '"question"' in subqa
-    cf = P.counterfactual_messages("Aspirin inhibits COX.", "COX")[1]["content"]
-    assert "Aspirin inhibits COX." in cf and '"counterfactual_answer"' in cf
-    judge = P.judge_messages(Q, "Yes.", "")[1]["content"]
-    assert "SCORE: 0.5" in judge and "(empty answer)" in judge
+def test_expansion_prompts():
     syn = P.expansion_messages("MI treatment", "synonyms")[1]["content"]
     rel = P.expansion_messages("MI treatment", "relations")[1]["content"]
     assert "synonyms" in syn and "MeSH" in syn and "treats" in rel
     with pytest.raises(ValueError, match="kind"):
         P.expansion_messages(Q, "antonyms")
     with pytest.raises(ValueError, match="n must be"):
-        P.search_topics_messages(Q, n=0)
+        P.expansion_messages(Q, n=0)
+
+
+def test_a_template_of_another_package_is_read_by_the_same_loader():
+    system, user = P.load_template("judge", "medretrieve.evaluation.medrgb")
+    assert system is not None and "$pred" in user.template
+    with pytest.raises(FileNotFoundError, match="judge.*medretrieve/generation/templates"):
+        P.load_template("judge")  # MedRGB's prompts are not generation's
+    with pytest.raises(KeyError, match="question"):
+        P.render_messages("cite", {"sources": "[1] x"})
 
 
 def test_user_text_with_dollar_signs_is_kept_verbatim():

@@ -22,10 +22,10 @@ from typing import Any, Iterable, Optional, Sequence, Union
 
 from .._files import read_json
 from ..corpus.sources import pmid_from_url
+from ..records import BIOASQ_TYPES
 
 PathLike = Union[str, Path]
 
-BIOASQ_TYPES = ("yesno", "factoid", "list", "summary")
 #: The six MMLU medical subsets MIRAGE / MedRGB call MMLU-Med (1089 questions).
 MMLU_MED_SUBJECTS = (
     "anatomy",

@@ -26,6 +26,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Hashable, Iterable, Mapping, Optional, Sequence
 
+from ..records import INSUFFICIENT
+
 # --------------------------------------------------------------------------- retrieval
 
 
@@ -351,8 +353,6 @@ def rouge_best(pred: str, refs: Sequence[str]) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------- MedRGB
-
-INSUFFICIENT = "insufficient information"
 
 
 def accuracy(preds: Sequence[Optional[str]], golds: Sequence[str]) -> float:

@@ -1,33 +1,33 @@
-"""Tolerant parsers for LLM output: BioASQ, multiple choice (MedRGB), lists, sub-QA,
-counterfactual documents and LLM-judge scores.
+"""Tolerant parsers for LLM output: BioASQ answers, cited answers (abstention, the ``EXACT:`` line) and lists.
 
 They accept the usual model noise -- prose around the answer, code fences,
 ``<think>`` blocks, markdown emphasis, casing, JSON or plain text -- and raise
 :class:`ParseError` (a ``ValueError`` keeping the raw text as ``.raw``) when
 the text cannot be read. The prompts that ask for these formats are in
-:mod:`medretrieve.generation.prompts`; :mod:`medretrieve.generation.generate` re-exports all parsers.
+:mod:`medretrieve.generation.prompts`. The reading helpers (:func:`check_reply`, :func:`clean_output`,
+:func:`find_json`, :func:`lower_keys`) are public so that the evaluation's parsers (MedRGB's multiple choice,
+sub-QA, counterfactuals and judge scores, :mod:`medretrieve.evaluation.medrgb.parsers`) read replies the same way.
 """
 from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Mapping, Optional
 
-from .prompts import BIOASQ_TYPES, INSUFFICIENT, MEDRGB_SCENARIOS, option_letters
+from ..records import BIOASQ_TYPES, INSUFFICIENT
 
 __all__ = [
     "ParseError",
     "CITE_RE",
+    "INSUFFICIENT",
     "parse_bioasq",
-    "parse_choice",
-    "parse_medrgb",
     "parse_list",
-    "parse_sub_qa",
-    "parse_counterfactual",
-    "parse_judge",
     "split_exact",
     "is_insufficient",
+    "check_reply",
     "clean_output",
+    "find_json",
+    "lower_keys",
 ]
 
 #: A citation marker: [1], [1, 2], [1-3], [1; 2], [1 and 2].
@@ -49,7 +49,8 @@ _THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _FENCE_RE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
 
 
-def _check_raw(text: Any) -> str:
+def check_reply(text: Any) -> str:
+    """``text`` when the model output is a string, else a :class:`ParseError`."""
     if not isinstance(text, str):
         raise ParseError(f"model output must be a str, got {type(text).__name__}", text)
     return text
@@ -62,8 +63,8 @@ def _clean(text: str) -> str:
     return text.replace("```", "").strip()
 
 
-def _find_json(text: str, want: type = object) -> Any:
-    """The first JSON value of type ``want`` (dict / list) in the text, or None."""
+def find_json(text: str, want: type = object) -> Any:
+    """The first JSON value of type ``want`` (dict / list; ``object``: either) in the text, or None."""
     stripped = text.strip()
     try:
         value = json.loads(stripped)
@@ -84,7 +85,8 @@ def _find_json(text: str, want: type = object) -> Any:
     return None
 
 
-def _lower_keys(d: Mapping) -> dict:
+def lower_keys(d: Mapping) -> dict:
+    """``d`` with its keys lower-cased, stripped and spaces as underscores (``"Answer Choice"`` -> ``answer_choice``)."""
     return {str(k).strip().lower().replace(" ", "_"): v for k, v in d.items()}
 
 
@@ -206,15 +208,15 @@ def parse_bioasq(text: str, qtype: str) -> dict:
     ``[[c1], [c2], ...]`` submission shape.) Reads ``EXACT:``/``IDEAL:`` lines
     or a JSON object with ``exact_answer``/``ideal_answer``.
     """
-    raw = _check_raw(text)
+    raw = check_reply(text)
     if qtype not in BIOASQ_TYPES:
         raise ValueError(f"qtype must be one of {BIOASQ_TYPES}, got {qtype!r}")
     body = _clean(raw)
     exact: Any = None
     ideal: Optional[str] = None
-    obj = _find_json(body, dict)
+    obj = find_json(body, dict)
     if obj is not None:
-        d = _lower_keys(obj)
+        d = lower_keys(obj)
         exact = d.get("exact_answer", d.get("exact", d.get("answer")))
         ideal = d.get("ideal_answer", d.get("ideal", d.get("explanation")))
         if isinstance(ideal, list):
@@ -290,158 +292,7 @@ def is_insufficient(text: str) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# Multiple choice (MedRGB)
-
-def _choice_from(value: str, opts: dict[str, str]) -> Optional[str]:
-    """A letter (or INSUFFICIENT) from a short answer string such as "B", "(b)", "Option B",
-    "B. Aspirin", "b) aspirin", "B Aspirin" or the option text "Aspirin"."""
-    v = value.strip().strip("*_`\"'").strip()
-    if INSUFFICIENT in v.lower():
-        return INSUFFICIENT
-    m = (re.fullmatch(r"(?i:option|choice)?\s*\(?\[?([A-Za-z])\]?\)?[.:]?", v)
-         or re.match(r"^(?i:option|choice)?\s*\(?([A-Za-z])[.):]\s", v))
-    if m is None:
-        # "B Aspirin": an upper-case letter followed by that option's text.
-        m2 = re.match(r"^([A-Z])\s+(.+)$", v)
-        if m2 and m2.group(1) in opts and opts[m2.group(1)].strip().lower() == m2.group(2).rstrip(".").lower():
-            return m2.group(1)
-    if m is not None and m.group(1).upper() in opts:
-        return m.group(1).upper()
-    hits = [k for k, t in opts.items() if t.strip() and t.strip().lower() == v.rstrip(".").lower()]
-    return hits[0] if len(hits) == 1 else None
-
-
-# "Answer: B", "the correct answer is (c)", "answer_choice": "D" -- a bare lower-case letter
-# only counts in brackets so "answer a question" is not read as choice A.
-_ANSWER_PHRASE_RE = re.compile(
-    r"(?i:answer[_ ]choice|final answer|correct answer|answer|choice)[\"'`*_]*\s*"
-    r"(?i:is|would be|should be)?\s*[:=]?\s*[*_\"'`]*"
-    r"(?:\(([A-Za-z])\)|\[([A-Za-z])\]|([A-Z]))(?![A-Za-z0-9])"
-)
-
-
-def parse_choice(text: str, options: Union[Mapping[str, str], Sequence[str]]) -> str:
-    """The chosen option letter (upper case), or ``"insufficient information"``.
-
-    Looks, in order, at a JSON ``answer_choice``/``answer``/``choice`` field,
-    the last "answer (is) X" phrase, a reply that is just a letter or an
-    option, and an option text quoted alone in the reply.
-    """
-    raw = _check_raw(text)
-    opts = option_letters(options)
-    body = _clean(raw)
-    obj = _find_json(body, dict)
-    if obj is not None:
-        d = _lower_keys(obj)
-        for key in ("answer_choice", "answer", "choice", "final_answer"):
-            if isinstance(d.get(key), str):
-                got = _choice_from(d[key], opts)
-                if got is not None:
-                    return got
-                raise ParseError(f"JSON field {key!r} = {d[key]!r} is not one of the options {list(opts)}", raw)
-    direct = _choice_from(body, opts) if len(body) <= 80 else None
-    if direct is not None:
-        return direct
-    phrases = [(m.group(1) or m.group(2) or m.group(3)).upper() for m in _ANSWER_PHRASE_RE.finditer(body)]
-    phrases = [p for p in phrases if p in opts]
-    if phrases:
-        return phrases[-1]
-    last_line = body.strip().splitlines()[-1] if body.strip() else ""
-    got = _choice_from(last_line, opts) if last_line else None
-    if got is not None:
-        return got
-    lowered = body.lower()
-    named = [k for k, t in opts.items() if len(t.strip()) > 2 and t.strip().lower() in lowered]
-    if len(named) == 1:
-        return named[0]
-    if INSUFFICIENT in lowered:
-        return INSUFFICIENT
-    raise ParseError(f"no answer choice among {list(opts)} found", raw)
-
-
-def _doc_ids(value: Any) -> list[int]:
-    """Document numbers from [1, "2", "Document [3]", "doc 4"] or "1, 3"."""
-    items = value if isinstance(value, list) else [value]
-    out: list[int] = []
-    for it in items:
-        if isinstance(it, bool):
-            continue
-        if isinstance(it, int):
-            out.append(it)
-        elif isinstance(it, float) and it.is_integer():
-            out.append(int(it))
-        elif isinstance(it, str):
-            out.extend(int(x) for x in re.findall(r"\d+", it))
-    return sorted(set(out))
-
-
-def _truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "yes", "1", "y")
-    return bool(value)
-
-
-def parse_medrgb(text: str, scenario: str, options: Union[Mapping[str, str], Sequence[str]]) -> dict:
-    """Read a MedRGB reply into ``{"choice", "reasoning", "relevant_documents",
-    "noisy_documents", "corrections", "sub_answers"}``.
-
-    ``choice`` is a letter or "insufficient information"; document ids are the
-    1-based numbers shown in the prompt; ``corrections`` maps a noisy document
-    id to its corrected statement; ``sub_answers`` is a list of
-    ``{"sub_question", "answer", "documents"}``. JSON replies are read field by
-    field; plain-text replies fall back to "Answer: X" and labelled lines.
-    """
-    raw = _check_raw(text)
-    if scenario not in MEDRGB_SCENARIOS:
-        raise ValueError(f"scenario must be one of {MEDRGB_SCENARIOS}, got {scenario!r}")
-    body = _clean(raw)
-    out: dict = {"choice": "", "reasoning": "", "relevant_documents": [], "noisy_documents": [],
-                 "corrections": {}, "sub_answers": []}
-    obj = _find_json(body, dict)
-    if obj is not None:
-        d = _lower_keys(obj)
-        out["choice"] = parse_choice(body, options)
-        out["reasoning"] = str(d.get("step_by_step_thinking", d.get("reasoning", "")) or "")
-        if "relevant_documents" in d:
-            out["relevant_documents"] = _doc_ids(d["relevant_documents"])
-        for entry in d.get("document_analysis") or []:
-            if not isinstance(entry, dict):
-                continue
-            e = _lower_keys(entry)
-            ids = _doc_ids(e.get("document", e.get("document_id", e.get("id"))))
-            if ids and _truthy(e.get("has_factual_error", e.get("factual_error", False))):
-                out["noisy_documents"].append(ids[0])
-                if e.get("correction"):
-                    out["corrections"][ids[0]] = str(e["correction"]).strip()
-        if "noisy_documents" in d:
-            out["noisy_documents"].extend(_doc_ids(d["noisy_documents"]))
-        for entry in d.get("sub_answers") or []:
-            if isinstance(entry, dict):
-                e = _lower_keys(entry)
-                out["sub_answers"].append({
-                    "sub_question": str(e.get("sub_question", e.get("question", ""))),
-                    "answer": str(e.get("answer", "")),
-                    "documents": _doc_ids(e.get("documents", [])),
-                })
-        out["noisy_documents"] = sorted(set(out["noisy_documents"]))
-    else:
-        out["choice"] = parse_choice(body, options)
-        out["reasoning"] = body
-        m = re.search(r"relevant documents?\s*[:=]\s*(.+)", body, re.IGNORECASE)
-        if m:
-            out["relevant_documents"] = _doc_ids(m.group(1))
-        noisy = re.findall(
-            r"document\s*\[?(\d+)\]?[^\n]*?(?<!no )(?:contains|has)\s+(?:an?\s+)?factual error", body, re.IGNORECASE
-        )
-        out["noisy_documents"] = sorted({int(x) for x in noisy})
-        for doc, fix in re.findall(r"document\s*\[?(\d+)\]?[^\n]*?correct(?:ion|ed)[^:\n]*:\s*([^\n]+)", body,
-                                   re.IGNORECASE):
-            out["corrections"][int(doc)] = fix.strip()
-    return out
-
-
-# ---------------------------------------------------------------------------
-# Lists, sub-QA, counterfactuals, judge
+# Lists
 
 def _strings_from_json(value: Any) -> Optional[list[str]]:
     if isinstance(value, dict):
@@ -453,7 +304,7 @@ def _strings_from_json(value: Any) -> Optional[list[str]]:
             if isinstance(it, str):
                 out.append(it)
             elif isinstance(it, dict):
-                strs = [v for k, v in _lower_keys(it).items() if isinstance(v, str)]
+                strs = [v for k, v in lower_keys(it).items() if isinstance(v, str)]
                 named = [it[k] for k in it if str(k).lower() in ("term", "topic", "query", "synonym", "concept")]
                 if named or strs:
                     out.append(str((named or strs)[0]))
@@ -466,9 +317,9 @@ def _strings_from_json(value: Any) -> Optional[list[str]]:
 def parse_list(text: str) -> list[str]:
     """Items of a list reply (search topics, expansion terms): a JSON array (or an
     object holding one), bullet / numbered lines, or ``|`` / ``;`` / ``,`` separated."""
-    raw = _check_raw(text)
+    raw = check_reply(text)
     body = _clean(raw)
-    obj = _find_json(body)
+    obj = find_json(body)
     items = _strings_from_json(obj) if obj is not None else None
     if items is None:
         lines = [ln for ln in body.splitlines() if ln.strip()]
@@ -480,97 +331,6 @@ def parse_list(text: str) -> list[str]:
     if not items:
         raise ParseError("no list items found", raw)
     return items
-
-
-def parse_sub_qa(text: str) -> list[dict]:
-    """``[{"question", "answer"}, ...]`` from a JSON array or ``Q: ... A: ...`` lines."""
-    raw = _check_raw(text)
-    body = _clean(raw)
-    obj = _find_json(body, list)
-    pairs: list[dict] = []
-    if obj is not None:
-        for it in obj:
-            if isinstance(it, dict):
-                d = _lower_keys(it)
-                q = d.get("question", d.get("sub_question", d.get("q")))
-                a = d.get("answer", d.get("a"))
-                if isinstance(q, str) and q.strip() and a is not None:
-                    pairs.append({"question": q.strip(), "answer": str(a).strip()})
-    else:
-        pattern = re.compile(
-            r"(?:^|\n)\s*(?:\d+[.)]\s*)?(?:sub-?question|question|q)\s*\d*\s*[:.]\s*(.+?)\s*\n\s*"
-            r"(?:answer|a)\s*\d*\s*[:.]\s*(.+?)(?=\n|$)",
-            re.IGNORECASE,
-        )
-        pairs = [{"question": q.strip(), "answer": a.strip()} for q, a in pattern.findall(body)]
-    if not pairs:
-        raise ParseError("no question/answer pairs found", raw)
-    return pairs
-
-
-def parse_counterfactual(text: str) -> dict:
-    """``{"document": str, "counterfactual_answer": str}`` from the counterfactual reply
-    (JSON, or ``Counterfactual answer: ...`` + ``Document: ...`` lines, or the bare rewritten document)."""
-    raw = _check_raw(text)
-    body = _clean(raw)
-    obj = _find_json(body, dict)
-    if obj is not None:
-        d = _lower_keys(obj)
-        doc = d.get("document", d.get("counterfactual_document", d.get("rewritten_document")))
-        ans = d.get("counterfactual_answer", d.get("new_answer", d.get("answer", "")))
-        if isinstance(doc, str) and doc.strip():
-            return {"document": doc.strip(), "counterfactual_answer": str(ans or "").strip()}
-        raise ParseError("the JSON reply has no 'document' text", raw)
-    ans_m = re.search(r"(?:counterfactual|new|incorrect) answer\s*:\s*(.+)", body, re.IGNORECASE)
-    doc_m = re.search(r"(?:rewritten |counterfactual )?document\s*:\s*(.+)", body, re.IGNORECASE | re.DOTALL)
-    if doc_m:
-        doc = doc_m.group(1).strip()
-    else:
-        doc = body
-        if ans_m:
-            doc = (body[: ans_m.start()] + body[ans_m.end():]).strip()
-    if not doc:
-        raise ParseError("no rewritten document found", raw)
-    return {"document": doc, "counterfactual_answer": ans_m.group(1).strip() if ans_m else ""}
-
-
-_JUDGE_VALUES = (0.0, 0.5, 1.0)
-
-
-def parse_judge(text: str) -> float:
-    """The judge's score, one of 0.0, 0.5, 1.0 (``SCORE: x``, JSON ``{"score": x}``,
-    a bare number, or the words correct / partially correct / incorrect)."""
-    raw = _check_raw(text)
-    body = _clean(raw)
-    value: Optional[float] = None
-    obj = _find_json(body, dict)
-    if obj is not None:
-        d = _lower_keys(obj)
-        v = d.get("score", d.get("grade"))
-        try:
-            value = float(v) if v is not None and not isinstance(v, bool) else None
-        except (TypeError, ValueError):
-            value = None
-    if value is None:
-        m = re.search(r"score\s*[:=]?\s*\**\s*(1/2|[01](?:\.\d+)?|\.5)", body, re.IGNORECASE)
-        if m is None:
-            m = re.match(r"^\s*\**\s*(1/2|[01](?:\.\d+)?|\.5)\s*\**\s*$", body)
-        if m:
-            value = 0.5 if m.group(1) == "1/2" else float(m.group(1))
-    if value is None:
-        low = body.lower()
-        if re.search(r"\bpartially correct\b|\bpartial\b", low):
-            value = 0.5
-        elif re.search(r"\bincorrect\b|\bwrong\b", low):
-            value = 0.0
-        elif re.search(r"\bcorrect\b", low):
-            value = 1.0
-    if value is None:
-        raise ParseError("no score (1, 0.5 or 0) found", raw)
-    if value not in _JUDGE_VALUES:
-        raise ParseError(f"score {value} is not one of 1, 0.5, 0", raw)
-    return value
-
 
 
 def clean_output(text: str) -> str:

@@ -9,6 +9,10 @@ Evidence (``snippets``, ``sources``, ``documents``) may be strings, dicts with
 ``text`` (and optional ``title``/``id``), or retrieval ``Hit`` objects; they
 are numbered from 1 in the order given, which is the number a model cites as
 ``[n]``. Matching parsers live in :mod:`medretrieve.generation.parsers`.
+
+These are the prompts the Answerer sends (grounded answers, BioASQ answers, expansion terms); the prompts only an
+evaluation asks (MedRGB's) live in :mod:`medretrieve.evaluation.medrgb.prompts`, with their own templates, read
+by :func:`load_template` / :func:`render_messages` from that package.
 """
 from __future__ import annotations
 
@@ -17,47 +21,46 @@ import string
 from importlib import resources
 from typing import Any, Mapping, Optional, Sequence, Union
 
+from ..records import BIOASQ_TYPES, INSUFFICIENT
+
 __all__ = [
     "BIOASQ_TYPES",
-    "MEDRGB_SCENARIOS",
     "INSUFFICIENT",
+    "TEMPLATES",
     "load_template",
+    "render_messages",
+    "check_text",
+    "check_count",
     "format_sources",
     "evidence_text",
-    "option_letters",
     "bioasq_messages",
     "cite_messages",
-    "medrgb_messages",
-    "search_topics_messages",
-    "sub_qa_messages",
-    "counterfactual_messages",
-    "judge_messages",
     "expansion_messages",
 ]
 
-BIOASQ_TYPES = ("yesno", "factoid", "list", "summary")
-MEDRGB_SCENARIOS = ("standard", "sufficiency", "integration", "robustness")
-#: The exact phrase models are told to use instead of speculating.
-INSUFFICIENT = "insufficient information"
+#: The package whose ``templates/`` folder holds this module's prompts; evaluation's prompts (MedRGB's) name
+#: their own package to the same loader.
+TEMPLATES = "medretrieve.generation"
 
 Evidence = Union[str, Mapping[str, Any], Any]
 
 
 @functools.lru_cache(maxsize=None)
-def _read(name: str) -> str:
+def _read(package: str, name: str) -> str:
     try:
-        return resources.files("medretrieve.generation").joinpath("templates", name).read_text(encoding="utf-8")
+        return resources.files(package).joinpath("templates", name).read_text(encoding="utf-8")
     except FileNotFoundError as exc:
-        raise FileNotFoundError(f"prompt template {name!r} is missing from medretrieve/generation/templates") from exc
+        folder = package.replace(".", "/") + "/templates"
+        raise FileNotFoundError(f"prompt template {name!r} is missing from {folder}") from exc
 
 
-def load_template(name: str) -> tuple[Optional[string.Template], string.Template]:
-    """``(system, user)`` templates of ``templates/<name>.txt`` (system may be None).
+def load_template(name: str, package: str = TEMPLATES) -> tuple[Optional[string.Template], string.Template]:
+    """``(system, user)`` templates of ``templates/<name>.txt`` in ``package`` (system may be None).
 
     A file without ``### system`` / ``### user`` markers is one user template
     (used for the format snippets that are inserted into other prompts).
     """
-    text = _read(name + ".txt")
+    text = _read(package, name + ".txt")
     if "### user" not in text:
         return None, string.Template(text)
     head, user = text.split("### user", 1)
@@ -65,8 +68,10 @@ def load_template(name: str) -> tuple[Optional[string.Template], string.Template
     return string.Template(system.strip()), string.Template(user.strip())
 
 
-def _render(name: str, **values: Any) -> list[dict]:
-    system, user = load_template(name)
+def render_messages(name: str, values: Mapping[str, Any], package: str = TEMPLATES) -> list[dict]:
+    """The chat ``messages`` of template ``name`` (in ``package``) with its ``$placeholders`` filled from
+    ``values`` (a missing one is a ``KeyError`` naming it)."""
+    system, user = load_template(name, package)
     messages = []
     if system is not None:
         messages.append({"role": "system", "content": system.substitute(values)})
@@ -74,11 +79,16 @@ def _render(name: str, **values: Any) -> list[dict]:
     return messages
 
 
+def _render(name: str, **values: Any) -> list[dict]:
+    return render_messages(name, values)
+
+
 def _fragment(name: str) -> str:
-    return _read(name + ".txt").rstrip("\n")
+    return _read(TEMPLATES, name + ".txt").rstrip("\n")
 
 
-def _check_text(name: str, value: Any) -> str:
+def check_text(name: str, value: Any) -> str:
+    """``value`` stripped, when it is a non-empty string (else a TypeError / ValueError naming ``name``)."""
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, got {type(value).__name__}")
     if not value.strip():
@@ -136,7 +146,7 @@ def bioasq_messages(
     Output format: ``EXACT: ...`` (yes/no; up to 5 ranked factoid candidates;
     list entities separated by ``|``) and ``IDEAL: ...``; summary: ``IDEAL`` only.
     """
-    question = _check_text("question", question)
+    question = check_text("question", question)
     _check_qtype(qtype)
     if phase not in ("A+", "B"):
         raise ValueError(f"phase must be 'A+' (retrieved evidence) or 'B' (gold snippets), got {phase!r}")
@@ -173,7 +183,7 @@ def cite_messages(
     ``mode="answer_only"``: the bare answer, no citations (for comparison).
     ``qtype`` yesno/factoid/list adds a final ``EXACT: ...`` line request.
     """
-    question = _check_text("question", question)
+    question = check_text("question", question)
     if mode not in ("cite", "answer_only"):
         raise ValueError(f"mode must be 'cite' or 'answer_only', got {mode!r}")
     if qtype is not None:
@@ -183,117 +193,11 @@ def cite_messages(
     return _render(mode, sources=body, question=question, exact_instructions=exact)
 
 
-def option_letters(options: Union[Mapping[str, str], Sequence[str]]) -> dict[str, str]:
-    """Options as ``{"A": text, ...}``: a mapping keeps its (upper-cased) keys, a list gets A, B, C..."""
-    if isinstance(options, Mapping):
-        out = {str(k).strip().upper(): str(v) for k, v in options.items()}
-    elif isinstance(options, Sequence) and not isinstance(options, (str, bytes)):
-        if len(options) > 26:
-            raise ValueError(f"at most 26 options, got {len(options)}")
-        out = {chr(ord("A") + i): str(v) for i, v in enumerate(options)}
-    else:
-        raise TypeError("options must be a dict {letter: text} or a list of option texts")
-    if len(out) < 2:
-        raise ValueError(f"a multiple-choice question needs at least 2 options, got {len(out)}")
-    for k in out:
-        if len(k) != 1 or not k.isalpha():
-            raise ValueError(f"option keys must be single letters, got {k!r}")
-    return out
-
-
-def medrgb_messages(
-    scenario: str,
-    question: str,
-    options: Union[Mapping[str, str], Sequence[str]],
-    documents: Sequence[Evidence],
-    sub_questions: Optional[Sequence[str]] = None,
-    max_chars: Optional[int] = None,
-) -> list[dict]:
-    """MedRGB multiple-choice prompt; ``scenario`` in standard | sufficiency | integration | robustness.
-
-    All ask for a JSON object with ``step_by_step_thinking`` and
-    ``answer_choice``; sufficiency adds ``relevant_documents`` and the
-    "insufficient information" choice, integration ``sub_answers`` (needs
-    ``sub_questions``), robustness ``document_analysis`` (errors + corrections)
-    and, given ``sub_questions``, ``sub_answers`` too. ``standard`` without
-    documents is MedRGB's no-retrieval baseline (n=0): the model answers from its
-    own knowledge.
-    """
-    if scenario not in MEDRGB_SCENARIOS:
-        raise ValueError(f"scenario must be one of {MEDRGB_SCENARIOS}, got {scenario!r}")
-    question = _check_text("question", question)
-    opts = option_letters(options)
-    option_text = "\n".join(f"{k}. {v}" for k, v in opts.items())
-    if scenario == "sufficiency":
-        option_text += f"\n(or answer \"{INSUFFICIENT}\" if the documents are not enough)"
-    values: dict = {
-        "question": question,
-        "options": option_text,
-        "letters": ", ".join(opts),
-        "documents": format_sources(documents, label="Document [{n}]", max_chars=max_chars)
-        if documents
-        else "(no documents)",
-    }
-    numbered = "\n".join(f"{i}. {_check_text('sub-question', q)}" for i, q in enumerate(sub_questions or [], 1))
-    if scenario == "integration":
-        if not sub_questions:
-            raise ValueError("the integration scenario needs sub_questions")
-        values["sub_questions"] = numbered
-    elif scenario == "robustness":
-        values["sub_questions_block"] = f"\nSub-questions to answer first:\n{numbered}\n" if sub_questions else ""
-        values["sub_questions_task"] = (" Answer each sub-question from the documents, using only correct "
-                                        "information." if sub_questions else "")
-        values["sub_answers_format"] = ('"sub_answers": [{"sub_question": "<sub-question>", "answer": "<short '
-                                        'answer>", "documents": [<numbers of the documents used>]}], '
-                                        if sub_questions else "")
-    elif sub_questions:
-        raise ValueError("sub_questions are only used by the integration and robustness scenarios, "
-                         f"not {scenario!r}")
-    if scenario == "standard" and not documents:
-        return _render("medrgb_none", **values)
-    return _render(f"medrgb_{scenario}", **values)
-
-
-def _check_n(n: int) -> int:
+def check_count(n: int) -> int:
+    """``n`` when it is an int in 1..50 (how many items a prompt asks for), else a ValueError."""
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 50:
         raise ValueError(f"n must be an int in 1..50, got {n!r}")
     return n
-
-
-def search_topics_messages(question: str, n: int = 3) -> list[dict]:
-    """Ask for ``n`` search topics (keyword queries) for a question; parse with ``parse_list``."""
-    return _render("search_topics", question=_check_text("question", question), n=_check_n(n))
-
-
-def sub_qa_messages(question: str, documents: Sequence[Evidence], n: int = 3, max_chars: Optional[int] = None) -> list[dict]:
-    """Ask for ``n`` sub-question/answer pairs grounded in ``documents``; parse with ``parse_sub_qa``."""
-    return _render(
-        "sub_qa",
-        question=_check_text("question", question),
-        documents=format_sources(documents, label="Document [{n}]", max_chars=max_chars),
-        n=_check_n(n),
-    )
-
-
-def counterfactual_messages(document: str, answer: str) -> list[dict]:
-    """Ask to rewrite ``document`` so it supports a wrong answer instead of ``answer``
-    (MedRGB robustness noise); parse with ``parse_counterfactual``."""
-    return _render(
-        "counterfactual", document=_check_text("document", document), answer=_check_text("answer", answer)
-    )
-
-
-def judge_messages(question: str, gold: str, pred: str) -> list[dict]:
-    """LLM-judge prompt scoring ``pred`` against ``gold``: 1, 0.5 or 0; parse with ``parse_judge``."""
-    pred_text = pred.strip() if isinstance(pred, str) else pred
-    if not isinstance(pred_text, str):
-        raise TypeError(f"pred must be a str, got {type(pred).__name__}")
-    return _render(
-        "judge",
-        question=_check_text("question", question),
-        gold=_check_text("gold", gold),
-        pred=pred_text or "(empty answer)",
-    )
 
 
 def expansion_messages(question: str, kind: str = "synonyms", n: int = 10) -> list[dict]:
@@ -302,4 +206,4 @@ def expansion_messages(question: str, kind: str = "synonyms", n: int = 10) -> li
     at most ``n`` terms; parse with ``parse_list``."""
     if kind not in ("synonyms", "relations"):
         raise ValueError(f"kind must be 'synonyms' or 'relations', got {kind!r}")
-    return _render(f"expansion_{kind}", question=_check_text("question", question), n=_check_n(n))
+    return _render(f"expansion_{kind}", question=check_text("question", question), n=check_count(n))

@@ -3,7 +3,7 @@
 How a question's context is built
 ---------------------------------
 1. *Signal documents* come from the question's own retrieval: the LLM writes
-   search topics (``prompts.search_topics_messages``), each topic is searched
+   search topics (:func:`.prompts.search_topics_messages`), each topic is searched
    and its top ``per_topic`` (3) hits are kept, interleaved by rank and
    deduplicated; when that gives fewer than the largest ``n`` needed, a search
    with the question itself tops the list up.
@@ -50,15 +50,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
-from . import metrics
-from .datasets import MCQuestion
-from ..generation.llm import LLMBadResponse, LLMError
+from ...generation.llm import LLMBadResponse, LLMError
+from ...generation.parsers import parse_list
+from .. import metrics
+from ..datasets import MCQuestion
+from . import parsers, prompts, schemas
+from .prompts import SCENARIOS
 
-SCENARIOS = ("standard", "sufficiency", "integration", "robustness")
 P_VALUES = (0, 20, 40, 60, 80, 100)
 N_VALUES = (5, 10, 20)
 STANDARD_N = (0, 5, 20)  # 0: the no-retrieval baseline
-INSUFFICIENT = metrics.INSUFFICIENT
 
 
 @dataclass(frozen=True)
@@ -585,14 +586,12 @@ class MedRGBRunner:
     # -- phase 1: signal documents ----------------------------------------
 
     def _signal_for(self, q: MCQuestion, need: int, cache: JsonlCache) -> None:
-        from ..generation import parsers
-        from ..generation import prompts
 
         n_topics = self.n_topics or max(1, -(-need // self.per_topic))
         topics_error = ""
         try:
             text = self._generate(prompts.search_topics_messages(_question_prompt(q), n=n_topics))
-            topics = [t for t in parsers.parse_list(text) if t.strip()][:n_topics]
+            topics = [t for t in parse_list(text) if t.strip()][:n_topics]
         except MODEL_FAILURES as exc:  # unreadable topic list: search with the question alone
             topics, topics_error = [], f"{type(exc).__name__}: {exc}"
         except LLMError as exc:  # transport: not cached, retried on the next run
@@ -622,8 +621,6 @@ class MedRGBRunner:
     # -- phase 2: sub-questions and counterfactuals ------------------------
 
     def _sub_qa_for(self, q: MCQuestion, signal: list[ContextDoc], cache: JsonlCache) -> None:
-        from ..generation import parsers
-        from ..generation import prompts
 
         docs = [{"title": d.title, "text": d.text} for d in signal[:5]]
         try:
@@ -640,8 +637,6 @@ class MedRGBRunner:
         cache.add({"question_id": q.id, "sub_qa": [_pair(p) for p in pairs], "error": error})
 
     def _counterfactual_for(self, job: tuple[MCQuestion, ContextDoc], cache: JsonlCache) -> None:
-        from ..generation import parsers
-        from ..generation import prompts
 
         q, doc = job
         try:
@@ -686,9 +681,6 @@ class MedRGBRunner:
         return f"{self.seed}|{q.id}|{setting.n}|{setting.p}"
 
     def _item(self, job: tuple, cache: JsonlCache) -> None:
-        from ..generation import parsers
-        from ..generation import prompts
-        from ..generation import schemas
 
         q, setting, signal, pool, cfs, sub_qa = job
         try:
@@ -755,8 +747,6 @@ class MedRGBRunner:
         cache.add(item.to_dict())
 
     def _judge(self, question: str, gold: str, pred: Optional[str]) -> float:
-        from ..generation import parsers
-        from ..generation import prompts
 
         if not pred:
             return 0.0
