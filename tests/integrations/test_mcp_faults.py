@@ -302,6 +302,28 @@ def test_a_cancelled_answer_frees_its_slot_for_the_next(medretrieve_retriever):
     assert busy.is_error and "1 answers are being written" in busy.content[0].text
 
 
+def test_closing_the_engine_stops_the_answers_at_work(medretrieve_retriever):
+    """The server's end (stdin closed) closes the LLM requests of the answers still at work: the process's exit
+    waits for their threads."""
+    from llm_server import FakeLLMServer
+
+    from medretrieve.generation.llm import OpenAIBackend
+
+    with FakeLLMServer(_slow_stream_reply) as llm, OpenAIBackend(llm.base_url, "fake-model", timeout_s=30) as backend:
+        engine = Engine(medretrieve_retriever, backend, answer_deadline_ms=600_000)
+
+        async def work(client):
+            answer = asyncio.ensure_future(client.call_tool("answer", {"question": QUESTION, "k": 2}))
+            await _until(lambda: len(llm.requests) == 1, 60, "the answer waiting on the LLM")
+            engine.close()
+            await _until(lambda: len(llm.dropped_at) == 1, 30, "the LLM request closed")
+            return await asyncio.wait_for(answer, 30)
+
+        stopped = asyncio.run(asyncio.wait_for(_session(engine, work), 300))
+    assert "cancelled" in stopped.structured_content["error"]
+    assert engine.answer_slots.busy == 0
+
+
 def test_over_a_url_an_answer_may_take_as_long_as_its_deadline(medretrieve_collection):
     """A server whose LLM takes 11 s: answered (before, every answer past the client's 10 s failed)."""
     pytest.importorskip("fastapi")

@@ -34,7 +34,8 @@ import asyncio
 import contextlib
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Annotated, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar
+from typing import (Annotated, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Type,
+                    TypeVar)
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -236,6 +237,7 @@ class Engine:
         self.answer_deadline_ms = answer_deadline_ms
         self._pools = {"search": ThreadPoolExecutor(search_threads, thread_name_prefix="mr-mcp-search"),
                        "answer": ThreadPoolExecutor(answer_concurrency, thread_name_prefix="mr-mcp-answer")}
+        self._answering: Set[Cancel] = set()  # the cancels of the answers at work, set by close()
 
     def search(self, question: str, options: Mapping[str, Any], deadline_ms: Optional[float] = None) -> SearchResult:
         """The search with ``options`` (keyword arguments of ``Retriever.search`` but the deadline: the search
@@ -290,7 +292,13 @@ class Engine:
         except BaseException:  # the pool is shut down (the server stops)
             self.answer_slots.give_back()
             raise
-        work.add_done_callback(lambda _: self.answer_slots.give_back())  # run, failed or cancelled unstarted
+        self._answering.add(cancel)
+
+        def ended(_: Any) -> None:  # run, failed, or cancelled before it started
+            self._answering.discard(cancel)
+            self.answer_slots.give_back()
+
+        work.add_done_callback(ended)
         try:
             return await asyncio.wrap_future(work)
         except asyncio.CancelledError:
@@ -313,9 +321,12 @@ class Engine:
             raise ToolError(str(exc)) from exc
 
     def close(self) -> None:
-        """Stop the pools (work already running ends on its own deadline) and close a client opened here."""
+        """Stop the pools and the answers at work (their LLM requests closed: the process's exit waits for its
+        threads), and close a client opened here."""
         for pool in self._pools.values():
             pool.shutdown(wait=False, cancel_futures=True)
+        for cancel in list(self._answering):
+            cancel.set()
         self._close_clients()
 
     def _close_clients(self) -> None:
