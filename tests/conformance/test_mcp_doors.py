@@ -1,0 +1,180 @@
+"""The MCP doors answer a request as ``Retriever.search`` does: the ``search`` tool of ``medretrieve mcp``, through
+the official SDK's own client, over stdio (a real subprocess) and over streamable HTTP (``--http``), gives the same
+hits, scores and stage log, or refuses with a tool error naming the same option.
+
+The tool's arguments are the body of ``POST /v1/search`` (stage switches under ``stages``), so a request goes to it
+as JSON, as an agent sends it; a request JSON cannot write (NaN) is not asked. A tool error carries no Python type:
+it is compared as a refusal naming the option, as an HTTP 422 is."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any, Dict, Iterator, Optional
+
+import pytest
+from hypothesis import HealthCheck, given, note, reject, settings
+
+from medretrieve.wire import STAGE_SWITCHES
+
+from .doors import Outcome, Request
+from .test_doors import EXAMPLES, _compared, _compared_or_fail, requests
+
+pytest.importorskip("mcp")
+
+TIMEOUT_S = 120.0  # the longest wait for a session to open or a tool call to answer
+_FIELD = re.compile(r"Error executing tool search: ([\w.]+):")
+
+
+def tool_arguments(request: Request) -> Optional[Dict[str, Any]]:
+    """The ``search`` tool's arguments for ``request`` (JSON values; stage switches under ``stages``), or None
+    when JSON cannot write it."""
+    out: Dict[str, Any] = {"question": request.question}
+    for name, value in request.options.items():
+        if name in STAGE_SWITCHES:
+            out.setdefault("stages", {})[name] = value
+        else:
+            out[name] = value
+    try:
+        return json.loads(json.dumps(out, allow_nan=False))
+    except (TypeError, ValueError):
+        return None
+
+
+def named_option(message: str) -> Optional[str]:
+    """The option a tool error names: its first field (``k``; ``stages.mmr`` -> ``mmr``; ``sections.0`` ->
+    ``sections``; ``stages`` for the rule over dense and bm25)."""
+    found = _FIELD.search(message)
+    if found is None:
+        return None
+    parts = found.group(1).split(".")
+    return parts[0] if parts[-1].isdigit() else parts[-1]
+
+
+class ThroughMcp:
+    """The ``search`` tool through the SDK's ``Client`` on ``target`` (stdio parameters or an HTTP URL), in one
+    session held open on an event loop of its own thread for all the requests."""
+
+    def __init__(self, name: str, target: Any) -> None:
+        from mcp import Client
+
+        self.name = name
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=f"mcp-door-{name}", daemon=True)
+        self.thread.start()
+        opened: "Future[Any]" = Future()
+        stop = asyncio.Event()
+
+        async def hold() -> None:  # the session is entered and left in this one task (anyio's rule)
+            try:
+                async with Client(target, read_timeout_seconds=60) as client:
+                    opened.set_result(client)
+                    await stop.wait()
+            except BaseException as exc:
+                if not opened.done():
+                    opened.set_exception(exc)
+                raise
+
+        self._stop = stop
+        self._session = asyncio.run_coroutine_threadsafe(hold(), self.loop)
+        self.client = opened.result(TIMEOUT_S)
+
+    def search(self, request: Request) -> Outcome:
+        arguments = tool_arguments(request)
+        assert arguments is not None, f"JSON cannot write {request}"
+        result = asyncio.run_coroutine_threadsafe(self.client.call_tool("search", arguments),
+                                                  self.loop).result(TIMEOUT_S)
+        if result.is_error:
+            return Outcome(refused="http", option=named_option(result.content[0].text))
+        out = result.structured_content
+        return Outcome([(h["chunk_id"], h["score"]) for h in out["hits"]],
+                       [(s["name"], s["ran"]) for s in out["stages"]], cut=list(out["cut"]))
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self._stop.set)
+        try:
+            self._session.result(TIMEOUT_S)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(TIMEOUT_S)
+            self.loop.close()
+
+
+def _mcp_command(collection: Any, *more: str) -> list:
+    return [sys.executable, "-m", "medretrieve", "mcp", str(collection), *more]
+
+
+@pytest.fixture(scope="module")
+def mcp_stdio_door(demo_collection_dir) -> Iterator[ThroughMcp]:
+    from mcp.client.stdio import StdioServerParameters
+
+    command = _mcp_command(demo_collection_dir)
+    door = ThroughMcp("MCP over stdio", StdioServerParameters(command=command[0], args=command[1:],
+                                                              env=dict(os.environ)))
+    yield door
+    door.close()
+
+
+@pytest.fixture(scope="module")
+def mcp_http_door(demo_collection_dir) -> Iterator[ThroughMcp]:
+    pytest.importorskip("uvicorn")
+    proc = subprocess.Popen(_mcp_command(demo_collection_dir, "--http", "--port", "0"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        url, give_up, log = None, time.monotonic() + TIMEOUT_S, ""
+        while url is None:
+            line = proc.stderr.readline()
+            log += line
+            found = re.search(r"Uvicorn running on (http://[\d.]+:\d+)", line)
+            if found:
+                url = found.group(1) + "/mcp"
+            elif (not line and proc.poll() is not None) or time.monotonic() > give_up:
+                pytest.fail(f"medretrieve mcp --http did not start:\n{log}")
+        threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep its log pipe from filling up
+        door = ThroughMcp("MCP over --http", url)
+        yield door
+        door.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@pytest.mark.parametrize("door_fixture", ["mcp_stdio_door", "mcp_http_door"])
+def test_every_mcp_door_answers_as_retriever_search(request, door_fixture, in_process, conformance_questions):
+    door = request.getfixturevalue(door_fixture)
+    checked = []
+
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @given(requests(conformance_questions))
+    def check(req: Request) -> None:
+        note(repr(req))
+        if tool_arguments(req) is None:
+            reject()  # JSON cannot write it (NaN): no agent can send it
+        _compared(in_process, door, req)
+        checked.append(req)
+
+    check()
+    assert len(checked) >= EXAMPLES // 2
+
+
+@pytest.mark.parametrize("options", [{}, {"section": ["diagnosis"]}, {"k": "5"}, {"k": True}, {"lexical": False},
+                                     {"sections": ["treatment"], "mmr": True}])
+def test_the_mcp_door_answers_the_issues_requests(mcp_stdio_door, in_process, options):
+    """The requests issue 42 names: ``{"section": [...]}`` was dropped (five Treatment hits came back), ``"5"`` and
+    true were taken as counts."""
+    _compared_or_fail(in_process, mcp_stdio_door, Request("Which drugs lower serum urate in gout?", options))
+
+
+def test_named_option_reads_the_tool_errors():
+    assert named_option("Error executing tool search: k: Input should be a valid integer (the arguments: ...)") == "k"
+    assert named_option("Error executing tool search: stages.mmr: Input should be a valid boolean") == "mmr"
+    assert named_option("Error executing tool search: sections.0: Input should be 'treatment'") == "sections"
+    assert named_option("Error executing tool search: section: unknown argument (the arguments: ...)") == "section"
+    assert named_option("something else") is None
