@@ -98,6 +98,42 @@ def test_keys_hold_where_the_app_is_mounted_under_a_prefix(medretrieve_retriever
                  403, "insufficient_scope")
 
 
+@pytest.mark.parametrize("header", [
+    f"bearer {SEARCH_KEY}",  # the scheme is case-insensitive (RFC 7235)
+    f"Bearer   {SEARCH_KEY}  ",
+])
+def test_the_bearer_header_as_clients_write_it(keyed, header):
+    assert keyed.post("/v1/search", json={"question": QUESTION, "k": 1},
+                      headers={"Authorization": header}).status_code == 200
+
+
+@pytest.mark.parametrize("header", [
+    f"Bearer sha256:{hash_key(SEARCH_KEY)}",  # the stored digest is no key
+    f"Bearer {hash_key(SEARCH_KEY)}",
+    f"Bearer {SEARCH_KEY[:-1]}",  # a right prefix
+    f"Bearer {SEARCH_KEY.upper()}",
+    f"Bearer {SEARCH_KEY}\x00",
+    "Bearer " + "k" * 60_000,  # long: hashed like any other
+    f"Bearer {SEARCH_KEY[:8]}\u00e9{SEARCH_KEY[9:]}",  # not ASCII (latin-1 on the wire)
+    f"Token {SEARCH_KEY}",
+    "",
+])
+def test_what_is_not_a_key_is_refused_401(keyed, header):
+    headers = {"Authorization": header.encode("latin-1")} if header else {"Authorization": ""}
+    _refused(keyed.post("/v1/search", json={"question": QUESTION}, headers=headers), 401, "unauthorized")
+
+
+@pytest.mark.parametrize("path", ["/v1/search/", "/v1//search", "/v1/%73earch", "/metrics/", "/v1/admin/reload/",
+                                  "/v1/anything", "/v1/collection?x=1"])
+def test_no_path_around_the_guard(keyed, path):
+    reply = keyed.request("POST" if "search" in path or "admin" in path else "GET", path, json={"question": QUESTION},
+                          follow_redirects=False)
+    assert reply.status_code in (401, 404, 405, 307), (path, reply.status_code)
+    if reply.status_code == 307:  # a slash redirect leads to the guarded path itself
+        assert keyed.get(reply.headers["location"]).status_code in (401, 405)
+    assert reply.status_code != 200
+
+
 def test_health_readiness_and_pages_stay_open(keyed):
     for path in ("/healthz", "/readyz", "/", "/docs", "/openapi.json", "/static/page/page.js"):
         assert keyed.get(path).status_code == 200, path
