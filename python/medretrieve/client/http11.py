@@ -200,10 +200,9 @@ class LineSplitter:
         self._pending: List[bytes] = []  # the pieces of the line not yet ended
 
     def feed(self, data: bytes) -> List[str]:
-        if b"\n" not in data:
-            self._pending.append(data)
-            return []
         self._pending.append(data)
+        if b"\n" not in data:
+            return []
         *lines, last = b"".join(self._pending).split(b"\n")
         self._pending = [last]
         return [_utf8(line) for line in lines]
