@@ -22,11 +22,11 @@ from typing import Annotated, Any, Dict, Iterable, List, Literal, Mapping, Optio
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, field_validator,
                       model_validator)
 
-from .records import Answer, Citation, Hit, SearchResult, StageInfo
+from .records import Answer, BioASQType, Citation, Hit, SearchResult, StageInfo
 
 __all__ = ["MAX_K", "MAX_BATCH", "MAX_DEADLINE_MS", "MAX_QUESTION_CHARS", "DEFAULT_K", "DEFAULT_DEADLINE_MS",
-           "DEADLINE_HEADER", "SECTIONS", "WordedQuestion", "ERROR_TYPES", "STAGE_SWITCHES", "Stages",
-           "SearchOptions", "SearchOption", "SEARCH_OPTIONS", "check_search_options", "check_question",
+           "DEADLINE_HEADER", "SECTIONS", "WordedQuestion", "ERROR_TYPES", "STAGE_SWITCHES", "Stages", "SearchOptions",
+           "SearchOption", "SEARCH_OPTIONS", "check_search_options", "check_question", "SearchOptionError",
            "SearchOptionTypeError", "SearchOptionValueError", "SearchRequest", "BatchSearchRequest", "AnswerRequest",
            "BatchSearchResponse", "ErrorDetail", "ErrorResponse", "deadline_header_ms", "field_errors", "Answer",
            "Citation", "Hit", "SearchResult", "StageInfo"]
@@ -245,26 +245,21 @@ def _listing() -> Dict[str, SearchOption]:
 SEARCH_OPTIONS: Mapping[str, SearchOption] = MappingProxyType(_listing())
 
 
-class SearchOptionTypeError(TypeError):
-    """A search option that is unknown (misspelt) or of the wrong type; ``option``: its name."""
+class SearchOptionError(Exception):
+    """A search option (or the question) a door refuses; ``option``: its name (``stages`` for the rule over dense
+    and bm25)."""
 
     def __init__(self, message: str, option: str) -> None:
         super().__init__(message)
         self.option = option
 
-    def __reduce__(self) -> Any:  # pickled whole (a Ray handle, a process pool re-raise it), not as message only
-        return type(self), (str(self), self.option)
+
+class SearchOptionTypeError(SearchOptionError, TypeError):
+    """An unknown (misspelt) search option, or one of the wrong type."""
 
 
-class SearchOptionValueError(ValueError):
-    """A search option out of its bounds; ``option``: its name (``stages`` for a rule over several switches)."""
-
-    def __init__(self, message: str, option: str) -> None:
-        super().__init__(message)
-        self.option = option
-
-    def __reduce__(self) -> Any:  # pickled whole (a Ray handle, a process pool re-raise it), not as message only
-        return type(self), (str(self), self.option)
+class SearchOptionValueError(SearchOptionError, ValueError):
+    """A search option out of its bounds."""
 
 
 def check_search_options(options: Mapping[str, Any]) -> Dict[str, Any]:
@@ -375,7 +370,7 @@ class AnswerRequest(_Strict):
     question: Question
     k: Integer = Field(DEFAULT_K, ge=1, le=MAX_K, description="evidence passages to retrieve")
     deadline_ms: Optional[DeadlineMs] = Field(None, description="budget (ms) for queueing, retrieval and generation")
-    qtype: Optional[Literal["yesno", "factoid", "list", "summary"]] = Field(
+    qtype: Optional[BioASQType] = Field(
         None, description="ask for an exact answer of this BioASQ type (default: the detected question type)")
     mode: Literal["cite", "answer_only", "bioasq"] = Field(
         "cite", description="cite: numbered sources and checked [n] citations; answer_only: the bare answer; "

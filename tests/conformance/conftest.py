@@ -16,9 +16,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Any, Iterator, List, Optional
 
 import pytest
+
+from . import doors
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = Path(os.environ.get("MEDRETRIEVE_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -45,11 +47,10 @@ def bioasq_questions(data: Optional[Path]) -> List[str]:
 def in_process(demo_collection_dir):
     """The reference door: ``Retriever.search`` over the collection the server serves, opened as the server opens
     it (one encoder thread, so the query vectors are computed alike)."""
-    from .doors import InProcess
     from medretrieve.corpus.collection import Collection
     from medretrieve.retrieval.retriever import Retriever
 
-    return InProcess(Retriever(Collection.open(demo_collection_dir, encoder_threads=1)))
+    return doors.InProcess(Retriever(Collection.open(demo_collection_dir, encoder_threads=1)))
 
 
 @pytest.fixture(scope="session")
@@ -63,35 +64,29 @@ def conformance_server(demo_collection_dir) -> Iterator[str]:
         yield server.url
 
 
+def _opened(door: Any) -> Iterator[Any]:
+    """``door`` for the session, closed at its end (its connections, its event loop)."""
+    try:
+        yield door
+    finally:
+        door.close()
+
+
 @pytest.fixture(scope="session")
 def client_door(conformance_server):
-    from .doors import ThroughClient
-
-    door = ThroughClient(conformance_server)
-    yield door
-    door.close()
+    yield from _opened(doors.ThroughClient(conformance_server))
 
 
 @pytest.fixture(scope="session")
 def async_client_door(conformance_server):
-    from .doors import ThroughAsyncClient
-
-    door = ThroughAsyncClient(conformance_server)
-    yield door
-    door.close()
+    yield from _opened(doors.ThroughAsyncClient(conformance_server))
 
 
 @pytest.fixture(scope="session")
 def page_door(conformance_server):
-    from .doors import ThroughPage
-
-    door = ThroughPage(conformance_server)
-    yield door
-    door.close()
+    yield from _opened(doors.ThroughPage(conformance_server))
 
 
 @pytest.fixture(scope="session")
 def cli_door(demo_collection_dir):
-    from .doors import ThroughCli
-
-    return ThroughCli(str(demo_collection_dir))
+    return doors.ThroughCli(str(demo_collection_dir))
