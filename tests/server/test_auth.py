@@ -123,6 +123,13 @@ def test_what_is_not_a_key_is_refused_401(keyed, header):
     _refused(keyed.post("/v1/search", json={"question": QUESTION}, headers=headers), 401, "unauthorized")
 
 
+def test_two_authorization_headers_are_refused_whichever_comes_first(keyed):
+    for pair in ([SEARCH_KEY, "wrong-key-0123456789abcdef"], ["wrong-key-0123456789abcdef", SEARCH_KEY],
+                 [SEARCH_KEY, SEARCH_KEY]):
+        headers = [("authorization", f"Bearer {key}") for key in pair]
+        _refused(keyed.post("/v1/search", json={"question": QUESTION}, headers=headers), 401, "unauthorized")
+
+
 @pytest.mark.parametrize("path", ["/v1/search/", "/v1//search", "/v1/%73earch", "/metrics/", "/v1/admin/reload/",
                                   "/v1/anything", "/v1/collection?x=1"])
 def test_no_path_around_the_guard(keyed, path):
@@ -209,6 +216,8 @@ def test_keys_from_a_file_and_the_environment(tmp_path):
     assert all(len(digest) == 64 and SEARCH_KEY not in digest for digest, _ in from_file)
     assert keys_from_env({KEYS_ENV: f"{SEARCH_KEY} search; sha256:{hash_key(ANSWER_KEY)} answer"}) == from_file[:2]
     assert keys_from_env({}) == ()
+    (tmp_path / "windows.txt").write_bytes(("\ufeff" + KEYS.replace("\n", "\r\n")).encode("utf-8"))  # BOM, CRLF
+    assert read_key_file(tmp_path / "windows.txt") == from_file
     (tmp_path / "empty.txt").write_text("# nothing\n")
     with pytest.raises(ValueError, match="holds no key"):
         read_key_file(tmp_path / "empty.txt")

@@ -46,13 +46,13 @@ def _challenge(error: Optional[str] = None, scope: Optional[str] = None) -> Dict
 
 
 def _bearer(scope: Scope) -> Optional[bytes]:
-    """The token of the request's ``Authorization: Bearer`` header (None when there is none or it is another
-    scheme)."""
-    for name, value in scope.get("headers", ()):
-        if name == b"authorization":
-            kind, _, token = value.partition(b" ")
-            return token.strip() if kind.lower() == b"bearer" and token.strip() else None
-    return None
+    """The token of the request's ``Authorization: Bearer`` header (None when there is none, it is another
+    scheme, or there are several: a proxy in front may have read another one than this server would)."""
+    values = [value for name, value in scope.get("headers", ()) if name == b"authorization"]
+    if len(values) != 1:
+        return None
+    kind, _, token = values[0].partition(b" ")
+    return token.strip() if kind.lower() == b"bearer" and token.strip() else None
 
 
 class RequireKey:

@@ -94,7 +94,7 @@ def parse_keys(text: str, where: str = KEYS_ENV) -> KeyDigests:
 def read_key_file(path: Union[str, "os.PathLike[str]"]) -> KeyDigests:
     """The keys of a key file (module docstring); ValueError when it holds none."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is no part of a key
     except FileNotFoundError:
         raise FileNotFoundError(f"API key file {os.fspath(path)}: no such file") from None
     keys = parse_keys(text, f"API key file {os.fspath(path)}")
