@@ -25,7 +25,7 @@ def test_hit_metadata_holds_the_hit_and_links_pubmed_ids():
     meta = hit_metadata(_hit("28293123", year=2017, title="the collection's own title loses"))
     assert meta == {"year": 2017, "document_id": "28293123", "chunk_id": "28293123#s0.0",
                     "parent_id": "28293123#s0", "title": "Diabetes", "section": "Treatment", "score": 0.75,
-                    "scores": {"dense": 0.5, "rerank": 0.75},
+                    "scores": {"dense": 0.5, "rerank": 0.75}, "placed_by": None,
                     "source_url": "https://pubmed.ncbi.nlm.nih.gov/28293123/",
                     "beginSection": "abstract", "endSection": "abstract", "offsetInBeginSection": 12,
                     "offsetInEndSection": 40}

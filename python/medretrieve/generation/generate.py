@@ -190,10 +190,10 @@ class AbstentionPolicy:
 
     - ``weak``: abstain when the retriever flags the question as weak
       (``SearchResult.weak``, which does not depend on timing) for one of the
-      reasons ``abstain_on`` names (by default: no hits, or not one of the top hits
-      matches the question's terms; evidence that matches on average poorly, comes
-      from few articles or repeats itself makes the retriever try harder but is no
-      reason not to answer) -- unless
+      reasons ``abstain_on`` names (by default every reason the retriever gives: no hits,
+      the best evidence does not match the question's words, or it does not mention the
+      question's subject; the check reads the best evidence only, bench/RESULTS.md
+      "Weak questions") -- unless
       ``trust_recovery`` and the retriever says its recovery changed the result
       (``recovered``). Off by default: recovery is skipped when the deadline is
       near, so trusting it would make the same question answer or abstain
@@ -209,7 +209,7 @@ class AbstentionPolicy:
     min_hits: int = 1
     score_key: Optional[str] = None
     trust_recovery: bool = False
-    abstain_on: tuple = ("no hits", "no matching evidence")  # weak reasons (their first words) that abstain
+    abstain_on: tuple = ("no hits", "no matching evidence", "subject not found")  # weak reasons (first words)
 
     def check(self, result: Any) -> Optional[str]:
         """The reason to abstain, or None to go on and answer."""

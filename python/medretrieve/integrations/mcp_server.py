@@ -78,6 +78,9 @@ class HitOutput(BaseModel):
     section: str
     text: str
     score: float = Field(description="relevance (higher is better; the final ranking's score)")
+    placed_by: Optional[str] = Field(None, description="set when a later stage put the hit in its place rather "
+                                     "than its score: \"recovery\", a second search for a question whose first "
+                                     "search found little")
     source_url: Optional[str] = Field(None, description="link to the source (the PubMed page of a PMID)")
     span: Optional[Span] = Field(None, description="the text's place in its source, when the collection knows it")
 
@@ -121,7 +124,7 @@ class AnswerOutput(BaseModel):
 def hit_output(number: int, hit: Hit) -> HitOutput:
     span = hit.span if hit.span and all(hit.span.get(key) is not None for key in SPAN_KEYS) else None
     return HitOutput(number=number, document_id=hit.document_id, chunk_id=hit.chunk_id, title=hit.title,
-                     section=hit.section, text=hit.text, score=float(hit.score),
+                     section=hit.section, text=hit.text, score=float(hit.score), placed_by=hit.placed_by,
                      source_url=source_url(hit.document_id, hit.metadata),
                      span=Span(**{key: span[key] for key in SPAN_KEYS}) if span else None)
 

@@ -42,14 +42,15 @@ def source_url(document_id: str, metadata: Optional[Dict[str, Any]] = None) -> O
 def hit_metadata(hit: Hit) -> Dict[str, Any]:
     """A hit as flat document metadata: the collection's own fields of the document (``topic``, ``year``, ...),
     then ``document_id``, ``chunk_id``, ``parent_id``, ``title``, ``section``, ``score`` (the final relevance),
-    ``scores`` (each stage's), ``source_url`` (None when unknown) and the BioASQ span's four fields
+    ``scores`` (each stage's), ``placed_by`` (None, or the stage that put the hit in its place: ``"recovery"``),
+    ``source_url`` (None when unknown) and the BioASQ span's four fields
     (``beginSection`` ... ``offsetInEndSection``, character offsets; None when the collection does not know
     the chunk's section). Where a name is in both, the hit's own value wins."""
     span = hit.span or {}
     return {**hit.metadata,
             "document_id": hit.document_id, "chunk_id": hit.chunk_id, "parent_id": hit.parent_id,
             "title": hit.title, "section": hit.section, "score": float(hit.score), "scores": dict(hit.scores),
-            "source_url": source_url(hit.document_id, hit.metadata),
+            "placed_by": hit.placed_by, "source_url": source_url(hit.document_id, hit.metadata),
             **{key: span.get(key) for key in SPAN_KEYS}}
 
 

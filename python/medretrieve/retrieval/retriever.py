@@ -65,6 +65,7 @@ WEAK_DEPTH = 10  # first-stage hits the weak flag reads (at least)
 class _Recovered:
     top: List[int]
     report: Dict[str, Any]
+    before: List[int]  # the hits before recovery: a placed hit takes the score of the place it fills
 
 
 class Retriever:
@@ -251,8 +252,8 @@ class Retriever:
             weak_reasons = self.recovery.weak_reasons(
                 scope, query, self.recovery.select(scope, cands.question_ids.tolist(), wk, per_document), wk)
         log.record("weak", True, "; ".join(weak_reasons) or "not weak")
-        rec = self._recover(scope, pool, query, top, k, cands, dl, log, bool(weak_reasons) and on["recovery"],
-                            on["recovery"], only)
+        recover = self.recovers() if recovery is None else on["recovery"]
+        rec = self._recover(scope, pool, query, top, k, cands, dl, log, bool(weak_reasons), recover, only)
         hits = self._hits(scope, query, rec, cands, ranking, diversified.scores)
         rec.report.pop("added_rows", None)
         return SearchResult(query.text, hits, query.qtype, bool(weak_reasons), weak_reasons,
@@ -300,22 +301,31 @@ class Retriever:
         log.record("mmr", done.ran, done.note, done.cut)
         return done
 
+    def recovers(self) -> bool:
+        """Whether a weak question's search runs recovery when the search does not say: ``Settings.recovery``, and
+        when that is None (the default) only with an online source, where the re-query can bring articles the
+        first queries missed; over a local collection it changed no ranking on BioASQ 7b or 12b and cost ~60 ms
+        (bench/weak.py; bench/RESULTS.md, "Weak questions")."""
+        return self.online is not None if self.settings.recovery is None else self.settings.recovery
+
     def _recover(self, scope: SearchScope, pool: Optional[OnlinePool], query: Query, top: List[int], k: int,
                  cands: Candidates, dl: Deadline, log: StageLog, weak: bool, enabled: bool,
                  only: Optional[List[int]]) -> _Recovered:
-        if not weak:
-            log.record("recovery", False, "question not weak" if enabled else "disabled")
-            return _Recovered(top, {})
+        if not (weak and enabled):
+            log.record("recovery", False, "question not weak" if not weak else
+                       "disabled" if self.settings.recovery is not None or self.online is not None else
+                       "off over a local collection (Settings.recovery)")
+            return _Recovered(top, {}, top)
         if dl.remaining_ms() <= dl.share_ms(0.25):
             log.record("recovery", False, f"budget: {dl.remaining_ms():.0f} ms left", cut=True)
-            return _Recovered(top, {})
+            return _Recovered(top, {}, top)
         if self.online is not None and pool is not None:  # new articles join the pool recovery searches
             self.online.requery(query, pool, dl, log)
         with dl.stage("recovery"):
             queries = self.candidates.recovery_queries(query, cands.texts, dl)
             new_top, report = self.recovery.recover(scope, query, top, k, queries, dl, only)
         log.record("recovery", True, report.get("note", ""))
-        return _Recovered(new_top, report)
+        return _Recovered(new_top, report, top)
 
     def _hits(self, scope: SearchScope, query: Query, rec: _Recovered, cands: Candidates, ranking: Ranking,
               mmr_scores: Dict[int, float]) -> List[Hit]:
@@ -324,7 +334,7 @@ class Retriever:
         rrf_of = dict(zip(cands.fused_ids.tolist(), cands.fused_scores.tolist()))
         added: Set[int] = rec.report.get("added_rows", set())
         hits: List[Hit] = []
-        for row in rec.top:
+        for place, row in enumerate(rec.top):
             r = col.rows[row]
             sc: Dict[str, float] = {}
             for name, values in (("dense", cands.scored["dense"]), ("bm25", cands.scored["bm25"]), ("rrf", rrf_of),
@@ -332,13 +342,15 @@ class Retriever:
                                  ("mmr", mmr_scores)):
                 if row in values:
                     sc[name] = float(values[row])
-            if row in added:
+            placed_by = None
+            if row in added:  # placed, not ranked: the place's score keeps the list on one scale
                 sc["recovery"] = scope.tokens.lexical_relevance(query, row)
-                score = sc["recovery"]
+                placed_by = "recovery"
+                score = score_of.get(rec.before[place], 0.0) if place < len(rec.before) else 0.0
             else:
                 score = score_of.get(row, sc.get("rrf", 0.0))
             hits.append(Hit(r.chunk_id, r.document_id, r.text, r.title, r.section, float(score), sc,
-                            dict(r.metadata), r.parent_id, _span_fields(chunk_span(col, row), r.text)))
+                            dict(r.metadata), r.parent_id, _span_fields(chunk_span(col, row), r.text), placed_by))
         return hits
 
 

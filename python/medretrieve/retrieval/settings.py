@@ -10,9 +10,13 @@ in bench/RESULTS.md, "Cross-year quality"). Each switch is kept (``Retriever(...
 ``search(..., switch=...)``). Shares below: document MAP@10 on 12b (ranker fitted on 7b) / on 7b (fitted on 12b).
 
 - on: the learned ranker (the shipped default, ``retrieval.shipped_ranker``; +0.022 / +0.007 over the fused
-  order), dense + BM25 fusion, section routing (a no-op without section labels: 0.000 / 0.000), recovery (touches
-  only weak questions' lower half; 0.000 / 0.000) and near-duplicate removal (+0.006 / -0.003: kept, since a
-  prompt gains nothing from the same sentence twice and the 12b criterion holds);
+  order), dense + BM25 fusion, section routing (a no-op without section labels: 0.000 / 0.000) and near-duplicate
+  removal (+0.006 / -0.003: kept, since a prompt gains nothing from the same sentence twice and the 12b criterion
+  holds);
+- ``recovery``: None, the default, runs it (for weak questions only) only with an online source, whose re-query
+  can bring new articles. Over a local collection it changed no question's ranking on either year (0.000 / 0.000)
+  and cost 62 / 65 ms at p50 on the questions it ran for (bench/weak.py; RESULTS "Weak questions"), so it is off
+  there; ``recovery=True`` (or ``search(recovery=True)``) turns it on.
 - ``expansions``: the static abbreviation and relation tables are **off** (-0.002 / +0.002; on the held-out
   corpus of issue 17 they cost 0.004). An abbreviation in the question still matches its long form in the rerank
   features (``Query.alternatives``); training memory and LLM synonyms run whenever a training set / a term source
@@ -48,8 +52,8 @@ _RANGES: Dict[str, Tuple[bool, Optional[float], Optional[float]]] = {
     "candidates": (True, 1, None), "rrf_k": (False, 0.0, None), "variant_weight": (False, 0.0, None),
     "ef_base": (True, 1, None), "ef_min": (True, 1, None), "ef_max": (True, 1, None),
     "ef_time_ms": (False, 0.0, None),
-    "rerank_depth": (True, 0, None), "weak_threshold": (False, 0.0, 1.0), "min_articles": (True, 0, None),
-    "redundancy_threshold": (False, 0.0, 1.0), "near_duplicate": (False, 0.0, None),
+    "rerank_depth": (True, 0, None), "weak_threshold": (False, 0.0, 1.0), "subject_threshold": (False, 0.0, 1.0),
+    "weak_depth": (True, 1, None), "min_articles": (True, 0, None), "near_duplicate": (False, 0.0, None),
     "llm_min_ms": (False, 0.0, None), "mmr_floor": (False, 0.0, 1.0), "feedback_weight": (False, 0.0, None),
     "feedback_docs": (True, 1, None), "per_question": (True, 1, None), "per_document": (True, 1, None),
     "ranker_ce_weight": (False, 0.0, None),
@@ -102,9 +106,11 @@ class Settings:
       (``CandidateGenerator.ef_for``). An ef never goes below the candidates asked for (``candidates``).
     - ``rerank_depth`` (>= 0): most pairs a cross-encoder scores; ``rerank_weights`` / ``rerank_weights_ce``:
       overrides of the formula's weights (keys of ``DEFAULT_RERANK_WEIGHTS`` / ``_CE``, finite, >= 0).
-    - ``weak_threshold`` (0-1): lexical relevance of the top 5 below which a question is weak;
-      ``min_articles`` (>= 0): fewer distinct documents in the hits is weak; ``redundancy_threshold`` (0-1):
-      mean pairwise token Jaccard of the top 5 above which it is weak.
+    - The weak check reads the best evidence only, the first ``weak_depth`` (>= 1) hits of the question's own
+      search: it is weak when none of them holds ``weak_threshold`` (0-1) of the question's content terms, or
+      (a question with subject words) ``subject_threshold`` (0-1) of its subject words (``retrieval.recovery``;
+      tuned on BioASQ 7b, bench/weak.py). ``min_articles`` (>= 0): recovery may replace repeats of one article
+      when the hits come from fewer documents than this.
     - ``near_duplicate`` (> 0): a hit whose token Jaccard with an earlier hit reaches it is dropped; above 1
       nothing is dropped. It also drops another document's copy of a sentence, which costs a little document
       MAP on BioASQ; it keeps prompts free of repeats.
@@ -122,6 +128,8 @@ class Settings:
       ``("training", "llm")``: the static tables off, see the module docstring).
     - ``feedback`` (None / True / False): pseudo-relevance feedback; None runs it only without a learned ranker.
     - ``mmr`` (bool, default False): MMR diversification of the hits.
+    - ``recovery`` (None / True / False): recovery of weak questions; None runs it only with an online source
+      (module docstring).
     """
 
     candidates: int = 100
@@ -132,9 +140,10 @@ class Settings:
     ef_max: int = 400
     ef_time_ms: float = 200.0
     rerank_depth: int = 50
-    weak_threshold: float = 0.35
+    weak_threshold: float = 0.3
+    subject_threshold: float = 0.34
+    weak_depth: int = 1
     min_articles: int = 3
-    redundancy_threshold: float = 0.6
     near_duplicate: float = 0.8
     llm_min_ms: float = 150.0
     mmr_floor: float = 0.95
@@ -145,15 +154,16 @@ class Settings:
     expansions: Tuple[str, ...] = DEFAULT_EXPANSIONS
     feedback: Optional[bool] = None
     mmr: bool = False
+    recovery: Optional[bool] = None
     rerank_weights: Dict[str, float] = field(default_factory=dict)
     rerank_weights_ce: Dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_settings(**{f.name: getattr(self, f.name) for f in fields(self) if f.name in _RANGES})
-        for name in ("feedback", "mmr"):
+        for name in ("feedback", "mmr", "recovery"):
             v = getattr(self, name)
-            if not (isinstance(v, bool) or (v is None and name == "feedback")):
-                raise ValueError(f"{name} must be {'None, ' if name == 'feedback' else ''}True or False, got {v!r}")
+            if not (isinstance(v, bool) or (v is None and name != "mmr")):
+                raise ValueError(f"{name} must be {'' if name == 'mmr' else 'None, '}True or False, got {v!r}")
         kinds = self.expansions
         if isinstance(kinds, str) or not all(isinstance(x, str) for x in kinds) or set(kinds) - set(EXPANSION_KINDS):
             raise ValueError(f"expansions must be a sequence of {list(EXPANSION_KINDS)}, got {kinds!r}")

@@ -128,7 +128,10 @@ def _search_routes(app: APIRouter, engine: Engine, metrics: ServerMetrics) -> No
     @app.post("/v1/search", response_model=SearchResult, responses=_ERRORS, tags=["search"],
               openapi_extra=_body(SearchRequest))
     async def search(request: Request) -> Response:
-        """The best ``k`` chunks for a question, within the deadline (``SearchResult.to_dict(explain)``)."""
+        """The best ``k`` passages for a question, found within the deadline, best first: each with its document,
+        section, text and score (one scale per list; ``placed_by`` marks a hit put in place by a second search).
+        ``weak`` says when the best evidence matches the question poorly, and why. Add ``"explain": true`` for
+        the reason behind each stage and each hit's score at every stage."""
         body = await read_body(request, SearchRequest)
         deadline = request_deadline(request, body.deadline_ms, config.deadline_ms)
         kwargs = body.search_kwargs()
@@ -171,8 +174,9 @@ def _answer_route(app: APIRouter, engine: Engine, metrics: ServerMetrics) -> Non
               "`evidence` (the hits), `delta` (answer text as it is written), `answer` (the whole answer)"}},
         tags=["answer"], openapi_extra=_body(AnswerRequest))
     async def answer(request: Request) -> Response:
-        """A grounded answer with checked citations, or an abstention with its reason (``Answer.to_dict()``; an
-        LLM failure is reported in ``error``). Without an LLM (no ``--llm``) the answer is extractive: the
+        """A grounded answer with checked citations, or an abstention with its reason (an LLM failure is reported
+        in ``error``); ``shown_sources`` are the sources worth showing: the cited ones and any scoring at least the
+        relevance floor. Without an LLM (no ``--llm``) the answer is extractive: the
         evidence's own sentences that answer the question, cited (``mode`` must then be ``cite``)."""
         body = await read_body(request, AnswerRequest)
         if engine.backend is None and body.mode != "cite":

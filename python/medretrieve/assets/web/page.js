@@ -138,7 +138,10 @@
     const meta = el("p", { class: "meta" }, [
       el("span", { class: "section", text: hit.section || "no section" }), " · ",
       el("span", { class: "doc", text: String(hit.document_id) }), " · ",
-      el("span", { class: "score", text: `score ${Number(hit.score).toFixed(3)}` }),
+      // one score scale per list: a hit a later stage placed (hit.placed_by) shows why it is there, not a score
+      hit.placed_by
+        ? el("span", { class: "score placed", text: "added by a second search: the first found little" })
+        : el("span", { class: "score", text: `score ${Number(hit.score).toFixed(3)}` }),
     ]);
     if (note) meta.append(" · ", el("span", { class: "extra", text: note }));
     const body = el("p", { class: "text" }, highlighted(String(hit.text || ""), stems));
@@ -304,7 +307,9 @@
       try {
         const answer = await streamAnswer(text, k, stems, controller.signal);
         performance.mark("medretrieve:answered");
-        say(`${(result.hits || []).length} hits; answered in ${Number(answer.timings.total || 0).toFixed(0)} ms`);
+        // the search's own time, as the stage table shows it; the answer (its own search included) apart
+        say(`${(result.hits || []).length} hits in ${Number(result.timings_ms.total).toFixed(0)} ms; answered in ` +
+          `${Number(answer.timings.total || 0).toFixed(0)} ms more`);
       } catch (error) {
         if (controller.signal.aborted && running !== controller) return;  // a newer question replaced this one
         answerNote.textContent = `No answer: ${error.message}`;
