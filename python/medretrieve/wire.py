@@ -253,6 +253,9 @@ class SearchOptionError(Exception):
         super().__init__(message)
         self.option = option
 
+    def __reduce__(self) -> Any:  # pickled whole (a Ray handle, a process pool re-raise it), not as message only
+        return type(self), (str(self), self.option)
+
 
 class SearchOptionTypeError(SearchOptionError, TypeError):
     """An unknown (misspelt) search option, or one of the wrong type."""

@@ -96,3 +96,16 @@ def test_serve_app_checks_server_options_before_deploying(tmp_path):
         app([tmp_path], server_options={"max_inflight": 0})
     with pytest.raises(TypeError, match="colour"):
         app([tmp_path], server_options={"colour": "red"})
+
+
+def test_a_refused_option_crosses_a_process_boundary_whole():
+    """Ray hands a replica's error back pickled: wire's refusals keep their type and option (they came back as
+    Ray's UnserializableException)."""
+    import pickle
+
+    from medretrieve.wire import SearchOptionTypeError, SearchOptionValueError
+
+    for error in (SearchOptionTypeError("k must be an integer, got '5'", "k"),
+                  SearchOptionValueError("k must be in [1, 100] hits, got 0", "k")):
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error) and str(back) == str(error) and back.option == "k"
