@@ -362,7 +362,8 @@ def test_a_ranker_saved_before_a_feature_was_added_still_scores(collection, tmp_
     assert "learned ranker" in res.stage("rerank").reason and res.hits
 
 
-def test_warmup_freezes_the_collection_out_of_the_cyclic_gc(collection):
+def test_warmup_freezes_the_collection_out_of_the_cyclic_gc_only_when_asked(collection):
+    """A library call leaves the process's collector alone; a server asks for the freeze (``freeze_gc``)."""
     import gc
 
     from medretrieve.retrieval.retriever import Retriever
@@ -370,7 +371,9 @@ def test_warmup_freezes_the_collection_out_of_the_cyclic_gc(collection):
     gc.unfreeze()
     Retriever(collection, warmup=False)
     assert gc.get_freeze_count() == 0
-    Retriever(collection)
+    ret = Retriever(collection)
+    assert gc.get_freeze_count() == 0
+    ret.warmup(freeze_gc=True)
     assert gc.get_freeze_count() >= len(collection.rows)  # rows (and everything else alive) frozen
     gc.unfreeze()
 
