@@ -9,7 +9,9 @@ import json
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
+
+from .keys import KeyDigests, check_digests  # the standard library only: a config checks its keys without a server
 
 from ..wire import DEFAULT_DEADLINE_MS
 
@@ -84,16 +86,14 @@ class ServerConfig:
     body_timeout_s: float = 10.0
     header_timeout_s: float = 10.0
     max_connections: int = 1000
-    api_keys: tuple = ()
-    cors_origins: tuple = ()
+    api_keys: KeyDigests = ()
+    cors_origins: Tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen dataclass)
         set_("collection", str(self.collection))
         if self.training is not None:
             set_("training", tuple(str(t) for t in self.training))
-        from .keys import check_digests
-
         set_("api_keys", check_digests(self.api_keys))
         if isinstance(self.cors_origins, str) or not all(isinstance(o, str) and o for o in self.cors_origins):
             raise ValueError(f"cors_origins must be a list of origins like https://app.example.org, got "
