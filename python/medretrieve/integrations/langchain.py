@@ -58,7 +58,7 @@ class LangChainRetriever(BaseRetriever):
                                                  if name in SEARCH_OPTIONS and name not in ("k", "deadline_ms",
                                                                                             "sections")}}
         SearchCall.of(**{name: data[name] for name in ("k", "deadline_ms", "sections") if name in data}, **options)
-        super().__init__(**data, options=options)
+        super().__init__(**{**data, "options": options})
 
     def model_post_init(self, context: Any) -> None:
         self._searcher = Searcher(self.source, self.api_key.get_secret_value() if self.api_key else None)
