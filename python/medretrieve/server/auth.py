@@ -185,7 +185,8 @@ def document_security(app: Any, error_model: Any) -> None:
             components.setdefault("securitySchemes", {})[SECURITY_SCHEME] = {
                 "type": "http", "scheme": "bearer",
                 "description": f"an API key of this server, with the operation's scope ({', '.join(SCOPES)})"}
-            ref = {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{error_model.__name__}"}}}}
+            schema_ref = {"$ref": f"#/components/schemas/{error_model.__name__}"}
+            ref = {"content": {"application/json": {"schema": schema_ref}}}
             schemas = components.setdefault("schemas", {})
             if error_model.__name__ not in schemas:
                 schema = error_model.model_json_schema(ref_template="#/components/schemas/{model}")
@@ -200,11 +201,11 @@ def document_security(app: Any, error_model: Any) -> None:
                     answers = operation.setdefault("responses", {})
                     answers.setdefault("401", {"description": "no API key, or one this server does not accept "
                                                               "(unauthorized)", **ref})
-                    scope_refusal = "the API key lacks this operation's scope (insufficient_scope)"
+                    lacking = "the API key lacks this operation's scope (insufficient_scope)"
                     if "403" in answers:  # the route's own 403 too (reload_disabled)
-                        answers["403"]["description"] += f"; or {scope_refusal}"
+                        answers["403"]["description"] += f"; or {lacking}"
                     else:
-                        answers["403"] = {"description": scope_refusal, **ref}
+                        answers["403"] = {"description": lacking, **ref}
         return app.openapi_schema or make()
 
     app.openapi = openapi
