@@ -17,11 +17,12 @@ import operator
 import re
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Annotated, Any, Dict, Iterable, List, Literal, Mapping, Optional, Tuple, get_args
+from typing import Annotated, Any, Dict, Iterable, List, Literal, Mapping, Optional, Tuple, Union, get_args
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, field_validator,
                       model_validator)
 
+from .filters import MAX_FILTER_CHARS, Filter, FilterError, parse_filter
 from .records import Answer, BioASQType, Citation, Hit, SearchResult, StageInfo
 
 __all__ = ["MAX_K", "MAX_BATCH", "MAX_DEADLINE_MS", "MAX_QUESTION_CHARS", "DEFAULT_K", "DEFAULT_DEADLINE_MS",
@@ -137,8 +138,8 @@ class Stages(_Strict):
     route: Optional[bool] = Field(default=None, description="section routing for treatment / symptom / test intents")
     dense: Optional[bool] = Field(default=None, description="dense (vector) first stage")
     bm25: Optional[bool] = Field(default=None, description="BM25 (lexical) first stage")
-    feedback: Optional[bool] = Field(default=None, description="pseudo-relevance feedback (default: only without a "
-                                                       "learned ranker)")
+    feedback: Optional[bool] = Field(default=None, description="pseudo-relevance feedback (default: only without "
+                                                               "a learned ranker)")
     rerank: Optional[bool] = Field(default=None, description="rerank: learned ranker, cross-encoder or formula")
     mmr: Optional[bool] = Field(default=None, description="MMR diversification of the hits (default off)")
     recovery: Optional[bool] = Field(default=None, description="weak-question recovery")
@@ -151,6 +152,16 @@ class Stages(_Strict):
 
 
 _ONE_FIRST_STAGE = "at least one of dense and bm25 must be on"
+
+
+#: what ``where`` is, in the schema and the doors' help (the language: :mod:`medretrieve.filters`)
+WHERE_DESCRIPTION = (
+    "metadata filter every hit must pass (absent: none): text, e.g. 'year >= 2015 and publication_type in "
+    "(Review, \"Randomized Controlled Trial\") and not retracted' (==, !=, <, <=, >, >=, in (...), not in (...), a "
+    "bare boolean field, and / or / not, parentheses), or its JSON form: {\"field\": F, \"op\": OP, \"value\": V} "
+    "with OP one of ==, !=, <, <=, >, >=, in, not_in (a list value), is_true (no value), or {\"and\": [...]}, "
+    "{\"or\": [...]}, {\"not\": {...}}. Fields are the collection's metadata (GET /v1/collection lists them); "
+    "an unknown field or a value of the wrong type is refused naming the field")
 
 
 class SearchOptions(_Strict):
@@ -170,9 +181,25 @@ class SearchOptions(_Strict):
         None, description="most hits from one document (absent: no cap)", json_schema_extra={"x-unit": "hits"})
     sections: Optional[List[Section]] = Field(
         None, min_length=1, description="section categories every hit must come from (absent: all)")
+    where: Optional[Union[Annotated[str, Field(max_length=MAX_FILTER_CHARS)], Dict[str, Any]]] = Field(
+        None, description=WHERE_DESCRIPTION, examples=["year >= 2015 and publication_type in (Review, "
+                                                        "\"Randomized Controlled Trial\")"])
+    include_retracted: Optional[bool] = Field(
+        None, description="keep retracted articles (absent: false: a collection that records retraction leaves "
+                          "them out)")
     stages: Stages = Field(default_factory=Stages)
     explain: bool = Field(False, description="add each stage's reason (the ranker's provenance included) and each "
                                              "hit's per-stage scores to the response")
+
+    @field_validator("where")
+    @classmethod
+    def _readable_filter(cls, value: Any) -> Any:
+        if value is not None:
+            try:
+                parse_filter(value)
+            except FilterError as exc:  # a 422 naming where (field_errors adds the name)
+                raise ValueError(str(exc).removeprefix("where: ").removeprefix("where ")) from None
+        return value
 
     def search_kwargs(self) -> Dict[str, Any]:
         """Keyword arguments of ``Retriever.search`` (all but the question and the deadline): only the options
@@ -182,7 +209,7 @@ class SearchOptions(_Strict):
         return {name: value for name, value in given.items() if value is not None}
 
 
-_SEARCH_FIELDS = {"k", "per_document", "sections"}
+_SEARCH_FIELDS = {"k", "per_document", "sections", "where", "include_retracted"}
 
 
 @dataclass(frozen=True)
@@ -206,6 +233,9 @@ class SearchOption:
 
     def json_schema(self) -> Dict[str, Any]:
         """The option's JSON Schema (standard keywords only; a given value, so no null)."""
+        if self.type == "filter":
+            return {"anyOf": [{"type": "string", "minLength": 1, "maxLength": MAX_FILTER_CHARS},
+                              {"type": "object"}], "description": self.description}
         out: Dict[str, Any] = {"type": self.type, "description": self.description}
         for key, value in (("minimum", self.minimum), ("maximum", self.maximum),
                            ("exclusiveMinimum", self.exclusive_minimum), ("minItems", self.min_items)):
@@ -235,6 +265,8 @@ def _listing() -> Dict[str, SearchOption]:
     # (the sections' items are a $ref to the Section enum)
     sections = fields["sections"]
     fields["sections"] = SearchOption(**{**vars(sections), "items": SECTIONS})
+    # (a filter is a string or an object: one type of its own, "filter", whose schema says both)
+    fields["where"] = SearchOption("where", "filter", WHERE_DESCRIPTION)
     stages = {name: _option(name, prop, True) for name, prop in Stages.model_json_schema()["properties"].items()}
     return {**fields, **stages}
 
@@ -311,6 +343,14 @@ def _checked(option: SearchOption, value: Any) -> Any:
     def outside(what: str) -> SearchOptionValueError:
         return SearchOptionValueError(f"{name} must be {what}, got {value!r}", name)
 
+    if kind == "filter":
+        if not isinstance(value, (str, Mapping, Filter)):
+            raise wrong("a filter: its text or its JSON form (an object)")
+        try:
+            parsed = parse_filter(value)
+        except FilterError as exc:
+            raise SearchOptionValueError(str(exc), name) from None
+        return parsed.text() if isinstance(value, Filter) else value
     if kind == "boolean":
         if not isinstance(value, bool):
             raise wrong("true or false (a bool)")
