@@ -314,3 +314,14 @@ def test_the_page_asks_for_a_key_keeps_it_in_the_tab_and_sends_it(driver, keyed_
     assert driver.execute_script("return sessionStorage.getItem('medretrieve.apiKey');") is None
     assert not _offsite(requests_seen(driver), keyed_page_server.url)
     assert not [e for e in console_errors(driver) if "401" not in e]  # the refused fetches log their status
+
+
+def test_the_api_docs_offer_to_authorize_with_a_key(driver, keyed_page_server):
+    from selenium.webdriver.common.by import By
+
+    driver.get(keyed_page_server.url + "/docs")
+    _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "button.authorize"), "Swagger UI's Authorize button")
+    locks = driver.find_elements(By.CSS_SELECTOR, ".opblock .authorization__btn")
+    assert len(locks) >= 6  # every guarded operation shows its lock
+    assert not console_errors(driver)
+    assert not _offsite(requests_seen(driver), keyed_page_server.url)
