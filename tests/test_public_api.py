@@ -21,7 +21,8 @@ PACKAGE = Path(medretrieve.__file__).resolve().parent
 ROOT = PACKAGE.parents[1]
 LAZY_PACKAGES = ["medretrieve", "medretrieve.corpus", "medretrieve.retrieval", "medretrieve.generation",
                  "medretrieve.models", "medretrieve.training", "medretrieve.evaluation",
-                 "medretrieve.evaluation.medrgb", "medretrieve.integrations", "medretrieve.distributed"]
+                 "medretrieve.evaluation.bioasq", "medretrieve.evaluation.medrgb", "medretrieve.integrations",
+                 "medretrieve.distributed"]
 # subpackages whose names need an extra that may be absent: skipped, not failed, when it is
 EXTRA_OF = {"medretrieve.integrations": ("langchain_core", "llama_index.core", "haystack"),
             "medretrieve.distributed": ("ray",)}

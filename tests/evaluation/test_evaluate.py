@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from medretrieve.evaluation import evaluate as E
-from medretrieve.evaluation.datasets import load_bioasq
+from medretrieve.evaluation.bioasq import answers as A
+from medretrieve.evaluation.bioasq.golden import load_bioasq
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "eval"
 BIOASQ = FIX / "bioasq_tiny.json"
@@ -83,14 +84,14 @@ def _answers(q):
     if q.type == "summary":
         raise RuntimeError("backend down")
     return {
-        "yesno": E.BioASQAnswer("yes", "Yes, aspirin inhibits platelet aggregation."),
-        "factoid": E.BioASQAnswer(["cftr", "tnf"], "CFTR is mutated in cystic fibrosis."),
-        "list": E.BioASQAnswer(["Fever", "cough"], ""),
+        "yesno": A.BioASQAnswer("yes", "Yes, aspirin inhibits platelet aggregation."),
+        "factoid": A.BioASQAnswer(["cftr", "tnf"], "CFTR is mutated in cystic fibrosis."),
+        "list": A.BioASQAnswer(["Fever", "cough"], ""),
     }[q.type]
 
 
 def test_evaluate_bioasq_answers_hand_computed():
-    res = E.evaluate_bioasq_answers(_answers, load_bioasq(BIOASQ), max_workers=2)
+    res = A.evaluate_bioasq_answers(_answers, load_bioasq(BIOASQ), max_workers=2)
     assert res["count"] == 3 and res["errors"] == [{"id": "q-sum", "error": "RuntimeError: backend down"}]
     assert res["exact"]["yesno"] == {"count": 1, "accuracy": 1.0, "macro_f1": 0.5}  # the 'no' class has F1 0
     assert res["exact"]["factoid"]["strict"] == 1.0
@@ -112,10 +113,10 @@ def test_bioasq_answer_fn_through_the_fake_llm():
 
     (q,) = [q for q in load_bioasq(BIOASQ) if q.type == "yesno"]
     with FakeLLMServer(reply) as srv, OpenAIBackend(srv.base_url, "m", max_retries=0) as backend:
-        fn = E.make_bioasq_answer_fn(plain_search, backend, k=3)
+        fn = A.make_bioasq_answer_fn(plain_search, backend, k=3)
         ans = fn(q)
     assert ans.exact == "yes" and ans.ideal.startswith("Yes, aspirin")
-    res = E.evaluate_bioasq_answers(lambda _q: ans, [q])
+    res = A.evaluate_bioasq_answers(lambda _q: ans, [q])
     assert res["ideal"]["rouge2_f"] == 1.0
 
 
@@ -128,7 +129,7 @@ def test_bioasq_answer_without_exact_line_keeps_its_prose_as_ideal():
     q = dataclasses.replace(q, type="factoid")
     with FakeLLMServer(lambda _r: "```\nAspirin inhibits platelet aggregation.\n```") as srv, \
             OpenAIBackend(srv.base_url, "m", max_retries=0) as backend:
-        ans = E.make_bioasq_answer_fn(plain_search, backend, k=3)(q)
+        ans = A.make_bioasq_answer_fn(plain_search, backend, k=3)(q)
     assert ans.exact is None and "EXACT" in ans.error
     assert ans.ideal == "Aspirin inhibits platelet aggregation."
 

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from medretrieve.evaluation import metrics as M
-from medretrieve.evaluation.datasets import Snippet
+from medretrieve.evaluation.bioasq.golden import Snippet
 
 RANKED = ["a", "x", "b", "y", "c"]
 GOLD = {"a", "b", "c", "d"}

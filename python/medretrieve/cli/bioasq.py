@@ -64,9 +64,9 @@ def _config(args: argparse.Namespace) -> dict:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from ..evaluation.datasets import load_bioasq
+    from ..evaluation.bioasq.golden import load_bioasq
+    from ..evaluation.bioasq.submissions import BatchRun
     from ..evaluation.evaluate import retriever_search_fn
-    from ..evaluation.submissions import BatchRun
     from ..generation.generate import write_bioasq_submission
 
     if args.limit is not None and args.limit < 1:
@@ -108,9 +108,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _score(entries: list, golden: list, out: Path) -> str:
     """Scores of ``entries`` against the golden files, written to ``out`` (results.json, results.md)."""
-    from ..evaluation.datasets import load_bioasq
+    from ..evaluation.bioasq.golden import load_bioasq
     from ..evaluation.report import bioasq_markdown, retrieval_markdown
-    from ..evaluation.submissions import score_submission
+    from ..evaluation.bioasq.submissions import score_submission
 
     scores = score_submission(entries, load_bioasq(golden))
     out.mkdir(parents=True, exist_ok=True)
@@ -135,8 +135,8 @@ def _cmd_score(args: argparse.Namespace) -> int:
 
 
 def _cmd_strip(args: argparse.Namespace) -> int:
-    from ..evaluation.datasets import load_bioasq
-    from ..evaluation.submissions import strip_batch
+    from ..evaluation.bioasq.golden import load_bioasq
+    from ..evaluation.bioasq.submissions import strip_batch
 
     out = Path(args.output)
     if out.exists() and not args.overwrite:

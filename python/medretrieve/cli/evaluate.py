@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from .._files import read_json, write_json_atomic, write_text_atomic
-from ..evaluation.datasets import load_bioasq
 from ..evaluation import evaluate as E
+from ..evaluation.bioasq import answers as A
+from ..evaluation.bioasq.golden import load_bioasq
 from ..evaluation.medrgb import N_VALUES, P_VALUES, SCENARIOS, STANDARD_N, MedRGBRunner, make_settings
 from ..evaluation.report import bioasq_markdown
 from ..generation.generate import write_bioasq_submission
@@ -85,7 +86,7 @@ def _cmd_retrieval(args: argparse.Namespace) -> int:
             "ranker": "leave-one-file-out" if args.ranker_folds else args.ranker, **result.to_dict()}
     write_json_atomic(out / "results.json", data)
     if args.submission:  # BioASQ Phase A: documents and snippets with their offsets
-        write_bioasq_submission(E.phase_a_entries(data), args.submission, system=args.system or "medretrieve",
+        write_bioasq_submission(A.phase_a_entries(data), args.submission, system=args.system or "medretrieve",
                                 phase="A")
     md = E.retrieval_markdown_for(data)
     write_text_atomic(out / "results.md", md)
@@ -100,8 +101,8 @@ def _cmd_bioasq(args: argparse.Namespace) -> int:
         raise ValueError("Phase B answers from the golden file's snippets: give no collection and no --pubmed")
     search = _search_fn(args) if phase == "A+" else None
     backend = backend_from_args(args)
-    answer_fn = E.make_bioasq_answer_fn(search, backend, k=args.k, phase=phase)
-    result = E.evaluate_bioasq_answers(answer_fn, questions, max_workers=workers_for(backend, args.workers),
+    answer_fn = A.make_bioasq_answer_fn(search, backend, k=args.k, phase=phase)
+    result = A.evaluate_bioasq_answers(answer_fn, questions, max_workers=workers_for(backend, args.workers),
                                        progress=not args.no_progress)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -110,7 +111,7 @@ def _cmd_bioasq(args: argparse.Namespace) -> int:
     write_json_atomic(out / "results.json", data)
 
     # BioASQ submission format (exact + ideal answers; in Phase A+ the evidence too) for the official scorer
-    write_bioasq_submission(E.submission_entries(questions, result), out / "submission.json",
+    write_bioasq_submission(A.submission_entries(questions, result), out / "submission.json",
                             system=args.system or model_label(args), phase=phase)
     md = bioasq_markdown(data)
     write_text_atomic(out / "results.md", md)

@@ -1,5 +1,6 @@
-"""Evaluation: BioASQ and MIRAGE loaders (``datasets``), metrics (``metrics``), MedRGB scenarios (``medrgb``),
-evaluation runs (``evaluate``), tables and plots (``report``)."""
+"""Evaluation: metrics (``metrics``), retrieval evaluation runs (``evaluate``), the multiple-choice sets of MIRAGE
+(``datasets``), tables and plots (``report``); BioASQ (``bioasq``: its files, answers, batches and submissions) and
+MedRGB (``medrgb``: its prompts, parsers, schemas and runs) each in a subpackage of its own."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from typing import TYPE_CHECKING
 from .._exports import attach as _attach
 
 if TYPE_CHECKING:  # the public names, declared once (medretrieve._exports)
-    from .datasets import BioASQQuestion as BioASQQuestion
+    from .bioasq.golden import BioASQQuestion as BioASQQuestion
     from .datasets import MCQuestion as MCQuestion
-    from .datasets import load_bioasq as load_bioasq
+    from .bioasq.golden import load_bioasq as load_bioasq
     from .datasets import load_dataset as load_dataset
     from .evaluate import evaluate_retrieval as evaluate_retrieval
-    from .evaluate import evaluate_bioasq_answers as evaluate_bioasq_answers
+    from .bioasq.answers import evaluate_bioasq_answers as evaluate_bioasq_answers
 
 __getattr__, __dir__, __all__ = _attach(__name__, __file__)

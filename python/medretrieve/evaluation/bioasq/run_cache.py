@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any, List, Mapping, Optional
 
-from .evaluate import PUBMED_URL
+from .evidence import PUBMED_URL
 
 SEAL_KEY = "sha256"
 _PMID = re.compile(r"[0-9]{1,20}")

@@ -32,8 +32,8 @@ anything raised) is logged and left out of the cache, so the next run retries it
 and is cached.
 
 :func:`score_submission` scores submission entries against a golden file the way BioASQ does: document and
-snippet MAP / P / R / nDCG / MRR at 10 (:func:`~.evaluate.retrieval_row`, snippets matched by their offsets in
-their section), exact answers per type and ROUGE of the ideal answers (:func:`~.evaluate.evaluate_bioasq_answers`).
+snippet MAP / P / R / nDCG / MRR at 10 (:func:`~..evaluate.retrieval_row`, snippets matched by their offsets in
+their section), exact answers per type and ROUGE of the ideal answers (:func:`~.answers.evaluate_bioasq_answers`).
 """
 from __future__ import annotations
 
@@ -49,16 +49,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
-from .._files import read_json, write_json_atomic
-from ..corpus.sources import pmid_from_url
-from ..generation.extractive import extractive_bioasq
-from ..generation.llm import LLMContextTooLong
-from ..retrieval.recovery import prune
-from . import metrics
-from .datasets import BioASQQuestion
+from ..._files import read_json, write_json_atomic
+from ...corpus.sources import pmid_from_url
+from ...generation.extractive import extractive_bioasq
+from ...generation.llm import LLMContextTooLong
+from ...retrieval.recovery import prune
+from .. import metrics
+from ..evaluate import retrieval_means, retrieval_row
+from .answers import BioASQAnswer, evaluate_bioasq_answers, generate_bioasq_answer
+from .evidence import PUBMED_URL, bioasq_evidence
+from .golden import BioASQQuestion
 from .run_cache import SEAL_KEY, entry_problem, remove_temp_files, seal
-from .evaluate import (PUBMED_URL, BioASQAnswer, bioasq_evidence, evaluate_bioasq_answers, generate_bioasq_answer,
-                       retrieval_means, retrieval_row)
 
 log = logging.getLogger(__name__)
 

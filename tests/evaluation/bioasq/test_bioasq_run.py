@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from medretrieve.evaluation.datasets import BioASQQuestion, Snippet, load_bioasq
-from medretrieve.evaluation.run_cache import SEAL_KEY, entry_problem, seal
-from medretrieve.evaluation.submissions import BatchRun, score_submission, strip_batch
+from medretrieve.evaluation.bioasq.golden import BioASQQuestion, Snippet, load_bioasq
+from medretrieve.evaluation.bioasq.run_cache import SEAL_KEY, entry_problem, seal
+from medretrieve.evaluation.bioasq.submissions import BatchRun, score_submission, strip_batch
 from medretrieve.generation.generate import write_bioasq_submission
 from medretrieve.retrieval.results import Hit
 
