@@ -32,12 +32,18 @@ k: a search returns ``k`` results per query, padded with id ``-1`` (score ``-inf
 instead) when fewer exist. ``k`` (and ``search_mmr``'s ``fetch_k``) may be at most ``max(element_count, 1024)``: a
 larger ``k`` could only add padding (``k = 10**9`` would allocate 12 GB per query) and is a ``ValueError`` naming
 ``k``.
+
+Row filters: ``search(..., allowed=...)`` keeps only the external ids a bool mask or a packed ``uint64`` bitset
+allows (``allowed.py``: ``allowed_bitset`` from ids, ``pack_allowed`` from a mask, ``allowed_count``).
 """
 from __future__ import annotations
 
 from ._inputs import IndexInputError
+from .allowed import allowed_bitset, allowed_count, pack_allowed
 from .bruteforce import BFIndex
 from .flat import FlatIndex
 from .hnsw import Index, IndexStats
 
-__all__ = ["Index", "FlatIndex", "BFIndex", "IndexInputError", "IndexStats"]
+__all__ = [
+    "Index", "FlatIndex", "BFIndex", "IndexInputError", "IndexStats", "allowed_bitset", "allowed_count", "pack_allowed",
+]

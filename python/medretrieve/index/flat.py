@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import _core
 from ._inputs import IndexInputError, LabelsArg, check_dim, check_dtype, check_space
+from .allowed import AllowedArg, native_search_args
 
 class FlatIndex:
     """Exact k-NN over float32 or int8 vectors (same quantizer as ``Index``), with labels and deletions.
@@ -18,7 +19,7 @@ class FlatIndex:
     ``device="cuda"`` keeps a copy of the live rows on the GPU (int8 codes + scales, or float32 rows; built on the
     first search and rebuilt after adds and deletions) and searches it with the CUDA kernels: int8 dot products in
     exact int32 on tensor cores, so ids match the CPU path and scores agree to float rounding. Searches with
-    ``labels`` or ``filter`` run on the CPU. The CPU copy stays the source of truth (save, get_items, labels).
+    ``labels``, ``filter`` or ``allowed`` run on the CPU. The CPU copy stays the source of truth (save, get_items, labels).
     """
 
     def __init__(self, space: str, dim: int, dtype: str = "float32", device: str = "cpu") -> None:
@@ -79,15 +80,19 @@ class FlatIndex:
         labels: Union[None, int, Iterable[int]] = None,
         num_threads: int = -1,
         filter: Optional[Callable[[int], bool]] = None,
+        *,
+        allowed: AllowedArg = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k: ``(ids int64 [n, k], scores float32 [n, k])``, same conventions as ``Index.search`` (padding
-        with id -1, ``k`` at most ``max(count, 1024)``).
+        with id -1, ``k`` at most ``max(count, 1024)``, ``allowed`` a bool mask or packed bitset over ids).
 
-        ``ef`` is accepted for signature compatibility and ignored (the search is exhaustive).
+        ``ef`` is accepted for signature compatibility and ignored (the search is exhaustive). A sparse ``allowed``
+        (at most 1/16 of the rows) scores only its rows; a denser one is tested during the full scan.
         """
-        if self._device == "cuda" and labels is None and filter is None:
+        if self._device == "cuda" and labels is None and filter is None and allowed is None:
             return self._search_device(queries, k)
-        return self._core.search(queries, k, labels, filter, num_threads)
+        filter, extra = native_search_args(allowed, filter)
+        return self._core.search(queries, k, labels, filter, num_threads, **extra)
 
     def _device_table(self) -> tuple[Any, np.ndarray]:
         with self._table_lock:
