@@ -126,9 +126,10 @@ STAGE_SWITCHES = ("expand", "route", "dense", "bm25", "feedback", "rerank", "mmr
 
 class Stages(_Strict):
     """Search stages a request may switch on or off, by their names in the stage log (for ablations and cheaper
-    searches). Not given (or null): the retriever's setting: on, except ``mmr`` and ``feedback``, which follow
-    ``Settings.mmr`` / ``Settings.feedback`` (MMR off; feedback only without a learned ranker). ``dense`` and
-    ``bm25`` are not both off (the schema says so too)."""
+    searches). Not given (or null): the retriever's setting: on, except ``mmr``, ``feedback`` and ``recovery``,
+    which follow ``Settings.mmr`` / ``Settings.feedback`` / ``Settings.recovery`` (MMR off; feedback only without a
+    learned ranker; recovery only with an online source). ``dense`` and ``bm25`` are not both off (the schema says
+    so too)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"not": {
         "required": ["dense", "bm25"],
@@ -142,7 +143,8 @@ class Stages(_Strict):
                                                                "a learned ranker)")
     rerank: Optional[bool] = Field(default=None, description="rerank: learned ranker, cross-encoder or formula")
     mmr: Optional[bool] = Field(default=None, description="MMR diversification of the hits (default off)")
-    recovery: Optional[bool] = Field(default=None, description="weak-question recovery")
+    recovery: Optional[bool] = Field(default=None, description="a second search, with wider and relaxed queries, "
+                                     "for a question whose first search found little (replaces its weakest hits)")
 
     @model_validator(mode="after")
     def _one_first_stage(self) -> "Stages":
