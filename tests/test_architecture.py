@@ -24,7 +24,7 @@ PACKAGE = Path(medretrieve.__file__).resolve().parent
 # wings from the bottom up; a module may import its own wing and any wing listed before it
 WINGS: Tuple[Tuple[str, ...], ...] = (
     ("_core", "_version", "_exports", "_files", "_assets", "index", "fusion", "records", "wire",
-     "outbound"),
+     "outbound", "filters"),
     ("models",),
     ("corpus",),
     ("retrieval",),
@@ -41,7 +41,7 @@ WINGS: Tuple[Tuple[str, ...], ...] = (
 RANK: Dict[str, int] = {name: i for i, wing in enumerate(WINGS) for name in wing}
 ROOT_ONLY = {"__init__", "__main__"}  # the root re-exports everything; __main__ runs the CLI
 # what the HTTP client may reach, directly or through what it imports: the wire format and the plain records
-LEAN_CLIENT = {"records", "wire", "_version", "_exports", "outbound"}  # _exports: the root's lazy names
+LEAN_CLIENT = {"records", "wire", "filters", "_version", "_exports", "outbound"}  # _exports: the root's lazy names
 # third-party modules a lean client must not load (the engine's numerics and models)
 ENGINE_LIBRARIES = ("numpy", "onnxruntime", "tokenizers", "bm25s", "torch", "scipy")
 

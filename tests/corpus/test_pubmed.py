@@ -61,7 +61,7 @@ def test_fetch_posts_ids_and_parses_medline_in_the_order_asked():
         for s in aspirin.sections:
             assert s.source_section == "abstract"
             assert abstract[s.source_offset:s.source_offset + len(s.text)] == s.text
-        assert aspirin.metadata["year"] == "2019"
+        assert aspirin.metadata["year"] == 2019 and aspirin.metadata["publication_date"] == "2019-03"
         title_only = src.fetch(["30000003"])[0]
         assert title_only.sections[0].source_section == "title"
         with pytest.raises(ValueError, match="PMID"):

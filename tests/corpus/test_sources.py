@@ -169,7 +169,8 @@ def test_medline_xml_structured_abstract_namespace_and_gzip(tmp_path):
     assert a.title == "Aspirin in primary prevention."
     assert [(s.title, s.text) for s in a.sections] == [("background", "Aspirin is widely used."),
                                                        ("methods", "We ran a trial."), ("abstract", "Free text.")]
-    assert a.metadata == {"source": "medline", "journal": "Journal of Tests", "year": "2019"}
+    assert a.metadata == {"source": "medline", "journal": "Journal of Tests", "year": 2019,
+                          "publication_date": "2019", "retracted": False}
     assert recs[1].sections[0].title == "title"
     assert report.n_skipped == 1 and "record 2" in report.skipped[0][0] and "PMID" in report.skipped[0][1]
 

@@ -21,6 +21,7 @@ import numpy as np
 from .store import CHUNKS, DamagedCollection, Digest, file_digest, load_array
 
 ROWS = "rows"  # the arrays' folder
+METADATA = "metadata.json"  # each document's metadata, by document code (in rows/)
 _ARRAYS = {"offsets": np.int64, "labels": np.int64, "deleted": np.bool_, "document": np.int32}
 
 
@@ -64,6 +65,8 @@ class ChunkTable(Sequence[ChunkRow]):
         self.documents: List[str] = list(documents or [])
         self._doc_index: Optional[Dict[str, int]] = None
         self._new: List[ChunkRow] = []  # rows added since the file was written
+        # each document's metadata (by document code; None: read from its rows when first asked for)
+        self._doc_meta: Optional[List[Dict[str, Any]]] = [] if path is None and not self.documents else None
         self._map: Optional[mmap.mmap] = None
         self.n_file = len(self.offsets) - 1
 
@@ -129,6 +132,19 @@ class ChunkTable(Sequence[ChunkRow]):
             self._doc_index = {d: j for j, d in enumerate(self.documents)}
         return self._doc_index
 
+    def document_metadata(self) -> List[Dict[str, Any]]:
+        """Each document's metadata, by document code (the record's fields its chunks carry: the last row of the
+        document holds it). Collections written before ``rows/metadata.json`` read it from their rows once."""
+        if self._doc_meta is None:
+            meta: List[Dict[str, Any]] = [{} for _ in self.documents]
+            if len(self):
+                codes = np.asarray(self.document)
+                last = len(codes) - 1 - np.unique(codes[::-1], return_index=True)[1]
+                for code, row in zip(np.unique(codes[::-1]), last):
+                    meta[int(code)] = dict(self[int(row)].metadata)
+            self._doc_meta = meta
+        return self._doc_meta
+
     # ------------------------------------------------------------- changing
     def copy(self) -> "ChunkTable":
         """A table a writer may change (extend, flag deleted rows) without changing this one: the file and its
@@ -139,6 +155,7 @@ class ChunkTable(Sequence[ChunkRow]):
         new.documents = list(self.documents)
         new._doc_index = None
         new._new = list(self._new)
+        new._doc_meta = None if self._doc_meta is None else list(self._doc_meta)
         return new
 
     def append(self, row: ChunkRow) -> None:
@@ -156,6 +173,10 @@ class ChunkTable(Sequence[ChunkRow]):
                 j = index[row.document_id] = len(self.documents)
                 self.documents.append(row.document_id)
             docs[i] = j
+            if self._doc_meta is not None:
+                if j == len(self._doc_meta):
+                    self._doc_meta.append({})
+                self._doc_meta[j] = dict(row.metadata)
         self._new.extend(rows)
         self.labels = np.concatenate([self.labels, np.array([r.label for r in rows], dtype=np.int64)])
         self.deleted = np.concatenate([self.deleted, np.array([r.deleted for r in rows], dtype=bool)])
@@ -203,6 +224,7 @@ class ChunkTable(Sequence[ChunkRow]):
                                     "offsets, document codes or labels are out of order or out of range")
         crc = load_array(rows_dir / "crc.npy", np.uint32, n) if (rows_dir / "crc.npy").exists() else None
         table = cls(path, offsets, arrays["labels"], arrays["deleted"], document, documents, crc)
+        table._doc_meta = _read_metadata(rows_dir / METADATA, len(documents))
         table._map_file()
         return table
 
@@ -265,4 +287,19 @@ class ChunkTable(Sequence[ChunkRow]):
         np.save(rows_dir / "deleted.npy", np.asarray(self.deleted, dtype=bool))
         np.save(rows_dir / "document.npy", np.asarray(self.document, dtype=np.int32))
         (rows_dir / "documents.json").write_text(json.dumps(self.documents, ensure_ascii=False), encoding="utf-8")
+        (rows_dir / METADATA).write_text(json.dumps(self.document_metadata(), ensure_ascii=False), encoding="utf-8")
         return file_digest(out)
+
+
+def _read_metadata(path: Path, n_documents: int) -> Optional[List[Dict[str, Any]]]:
+    """The documents' metadata of ``rows/metadata.json`` (None when the collection was written without it)."""
+    if not path.exists():
+        return None
+    try:
+        meta = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise DamagedCollection(f"{path} cannot be read ({str(exc)[:200]})") from None
+    if not isinstance(meta, list) or len(meta) != n_documents or not all(isinstance(m, dict) for m in meta):
+        raise DamagedCollection(f"{path} does not hold one metadata object per document ({n_documents}); rebuild "
+                                "the collection or restore the file")
+    return meta

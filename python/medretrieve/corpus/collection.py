@@ -57,6 +57,7 @@ import numpy as np
 from .builder import CollectionBuilder, chunk_rows, embed_chunks, lexical_text, source_fingerprint
 from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record
 from .chunk_table import ROWS, ChunkRow, ChunkTable
+from .metadata import infer_fields
 from .lexical import LexicalIndex
 from .manifest import CollectionManifest, read_manifest, validate_manifest
 from .snapshot import CollectionSnapshot, Encoders, load_snapshot
@@ -221,6 +222,15 @@ class Collection:
     def n_documents(self) -> int:
         """Number of live documents."""
         return self._snap.n_documents
+
+    @property
+    def metadata_fields(self) -> Dict[str, str]:
+        """The documents' metadata fields, name -> type (:attr:`CollectionSnapshot.metadata_fields`)."""
+        return self._snap.metadata_fields
+
+    def filter_rows(self, where: Any) -> np.ndarray:
+        """Boolean mask of the live rows passing a metadata filter (:meth:`CollectionSnapshot.filter_rows`)."""
+        return self._snap.filter_rows(where)
 
     @property
     def sections(self) -> Dict[str, SectionPart]:
@@ -547,6 +557,11 @@ class Collection:
             manifest["counts"] = {"documents": n_documents, "chunks": int(alive.sum()), "sections": n_sections,
                                   "deleted_chunks": int((~alive).sum())}
             files = {CHUNKS: draft.rows.write(tmp)}
+            # the fields a filter may name, recorded with the version they describe (declared ones kept)
+            recorded = manifest.get("metadata") or {}
+            fields = recorded.get("fields") if recorded.get("declared") else infer_fields(
+                draft.rows.document_metadata())
+            manifest["metadata"] = {"fields": fields, "declared": bool(recorded.get("declared"))}
             if draft.sections_changed:
                 files[SECTIONS] = write_jsonl(tmp / SECTIONS, (s.__dict__ for s in draft.sections.values()))
             else:  # unchanged: copied as it is, from the base snapshot's own handle

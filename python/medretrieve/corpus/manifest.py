@@ -95,6 +95,14 @@ class FileEntry(Strict):
     lines: Optional[Count] = None
 
 
+class MetadataEntry(Strict):
+    """The documents' metadata fields a filter may name, name -> type (``medretrieve.filters.FIELD_TYPES``);
+    ``declared``: given at build time (kept by later writes) rather than inferred from the documents."""
+
+    fields: Dict[str, Literal["keyword", "keywords", "integer", "float", "date", "boolean"]]
+    declared: bool = False
+
+
 class CollectionManifest(Strict):
     """The validated manifest (module docstring); :meth:`to_dict` gives the JSON object back."""
 
@@ -108,6 +116,7 @@ class CollectionManifest(Strict):
     read_report: Optional[Dict[str, Any]] = None
     counts: Optional[Counts] = None
     files: Optional[Dict[RelPath, FileEntry]] = None
+    metadata: Optional[MetadataEntry] = None
 
     @model_validator(mode="after")
     def _agree(self) -> "CollectionManifest":

@@ -20,6 +20,8 @@ import numpy as np
 
 from .chunking import ChunkingConfig, SectionPart
 from .builder import geometry_mismatch, lexical_text
+from ..filters import parse_filter
+from .metadata import MetadataColumns, infer_fields
 from .chunk_table import ChunkTable
 from .lexical import TOKENIZER_VERSION, LexicalIndex
 from .manifest import CollectionManifest
@@ -130,6 +132,8 @@ class CollectionSnapshot:
         self._n_documents = len(np.unique(rows.document[alive])) if len(rows) else 0
         self._doc_rows: Optional[Tuple[np.ndarray, np.ndarray]] = None  # live rows by document code, bounds
         self._allowed: Dict[Tuple[int, ...], np.ndarray] = {}  # label set -> live rows carrying one of them
+        self._columns: Optional[MetadataColumns] = None  # the documents' metadata as columns, built when asked
+        self._filtered: Dict[str, np.ndarray] = {}  # filter text -> live rows passing it
 
     def snapshot(self) -> "CollectionSnapshot":
         """This snapshot (it never changes)."""
@@ -197,6 +201,37 @@ class CollectionSnapshot:
             mask = self.alive & np.isin(self.labels, key)
             mask.flags.writeable = False
             self._allowed[key] = mask
+        return mask
+
+    @property
+    def metadata_fields(self) -> Dict[str, str]:
+        """The documents' metadata fields, name -> type (``medretrieve.filters.FIELD_TYPES``): the manifest's
+        (declared or recorded at the last write), else inferred from the documents."""
+        return self.metadata_columns().fields
+
+    def metadata_columns(self) -> MetadataColumns:
+        """The documents' metadata as typed columns (:mod:`.metadata`), built once per snapshot."""
+        if self._columns is None:
+            meta = self.rows.document_metadata()
+            fields = (self.manifest.get("metadata") or {}).get("fields") or infer_fields(meta)
+            self._columns = MetadataColumns(meta, fields)
+        return self._columns
+
+    def filter_rows(self, where: Any) -> np.ndarray:
+        """Boolean mask of the live rows whose document passes the filter ``where`` (text, JSON form or
+        parsed: :mod:`medretrieve.filters`), read-only, kept per distinct filter for this snapshot (a collection
+        version); FilterError (a ValueError) naming an unknown field or an ill-typed comparison."""
+        columns = self.metadata_columns()
+        parsed = parse_filter(where)
+        key = parsed.text()
+        mask = self._filtered.get(key)
+        if mask is None:
+            docs = columns.mask(parsed)
+            mask = self.alive & docs[np.asarray(self.rows.document)] if len(self.rows) else self.alive.copy()
+            mask.flags.writeable = False
+            if len(self._filtered) >= 64:  # a bounded cache: the oldest filter goes first
+                self._filtered.pop(next(iter(self._filtered)))
+            self._filtered[key] = mask
         return mask
 
     def parent(self, parent_id: str) -> Optional[SectionPart]:

@@ -17,7 +17,10 @@ Formats
   URL), its distinct snippets as sections (named by ``beginSection``).
 - ``medline``: PubMed / MEDLINE citation XML (also ``.xml.gz``), read with
   ``iterparse`` so huge baseline files stream; namespaces are ignored.
-  AbstractText elements with ``Label`` / ``NlmCategory`` become sections.
+  AbstractText elements with ``Label`` / ``NlmCategory`` become sections. Metadata (filters and facets):
+  ``journal``, ``year`` (an integer) and ``publication_date`` (ISO, as precise as the record), ``language``,
+  ``publication_type``, ``mesh`` and ``mesh_major`` (lists), ``retracted`` (a "Retracted Publication" type or a
+  ``RetractionIn`` notice). PubMed E-utilities replies are read the same way.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import gzip
 import io
 import json
 import os
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -347,18 +351,77 @@ def _medline_record(cit: ET.Element, where: str) -> Record:
         sections.append(Section("title", title, "title", 0))
     if not sections:
         raise SourceError(where, f"PMID {pmid}: no title and no abstract")
-    meta: Dict[str, Any] = {"source": "medline"}
+    meta: Dict[str, Any] = {"source": "medline", **_medline_metadata(cit, article)}
+    return Record(pmid, title, sections, meta)
+
+
+_MONTHS = {m: i for i, m in enumerate(("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov",
+                                        "dec"), 1)}
+RETRACTED_TYPE = "Retracted Publication"  # MEDLINE's publication type of a retracted article
+
+
+def _pub_date(pub: Optional[ET.Element]) -> Tuple[Optional[int], Optional[str]]:
+    """(year, ISO date as precise as the record: YYYY, YYYY-MM or YYYY-MM-DD) of a PubDate (or ArticleDate);
+    a MedlineDate ("1998 Dec-1999 Jan") gives its first year."""
+    if pub is None:
+        return None, None
+    year = _text_of(_child(pub, "Year"))
+    if not year:
+        m = re.match(r"\s*(\d{4})", _text_of(_child(pub, "MedlineDate")))
+        return (int(m.group(1)), m.group(1)) if m else (None, None)
+    if not re.fullmatch(r"\d{4}", year):
+        return None, None
+    raw = _text_of(_child(pub, "Month")).lower()
+    month = _MONTHS.get(raw[:3]) or (int(raw) if raw.isdigit() and 1 <= int(raw) <= 12 else None)
+    day = _text_of(_child(pub, "Day"))
+    date = year
+    if month:
+        date += f"-{month:02d}"
+        if day.isdigit() and 1 <= int(day) <= 31:
+            date += f"-{int(day):02d}"
+    return int(year), date
+
+
+def _medline_metadata(cit: ET.Element, article: ET.Element) -> Dict[str, Any]:
+    """What a MedlineCitation says about its article, for filters and facets: journal, year and publication_date
+    (the journal issue's date), language (codes), publication_type, mesh (every descriptor) and mesh_major (those
+    marked major, on the descriptor or a qualifier), retracted (a "Retracted Publication" type or a RetractionIn
+    notice)."""
+    meta: Dict[str, Any] = {}
     journal = _child(article, "Journal")
     if journal is not None:
         jt = _text_of(_child(journal, "Title"))
         if jt:
             meta["journal"] = jt
         issue = _child(journal, "JournalIssue")
-        pub = _child(issue, "PubDate") if issue is not None else None
-        year = _text_of(_child(pub, "Year")) if pub is not None else ""
-        if year:
-            meta["year"] = year
-    return Record(pmid, title, sections, meta)
+        year, date = _pub_date(_child(issue, "PubDate") if issue is not None else None)
+        if year is not None:
+            meta["year"], meta["publication_date"] = year, date
+    languages = [_text_of(e) for e in article if _local(e.tag) == "Language" and _text_of(e)]
+    if languages:
+        meta["language"] = languages
+    types_el = _child(article, "PublicationTypeList")
+    types = [_text_of(e) for e in types_el if _text_of(e)] if types_el is not None else []
+    if types:
+        meta["publication_type"] = types
+    mesh, major = [], []
+    headings = _child(cit, "MeshHeadingList")
+    for heading in (headings if headings is not None else ()):
+        name_el = _child(heading, "DescriptorName")
+        name = _text_of(name_el)
+        if not name:
+            continue
+        mesh.append(name)
+        qualifiers = [q for q in heading if _local(q.tag) == "QualifierName"]
+        if name_el is not None and (name_el.get("MajorTopicYN") == "Y" or
+                                    any(q.get("MajorTopicYN") == "Y" for q in qualifiers)):
+            major.append(name)
+    if mesh:
+        meta["mesh"], meta["mesh_major"] = mesh, major
+    corrections = _child(cit, "CommentsCorrectionsList")
+    notices = [c for c in (corrections if corrections is not None else ()) if c.get("RefType") == "RetractionIn"]
+    meta["retracted"] = RETRACTED_TYPE in types or bool(notices)
+    return meta
 
 
 def _iter_medline(fh: IO[bytes], where: str, rd: _Reader) -> Iterator[Record]:

@@ -29,6 +29,7 @@ or, online, the one over its pool.
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union, cast
@@ -38,12 +39,14 @@ import numpy as np
 from ..corpus.collection import Collection
 from ..corpus.snapshot import CollectionSnapshot
 from ..corpus.spans import Span, chunk_span
+from ..filters import All, Flag, Not, parse_filter
 from ..outbound import Deadline
 from .budget import CostModel
 from .candidates import Candidates, CandidateGenerator, Switches, section_labels
 from .collection_view import CollectionView, SearchableCollection
 from .diversify import Diversified, diversify
 from .expansion import TermSource, TrainingMemory
+from .filtered import FilteredCollection
 from .first_stage import FirstStage, FirstStageFactory, LocalFirstStage
 from .matching import ChunkTokens
 from .online import OnlinePool, OnlineSource, OnlineStage
@@ -120,6 +123,8 @@ class Retriever:
         self.reranker = Reranker(self.settings, self.costs, chosen, cross_encoder, ranker_note=note)
         self.recovery = Recovery(self.settings, self.costs)
         self._scope = self._scope_over(self._snapshot())
+        self._filtered: Dict[Any, Any] = {}  # filter text -> its scope over the snapshot held under None
+        self._filtered_lock = threading.Lock()
         if warmup:
             self.warmup()
 
@@ -200,7 +205,8 @@ class Retriever:
                per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
                expand: Optional[bool] = None, route: Optional[bool] = None, dense: Optional[bool] = None,
                bm25: Optional[bool] = None, feedback: Optional[bool] = None, rerank: Optional[bool] = None,
-               mmr: Optional[bool] = None, recovery: Optional[bool] = None) -> SearchResult:
+               mmr: Optional[bool] = None, recovery: Optional[bool] = None, where: Any = None,
+               include_retracted: Optional[bool] = None) -> SearchResult:
         """Best ``k`` chunks for ``question`` within ``deadline_ms`` (None: no deadline; 0: already expired,
         so only the stages that always run do).
 
@@ -217,13 +223,18 @@ class Retriever:
         ``bm25`` (not both off), ``feedback`` (pseudo-relevance feedback), ``rerank``, ``mmr``, ``recovery``.
         None (the default) is the retriever's setting: on, except ``mmr`` and ``feedback``, as ``Settings.mmr``
         and ``Settings.feedback`` say (MMR off; feedback only without a learned ranker; why in :class:`.Settings`).
+
+        ``where``: a metadata filter every hit passes (text or JSON form, :mod:`medretrieve.filters`; ValueError
+        naming an unknown field or an ill-typed comparison); it holds in every stage (:mod:`.filtered`).
+        Retracted articles (a collection whose documents carry the boolean ``retracted``) are left out unless
+        ``include_retracted`` or the filter itself names ``retracted``.
         """
         check_question(question)
         expired = deadline_ms == 0 and not isinstance(deadline_ms, bool)  # in-process only: already out of time
         opts = check_search_options(dict(
             k=k, deadline_ms=None if expired else deadline_ms, per_document=per_document, sections=sections,
             expand=expand, route=route, dense=dense, bm25=bm25, feedback=feedback, rerank=rerank, mmr=mmr,
-            recovery=recovery))
+            recovery=recovery, where=where, include_retracted=include_retracted))
         k, per_document = opts["k"], opts.get("per_document")
         on = {name: opts.get(name, True) for name in ("expand", "route", "dense", "bm25", "rerank", "recovery")}
         only = None if sections is None else section_labels(sections)
@@ -235,6 +246,7 @@ class Retriever:
         switches = Switches(on["expand"], on["route"], on["dense"], on["bm25"], feedback)
         ranked = on["rerank"] and self.ranker is not None
         scope, pool = self.scope(), None
+        scope = self._filtered_scope(scope, opts.get("where"), bool(opts.get("include_retracted")), dl, log)
         if self.online is not None:
             scope, pool = self._online_scope(scope, query, k, dl, log, switches, ranked, only)
         cands = self.candidates.gather(scope, query, k, dl, log, switches, ranked=ranked, only=only)
@@ -261,6 +273,46 @@ class Retriever:
                             rerank_depth=ranking.depth, expansions=cands.expansions, recovery=rec.report)
 
     # ------------------------------------------------------------- stages not in their own module
+    def _filtered_scope(self, scope: SearchScope, where: Any, include_retracted: bool, dl: Deadline,
+                        log: StageLog) -> SearchScope:
+        """The scope narrowed to the rows passing ``where`` and, unless ``include_retracted``, not retracted
+        (:mod:`.filtered`); built once per distinct filter and snapshot, its chunks' token sets shared with the
+        snapshot's scope. The scope as it is when nothing narrows it."""
+        col = scope.collection
+        fields: Dict[str, str] = getattr(col, "metadata_fields", None) or {}
+        parsed = None if where is None else parse_filter(where)
+        if not include_retracted and fields.get("retracted") == "boolean" and \
+                (parsed is None or "retracted" not in parsed.fields()):
+            parsed = Not(Flag("retracted")) if parsed is None else All((parsed, Not(Flag("retracted"))))
+        if parsed is None:
+            return scope
+        if self.online is not None and where is not None:
+            raise ValueError("where: a metadata filter cannot be combined with an online source yet (the records "
+                             "it fetches are not filtered)")
+        filter_rows = getattr(col, "filter_rows", None)
+        if filter_rows is None:
+            raise ValueError(f"where: this collection ({type(col).__name__}) holds no document metadata to filter by")
+        key = parsed.text()
+        with self._filtered_lock:
+            cache = self._filtered
+            if cache.get(None) is not col:  # a new snapshot: the scopes of the old one go
+                cache.clear()
+                cache[None] = col
+            got = cache.get(key)
+        if got is None:
+            with dl.stage("filter"):
+                mask = filter_rows(parsed)
+            view = FilteredCollection(cast(SearchableCollection, col), mask, key)
+            got = SearchScope(view, self.first_stage(view), scope.tokens)
+            with self._filtered_lock:
+                if cache.get(None) is col:
+                    if len(cache) > 64:  # bounded: the oldest filter's scope goes
+                        cache.pop(next(k for k in cache if k is not None))
+                    cache[key] = got
+        n = int(cast(FilteredCollection, got.collection).alive.sum())
+        log.record("filter", True, f"{key}: {n} of {int(np.asarray(col.alive).sum())} chunks")
+        return got
+
     def _online_scope(self, local: SearchScope, query: Query, k: int, dl: Deadline, log: StageLog,
                       switches: Switches, ranked: bool, only: Optional[List[int]]) -> Tuple[SearchScope, OnlinePool]:
         """The local collection's fused candidates (``local``: the snapshot's scope), then the pool with the

@@ -1,0 +1,218 @@
+"""Document metadata and the filter language (issue 45 items 1-3): MEDLINE fields read from MEDLINE's own XML, typed
+fields inferred and recorded, filters parsed (text and JSON), refused with the field named, compiled to row masks
+that every hit of a search passes, retracted articles out by default, live add / delete kept consistent."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from medretrieve.corpus.collection import Collection
+from medretrieve.corpus.metadata import MetadataColumns, infer_fields
+from medretrieve.corpus.sources import read_records
+from medretrieve.filters import All, AnyOf, Compare, Flag, FilterError, Member, Not, parse_filter
+from medretrieve.retrieval.filtered import FilteredDense
+from medretrieve.retrieval.retriever import Retriever
+
+MEDLINE = Path(__file__).resolve().parents[1] / "fixtures" / "medline" / "filters_sample.xml"
+
+
+def test_medline_records_give_their_metadata():
+    recs = {r.id: r.metadata for r in read_records(MEDLINE)}
+    review = recs["31000001"]
+    assert review["year"] == 2020 and review["publication_date"] == "2020-07-15"
+    assert review["journal"] == "Diabetes care" and review["language"] == ["eng"]
+    assert review["publication_type"] == ["Journal Article", "Systematic Review", "Review"]
+    assert review["mesh"] == ["Diabetes Mellitus, Type 2", "Humans", "Metformin"]
+    # major by its descriptor (Metformin) or by a qualifier (Diabetes ... / drug therapy)
+    assert review["mesh_major"] == ["Diabetes Mellitus, Type 2", "Metformin"]
+    assert review["retracted"] is False
+    assert recs["31000002"]["publication_date"] == "2009-11"  # a numeric month
+    assert recs["31000003"]["year"] == 2016 and recs["31000003"]["retracted"] is True  # MedlineDate; the type
+    assert recs["31000004"]["retracted"] is True  # a RetractionIn notice
+    assert recs["31000004"]["language"] == ["eng", "ger"]
+
+
+def test_fields_are_inferred_with_their_types():
+    fields = infer_fields([r.metadata for r in read_records(MEDLINE)])
+    assert fields == {"journal": "keyword", "language": "keywords", "mesh": "keywords", "mesh_major": "keywords",
+                      "publication_date": "date", "publication_type": "keywords", "retracted": "boolean",
+                      "year": "integer"}
+    assert infer_fields([{"a": 1}, {"a": 2.5}, {"b": {"x": 1}}, {"c": "x"}, {"c": ["y"]}]) == {
+        "a": "float", "c": "keywords"}
+
+
+def test_the_text_and_json_forms_are_one_filter():
+    text = 'year >= 2015 and publication_type in (Review, "Randomized Controlled Trial") and not retracted'
+    f = parse_filter(text)
+    assert f == All((Compare("year", ">=", 2015), Member("publication_type", ("Review", "Randomized Controlled Trial")),
+                     Not(Flag("retracted"))))
+    assert parse_filter(f.to_json()) == f and parse_filter(f.text()) == f
+    # precedence: not > and > or; parentheses; 'not in'; '=' as '=='
+    g = parse_filter("a = 1 or b < 2.5 and not (c not in ('x y', z))")
+    assert g == AnyOf((Compare("a", "==", 1), All((Compare("b", "<", 2.5), Not(Not(Member("c", ("x y", "z"))))))))
+    assert parse_filter(g.text()) == g
+
+
+@pytest.mark.parametrize("bad, words", [
+    ("year >=", "ends too early"), ("year >= 2015 foo", "position 14"), ("(year > 1", "ends too early"),
+    ("and", "field name"), ("year in 2015", "expected '('"), ("", "empty"), ("year ~ 2", "unexpected character"),
+    ({"field": "year", "op": "~", "value": 1}, "unknown operator"), ({"and": []}, "non-empty"),
+    ({"field": "year"}, "condition"), (5, "filter string or object"), ("not " * 40 + "x", "nested deeper"),
+    ({"field": "year", "op": "in", "value": 2015}, "list")])
+def test_unreadable_filters_are_refused_with_the_place(bad, words):
+    with pytest.raises(FilterError, match=re.escape(words)):
+        parse_filter(bad)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.recursive(
+    st.builds(Compare, st.sampled_from(["year", "journal"]), st.sampled_from(["==", "!=", "<", ">="]),
+              st.one_of(st.integers(-5, 3000), st.text("ab ()'\"\\,", min_size=1, max_size=6))),
+    lambda inner: st.one_of(st.builds(Not, inner), st.builds(lambda xs: All(tuple(xs)), st.lists(inner, min_size=2,
+                                                                                                  max_size=3)),
+                            st.builds(lambda xs: AnyOf(tuple(xs)), st.lists(inner, min_size=2, max_size=3))),
+    max_leaves=6))
+def test_any_filter_reads_back_from_its_text_and_its_json(f):
+    assert parse_filter(f.text()).text() == f.text()
+    assert parse_filter(f.to_json()).text() == f.text()
+
+
+def _docs():
+    return [{"year": 2010, "type": ["Review"], "retracted": False, "journal": "A", "date": "2010-05-01"},
+            {"year": 2016, "type": ["Case Reports", "Journal Article"], "retracted": False, "journal": "B"},
+            {"year": 2020, "type": ["Randomized Controlled Trial"], "retracted": True, "journal": "A",
+             "date": "2020-01"},
+            {"type": ["Review"], "journal": "C"}]
+
+
+@pytest.mark.parametrize("where, expected", [
+    ("year >= 2015", [1, 2]), ("year < 2015", [0]), ("not year >= 2015", [0, 3]), ("type == Review", [0, 3]),
+    ("type in ('Case Reports', 'Randomized Controlled Trial')", [1, 2]), ("type not in (Review)", [1, 2]),
+    ("retracted", [2]), ("not retracted", [0, 1, 3]), ("journal != A", [1, 3]), ("journal = A or year = 2016", [0, 1, 2]),
+    ("date >= 2015", [2]), ("date < '2010-06'", [0]), ("year in (2010, 2020)", [0, 2])])
+def test_filters_select_the_documents_they_say(where, expected):
+    docs = _docs()
+    cols = MetadataColumns(docs, infer_fields(docs))
+    assert np.flatnonzero(cols.mask(where)).tolist() == expected
+    assert cols.mask(where) is cols.mask(parse_filter(where).to_json())  # compiled once per distinct filter
+
+
+@pytest.mark.parametrize("where, words", [
+    ("yeer > 1", "unknown field 'yeer'"), ("journal > A", "journal is a keyword field: > needs"),
+    ("year == x", "year is an integer field, got 'x'"), ("year", "not a boolean"), ("retracted == 3", "boolean"),
+    ("date > 'soon'", "date field")])
+def test_ill_typed_filters_name_the_field(where, words):
+    docs = _docs()
+    with pytest.raises(FilterError, match=re.escape(words)) as info:
+        MetadataColumns(docs, infer_fields(docs)).mask(where)
+    assert info.value.field == where.split()[0]
+
+
+def test_facets_count_documents_per_value():
+    docs = _docs()
+    cols = MetadataColumns(docs, infer_fields(docs))
+    every = np.arange(len(docs))
+    assert cols.facet("type", every) == [("Review", 2), ("Case Reports", 1), ("Journal Article", 1),
+                                         ("Randomized Controlled Trial", 1)]
+    assert cols.facet("year", every) == [(2010, 1), (2016, 1), (2020, 1)]
+    assert cols.facet("date", every) == [(2010, 1), (2020, 1)]  # dates by year
+    assert cols.facet("type", np.array([0, 0, 3]), top=1) == [("Review", 2)]
+    with pytest.raises(FilterError, match="unknown field"):
+        cols.facet("nope", every)
+
+
+@pytest.fixture(scope="module")
+def medline_collection(tmp_path_factory):
+    return Collection.build(str(MEDLINE), tmp_path_factory.mktemp("c") / "col", "default", progress=False)
+
+
+def test_searches_keep_inside_their_filter_and_leave_retracted_articles_out(medline_collection):
+    col = medline_collection
+    r = Retriever(col)
+    recs = {x.id: x.metadata for x in read_records(MEDLINE)}
+    plain = r.search("metformin type 2 diabetes trial", k=10)
+    assert {h.document_id for h in plain.hits} == {"31000001", "31000002", "31000005"}  # no retracted one
+    assert any(s.name == "filter" for s in plain.stages)
+    every = r.search("metformin type 2 diabetes trial", k=10, include_retracted=True)
+    assert {h.document_id for h in every.hits} == set(recs)
+    for where in ["year >= 2015", "publication_type in (Review, 'Practice Guideline')", "mesh == Metformin",
+                  "journal != 'Diabetes care'", {"field": "year", "op": "<", "value": 2019}]:
+        res = r.search("metformin type 2 diabetes", k=10, where=where, include_retracted=True)
+        docs = np.flatnonzero(col.snapshot().metadata_columns().mask(where))
+        passing = {col.rows.documents[int(d)] for d in docs}
+        assert res.hits and {h.document_id for h in res.hits} <= passing
+        # every passing document's chunks are few: all of them come back (no filter returns fewer than k
+        # when k rows pass)
+        assert len(res.hits) == min(10, int(col.filter_rows(where).sum()))
+    res = r.search("metformin", k=5, where="retracted")
+    assert {h.document_id for h in res.hits} == {"31000003", "31000004"}  # naming the field asks for them
+    with pytest.raises(ValueError, match="unknown field 'yeer'"):
+        r.search("metformin", where="yeer > 2000")
+    with pytest.raises(ValueError, match="where"):
+        r.search("metformin", where="year >")
+
+
+def test_live_add_and_delete_keep_the_metadata(medline_collection, tmp_path):
+    col = Collection.open(medline_collection.directory)
+    col = Collection.open(Path(col.directory))
+    col.save(tmp_path / "copy")
+    col = Collection.open(tmp_path / "copy")
+    assert (tmp_path / "copy" / "rows" / "metadata.json").exists()
+    assert col.manifest["metadata"]["fields"]["publication_type"] == "keywords"
+    col.add([{"id": "new1", "title": "Metformin in 2024", "text": "Metformin for type 2 diabetes, a new trial.",
+              "year": 2024, "publication_type": ["Randomized Controlled Trial"], "retracted": False}])
+    assert col.filter_rows("year >= 2024").sum() >= 1
+    r = Retriever(col)
+    assert {h.document_id for h in r.search("metformin", k=5, where="year >= 2024").hits} == {"new1"}
+    col.delete(["new1", "31000005"])
+    assert col.filter_rows("year >= 2021").sum() == 0
+    again = Collection.open(tmp_path / "copy")
+    assert again.filter_rows("year >= 2021").sum() == 0 and again.metadata_fields["year"] == "integer"
+    assert Retriever(again).search("metformin", k=5, where="year >= 2021").hits == []
+
+
+class _Index:
+    """A graph that finds only the rows it is told to (a walk that loses the filtered rows)."""
+
+    def __init__(self, found):
+        self.found = found
+
+    def search(self, vectors, k, ef=None, labels=None):
+        ids = np.full((len(vectors), k), -1, dtype=np.int64)
+        ids[:, :min(k, len(self.found))] = self.found[:k]
+        return ids, np.zeros((len(vectors), k), dtype=np.float32)
+
+
+class _Col:
+    def __init__(self, vectors, found):
+        self.v, self.dense, self.dim = vectors, _Index(found), vectors.shape[1]
+
+    def vectors(self, rows):
+        return self.v[np.asarray(rows)]
+
+    def allowed(self, labels):
+        return np.ones(len(self.v), dtype=bool)
+
+
+@pytest.mark.parametrize("share", [0.5, 0.05, 0.001])
+def test_the_filtered_dense_search_returns_the_exact_allowed_top_k(share):
+    rng = np.random.default_rng(1)
+    v = rng.normal(size=(4000, 16)).astype(np.float32)
+    mask = rng.random(4000) < share
+    mask[:3] = True
+    q = rng.normal(size=(2, 16)).astype(np.float32)
+    dense = FilteredDense(_Col(v, np.arange(40)), mask)  # the walk finds rows 0..39 only
+    ids, scores = dense.search(q, k=10)
+    rows = np.flatnonzero(mask)
+    for i in range(2):
+        want = rows[np.argsort(-(v[rows] @ q[i]), kind="stable")][:10]
+        got = ids[i][ids[i] >= 0]
+        assert mask[got].all() and len(got) == min(10, len(rows))
+        if share < 0.1 or len(np.flatnonzero(mask[:40])) < 10:
+            assert got.tolist() == want.tolist()
+    none = FilteredDense(_Col(v, np.arange(40)), np.zeros(4000, dtype=bool)).search(q, k=5)[0]
+    assert (none == -1).all()
