@@ -118,7 +118,7 @@ def _layout(raw: np.ndarray, name: str) -> _Layout:
     if size < HEADER.size:
         raise NotHnswlibFile(f"{name}: {size} bytes, shorter than hnswlib's {HEADER.size}-byte header")
     (offset_level0, max_elements, count, bytes_per_element, label_offset, data_offset, max_level, entry_point,
-     max_m, max_m0, m, _mult, ef_construction) = HEADER.unpack_from(raw, 0)
+     max_m, max_m0, m, _mult, ef_construction) = HEADER.unpack_from(raw.data, 0)
 
     def bad(field: str) -> NotHnswlibFile:
         return NotHnswlibFile(f"{name}: not an hnswlib index file ({field})")
@@ -149,7 +149,7 @@ def _check_link_lists(raw: np.ndarray, start: int, count: int, bytes_per_level: 
     pos, size = start, raw.size
     if pos > size:
         raise bad(f"{count} level-0 records need {pos - HEADER.size} bytes, the file has {size - HEADER.size}")
-    buffer = memoryview(raw)
+    buffer = raw.data
     for _ in range(count):
         if pos + 4 > size:
             raise bad("the upper-level link lists end before the last element's")
