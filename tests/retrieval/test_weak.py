@@ -128,3 +128,18 @@ def test_an_answer_abstains_on_what_the_corpus_cannot_answer_and_answers_the_rea
     assert scurvy.abstained and "does not mention scurvy" in scurvy.abstain_reason
     gout = answerer.answer("Which drugs lower serum urate in gout?")
     assert not gout.abstained and gout.citations
+
+
+def test_what_a_reader_sees_is_in_plain_words(demo):
+    """Issue 44.7: the search listing's header names no internals; Swagger's "Try it out" fills in a real
+    question; the answer's sources are in CLI words."""
+    from medretrieve.cli.search import format_result
+    from medretrieve.wire import AnswerRequest, SearchRequest
+
+    out = format_result(demo.search("What causes scurvy?", k=3))
+    header = out.splitlines()[1]
+    assert "weak evidence (subject not found: the best evidence does not mention scurvy)" in header
+    assert not any(jargon in out for jargon in ("weak=", "recovered=", "type=", "intent=", "lexical match"))
+    for model in (SearchRequest, AnswerRequest):
+        examples = model.model_json_schema()["properties"]["question"]["examples"]
+        assert examples and all(len(q.split()) >= 4 and q.endswith("?") for q in examples)
