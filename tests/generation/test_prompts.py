@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from importlib import resources
 
 import pytest
+from chat_prompts import assert_filled_chat
 
 from medretrieve.generation import prompts as P
 
@@ -35,10 +35,7 @@ def _all_messages():
 
 def test_every_prompt_is_system_plus_user_with_no_unfilled_placeholder():
     for messages in _all_messages():
-        assert [m["role"] for m in messages] == ["system", "user"]
-        for m in messages:
-            assert m["content"].strip()
-            assert not re.search(r"\$[a-z_]+", m["content"]), m["content"]
+        assert_filled_chat(messages)
 
 
 def test_templates_are_package_files():

@@ -2,10 +2,10 @@
 for its fields."""
 from __future__ import annotations
 
-import re
 from importlib import resources
 
 import pytest
+from chat_prompts import assert_filled_chat
 
 from medretrieve.evaluation.medrgb import prompts as P
 from medretrieve.records import INSUFFICIENT
@@ -29,10 +29,7 @@ def _all_messages():
 
 def test_every_prompt_is_system_plus_user_with_no_unfilled_placeholder():
     for messages in _all_messages():
-        assert [m["role"] for m in messages] == ["system", "user"]
-        for m in messages:
-            assert m["content"].strip()
-            assert not re.search(r"\$[a-z_]+", m["content"]), m["content"]
+        assert_filled_chat(messages)
 
 
 def test_templates_are_files_of_this_package():
