@@ -1,0 +1,113 @@
+// The CPU twin of the GPU's fused exact search (exact_search.cu): the same
+// tiles, slices, per-query queues, buffers and final merge, through the same
+// selection code (tile_select.h), one query at a time. Its scores are
+// computed as the kernels compute them (float32: one fmaf per dimension in
+// order; int8: exact int32 dot products, then tile_select::int8_score), so on
+// a card both give the same ids and scores. It exists to test the selection
+// where no GPU is (CI, ASan/UBSan): tests/native/cpp/test_tile_select.cpp.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cuda/tile_select.h"
+
+namespace medretrieve::cuda::twin {
+
+// tile_rows: rows per tile (the kernels: 64 float32, 128 int8); slices: how
+// many queues each query keeps before the final merge (the kernels choose it
+// from the device's size).
+struct TileShape {
+  size_t tile_rows = 128;
+  size_t slices = 1;
+};
+
+// Exact top-k of each query by tiles: score(q, row) -> float is one score.
+// ids / scores: nq * k, best first (score descending, then row ascending);
+// past what can be returned, id -1 and score -inf. allowed: row bitset
+// (tile_select::row_allowed) or null.
+template <class Score>
+void tiled_topk(size_t nq, size_t n, size_t k, TileShape shape, const uint64_t* allowed, size_t n_words,
+                Score&& score, int64_t* ids, float* scores) {
+  namespace ts = tile_select;
+  if (k == 0 || k > (size_t(1) << 20)) throw std::invalid_argument("tiled_topk: k must be in [1, 2^20]");
+  if (shape.tile_rows == 0 || shape.slices == 0) throw std::invalid_argument("tiled_topk: empty tile shape");
+  if (n >= (size_t(1) << 31)) throw std::invalid_argument("tiled_topk: at most 2^31 - 1 rows");
+  const size_t B = shape.tile_rows, S = shape.slices, tiles = (n + B - 1) / B;
+  const uint64_t stride = k + B;
+  std::vector<ts::Packed> slots(S * stride), buffer(B), tmp(k);
+  std::vector<int> sizes(S);
+  for (size_t q = 0; q < nq; ++q) {
+    for (size_t s = 0; s < S; ++s) {
+      ts::Packed* queue = slots.data() + s * stride;
+      int size = 0;
+      for (size_t t = s; t < tiles; t += S) {
+        const ts::Packed bound = ts::queue_bound(queue, size, int(k));
+        int count = 0;
+        for (size_t row = t * B; row < std::min(n, (t + 1) * B); ++row) {
+          if (!ts::row_allowed(allowed, n_words, uint32_t(row))) continue;
+          const float v = score(q, row);
+          if (!ts::selectable(v)) continue;
+          const ts::Packed p = ts::pack(v, uint32_t(row));
+          if (p > bound) buffer[size_t(count++)] = p;
+        }
+        size = ts::flush_buffer(queue, size, buffer.data(), count, int(k));
+      }
+      sizes[s] = size;
+    }
+    const int found = ts::merge_slices(slots.data(), sizes.data(), int(S), stride, int(k), tmp.data());
+    for (size_t r = 0; r < k; ++r) {
+      const bool real = r < size_t(found);
+      ids[q * k + r] = real ? int64_t(ts::packed_row(slots[r])) : -1;
+      scores[q * k + r] = real ? ts::packed_score(slots[r]) : -std::numeric_limits<float>::infinity();
+    }
+  }
+}
+
+// float32 rows, as scores_f32 tiles compute them: IP = sum a*b, L2 = -sum (a-b)^2,
+// one fmaf per dimension in order.
+inline void tiled_topk_f32(const float* queries, size_t nq, const float* db, size_t n, size_t dim, size_t k,
+                           bool l2, TileShape shape, const uint64_t* allowed, size_t n_words, int64_t* ids,
+                           float* scores) {
+  tiled_topk(nq, n, k, shape, allowed, n_words, [&](size_t q, size_t row) {
+    const float* a = queries + q * dim;
+    const float* b = db + row * dim;
+    float acc = 0.f;
+    for (size_t d = 0; d < dim; ++d) {
+      if (l2) {
+        const float diff = a[d] - b[d];
+        acc = std::fma(diff, diff, acc);
+      } else {
+        acc = std::fma(a[d], b[d], acc);
+      }
+    }
+    return l2 ? -acc : acc;
+  }, ids, scores);
+}
+
+// int8 codes with per-row scales (null: 1), as the tensor-core tiles compute them.
+inline void tiled_topk_i8(const int8_t* queries, const float* qscale, size_t nq, const int8_t* db,
+                          const float* dbscale, size_t n, size_t dim, size_t k, bool l2, TileShape shape,
+                          const uint64_t* allowed, size_t n_words, int64_t* ids, float* scores) {
+  auto norm2 = [dim](const int8_t* v) {
+    int acc = 0;
+    for (size_t d = 0; d < dim; ++d) acc += int(v[d]) * int(v[d]);
+    return float(acc);
+  };
+  tiled_topk(nq, n, k, shape, allowed, n_words, [&](size_t q, size_t row) {
+    const int8_t* a = queries + q * dim;
+    const int8_t* b = db + row * dim;
+    int dot = 0;
+    for (size_t d = 0; d < dim; ++d) dot += int(a[d]) * int(b[d]);
+    return tile_select::int8_score(dot, qscale ? qscale[q] : 1.f, dbscale ? dbscale[row] : 1.f,
+                                   l2 ? norm2(a) : 0.f, l2 ? norm2(b) : 0.f, l2);
+  }, ids, scores);
+}
+
+}  // namespace medretrieve::cuda::twin
