@@ -6,7 +6,7 @@ import sys
 from typing import Any
 
 from ..generation.generate import MODES, SOURCE_FLOOR, field_of
-from ..generation.prompts import BIOASQ_TYPES
+from ..records import BIOASQ_TYPES
 from .options import HelpFormatter, deadline
 from .search import score_label
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from ..records import Citation
+from ..records import INSUFFICIENT, Citation
 from .parsers import CITE_RE as _CITE_RE
 from .parsers import _ITEM_PREFIX, _clean
-from .prompts import INSUFFICIENT, evidence_text
+from .prompts import evidence_text
 
 __all__ = ["Citation", "verify_citations", "split_sentences", "SUPPORT_THRESHOLD", "SEMANTIC_THRESHOLD"]
 
