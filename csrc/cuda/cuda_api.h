@@ -36,17 +36,28 @@ struct Timing {
 // std::invalid_argument: normalise the rows and use IP); MMR takes all three.
 using medretrieve::Metric;
 
-// Exact top-k per query over a row-major database. ids/scores: nq * k,
-// best first (ties: smaller row id first); when k > n the tail is id -1,
-// score -inf. k <= kMaxTopK.
+// Rows a search may return: bit row % 64 of word row / 64 (host memory,
+// index::AllowedRows::words' layout); rows past the words are not allowed,
+// so a filter with no words allows none. No filter (null) allows every row.
+struct RowFilter {
+  const uint64_t* words = nullptr;
+  size_t n_words = 0;
+};
+
+// Exact top-k per query over a row-major database, selected inside the score
+// tiles (tile_select.h; no score matrix in device memory). ids/scores: nq * k,
+// best first (ties: smaller row id first); past what can be returned (k > n,
+// or fewer rows allowed) id -1, score -inf. NaN and -inf scores are never
+// returned, as on the CPU path. k <= kMaxTopK.
 constexpr size_t kMaxTopK = 1024;
 void exact_search_f32(const float* queries, size_t nq, const float* db, size_t n, size_t dim, size_t k,
-                      Metric metric, int64_t* ids, float* scores, Timing* timing = nullptr);
+                      Metric metric, int64_t* ids, float* scores, Timing* timing = nullptr,
+                      const RowFilter* filter = nullptr);
 // int8 codes standing for x = scale * code (scale arrays may be null: 1).
 // Dot products accumulate exactly in int32 on tensor cores (dim <= 131072).
 void exact_search_i8(const int8_t* queries, const float* qscale, size_t nq, const int8_t* db, const float* dbscale,
                      size_t n, size_t dim, size_t k, Metric metric, int64_t* ids, float* scores,
-                     Timing* timing = nullptr);
+                     Timing* timing = nullptr, const RowFilter* filter = nullptr);
 
 // A database kept on the device between searches (FlatIndex(device="cuda")):
 // the same kernels as exact_search_*, without re-uploading the rows. Row
@@ -62,9 +73,9 @@ class DeviceTable {
   void assign_f32(const float* rows, size_t n, size_t dim);
   void assign_i8(const int8_t* codes, const float* scales, size_t n, size_t dim);
   void search_f32(const float* queries, size_t nq, size_t k, Metric metric, int64_t* ids, float* scores,
-                  Timing* timing = nullptr) const;
+                  Timing* timing = nullptr, const RowFilter* filter = nullptr) const;
   void search_i8(const int8_t* queries, const float* qscale, size_t nq, size_t k, Metric metric, int64_t* ids,
-                 float* scores, Timing* timing = nullptr) const;
+                 float* scores, Timing* timing = nullptr, const RowFilter* filter = nullptr) const;
   size_t rows() const;
   size_t dim() const;
   bool is_int8() const;
