@@ -292,4 +292,19 @@ std::vector<size_t> ef_arg(py::handle v, size_t nq) {
   return out;
 }
 
+std::optional<AllowedBits> allowed_arg(py::handle v) {
+  if (v.is_none()) return std::nullopt;
+  if (!py::isinstance<py::array>(v) || py::reinterpret_borrow<py::array>(v).dtype().kind() != 'u' ||
+      py::reinterpret_borrow<py::array>(v).itemsize() != 8)
+    throw py::type_error("allowed must be a packed uint64 bitset (medretrieve.index.allowed_bitset / pack_allowed)");
+  AllowedBits bits;
+  bits.array = py::array_t<uint64_t, py::array::c_style>::ensure(v);  // a copy only when not C-contiguous
+  if (!bits.array) throw py::type_error("allowed: cannot read the bitset as contiguous uint64");
+  if (bits.array.ndim() != 1)
+    throw InputError("allowed must be a 1-d bitset, got " + std::to_string(bits.array.ndim()) + " dimensions");
+  bits.words = bits.array.data();
+  bits.n_words = size_t(bits.array.shape(0));
+  return bits;
+}
+
 }  // namespace medretrieve::bindings

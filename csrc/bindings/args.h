@@ -54,6 +54,16 @@ struct Rows {
 };
 Rows rows_arg(py::handle v, size_t dim, const char* what);
 
+// search(allowed=): None, or a packed bitset over ids (bit id % 64 of word id / 64)
+// as a 1-d uint64 NumPy array, held (not copied) while a search reads it. The
+// Python wrappers pack a bool mask first (medretrieve/index/allowed.py).
+struct AllowedBits {
+  py::array_t<uint64_t, py::array::c_style> array;
+  const uint64_t* words = nullptr;
+  size_t n_words = 0;
+};
+std::optional<AllowedBits> allowed_arg(py::handle v);
+
 // One id (mark_deleted, labels_of...).
 uint64_t id_arg(py::handle v);
 // n ids, one per row (a scalar counts as one); None: no ids.

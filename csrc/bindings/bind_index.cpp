@@ -59,6 +59,10 @@ std::optional<mi::IdPredicate> predicate_of(const IndexT& index, const std::opti
   return predicate;
 }
 
+mi::ExternalBits external_bits(const std::optional<AllowedBits>& allowed) {
+  return allowed ? mi::ExternalBits{allowed->words, allowed->n_words} : mi::ExternalBits{};
+}
+
 // A callable filter(id) -> bool, or None.
 std::optional<py::function> filter_arg(py::handle filter) {
   if (filter.is_none()) return std::nullopt;
@@ -134,6 +138,8 @@ py::dict hnsw_stats(const mi::Hnsw& h) {
 
 void bind_index(py::module_& m) {
   register_input_error(m);
+  // search(..., allowed=<packed uint64 bitset>) is understood (medretrieve/index/allowed.py checks for it).
+  m.attr("SEARCH_ALLOWED_BITSET") = true;
 
   py::class_<mi::Hnsw>(m, "HnswIndex", "Native int8/float32 HNSW index (use medretrieve.Index).")
       .def(py::init([](const std::string& space, const std::string& dtype, size_t dim, py::object max_elements,
@@ -183,7 +189,7 @@ void bind_index(py::module_& m) {
            py::arg("num_threads") = py::none(), py::arg("update") = false, py::arg("replace_deleted") = false)
       .def("search",
            [](const mi::Hnsw& self, py::handle queries, py::handle k_arg, py::handle ef_values, py::handle labels,
-              py::handle filter, py::handle num_threads) {
+              py::handle filter, py::handle num_threads, py::handle allowed_v) {
              const size_t dim = self.params().dim;
              const Rows rows = rows_arg(queries, dim, "queries");
              const size_t k = count_arg(k_arg, "k");
@@ -192,18 +198,21 @@ void bind_index(py::module_& m) {
              auto lq = label_query(labels);
              auto pred = predicate_of(self, filter_arg(filter));
              const int threads = threads_arg(num_threads);
+             const auto allowed = allowed_arg(allowed_v);
+             const mi::ExternalBits bits = external_bits(allowed);
              mi::check_k(k, self.count());  // before allocating the padded rows
              std::vector<int64_t> ids(mi::result_cells(rows.n, k));
              std::vector<float> scores(ids.size());
              {
                py::gil_scoped_release nogil;
                self.search(q, rows.n, k, efs.empty() ? nullptr : efs.data(), efs.size(), lq ? &*lq : nullptr,
-                           pred ? &*pred : nullptr, threads, ids.data(), scores.data());
+                           pred ? &*pred : nullptr, threads, ids.data(), scores.data(), allowed ? &bits : nullptr);
              }
              return result_arrays(rows.n, k, ids, scores);
            },
            py::arg("queries"), py::arg("k"), py::arg("ef") = py::none(), py::arg("labels") = py::none(),
-           py::arg("filter") = py::none(), py::arg("num_threads") = py::none())
+           py::arg("filter") = py::none(), py::arg("num_threads") = py::none(), py::arg("allowed") = py::none(),
+           "allowed: None or a packed uint64 bitset over external ids (args.h, allowed_arg).")
       .def("train",
            [](mi::Hnsw& self, py::handle sample) {
              const Rows rows = rows_arg(sample, self.params().dim, "training vectors");
@@ -334,7 +343,7 @@ void bind_index(py::module_& m) {
            "RuntimeError when more live elements would result (hnswlib's BFIndex).")
       .def("search",
            [](const mi::FlatIndex& self, py::handle queries, py::handle k_arg, py::handle labels, py::handle filter,
-              py::handle num_threads) {
+              py::handle num_threads, py::handle allowed_v) {
              const size_t dim = self.store().dim();
              const Rows rows = rows_arg(queries, dim, "queries");
              const size_t k = count_arg(k_arg, "k");
@@ -342,18 +351,21 @@ void bind_index(py::module_& m) {
              auto lq = label_query(labels);
              auto pred = predicate_of(self, filter_arg(filter));
              const int threads = threads_arg(num_threads);
+             const auto allowed = allowed_arg(allowed_v);
+             const mi::ExternalBits bits = external_bits(allowed);
              mi::check_k(k, self.count());  // before allocating the padded rows
              std::vector<int64_t> ids(mi::result_cells(rows.n, k));
              std::vector<float> scores(ids.size());
              {
                py::gil_scoped_release nogil;
                self.search(q, rows.n, k, lq ? &*lq : nullptr, pred ? &*pred : nullptr, threads, ids.data(),
-                           scores.data());
+                           scores.data(), allowed ? &bits : nullptr);
              }
              return result_arrays(rows.n, k, ids, scores);
            },
            py::arg("queries"), py::arg("k"), py::arg("labels") = py::none(), py::arg("filter") = py::none(),
-           py::arg("num_threads") = py::none())
+           py::arg("num_threads") = py::none(), py::arg("allowed") = py::none(),
+           "allowed: None or a packed uint64 bitset over external ids (args.h, allowed_arg).")
       .def("train",
            [](mi::FlatIndex& self, py::handle sample) {
              const Rows rows = rows_arg(sample, self.store().dim(), "training vectors");

@@ -18,7 +18,7 @@ std::vector<Candidate> exact_topk(const VectorStore& store, const QueryCtx& ctx,
   // Per-element work the scan can skip: the deletion / label test when there is
   // nothing to exclude, and software prefetch on a sequential scan (the hardware
   // prefetcher follows it; the extra instructions made a 16-d scan ~20% slower).
-  const bool check_stored = filter.query != nullptr || store.deleted_count() > 0;
+  const bool check_stored = filter.checks_stored();
   for (size_t i = 0; i < n; ++i) {
     const uint32_t id = ids ? ids[i] : uint32_t(i);
     if (ids && i + 4 < n) store.prefetch(ids[i + 4]);
@@ -32,7 +32,7 @@ void exact_topk_scan(const VectorStore& store, const QueryCtx* ctxs, size_t nq, 
                      std::vector<Candidate>* out, bool hold_predicate) {
   constexpr size_t kBlockBytes = 16 << 10, kMaxBlock = 256;
   const size_t block = std::clamp<size_t>(kBlockBytes / store.stride(), 16, kMaxBlock);
-  const bool check_stored = filter.query != nullptr || store.deleted_count() > 0;
+  const bool check_stored = filter.checks_stored();
   std::vector<TopK> tops(nq, TopK(k));
   float d[kMaxBlock];
   const size_t n = store.count();
@@ -54,6 +54,43 @@ void exact_topk_scan(const VectorStore& store, const QueryCtx* ctxs, size_t nq, 
     }
   }
   for (size_t q = 0; q < nq; ++q) out[q] = tops[q].take_sorted();
+}
+
+std::vector<uint32_t> AllowedRows::ids() const {
+  if (!listed.empty() || count == 0) return listed;
+  std::vector<uint32_t> out;
+  out.reserve(count);
+  for (size_t w = 0; w < words.size(); ++w)
+    for (uint64_t bits = words[w]; bits; bits &= bits - 1) out.push_back(uint32_t(w * 64 + __builtin_ctzll(bits)));
+  return out;
+}
+
+AllowedRows AllowedRows::from_external(const VectorStore& store, const uint64_t* ext_words, size_t n_words) {
+  const size_t slots = store.count();
+  AllowedRows rows;
+  rows.words.assign((slots + 63) / 64, 0);
+  size_t ext_set = 0;
+  for (size_t w = 0; w < n_words; ++w) ext_set += size_t(__builtin_popcountll(ext_words[w]));
+  const auto set_slot = [&rows](uint32_t id) { rows.words[id >> 6] |= uint64_t(1) << (id & 63); };
+  // A hash look-up costs several sequential reads of an external id: look the
+  // set ids up when they are few, else test every slot's external id.
+  constexpr size_t kReadsPerLookup = 8;
+  if (ext_set * kReadsPerLookup < slots) {
+    for (size_t w = 0; w < n_words; ++w)
+      for (uint64_t bits = ext_words[w]; bits; bits &= bits - 1) {
+        uint32_t id;
+        if (store.find(uint64_t(w * 64 + __builtin_ctzll(bits)), id)) set_slot(id);
+      }
+  } else {
+    const uint64_t limit = uint64_t(n_words) * 64;
+    for (size_t i = 0; i < slots; ++i) {
+      const uint64_t ext = store.ext_id(uint32_t(i));
+      if (ext < limit && (ext_words[ext >> 6] >> (ext & 63) & 1)) set_slot(uint32_t(i));
+    }
+  }
+  for (uint64_t w : rows.words) rows.count += size_t(__builtin_popcountll(w));
+  if (double(rows.count) <= kListedShare * double(slots)) rows.listed = rows.ids();
+  return rows;
 }
 
 std::vector<uint32_t> element_labels(const VectorStore& store, const LabelTable& table, uint32_t id) {

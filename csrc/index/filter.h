@@ -28,13 +28,48 @@ struct IdPredicate : std::function<bool(uint32_t)> {
   std::function<std::shared_ptr<void>()> hold;
 };
 
+// A caller's row filter: the internal ids a search may return, as a bitset
+// (bit id % 64 of word id / 64), with its popcount and, when few are set, the
+// ids themselves (ascending) for an exact scan. Built once per search call from
+// a bitset over external ids (from_external), under the index's lock.
+struct AllowedRows {
+  std::vector<uint64_t> words;
+  size_t count = 0;
+  std::vector<uint32_t> listed;  // the set ids when count <= kListedShare of the slots, else empty
+
+  // At most this share of the slots set: the ids are listed at build time (the
+  // planner's exact scan reads them; a denser filter is walked or scanned whole).
+  static constexpr double kListedShare = 1.0 / 16;
+
+  bool test(uint32_t id) const {
+    const size_t w = id >> 6;
+    return w < words.size() && (words[w] >> (id & 63) & 1);
+  }
+  // The set ids, ascending (listed, or decoded from the words).
+  std::vector<uint32_t> ids() const;
+  // The slots of `store` whose external id has its bit set in ext_words[0..n_words)
+  // (bit ext % 64 of word ext / 64; ids past the words are not allowed). Deleted
+  // slots may be set: searches drop them. Costs O(set bits) hash look-ups when
+  // few bits are set, else one pass over the slots' external ids.
+  static AllowedRows from_external(const VectorStore& store, const uint64_t* ext_words, size_t n_words);
+};
+
+// A caller's bitset over external ids, read in place (see AllowedRows::from_external).
+struct ExternalBits {
+  const uint64_t* words = nullptr;
+  size_t n_words = 0;
+};
+
 struct ElementFilter {
   const VectorStore* store = nullptr;
   const LabelTable* labels = nullptr;
   const LabelQuery* query = nullptr;  // null: no label restriction
   const IdPredicate* fn = nullptr;    // null: no predicate
+  const AllowedRows* rows = nullptr;  // null: no row filter
 
-  bool restricts() const { return query != nullptr || fn != nullptr; }
+  bool restricts() const { return query != nullptr || fn != nullptr || rows != nullptr; }
+  // Whether anything but the predicate can exclude an element (deletions, labels, rows).
+  bool checks_stored() const { return query != nullptr || rows != nullptr || store->deleted_count() > 0; }
   bool label_ok(uint32_t id) const {
     if (!query) return true;
     const uint64_t sig = store->signature(id);
@@ -43,7 +78,7 @@ struct ElementFilter {
     return labels->side_matches(id, *query);
   }
   // Live and carrying an allowed label: what the index itself can tell.
-  bool stored_ok(uint32_t id) const { return !store->is_deleted(id) && label_ok(id); }
+  bool stored_ok(uint32_t id) const { return (!rows || rows->test(id)) && !store->is_deleted(id) && label_ok(id); }
   // Live, carrying an allowed label and accepted by the predicate.
   bool allowed(uint32_t id) const { return stored_ok(id) && (!fn || (*fn)(id)); }
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unordered_set>
@@ -108,8 +109,12 @@ std::vector<uint32_t> FlatIndex::deleted_slots(size_t limit) const {
 }
 
 std::vector<Candidate> FlatIndex::search_prepared(const QueryCtx& ctx, size_t k, const LabelQuery* lq,
-                                                  const IdPredicate* predicate) const {
-  ElementFilter filter{&store_, &labels_, lq, predicate};
+                                                  const IdPredicate* predicate, const AllowedRows* rows) const {
+  ElementFilter filter{&store_, &labels_, lq, predicate, rows};
+  if (rows && rows->count == 0) return {};
+  // A sparse row filter lists its rows (AllowedRows::listed): score only them; the filter checks the labels.
+  if (rows && !rows->listed.empty())
+    return exact_topk(store_, ctx, filter, rows->listed.data(), rows->listed.size(), k, false);
   if (lq) {
     std::vector<uint32_t> ids;
     labels_.collect(*lq, ids);
@@ -121,9 +126,12 @@ std::vector<Candidate> FlatIndex::search_prepared(const QueryCtx& ctx, size_t k,
 }
 
 void FlatIndex::search(const float* queries, size_t nq, size_t k, const LabelQuery* lq, const IdPredicate* predicate,
-                       int num_threads, int64_t* out_ids, float* out_scores) const {
+                       int num_threads, int64_t* out_ids, float* out_scores, const ExternalBits* allowed) const {
   std::shared_lock<SharedMutex> g(mu_);
   check_k(k, store_.count());
+  std::optional<AllowedRows> rows;
+  if (allowed) rows = AllowedRows::from_external(store_, allowed->words, allowed->n_words);  // once for the batch
+  const AllowedRows* rows_p = rows ? &*rows : nullptr;
   const size_t dim = store_.dim();
   // A thread only when it gets kScanPerThread row dimensions to score (~1 ms at
   // 16-d): starting one costs tens of us, and a busy machine delays it more, so
@@ -132,11 +140,11 @@ void FlatIndex::search(const float* queries, size_t nq, size_t k, const LabelQue
   constexpr double kScanPerThread = double(size_t(1) << 22);
   const double shares = double(nq) * double(store_.count()) * double(dim) / kScanPerThread;
   const size_t threads = std::max<size_t>(1, size_t(std::min(double(resolve_threads(num_threads)), shares)));
-  if (lq) {  // a label list per query: no shared scan order
+  if (lq || (rows && !rows->listed.empty())) {  // a list of rows per query: no shared scan order
     parallel_for(0, nq, (long long)threads, [&](size_t i, size_t) {
       QueryCtx ctx;
       store_.prepare_query(queries + i * dim, ctx);
-      write_row(store_, search_prepared(ctx, k, lq, predicate), k, out_ids + i * k, out_scores + i * k);
+      write_row(store_, search_prepared(ctx, k, lq, predicate, rows_p), k, out_ids + i * k, out_scores + i * k);
     });
     return;
   }
@@ -144,7 +152,7 @@ void FlatIndex::search(const float* queries, size_t nq, size_t k, const LabelQue
   // many tiles as there are threads at least.
   constexpr size_t kTile = 16;
   const size_t tile = std::clamp<size_t>((nq + threads - 1) / threads, 1, kTile);
-  const ElementFilter filter{&store_, &labels_, nullptr, predicate};
+  const ElementFilter filter{&store_, &labels_, nullptr, predicate, rows_p};
   parallel_for(0, (nq + tile - 1) / tile, (long long)threads, [&](size_t t, size_t) {
     const size_t q0 = t * tile, len = std::min(tile, nq - q0);
     std::vector<QueryCtx> ctxs(len);

@@ -66,11 +66,12 @@ class FlatIndex {
   // trains the centre. Every check runs before anything changes.
   void add(const float* data, size_t n, const uint64_t* ids, const std::vector<std::vector<uint32_t>>* labels,
            int num_threads, const FlatAddMode& mode = {});
+  // allowed: null, or the external ids results may have (compiled to slots once per call).
   void search(const float* queries, size_t nq, size_t k, const LabelQuery* labels, const IdPredicate* predicate,
-              int num_threads, int64_t* out_ids, float* out_scores) const;
+              int num_threads, int64_t* out_ids, float* out_scores, const ExternalBits* allowed = nullptr) const;
   // One prepared query, internal ids + distances, closest first.
   std::vector<Candidate> search_prepared(const QueryCtx& ctx, size_t k, const LabelQuery* labels,
-                                         const IdPredicate* predicate) const;
+                                         const IdPredicate* predicate, const AllowedRows* rows = nullptr) const;
   void train(const float* sample, size_t n);
   void mark_deleted(uint64_t ext);
   void unmark_deleted(uint64_t ext);

@@ -794,44 +794,55 @@ void Hnsw::replace_farthest_link(uint32_t other, uint32_t id) {
 // Queries
 
 std::vector<Candidate> Hnsw::search_prepared(const QueryCtx& ctx, size_t k, size_t ef, const LabelQuery* lq,
-                                             const IdPredicate* predicate) const {
+                                             const IdPredicate* predicate, const AllowedRows* rows) const {
   ScratchLease scratch;
-  return search_with(*scratch, ctx, k, ef, lq, predicate);
+  return search_with(*scratch, ctx, k, ef, lq, predicate, rows);
+}
+
+bool Hnsw::plan_exact(size_t allowed_max, size_t ef, const LabelQuery* lq, const AllowedRows* rows,
+                      std::vector<uint32_t>& ids) const {
+  const size_t live = std::max<size_t>(1, count() - deleted_count());
+  const double selectivity = std::min(1.0, double(allowed_max) / double(live));
+  // The graph search keeps only allowed elements in its result list, so it
+  // expands about ef / selectivity nodes of ~M fresh neighbours each; exact
+  // search costs one evaluation per allowed element. The factor 0.75 is
+  // calibrated on 200k x 768 int8 (bench/ann.py --filter-only, RESULTS.md):
+  // exact wins at 2% and 5% allowed, the graph at 10% (exact over 20k
+  // elements no longer runs from cache).
+  const double graph_cost = double(ef) / selectivity * kGraphCostPerNode * double(p_.M);
+  if (double(allowed_max) > filter_exact_factor_ * graph_cost) return false;
+  if (rows && (!lq || rows->count <= labels_.upper_bound(*lq))) {  // the shorter list; the filter checks the other
+    ids = rows->ids();
+    return true;
+  }
+  ids.reserve(allowed_max);
+  labels_.collect(*lq, ids);
+  if (lq->labels.size() > 1) {  // an element with several query labels is listed once per label
+    auto vis = visited_.borrow();  // O(n) de-duplication that keeps the lists' (ascending) order
+    size_t kept = 0;
+    for (uint32_t id : ids)
+      if (!vis->test_and_set(id)) ids[kept++] = id;
+    ids.resize(kept);
+  }
+  return true;
 }
 
 std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx& ctx, size_t k, size_t ef,
-                                         const LabelQuery* lq, const IdPredicate* predicate) const {
+                                         const LabelQuery* lq, const IdPredicate* predicate,
+                                         const AllowedRows* rows) const {
   if (k == 0) return {};
   const uint64_t state = ep_state_.load();
   const uint32_t ep = uint32_t(state);
   if (ep == kNone) return {};
   ef = std::max(ef, k);
-  ElementFilter filter{&store_, &labels_, lq, predicate};
-  if (lq) {
-    const size_t allowed_max = labels_.upper_bound(*lq);
+  ElementFilter filter{&store_, &labels_, lq, predicate, rows};
+  if (lq || rows) {
+    size_t allowed_max = lq ? labels_.upper_bound(*lq) : SIZE_MAX;
+    if (rows) allowed_max = std::min(allowed_max, rows->count);
     if (allowed_max == 0) return {};
-    const size_t live = std::max<size_t>(1, count() - deleted_count());
-    const double selectivity = std::min(1.0, double(allowed_max) / double(live));
-    // The graph search keeps only allowed elements in its result list, so it
-    // expands about ef / selectivity nodes of ~M fresh neighbours each; exact
-    // search costs one evaluation per allowed element. The factor 0.75 is
-    // calibrated on 200k x 768 int8 (bench/ann.py --filter-only, RESULTS.md):
-    // exact wins at 2% and 5% allowed, the graph at 10% (exact over 20k
-    // elements no longer runs from cache).
-    const double graph_cost = double(ef) / selectivity * kGraphCostPerNode * double(p_.M);
-    if (double(allowed_max) <= filter_exact_factor_ * graph_cost) {
-      std::vector<uint32_t> ids;
-      ids.reserve(allowed_max);
-      labels_.collect(*lq, ids);
-      if (lq->labels.size() > 1) {  // an element with several query labels is listed once per label
-        auto vis = visited_.borrow();  // O(n) de-duplication that keeps the lists' (ascending) order
-        size_t kept = 0;
-        for (uint32_t id : ids)
-          if (!vis->test_and_set(id)) ids[kept++] = id;
-        ids.resize(kept);
-      }
+    std::vector<uint32_t> ids;
+    if (plan_exact(allowed_max, ef, lq, rows, ids))
       return exact_topk(store_, ctx, filter, ids.data(), ids.size(), k, store_.keep_float());
-    }
   }
   const int max_level = std::min<int>(int(int32_t(state >> 32)), level_of(ep));
   // Layer 0 starts from the best elements of a beam search on layer 1, ef / 8 of them unless set
@@ -865,20 +876,28 @@ std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx&
 }
 
 std::vector<Candidate> Hnsw::search_internal(const float* query, size_t k, size_t ef, const LabelQuery* lq,
-                                             const IdPredicate* predicate) const {
+                                             const IdPredicate* predicate, const AllowedRows* rows) const {
   ScratchLease scratch;
   store_.prepare_query(query, scratch->ctx);
-  return search_with(*scratch, scratch->ctx, k, ef, lq, predicate);
+  return search_with(*scratch, scratch->ctx, k, ef, lq, predicate, rows);
+}
+
+std::optional<AllowedRows> Hnsw::compile_rows(const ExternalBits* allowed) const {
+  if (!allowed) return std::nullopt;
+  return AllowedRows::from_external(store_, allowed->words, allowed->n_words);
 }
 
 void Hnsw::search(const float* queries, size_t nq, size_t k, const size_t* ef, size_t n_ef, const LabelQuery* lq,
-                  const IdPredicate* predicate, int num_threads, int64_t* out_ids, float* out_scores) const {
+                  const IdPredicate* predicate, int num_threads, int64_t* out_ids, float* out_scores,
+                  const ExternalBits* allowed) const {
   if (ef && n_ef != 1 && n_ef != nq) throw std::invalid_argument("ef must be one value or one per query");
   std::shared_lock<SharedMutex> g(mu_);
   check_k(k, count());
+  const std::optional<AllowedRows> rows = compile_rows(allowed);  // once for the batch
+  const AllowedRows* rows_p = rows ? &*rows : nullptr;
   parallel_for(0, nq, num_threads, [&](size_t i, size_t) {
     const size_t ef_i = ef ? ef[n_ef == 1 ? 0 : i] : ef_.load();
-    std::vector<Candidate> found = search_internal(queries + i * p_.dim, k, ef_i, lq, predicate);
+    std::vector<Candidate> found = search_internal(queries + i * p_.dim, k, ef_i, lq, predicate, rows_p);
     write_row(store_, found, k, out_ids + i * k, out_scores + i * k);
   });
 }

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <queue>
 #include <random>
 #include <shared_mutex>
@@ -91,18 +92,20 @@ class Hnsw {
   // Batch k-NN. ef: n_ef values (1 = same for all, else one per query), or
   // null for ef(); raised to k. Rows padded with id -1 / score -inf.
   // Scores are similarities (ip/cosine: inner product, l2: -squared L2).
+  // allowed: null, or the external ids results may have (compiled to slots once per call).
   void search(const float* queries, size_t nq, size_t k, const size_t* ef, size_t n_ef, const LabelQuery* labels,
-              const IdPredicate* predicate, int num_threads, int64_t* out_ids, float* out_scores) const;
+              const IdPredicate* predicate, int num_threads, int64_t* out_ids, float* out_scores,
+              const ExternalBits* allowed = nullptr) const;
 
   // One query; internal ids and distances (lower is closer; similarity =
   // -distance), closest first. For native callers (search_mmr): pair with the
   // row accessors below. Unlike search(), these do not lock: hold
   // std::shared_lock(mutex()) around the search AND the row reads.
   std::vector<Candidate> search_internal(const float* query, size_t k, size_t ef, const LabelQuery* labels,
-                                         const IdPredicate* predicate) const;
+                                         const IdPredicate* predicate, const AllowedRows* rows = nullptr) const;
   // Same with an already prepared query.
   std::vector<Candidate> search_prepared(const QueryCtx& ctx, size_t k, size_t ef, const LabelQuery* labels,
-                                         const IdPredicate* predicate) const;
+                                         const IdPredicate* predicate, const AllowedRows* rows = nullptr) const;
 
   // int8: sets the centre from sample rows (must precede the first add).
   void train(const float* sample, size_t n);
@@ -218,7 +221,13 @@ class Hnsw {
   void beam_upper(SearchScratch& s, const QueryCtx& ctx, uint32_t ep, int level, size_t ef) const;
   // search_prepared over working memory the caller leased (hnsw.cpp, ScratchLease).
   std::vector<Candidate> search_with(SearchScratch& s, const QueryCtx& ctx, size_t k, size_t ef, const LabelQuery* labels,
-                                     const IdPredicate* predicate) const;
+                                     const IdPredicate* predicate, const AllowedRows* rows) const;
+  // The planner of a restricted search: the allowed elements to scan exactly (true), or false
+  // when the graph walk is cheaper. allowed_max: an upper bound on the allowed count (> 0).
+  bool plan_exact(size_t allowed_max, size_t ef, const LabelQuery* labels, const AllowedRows* rows,
+                  std::vector<uint32_t>& ids) const;
+  // Compiles a caller's bitset over external ids (null: none) under the lock the search holds.
+  std::optional<AllowedRows> compile_rows(const ExternalBits* allowed) const;
   // Pushes (distance to base, id) for ids other than base, keeping the `keep` closest.
   void push_distances(uint32_t base, const uint32_t* ids, size_t n, size_t keep, MaxHeap& out) const;
   // Keeps at most m of top (distances to `base`), diversified (see norm_range.h).

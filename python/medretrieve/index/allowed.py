@@ -50,6 +50,10 @@ def pack_allowed(allowed: AllowedArg) -> np.ndarray:
     """``allowed`` as a packed uint64 bitset: a bool mask (``mask[id]``, 1-d) is packed (``len(mask) / 8`` bytes);
     a 1-d ``uint64`` array is taken as a bitset already, unchanged (made C-contiguous). Anything else: TypeError."""
     arr = np.asarray(allowed)
+    if arr.dtype not in (np.bool_, np.uint64):
+        raise TypeError(
+            f"allowed must be a bool mask over ids or a packed uint64 bitset (allowed_bitset), got dtype {arr.dtype}"
+        )
     if arr.ndim != 1:
         raise IndexInputError(f"allowed must be 1-d (a bool mask over ids or a uint64 bitset), got shape {arr.shape}")
     if arr.dtype == np.bool_:
@@ -57,11 +61,7 @@ def pack_allowed(allowed: AllowedArg) -> np.ndarray:
         padded = np.zeros(-(-len(packed) // 8) * 8, dtype=np.uint8)
         padded[: len(packed)] = packed
         return padded.view("<u8").astype(np.uint64, copy=False)
-    if arr.dtype == np.uint64:
-        return np.ascontiguousarray(arr)
-    raise TypeError(
-        f"allowed must be a bool mask over ids or a packed uint64 bitset (allowed_bitset), got dtype {arr.dtype}"
-    )
+    return np.ascontiguousarray(arr)
 
 
 def allowed_count(bitset: np.ndarray) -> int:
