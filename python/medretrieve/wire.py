@@ -193,10 +193,14 @@ class SearchOptions(_Strict):
     explain: bool = Field(False, description="add each stage's reason (the ranker's provenance included) and each "
                                              "hit's per-stage scores to the response")
 
-    @field_validator("where")
+    @field_validator("where", mode="before")
     @classmethod
     def _readable_filter(cls, value: Any) -> Any:
+        # before the union's own checks, so that a wrong value gets one message naming where, not one per branch
         if value is not None:
+            if not isinstance(value, (str, dict)):
+                raise ValueError(f"must be a filter: its text or its JSON form (an object), got "
+                                 f"{type(value).__name__}")
             try:
                 parse_filter(value)
             except FilterError as exc:  # a 422 naming where (field_errors adds the name)

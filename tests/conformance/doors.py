@@ -224,7 +224,7 @@ class ThroughCli:
             option = SEARCH_OPTIONS.get(name)
             if option is None or value is None:
                 return None
-            if option.stage:
+            if option.stage or option.type == "boolean":
                 if not isinstance(value, bool):
                     return None
                 out.append(flag if value else f"--no-{name}")
@@ -232,6 +232,10 @@ class ThroughCli:
                 if not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, str) for v in value):
                     return None
                 out += [flag, *value]
+            elif option.type == "filter":  # its text form only (a JSON object is no flag's value)
+                if not isinstance(value, str) or value.startswith("-"):
+                    return None
+                out += [flag, value]
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 return None
             else:

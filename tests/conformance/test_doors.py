@@ -23,12 +23,22 @@ _VALID: Dict[str, Any] = {
     "k": st.integers(1, MAX_K), "deadline_ms": st.sampled_from([5_000, 60_000.0, MAX_DEADLINE_MS]),
     "per_document": st.integers(1, 4),
     "sections": st.lists(st.sampled_from(SECTIONS), min_size=1, max_size=3, unique=True),
+    # the demo corpus's documents carry a topic (a keyword field): filters in both forms, passing many or few rows
+    "where": st.sampled_from(["topic == cardiology", "not topic in (cardiology, endocrinology)",
+                              {"field": "topic", "op": "in", "value": ["infectious disease", "neurology"]},
+                              {"or": [{"field": "topic", "op": "==", "value": "cardiology"},
+                                      {"not": {"field": "topic", "op": "!=", "value": "endocrinology"}}]}]),
+    "include_retracted": st.booleans(),
     **{name: st.booleans() for name in STAGE_SWITCHES}}
 _INVALID: Dict[str, Any] = {
     "k": st.sampled_from(["5", True, 0, MAX_K + 1, 2.5, float("inf")]),
     "deadline_ms": st.sampled_from(["300", True, 0, -5, MAX_DEADLINE_MS * 2, float("nan")]),
     "per_document": st.sampled_from(["2", False, 0, MAX_K + 1]),
     "sections": st.sampled_from(["treatment", [], ["kitchen"], ["treatment", 3]]),
+    # unreadable, of the wrong type, or naming a field the collection lacks (refused when the search starts)
+    "where": st.sampled_from(["topic ==", 5, ["topic"], "year >= 2015", {"field": "topic", "op": "~", "value": 1},
+                              "topic > cardiology"]),
+    "include_retracted": st.sampled_from([1, "true"]),
     **{name: st.sampled_from([1, 0, "false", "true"]) for name in STAGE_SWITCHES}}
 _MISSPELT = st.sampled_from(["section", "recover", "lexical", "diversify", "top_k", "K", "deadline"])
 _BAD_QUESTIONS = st.sampled_from([" ", "?!", "", 42, "x" * 4001])
@@ -91,6 +101,8 @@ CLI_REQUESTS = [
     Request("What causes gout?", {"k": 0}),
     Request("What causes gout?", {"dense": False, "bm25": False}),
     Request("?!", {"k": 3}),
+    Request("How is atrial fibrillation treated?", {"k": 3, "where": "topic == cardiology"}),
+    Request("What causes gout?", {"where": "yeer > 1"}),
 ]
 
 
@@ -149,3 +161,18 @@ def test_same_compares_what_it_says():
     same(Outcome(refused="type", option="k"), Outcome(refused="http", option="k"), "door")
     with pytest.raises(AssertionError):
         same(Outcome(refused="type", option="k"), Outcome(refused="value", option="k"), "door")
+
+
+def test_every_hit_of_a_filtered_search_passes_its_filter(in_process, page_door):
+    """The filter holds at every depth asked: each hit's document carries the topic asked for, the page door
+    agrees, and a filter passing k rows gives k hits."""
+    for where, topics in [("topic == cardiology", {"cardiology"}),
+                          ("topic in (gastroenterology, 'infectious disease')", {"gastroenterology",
+                                                                                 "infectious disease"})]:
+        for k in (1, 5, 40):
+            req = Request("How is it treated?", {"k": k, "where": where, "deadline_ms": 60_000})
+            got = in_process.retriever.search(req.question, **req.options)
+            assert got.hits and {h.metadata["topic"] for h in got.hits} <= topics
+            passing = int(in_process.retriever.collection.filter_rows(where).sum())
+            assert len(got.hits) == min(k, passing)
+            _compared_or_fail(in_process, page_door, req)

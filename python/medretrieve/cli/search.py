@@ -40,7 +40,7 @@ def add_search(sub: Any) -> None:
 def add_search_options(p: argparse.ArgumentParser) -> None:
     """The search request's options as flags, built from its one declaration (:data:`medretrieve.wire.SEARCH_OPTIONS`):
     ``--k``, ``--deadline-ms`` (``none``: no deadline), ``--per-document``, ``--sections NAME ...`` and
-    ``--STAGE`` / ``--no-STAGE`` for each stage switch. A flag not given is the retriever's setting; a value the
+    ``--where FILTER``, ``--include-retracted`` and ``--STAGE`` / ``--no-STAGE`` for each stage switch. A flag not given is the retriever's setting; a value the
     declaration refuses is a usage error (exit 2) naming the flag."""
     for option in SEARCH_OPTIONS.values():
         flag = "--" + option.name.replace("_", "-")
@@ -51,6 +51,14 @@ def add_search_options(p: argparse.ArgumentParser) -> None:
         elif option.type == "array":
             p.add_argument(flag, dest=option.name, nargs="+", metavar="NAME", type=_option_value(option),
                            help=f"{option.description}: of {', '.join(option.items or ())}")
+        elif option.type == "filter":
+            p.add_argument(flag, dest=option.name, metavar="FILTER", type=_option_value(option), default=None,
+                           help="metadata filter every hit must pass, e.g. 'year >= 2015 and publication_type in "
+                                "(Review, \"Randomized Controlled Trial\") and not retracted' (fields: the "
+                                "collection's metadata; docs/retrieval.md)")
+        elif option.type == "boolean":
+            p.add_argument(flag, dest=option.name, action=argparse.BooleanOptionalAction, default=None,
+                           help=f"{option.description}")
         elif option.name == "deadline_ms":
             p.add_argument(flag, dest=option.name, type=_option_value(option), default=DEFAULT_DEADLINE_MS,
                            help=f"time budget{unit} ('none': no deadline)")
@@ -68,6 +76,8 @@ def _option_value(option: SearchOption) -> Callable[[str], Any]:
             return None
         if option.type == "array":
             value: Any = [text]
+        elif option.type == "filter":
+            value = text
         else:
             try:  # an integer's flag may be written 5 or 5.0, as a JSON number may (the declaration decides)
                 value = int(text) if text.strip().lstrip("+-").isdigit() else float(text)

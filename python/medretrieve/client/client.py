@@ -24,6 +24,7 @@ import httpx
 import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from ..filters import Filter
 from ..outbound import Deadline, OutboundPolicy, RetryAfterError, parse_retry_after
 from ..records import Answer, Hit, SearchResult
 from ..wire import (DEFAULT_K, AnswerRequest, BatchSearchRequest, SearchOptions, SearchOptionTypeError,
@@ -128,11 +129,25 @@ def _checked_fields(questions: Sequence[Any], k: int, deadline_ms: Optional[floa
     return _search_fields(k, deadline_ms, per_document, sections, explain, stages)
 
 
+def _filter_options(where: Any, include_retracted: Optional[bool]) -> Dict[str, Any]:
+    """The metadata filter options given (``where``: its text or JSON form, a parsed filter sent as its text)."""
+    given = {"where": where, "include_retracted": include_retracted}
+    return {name: value for name, value in given.items() if value is not None}
+
+
 def _search_fields(k: int, deadline_ms: Optional[float], per_document: Optional[int],
-                   sections: Optional[Sequence[str]], explain: bool, stages: Dict[str, bool]) -> Dict[str, Any]:
+                   sections: Optional[Sequence[str]], explain: bool, stages: Dict[str, Any]) -> Dict[str, Any]:
+    # (the options beside the stage switches travel at the top of the body, as the declaration places them)
+    fields = {name: stages[name] for name in _FILTER_FIELDS if name in stages}
+    switches = {name: value for name, value in stages.items() if name not in _FILTER_FIELDS}
+    if isinstance(fields.get("where"), Filter):
+        fields["where"] = fields["where"].text()
     return {"k": k, "deadline_ms": deadline_ms, "per_document": per_document,
             "sections": None if sections is None else list(sections), "explain": explain or None,
-            "stages": stages or None}
+            "stages": switches or None, **fields}
+
+
+_FILTER_FIELDS = ("where", "include_retracted")
 
 
 def _answer_body(question: str, k: int, deadline_ms: Optional[float], qtype: Optional[str], mode: str,
@@ -399,23 +414,28 @@ class Client(_Base):
 
     def search(self, question: str, k: int = DEFAULT_K, *, deadline_ms: Optional[float] = None,
                per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
+               where: Any = None, include_retracted: Optional[bool] = None,
                explain: bool = False, **stages: bool) -> SearchResult:
         """``Retriever.search`` on the server: the best ``k`` chunks within ``deadline_ms`` (ms, queueing on the
         server included; None: the server's default). ``stages``: switches by their stage-log names, such as
         ``rerank=False`` (:data:`medretrieve.wire.STAGE_SWITCHES`; not given: the server retriever's setting);
-        ``explain``: each stage's reason and each hit's per-stage scores too (a compact result without). The
-        options are checked before anything is sent, as ``Retriever.search`` checks them (:func:`_checked_fields`)."""
+        ``explain``: each stage's reason and each hit's per-stage scores too (a compact result without).
+        ``where``: a metadata filter (text or JSON form, :mod:`medretrieve.filters`; the server refuses a field its
+        collection lacks), ``include_retracted``: keep retracted articles. The options are checked before anything
+        is sent, as ``Retriever.search`` checks them (:func:`_checked_fields`)."""
         body = _search_body(question, _checked_fields([question], k, deadline_ms, per_document, sections, explain,
-                                                       stages))
+                                                       {**stages, **_filter_options(where, include_retracted)}))
         return _decoded(SearchResult.from_dict, self._call("POST", "/v1/search", body, deadline_ms), "/v1/search")
 
     def search_batch(self, questions: Sequence[str], k: int = DEFAULT_K, *, deadline_ms: Optional[float] = None,
                      per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
+                     where: Any = None, include_retracted: Optional[bool] = None,
                      explain: bool = False, **stages: bool) -> List[SearchResult]:
         """Several questions with the same options and one deadline for them all (one result per question)."""
         listed = list(questions)
         body = _request(BatchSearchRequest, questions=listed,
-                        **_checked_fields(listed, k, deadline_ms, per_document, sections, explain, stages))
+                        **_checked_fields(listed, k, deadline_ms, per_document, sections, explain,
+                                         {**stages, **_filter_options(where, include_retracted)}))
         return _decoded(_search_results, self._call("POST", "/v1/search:batch", body, deadline_ms),
                         "/v1/search:batch")
 
@@ -527,19 +547,22 @@ class AsyncClient(_Base):
 
     async def search(self, question: str, k: int = DEFAULT_K, *, deadline_ms: Optional[float] = None,
                      per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
+                     where: Any = None, include_retracted: Optional[bool] = None,
                      explain: bool = False, **stages: bool) -> SearchResult:
         body = _search_body(question, _checked_fields([question], k, deadline_ms, per_document, sections, explain,
-                                                       stages))
+                                                       {**stages, **_filter_options(where, include_retracted)}))
         return _decoded(SearchResult.from_dict, await self._call("POST", "/v1/search", body, deadline_ms),
                         "/v1/search")
 
     async def search_batch(self, questions: Sequence[str], k: int = DEFAULT_K, *,
                            deadline_ms: Optional[float] = None,
                            per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
+                           where: Any = None, include_retracted: Optional[bool] = None,
                            explain: bool = False, **stages: bool) -> List[SearchResult]:
         listed = list(questions)
         body = _request(BatchSearchRequest, questions=listed,
-                        **_checked_fields(listed, k, deadline_ms, per_document, sections, explain, stages))
+                        **_checked_fields(listed, k, deadline_ms, per_document, sections, explain,
+                                         {**stages, **_filter_options(where, include_retracted)}))
         return _decoded(_search_results, await self._call("POST", "/v1/search:batch", body, deadline_ms),
                         "/v1/search:batch")
 

@@ -39,7 +39,7 @@ import numpy as np
 from ..corpus.collection import Collection
 from ..corpus.snapshot import CollectionSnapshot
 from ..corpus.spans import Span, chunk_span
-from ..filters import All, Flag, Not, parse_filter
+from ..filters import All, FilterError, Flag, Not, parse_filter
 from ..outbound import Deadline
 from .budget import CostModel
 from .candidates import Candidates, CandidateGenerator, Switches, section_labels
@@ -58,7 +58,7 @@ from .recovery import Recovery
 from .rerank import Ranking, Reranker
 from .results import Hit, SearchResult, StageLog
 from .settings import Settings
-from ..wire import DEFAULT_DEADLINE_MS, DEFAULT_K, check_question, check_search_options
+from ..wire import DEFAULT_DEADLINE_MS, DEFAULT_K, SearchOptionValueError, check_question, check_search_options
 
 
 WEAK_DEPTH = 10  # first-stage hits the weak flag reads (at least)
@@ -301,7 +301,10 @@ class Retriever:
             got = cache.get(key)
         if got is None:
             with dl.stage("filter"):
-                mask = filter_rows(parsed)
+                try:
+                    mask = filter_rows(parsed)
+                except FilterError as exc:  # the collection's fields refuse it: the option named, as every door does
+                    raise SearchOptionValueError(str(exc), "where") from None
             view = FilteredCollection(cast(SearchableCollection, col), mask, key)
             got = SearchScope(view, self.first_stage(view), scope.tokens)
             with self._filtered_lock:

@@ -114,7 +114,7 @@ def install(app: FastAPI, metrics: ServerMetrics, endpoint_of: Any) -> None:
     @app.exception_handler(ValueError)
     @app.exception_handler(TypeError)
     async def _library_refused(request: Request, exc: Exception) -> Response:
-        return error_response(422, "invalid_request", str(exc) or type(exc).__name__)
+        return error_response(422, "invalid_request", str(exc) or type(exc).__name__, getattr(exc, "option", None))
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> Response:
