@@ -9,6 +9,7 @@ import pytest
 from chat_prompts import assert_filled_chat
 
 from medretrieve.generation import prompts as P
+from medretrieve.records import BIOASQ_TYPES, INSUFFICIENT
 
 Q = "Is baloxavir approved for influenza?"
 SNIPPETS = ["Baloxavir marboxil was approved for influenza A and B.", {"title": "Xofluza", "text": "A cap inhibitor."}]
@@ -65,7 +66,7 @@ def test_bioasq_formats_by_type_and_phase():
     assert "retrieved" in yesno
     factoid = P.bioasq_messages(Q, "factoid", SNIPPETS, phase="B")[1]["content"]
     assert "up to 5" in factoid and "experts" in factoid
-    for qtype in P.BIOASQ_TYPES:  # the JSON each prompt shows has the fields of the type's schema, in order
+    for qtype in BIOASQ_TYPES:  # the JSON each prompt shows has the fields of the type's schema, in order
         user = P.bioasq_messages(Q, qtype, SNIPPETS)[1]["content"]
         example = json.loads(next(line for line in user.splitlines() if line.startswith("{")))
         schema = bioasq_response_format(qtype)["json_schema"]["schema"]
@@ -79,12 +80,12 @@ def test_bioasq_formats_by_type_and_phase():
 
 def test_cite_and_answer_only_modes():
     system, user = (m["content"] for m in P.cite_messages(Q, SNIPPETS))
-    assert "[1]" in system and "contradicts" in system and P.INSUFFICIENT in system
+    assert "[1]" in system and "contradicts" in system and INSUFFICIENT in system
     assert "[2] Xofluza" in user and "EXACT" not in user
     yesno = P.cite_messages(Q, SNIPPETS, qtype="yesno")[1]["content"]
     assert 'EXACT: yes' in yesno
     plain = P.cite_messages(Q, SNIPPETS, mode="answer_only")[1]["content"]
-    assert "without citations" in plain and P.INSUFFICIENT in plain
+    assert "without citations" in plain and INSUFFICIENT in plain
     with pytest.raises(ValueError, match="mode"):
         P.cite_messages(Q, SNIPPETS, mode="verbose")
     with pytest.raises(ValueError, match="question"):

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from medretrieve.generation import parsers, prompts
+from medretrieve.generation import parsers
 from medretrieve.generation.llamacpp import llamacpp_response_format
 from medretrieve.generation.schemas import bioasq_response_format, schema_of
+from medretrieve.records import BIOASQ_TYPES
 
 
 def test_schema_of_reads_a_json_schema_format():
@@ -42,7 +43,7 @@ def test_bioasq_schemas_by_type():
     assert (factoid["minItems"], factoid["maxItems"], lst["maxItems"]) == (1, 5, LIST_ENTITIES)
     assert factoid["items"]["minLength"] == 1 and factoid["items"]["maxLength"] <= 60
     assert list(_bioasq("summary")["properties"]) == ["ideal_answer"]
-    for qtype in prompts.BIOASQ_TYPES:  # the reading of the snippets first, then the exact answer
+    for qtype in BIOASQ_TYPES:  # the reading of the snippets first, then the exact answer
         schema = _bioasq(qtype, 100)
         assert list(schema["properties"])[0] == "ideal_answer" and schema["required"] == list(schema["properties"])
         # capped so the exact answer after it fits the budget: ~1/4 of it (1 char a token), a summary 3 chars
@@ -76,7 +77,7 @@ def test_bioasq_schemas_by_type():
         bioasq_response_format("list", 0)
 
 
-@pytest.mark.parametrize("qtype", prompts.BIOASQ_TYPES)
+@pytest.mark.parametrize("qtype", BIOASQ_TYPES)
 def test_llama_cpp_makes_a_grammar_of_every_bioasq_schema(qtype):
     """With the real llama-cpp-python (not in CI)."""
     grammar = pytest.importorskip("llama_cpp.llama_grammar")

@@ -21,11 +21,9 @@ import string
 from importlib import resources
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from ..records import BIOASQ_TYPES, INSUFFICIENT
+from ..records import BIOASQ_TYPES
 
 __all__ = [
-    "BIOASQ_TYPES",
-    "INSUFFICIENT",
     "TEMPLATES",
     "load_template",
     "render_messages",
