@@ -39,9 +39,24 @@ void check_topk(size_t k) {
   if (k == 0 || k > cuda::kMaxTopK) throw py::value_error("k must be in [1, " + std::to_string(cuda::kMaxTopK) + "]");
 }
 
+// The optional row filter of the exact searches: a 1-d C-contiguous uint64
+// bitset over rows (bit row % 64 of word row / 64), read in place; None: null.
+const cuda::RowFilter* row_filter(const py::object& allowed, cuda::RowFilter& out) {
+  if (allowed.is_none()) return nullptr;
+  if (!py::isinstance<py::array>(allowed)) throw py::type_error("allowed must be a uint64 numpy bitset over rows");
+  const auto arr = py::reinterpret_borrow<py::array>(allowed);
+  if (!has_dtype<uint64_t>(arr) || arr.ndim() != 1)
+    throw py::type_error("allowed must be a 1-d uint64 bitset over rows");
+  require_c_contiguous(arr, "allowed");
+  out = {static_cast<const uint64_t*>(arr.data()), size_t(arr.shape(0))};
+  return &out;
+}
+
 py::tuple exact_search(py::array queries, py::array database, size_t k, const std::string& metric,
-                       py::object qscale, py::object dbscale, int warmup, int repeats) {
+                       py::object qscale, py::object dbscale, int warmup, int repeats, py::object allowed) {
   cuda::require_usable();
+  cuda::RowFilter filter_words;
+  const cuda::RowFilter* filter = row_filter(allowed, filter_words);
   const Metric met = parse_metric(metric, "metric");
   if (queries.ndim() != 2 || database.ndim() != 2) throw py::value_error("queries and database must be 2-d");
   require_c_contiguous(queries, "queries");
@@ -59,14 +74,14 @@ py::tuple exact_search(py::array queries, py::array database, size_t k, const st
     const float* q = static_cast<const float*>(queries.data());
     const float* d = static_cast<const float*>(database.data());
     py::gil_scoped_release release;
-    cuda::exact_search_f32(q, nq, d, n, dim, k, met, oi, os, &timing);
+    cuda::exact_search_f32(q, nq, d, n, dim, k, met, oi, os, &timing, filter);
   } else if (has_dtype<int8_t>(queries) && has_dtype<int8_t>(database)) {
     const float* qs = qscale.is_none() ? nullptr : vector_of<float>(qscale, nq, "query scales");
     const float* ds = dbscale.is_none() ? nullptr : vector_of<float>(dbscale, n, "database scales");
     const int8_t* q = static_cast<const int8_t*>(queries.data());
     const int8_t* d = static_cast<const int8_t*>(database.data());
     py::gil_scoped_release release;
-    cuda::exact_search_i8(q, qs, nq, d, ds, n, dim, k, met, oi, os, &timing);
+    cuda::exact_search_i8(q, qs, nq, d, ds, n, dim, k, met, oi, os, &timing, filter);
   } else {
     throw py::type_error("queries and database must both be float32 or both be int8");
   }
@@ -102,8 +117,11 @@ void bind_table(py::module_& m) {
           py::arg("rows"), py::arg("scales") = py::none())
       .def(
           "search",
-          [](const cuda::DeviceTable& self, py::array queries, py::object qscales, size_t k, const std::string& metric) {
+          [](const cuda::DeviceTable& self, py::array queries, py::object qscales, size_t k, const std::string& metric,
+             py::object allowed) {
             const Metric met = parse_metric(metric, "metric");
+            cuda::RowFilter filter_words;
+            const cuda::RowFilter* filter = row_filter(allowed, filter_words);
             if (queries.ndim() != 2 || size_t(queries.shape(1)) != self.dim())
               throw py::value_error("queries must be 2-d with dim " + std::to_string(self.dim()));
             require_c_contiguous(queries, "queries");
@@ -117,24 +135,26 @@ void bind_table(py::module_& m) {
               const float* qs = qscales.is_none() ? nullptr : vector_of<float>(qscales, nq, "query scales");
               const int8_t* q = static_cast<const int8_t*>(queries.data());
               py::gil_scoped_release release;
-              self.search_i8(q, qs, nq, k, met, oi, os);
+              self.search_i8(q, qs, nq, k, met, oi, os, nullptr, filter);
             } else if (!self.is_int8() && has_dtype<float>(queries)) {
               const float* q = static_cast<const float*>(queries.data());
               py::gil_scoped_release release;
-              self.search_f32(q, nq, k, met, oi, os);
+              self.search_f32(q, nq, k, met, oi, os, nullptr, filter);
             } else {
               throw py::type_error("queries must have the table's dtype");
             }
             return py::make_tuple(ids, scores);
           },
-          py::arg("queries"), py::arg("query_scales"), py::arg("k"), py::arg("metric"))
+          py::arg("queries"), py::arg("query_scales"), py::arg("k"), py::arg("metric"),
+          py::arg("allowed") = py::none())
       .def_property_readonly("rows", &cuda::DeviceTable::rows)
       .def_property_readonly("device_bytes", &cuda::DeviceTable::device_bytes);
 }
 
 #else  // without the back end: the same name, raising once the caller asks for it
 
-py::tuple exact_search(py::object, py::object, size_t, const std::string&, py::object, py::object, int, int) {
+py::tuple exact_search(py::object, py::object, size_t, const std::string&, py::object, py::object, int, int,
+                       py::object) {
   cuda::require_usable();
   return py::tuple();  // not reached: require_usable() threw
 }
@@ -189,7 +209,10 @@ void bind_cuda(py::module_& m) {
 #endif
   m.def("_cuda_exact_search", &exact_search, py::arg("queries"), py::arg("database"), py::arg("k"),
         py::arg("metric") = "ip", py::arg("query_scales") = py::none(), py::arg("database_scales") = py::none(),
-        py::arg("warmup") = 0, py::arg("repeats") = 0, "Exact top-k on the GPU: (ids, scores, kernel times in ms).");
+        py::arg("warmup") = 0, py::arg("repeats") = 0, py::arg("allowed") = py::none(),
+        "Exact top-k on the GPU: (ids, scores, kernel times in ms); allowed: uint64 bitset over database rows.");
+  // The exact searches take allowed= (a row bitset read on the device).
+  m.attr("CUDA_ROW_FILTER") = true;
   m.def("_cuda_mmr_batch", &mmr_batch, py::arg("candidates"), py::arg("k"), py::arg("lambdas"),
         py::arg("queries") = py::none(), py::arg("relevances") = py::none(), py::arg("metric") = "ip",
         py::arg("scales") = py::none(), py::arg("warmup") = 0, py::arg("repeats") = 0,
