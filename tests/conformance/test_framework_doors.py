@@ -41,46 +41,54 @@ class ThroughFramework:
             return Outcome.refusal(exc)
 
 
-class LangChainAsk:
-    """One LangChainRetriever per source (a folder opens its collection once); options per call."""
+class RetrieverPerSource:
+    """One framework retriever per source (a folder opens its collection once), made by :meth:`open`."""
 
     def __init__(self) -> None:
         self.retrievers: Dict[str, Any] = {}
 
     def __call__(self, source: str, question: Any, options: Dict[str, Any]) -> Hits:
-        from medretrieve.integrations.langchain import LangChainRetriever
+        if source not in self.retrievers:
+            self.retrievers[source] = self.open(source)
+        return self.ask(self.retrievers[source], question, options)
 
-        retriever = self.retrievers.get(source)
-        if retriever is None:
-            retriever = self.retrievers[source] = LangChainRetriever(source=source)
-        return [(d.metadata["chunk_id"], d.metadata["score"]) for d in retriever.invoke(question, **options)]
+    def open(self, source: str) -> Any:
+        raise NotImplementedError
+
+    def ask(self, retriever: Any, question: Any, options: Dict[str, Any]) -> Hits:
+        raise NotImplementedError
 
     def close(self) -> None:
         for retriever in self.retrievers.values():
             retriever.close()
 
 
-class LlamaIndexAsk:
-    """One LlamaIndexRetriever per source; the options set as its attributes before each query."""
+class LangChainAsk(RetrieverPerSource):
+    """LangChain: the options per call."""
 
-    def __init__(self) -> None:
-        self.retrievers: Dict[str, Any] = {}
+    def open(self, source: str) -> Any:
+        from medretrieve.integrations.langchain import LangChainRetriever
 
-    def __call__(self, source: str, question: Any, options: Dict[str, Any]) -> Hits:
+        return LangChainRetriever(source=source)
+
+    def ask(self, retriever: Any, question: Any, options: Dict[str, Any]) -> Hits:
+        return [(d.metadata["chunk_id"], d.metadata["score"]) for d in retriever.invoke(question, **options)]
+
+
+class LlamaIndexAsk(RetrieverPerSource):
+    """LlamaIndex: the options set as the retriever's attributes before each query."""
+
+    def open(self, source: str) -> Any:
         from medretrieve.integrations.llamaindex import LlamaIndexRetriever
 
-        retriever = self.retrievers.get(source)
-        if retriever is None:
-            retriever = self.retrievers[source] = LlamaIndexRetriever(source)
+        return LlamaIndexRetriever(source)
+
+    def ask(self, retriever: Any, question: Any, options: Dict[str, Any]) -> Hits:
         retriever.k = options.pop("k", None)
         retriever.deadline_ms = options.pop("deadline_ms", None)
         retriever.sections = options.pop("sections", None)
         retriever.options = options
         return [(n.node.node_id, n.score) for n in retriever.retrieve(question)]
-
-    def close(self) -> None:
-        for retriever in self.retrievers.values():
-            retriever.close()
 
 
 def haystack_ask(source: str, question: Any, options: Dict[str, Any]) -> Hits:

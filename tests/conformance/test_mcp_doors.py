@@ -11,19 +11,17 @@ import asyncio
 import json
 import os
 import re
-import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import Future
 from typing import Any, Dict, Iterator, Optional
 
 import pytest
 from hypothesis import HealthCheck, given, note, reject, settings
 
-from medretrieve.wire import STAGE_SWITCHES
+from mcp_process import mcp_http
 
-from .doors import Outcome, Request
+from .doors import Outcome, Request, ThroughPage
 from .test_doors import EXAMPLES, _compared, _compared_or_fail, requests
 
 pytest.importorskip("mcp")
@@ -35,16 +33,12 @@ _FIELD = re.compile(r"Error executing tool search: ([\w.]+):")
 def tool_arguments(request: Request) -> Optional[Dict[str, Any]]:
     """The ``search`` tool's arguments for ``request`` (JSON values; stage switches under ``stages``), or None
     when JSON cannot write it."""
-    out: Dict[str, Any] = {"question": request.question}
-    for name, value in request.options.items():
-        if name in STAGE_SWITCHES:
-            out.setdefault("stages", {})[name] = value
-        else:
-            out[name] = value
-    try:
-        return json.loads(json.dumps(out, allow_nan=False))
-    except (TypeError, ValueError):
+    body = ThroughPage.body(request)  # the POST /v1/search body, whose fields the tool takes but explain
+    if body is None:
         return None
+    arguments: Dict[str, Any] = json.loads(body)
+    del arguments["explain"]
+    return arguments
 
 
 def named_option(message: str) -> Optional[str]:
@@ -106,17 +100,12 @@ class ThroughMcp:
             self.loop.close()
 
 
-def _mcp_command(collection: Any, *more: str) -> list:
-    return [sys.executable, "-m", "medretrieve", "mcp", str(collection), *more]
-
-
 @pytest.fixture(scope="module")
 def mcp_stdio_door(demo_collection_dir) -> Iterator[ThroughMcp]:
     from mcp.client.stdio import StdioServerParameters
 
-    command = _mcp_command(demo_collection_dir)
-    door = ThroughMcp("MCP over stdio", StdioServerParameters(command=command[0], args=command[1:],
-                                                              env=dict(os.environ)))
+    door = ThroughMcp("MCP over stdio", StdioServerParameters(
+        command=sys.executable, args=["-m", "medretrieve", "mcp", str(demo_collection_dir)], env=dict(os.environ)))
     yield door
     door.close()
 
@@ -124,25 +113,10 @@ def mcp_stdio_door(demo_collection_dir) -> Iterator[ThroughMcp]:
 @pytest.fixture(scope="module")
 def mcp_http_door(demo_collection_dir) -> Iterator[ThroughMcp]:
     pytest.importorskip("uvicorn")
-    proc = subprocess.Popen(_mcp_command(demo_collection_dir, "--http", "--port", "0"), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        url, give_up, log = None, time.monotonic() + TIMEOUT_S, ""
-        while url is None:
-            line = proc.stderr.readline()
-            log += line
-            found = re.search(r"Uvicorn running on (http://[\d.]+:\d+)", line)
-            if found:
-                url = found.group(1) + "/mcp"
-            elif (not line and proc.poll() is not None) or time.monotonic() > give_up:
-                pytest.fail(f"medretrieve mcp --http did not start:\n{log}")
-        threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep its log pipe from filling up
+    with mcp_http(demo_collection_dir, start_s=TIMEOUT_S) as url:
         door = ThroughMcp("MCP over --http", url)
         yield door
         door.close()
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 @pytest.mark.parametrize("door_fixture", ["mcp_stdio_door", "mcp_http_door"])

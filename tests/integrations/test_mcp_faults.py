@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import queue
-import re
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ pytest.importorskip("mcp")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from mcp import Client  # noqa: E402
+from mcp_process import mcp_http  # noqa: E402
 
 from medretrieve.integrations.mcp_server import Engine, build_server  # noqa: E402
 from medretrieve.integrations.mcp_transport import MAX_LINE_BYTES, LineSplitter, readable_id  # noqa: E402
@@ -152,18 +152,7 @@ def test_every_broken_stdio_line_gets_a_json_rpc_error(stdio_server):
 def test_every_broken_body_gets_a_json_rpc_error_over_http(medretrieve_collection):
     import httpx
 
-    proc = subprocess.Popen([sys.executable, "-m", "medretrieve", "mcp", str(medretrieve_collection.directory),
-                             "--http", "--port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        url, give_up, log = None, time.monotonic() + START_S, ""
-        while url is None:
-            line = proc.stderr.readline()
-            log += line
-            found = re.search(r"Uvicorn running on (http://[\d.]+:\d+)", line)
-            if found:
-                url = found.group(1) + "/mcp"
-            elif (not line and proc.poll() is not None) or time.monotonic() > give_up:
-                pytest.fail(f"medretrieve mcp --http did not start:\n{log}")
+    with mcp_http(medretrieve_collection.directory, start_s=START_S) as url:
         headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
         with httpx.Client(timeout=REPLY_S) as http:
             for name, body, code, request_id in BROKEN_LINES:  # answered as over stdio
@@ -176,9 +165,6 @@ def test_every_broken_body_gets_a_json_rpc_error_over_http(medretrieve_collectio
                                      "clientInfo": {"name": "raw", "version": "1"}}}
             started = http.post(url, json=initialize, headers=headers)  # a good body still reaches the server
             assert started.status_code == 200 and "mcp-session-id" in started.headers
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 @settings(max_examples=200, deadline=None)

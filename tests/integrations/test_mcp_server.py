@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import socket
-import subprocess
 import sys
 import time
 
@@ -17,8 +15,10 @@ pytest.importorskip("mcp")
 
 from mcp import Client  # noqa: E402
 from mcp.client.stdio import StdioServerParameters  # noqa: E402
+from mcp_process import mcp_http  # noqa: E402
 
 from medretrieve.integrations.mcp_server import Engine, build_server  # noqa: E402
+from medretrieve.wire import SEARCH_OPTIONS  # noqa: E402
 
 QUESTION = "What is the first-line drug treatment for type 2 diabetes?"
 TIMEOUT_S = 120.0  # the longest one MCP session of a test may take, start-up included
@@ -47,8 +47,9 @@ def test_stdio_server_lists_both_tools_and_answers_them(medretrieve_collection, 
                                                            _list_and_call))
     assert set(tools) == {"search", "answer"}
     search_tool = tools["search"]
-    assert set(search_tool.input_schema["properties"]) == {"question", "k", "deadline_ms", "per_document", "sections",
-                                                           "stages"}  # the fields of POST /v1/search but explain
+    # the fields of POST /v1/search but explain: the search declaration's options, stage switches under stages
+    assert set(search_tool.input_schema["properties"]) == {
+        "question", "stages", *(name for name, option in SEARCH_OPTIONS.items() if not option.stage)}
     assert search_tool.input_schema["required"] == ["question"]
     assert {"hits", "weak", "cut"} <= set(search_tool.output_schema["properties"])
     assert {"text", "citations", "sources"} <= set(tools["answer"].output_schema["properties"])
@@ -79,21 +80,9 @@ def test_stdio_server_lists_both_tools_and_answers_them(medretrieve_collection, 
 def test_streamable_http_transport(medretrieve_collection):
     from medretrieve.server.config import CONFIG_ENV, ServerConfig
 
-    cmd = [sys.executable, "-m", "medretrieve", "mcp", str(medretrieve_collection.directory), "--http", "--port", "0"]
     # the header deadline of medretrieve serve's protocol, short so that the test takes a second
     env = {**os.environ, CONFIG_ENV: ServerConfig("", header_timeout_s=1.0).to_json()}
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        url, give_up, log = None, time.monotonic() + TIMEOUT_S, ""
-        while url is None:
-            line = proc.stderr.readline()
-            log += line
-            found = re.search(r"Uvicorn running on (http://[\d.]+:\d+)", line)
-            if found:
-                url = found.group(1) + "/mcp"
-            elif (not line and proc.poll() is not None) or time.monotonic() > give_up:
-                pytest.fail(f"medretrieve mcp --http did not start:\n{log}")
-
+    with mcp_http(medretrieve_collection.directory, start_s=TIMEOUT_S, env=env) as url:
         async def work(client):
             tools = [t.name for t in (await client.list_tools()).tools]
             return tools, await client.call_tool("search", {"question": QUESTION, "k": 2})
@@ -108,9 +97,6 @@ def test_streamable_http_transport(medretrieve_collection):
             t0 = time.monotonic()
             reply = sock.recv(4096)
         assert reply.startswith(b"HTTP/1.1 408") and b"request_timeout" in reply and time.monotonic() - t0 < 5
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def test_over_a_medretrieve_server_the_answer_comes_from_its_llm(server):

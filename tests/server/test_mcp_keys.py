@@ -4,11 +4,6 @@ A real process, asked by the official MCP SDK's client with and without a key.""
 from __future__ import annotations
 
 import asyncio
-import os
-import re
-import subprocess
-import sys
-import time
 
 import httpx
 import pytest
@@ -17,6 +12,7 @@ pytest.importorskip("mcp")
 pytest.importorskip("uvicorn")
 from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client  # noqa: E402
+from mcp_process import mcp_http  # noqa: E402
 
 from medretrieve.cli import main  # noqa: E402
 
@@ -31,23 +27,8 @@ def keyed_mcp(medretrieve_collection, tmp_path_factory):
     """``medretrieve mcp COLLECTION --http`` with keys from a file; yields its /mcp URL."""
     keys = tmp_path_factory.mktemp("mcp-keys") / "keys.txt"
     keys.write_text(f"{SEARCH_KEY} search\n{BOTH_KEY} search,answer\n", encoding="utf-8")
-    cmd = [sys.executable, "-m", "medretrieve", "mcp", str(medretrieve_collection.directory), "--http", "--port", "0",
-           "--api-key-file", str(keys)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
-    try:
-        url, give_up, log = None, time.monotonic() + TIMEOUT_S, ""
-        while url is None:
-            line = proc.stderr.readline()
-            log += line
-            found = re.search(r"Uvicorn running on (http://[\d.]+:\d+)", line)
-            if found:
-                url = found.group(1) + "/mcp"
-            elif (not line and proc.poll() is not None) or time.monotonic() > give_up:
-                pytest.fail(f"medretrieve mcp --http did not start:\n{log}")
+    with mcp_http(medretrieve_collection.directory, "--api-key-file", str(keys), start_s=TIMEOUT_S) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def _calls(url, key):
