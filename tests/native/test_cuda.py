@@ -180,8 +180,9 @@ class NumpyTable:
     def assign(self, rows, scales=None) -> None:
         self.rows, self.scales = np.array(rows), None if scales is None else np.array(scales)
 
-    def search(self, q, q_scales, k, metric):
+    def search(self, q, q_scales, k, metric, allowed=None):
         x = self.rows
+        self.last_allowed = allowed
         if x.dtype == np.int8:
             dot = q.astype(np.int64) @ x.astype(np.int64).T
             qs = np.ones(len(q)) if q_scales is None else q_scales.astype(np.float64)
@@ -197,8 +198,12 @@ class NumpyTable:
         pos = np.full((len(q), k), -1, np.int64)
         out = np.full((len(q), k), -np.inf, np.float32)
         rows = np.arange(len(x))
+        if allowed is not None:  # the kernels' row filter: bit row % 64 of word row // 64, rows past it excluded
+            assert allowed.dtype == np.uint64 and allowed.ndim == 1
+            bits = np.unpackbits(allowed.view(np.uint8), bitorder="little").astype(bool)
+            rows = rows[: len(bits)][bits[: len(x)]]
         for i, si in enumerate(s):
-            top = np.lexsort((rows, -si))[:k]
+            top = rows[np.lexsort((rows, -si[rows]))][:k]
             pos[i, :len(top)], out[i, :len(top)] = top, si[top]
         return pos, out
 
@@ -246,6 +251,49 @@ def test_flat_index_device_path_matches_cpu(monkeypatch: pytest.MonkeyPatch, dty
     assert (si[:, 3:] == -1).all() and np.isneginf(ss[:, 3:]).all()
     with pytest.raises(ValueError, match="1024"):
         gpu.search(q, 1025)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("space", ["ip", "l2"])
+def test_flat_index_device_row_filter_matches_cpu(monkeypatch: pytest.MonkeyPatch, dtype: str, space: str) -> None:
+    """``allowed`` on device="cuda": the bitset over external ids becomes one over the device table's rows (after
+    deletions the rows are not the ids), and the results equal the CPU's filtered search: none allowed, fewer than k,
+    ids past the bitset's end, a bool mask. A core without the device filter runs allowed= on the CPU."""
+    from medretrieve.index import allowed_bitset, flat
+
+    monkeypatch.setattr(medretrieve._core, "_cuda_available", lambda: (True, ""))
+    monkeypatch.setattr(medretrieve._core, "_CudaTable", NumpyTable, raising=False)
+    monkeypatch.setattr(flat, "CUDA_ROW_FILTER", True)
+    rng = np.random.default_rng(11)
+    dim = 19
+    x = rng.normal(size=(300, dim)).astype(np.float32)
+    q = rng.normal(size=(4, dim)).astype(np.float32)
+    ids = np.arange(5, 305) * 3  # sparse ids: rows and ids differ
+    cpu = medretrieve.FlatIndex(space, dim, dtype=dtype)
+    gpu = medretrieve.FlatIndex(space, dim, dtype=dtype, device="cuda")
+    for f in (cpu, gpu):
+        f.add(x, ids)
+        f.mark_deleted(int(ids[10]))
+    mask = np.zeros(ids.max() + 1, dtype=bool)
+    mask[ids[rng.random(len(ids)) < 0.4]] = True
+    filters = [
+        allowed_bitset([], size=1000),  # none allowed
+        allowed_bitset(ids[[3, 10, 50]]),  # fewer than k (one of them deleted)
+        allowed_bitset(ids[ids < 400]),  # rows past the bitset's end are not allowed
+        mask,
+    ]
+    for allowed in filters:
+        for k in (1, 7, 300):
+            ci, cs = cpu.search(q, k, allowed=allowed)
+            gi, gs = gpu.search(q, k, allowed=allowed)
+            np.testing.assert_array_equal(gi, ci)
+            np.testing.assert_allclose(gs, cs, rtol=2e-5, atol=2e-4 * max(1.0, float(np.abs(x).max()) ** 2 * dim))
+    table, _ = gpu._device_table()
+    assert table.last_allowed is not None  # it ran on the (stand-in) device
+    monkeypatch.setattr(flat, "CUDA_ROW_FILTER", False)
+    table.last_allowed = None
+    np.testing.assert_array_equal(gpu.search(q, 5, allowed=mask)[0], cpu.search(q, 5, allowed=mask)[0])
+    assert table.last_allowed is None  # the CPU answered
 
 
 @needs_gpu

@@ -9,7 +9,20 @@ import numpy as np
 
 from .. import _core
 from ._inputs import IndexInputError, LabelsArg, check_dim, check_dtype, check_space
-from .allowed import AllowedArg, native_search_args
+from .allowed import AllowedArg, native_search_args, pack_allowed
+
+# Whether the CUDA back end reads a row bitset on the device (a core built before it did runs allowed= on the CPU).
+CUDA_ROW_FILTER = bool(getattr(_core, "CUDA_ROW_FILTER", False))
+
+
+def _row_bits(id_bits: np.ndarray, row_ids: np.ndarray) -> np.ndarray:
+    """A packed bitset over external ids (``allowed``) as one over the device table's rows (``row_ids[row]``)."""
+    word = row_ids >> 6
+    inside = word < len(id_bits)
+    keep = np.zeros(len(row_ids), dtype=bool)
+    keep[inside] = ((id_bits[word[inside]] >> (row_ids[inside] & 63).astype(np.uint64)) & np.uint64(1)) != 0
+    return pack_allowed(keep)
+
 
 class FlatIndex:
     """Exact k-NN over float32 or int8 vectors (same quantizer as ``Index``), with labels and deletions.
@@ -18,8 +31,10 @@ class FlatIndex:
 
     ``device="cuda"`` keeps a copy of the live rows on the GPU (int8 codes + scales, or float32 rows; built on the
     first search and rebuilt after adds and deletions) and searches it with the CUDA kernels: int8 dot products in
-    exact int32 on tensor cores, so ids match the CPU path and scores agree to float rounding. Searches with
-    ``labels``, ``filter`` or ``allowed`` run on the CPU. The CPU copy stays the source of truth (save, get_items, labels).
+    exact int32 on tensor cores, so ids match the CPU path and scores agree to float rounding; each query's top k is
+    selected inside the score tiles (docs/fused.md). ``allowed`` runs on the device too (a bitset over the table's
+    rows); searches with ``labels`` or ``filter`` run on the CPU. The CPU copy stays the source of truth (save,
+    get_items, labels).
     """
 
     def __init__(self, space: str, dim: int, dtype: str = "float32", device: str = "cpu") -> None:
@@ -89,8 +104,11 @@ class FlatIndex:
         ``ef`` is accepted for signature compatibility and ignored (the search is exhaustive). A sparse ``allowed``
         (at most 1/16 of the rows) scores only its rows; a denser one is tested during the full scan.
         """
-        if self._device == "cuda" and labels is None and filter is None and allowed is None:
-            return self._search_device(queries, k)
+        if self._device == "cuda" and labels is None and filter is None:
+            if allowed is None:
+                return self._search_device(queries, k)
+            if CUDA_ROW_FILTER:
+                return self._search_device(queries, k, pack_allowed(allowed))
         filter, extra = native_search_args(allowed, filter)
         return self._core.search(queries, k, labels, filter, num_threads, **extra)
 
@@ -104,14 +122,20 @@ class FlatIndex:
                 self._table = (table, ids, version)
             return self._table[0], self._table[1]
 
-    def _search_device(self, queries: Any, k: Any) -> tuple[np.ndarray, np.ndarray]:
+    def _search_device(
+        self, queries: Any, k: Any, id_bits: Optional[np.ndarray] = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= 1024:
             raise IndexInputError(f"k must be an integer in [1, 1024] on device='cuda', got {k!r}")
         q, q_scales, offsets = self._core._pack_queries(queries)  # checks the queries
         if len(q) == 0:
             return np.zeros((0, k), np.int64), np.zeros((0, k), np.float32)
         table, ids = self._device_table()
-        pos, scores = table.search(q, q_scales, k, "l2" if self._space == "l2" else "ip")
+        metric = "l2" if self._space == "l2" else "ip"
+        if id_bits is None:
+            pos, scores = table.search(q, q_scales, k, metric)
+        else:
+            pos, scores = table.search(q, q_scales, k, metric, allowed=_row_bits(id_bits, ids))
         found = pos >= 0
         out_ids = np.full(pos.shape, -1, dtype=np.int64)
         out_ids[found] = ids[pos[found]]
