@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-__all__ = ["Filter", "Compare", "Member", "Flag", "Not", "All", "AnyOf", "FilterError", "parse_filter",
+__all__ = ["Filter", "Compare", "Member", "Flag", "Not", "All", "AnyOf", "FilterError", "parse_filter", "facet_hits",
            "check_fields", "FIELD_TYPES", "COMPARISONS", "MAX_FILTER_CHARS"]
 
 MAX_FILTER_CHARS = 4000  # longest text form (and nesting is bounded by it: every level costs a character)
@@ -410,3 +410,27 @@ def check_fields(where: Filter, fields: Mapping[str, str]) -> None:
 
 def _article(kind: str) -> str:
     return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+
+
+def facet_hits(hits: Any, fields: Any) -> Dict[str, List[Tuple[Any, int]]]:
+    """Counts per value of each field in ``fields`` over a search's hits (objects or dicts with ``document_id``
+    and ``metadata``: ``SearchResult.hits``), a document counted once per value (its chunks are one article); a
+    list value counts each item, a date (``YYYY``, ``YYYY-MM``, ``YYYY-MM-DD``) by its year, a missing value not at all. Most frequent
+    first (ties by value)."""
+    out: Dict[str, List[Tuple[Any, int]]] = {}
+    for name in fields:
+        counts: Dict[Any, int] = {}
+        seen: set = set()
+        for hit in hits:
+            doc = hit["document_id"] if isinstance(hit, Mapping) else hit.document_id
+            meta = hit["metadata"] if isinstance(hit, Mapping) else hit.metadata
+            value = (meta or {}).get(name)
+            items = value if isinstance(value, list) else [] if value is None else [value]
+            for item in items:
+                if isinstance(item, str) and re.fullmatch(r"\d{4}(-\d{2}(-\d{2})?)?", item):
+                    item = int(item[:4])
+                if isinstance(item, (str, int, float, bool)) and (doc, item) not in seen:
+                    seen.add((doc, item))
+                    counts[item] = counts.get(item, 0) + 1
+        out[name] = sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
+    return out

@@ -29,6 +29,7 @@ __all__ = ["MAX_K", "MAX_BATCH", "MAX_DEADLINE_MS", "MAX_QUESTION_CHARS", "DEFAU
            "DEADLINE_HEADER", "SECTIONS", "WordedQuestion", "ERROR_TYPES", "STAGE_SWITCHES", "Stages", "SearchOptions",
            "SearchOption", "SEARCH_OPTIONS", "check_search_options", "check_question", "SearchOptionError",
            "SearchOptionTypeError", "SearchOptionValueError", "SearchRequest", "BatchSearchRequest", "AnswerRequest",
+           "FacetsRequest", "FacetsResponse", "MAX_FACETS",
            "BatchSearchResponse", "ErrorDetail", "ErrorResponse", "deadline_header_ms", "field_errors", "Answer",
            "Citation", "Hit", "SearchResult", "StageInfo"]
 
@@ -166,6 +167,24 @@ WHERE_DESCRIPTION = (
     "an unknown field or a value of the wrong type is refused naming the field")
 
 
+def _readable_filter(value: Any) -> Any:
+    """A ``where`` checked before the union's own checks, so that a wrong value gets one message naming where, not
+    one per branch of the union."""
+    if value is not None:
+        if not isinstance(value, (str, dict)):
+            raise ValueError(f"must be a filter: its text or its JSON form (an object), got {type(value).__name__}")
+        try:
+            parse_filter(value)
+        except FilterError as exc:  # a 422 naming where (field_errors adds the name)
+            raise ValueError(str(exc).removeprefix("where: ").removeprefix("where ")) from None
+    return value
+
+
+#: the filter of a request: its text form or its JSON form (:mod:`medretrieve.filters`)
+Where = Optional[Union[Annotated[str, Field(max_length=MAX_FILTER_CHARS)], Dict[str, Any]]]
+MAX_FACETS = 16  # fields one facets request may count
+
+
 class SearchOptions(_Strict):
     """The search request, declared once: what a search returns and how long it may take. Every door is built from
     it or checked against it (:data:`SEARCH_OPTIONS`, :func:`check_search_options`); a field not given means the
@@ -183,7 +202,7 @@ class SearchOptions(_Strict):
         None, description="most hits from one document (absent: no cap)", json_schema_extra={"x-unit": "hits"})
     sections: Optional[List[Section]] = Field(
         None, min_length=1, description="section categories every hit must come from (absent: all)")
-    where: Optional[Union[Annotated[str, Field(max_length=MAX_FILTER_CHARS)], Dict[str, Any]]] = Field(
+    where: Where = Field(
         None, description=WHERE_DESCRIPTION, examples=["year >= 2015 and publication_type in (Review, "
                                                         "\"Randomized Controlled Trial\")"])
     include_retracted: Optional[bool] = Field(
@@ -193,19 +212,7 @@ class SearchOptions(_Strict):
     explain: bool = Field(False, description="add each stage's reason (the ranker's provenance included) and each "
                                              "hit's per-stage scores to the response")
 
-    @field_validator("where", mode="before")
-    @classmethod
-    def _readable_filter(cls, value: Any) -> Any:
-        # before the union's own checks, so that a wrong value gets one message naming where, not one per branch
-        if value is not None:
-            if not isinstance(value, (str, dict)):
-                raise ValueError(f"must be a filter: its text or its JSON form (an object), got "
-                                 f"{type(value).__name__}")
-            try:
-                parse_filter(value)
-            except FilterError as exc:  # a 422 naming where (field_errors adds the name)
-                raise ValueError(str(exc).removeprefix("where: ").removeprefix("where ")) from None
-        return value
+    _readable_filter = field_validator("where", mode="before")(lambda value: _readable_filter(value))
 
     def search_kwargs(self) -> Dict[str, Any]:
         """Keyword arguments of ``Retriever.search`` (all but the question and the deadline): only the options
@@ -428,6 +435,32 @@ class AnswerRequest(_Strict):
     stream: bool = Field(False, description="answer as server-sent events: evidence, text deltas, the answer")
     explain: bool = Field(False, description="add each evidence hit's per-stage scores")
     _check_question = field_validator("question")(_question)
+
+
+class FacetsRequest(_Strict):
+    """``POST /v1/facets``: counts per value of metadata fields over the collection's documents that pass a filter,
+    e.g. ``{"fields": ["year", "publication_type"], "where": "year >= 2015"}``."""
+
+    fields: List[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
+        ..., min_length=1, max_length=MAX_FACETS, description="metadata fields to count (GET /v1/collection "
+                                                               "lists them under metadata)")
+    where: Where = Field(None, description=WHERE_DESCRIPTION)
+    include_retracted: Optional[bool] = Field(None, description="count retracted articles too")
+    top: Optional[Annotated[int, Field(ge=1, le=1000), BeforeValidator(_whole_number)]] = Field(
+        None, description="most values per field, most frequent first (absent: all)")
+    _readable_filter = field_validator("where", mode="before")(lambda value: _readable_filter(value))
+
+
+class FacetCount(BaseModel):
+    value: Any
+    count: int = Field(description="documents holding the value (a date counts by its year)")
+
+
+class FacetsResponse(BaseModel):
+    """Documents passing the filter, and each field's counts, most frequent first."""
+
+    documents: int
+    facets: Dict[str, List[FacetCount]]
 
 
 class BatchSearchResponse(BaseModel):

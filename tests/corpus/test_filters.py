@@ -216,3 +216,23 @@ def test_the_filtered_dense_search_returns_the_exact_allowed_top_k(share):
             assert got.tolist() == want.tolist()
     none = FilteredDense(_Col(v, np.arange(40)), np.zeros(4000, dtype=bool)).search(q, k=5)[0]
     assert (none == -1).all()
+
+
+def test_facets_over_the_filtered_collection_and_over_hits(medline_collection):
+    from medretrieve.filters import facet_hits
+
+    r = Retriever(medline_collection)
+    got = r.facets(["year", "publication_type"], where="year >= 2010")
+    assert got["documents"] == 2 and got["facets"]["year"] == [(2020, 1), (2022, 1)]
+    assert r.facets(["retracted"], include_retracted=True)["facets"]["retracted"] == [(False, 3), (True, 2)]
+    assert r.facets(["journal"], top=1)["facets"]["journal"] == [("Diabetes care", 2)]
+    with pytest.raises(ValueError, match="unknown field 'yeer'"):
+        r.facets(["yeer"])
+    with pytest.raises(TypeError, match="fields"):
+        r.facets("year")
+    res = r.search("metformin type 2 diabetes", k=10, include_retracted=True)
+    by = facet_hits(res.hits, ["year", "publication_type", "publication_date"])
+    assert sum(n for _, n in by["year"]) == len({h.document_id for h in res.hits})  # a document counts once
+    assert ("Randomized Controlled Trial", 2) in by["publication_type"]
+    assert by["publication_date"] == facet_hits([h.to_dict() for h in res.hits], ["publication_date"])[
+        "publication_date"] and all(isinstance(v, int) for v, _ in by["publication_date"])

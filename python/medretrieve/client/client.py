@@ -27,7 +27,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from ..filters import Filter
 from ..outbound import Deadline, OutboundPolicy, RetryAfterError, parse_retry_after
 from ..records import Answer, Hit, SearchResult
-from ..wire import (DEFAULT_K, AnswerRequest, BatchSearchRequest, SearchOptions, SearchOptionTypeError,
+from ..wire import (DEFAULT_K, AnswerRequest, BatchSearchRequest, FacetsRequest, SearchOptions, SearchOptionTypeError,
                     SearchOptionValueError, SearchRequest, WordedQuestion, check_search_options, field_errors)
 from .errors import BadResponse, ClientError, InvalidRequest, Unavailable, error_for
 from .async_transport import AsyncHttpxTransport, AsyncLeanTransport
@@ -148,6 +148,14 @@ def _search_fields(k: int, deadline_ms: Optional[float], per_document: Optional[
 
 
 _FILTER_FIELDS = ("where", "include_retracted")
+
+
+def _facets_body(fields: Sequence[str], where: Any, include_retracted: Optional[bool], top: Optional[int]
+                 ) -> Dict[str, Any]:
+    if isinstance(fields, str):
+        raise TypeError(f"fields must be a list of field names, got the string {fields!r}")
+    return _request(FacetsRequest, fields=list(fields), where=where.text() if isinstance(where, Filter) else where,
+                    include_retracted=include_retracted, top=top)
 
 
 def _answer_body(question: str, k: int, deadline_ms: Optional[float], qtype: Optional[str], mode: str,
@@ -439,6 +447,12 @@ class Client(_Base):
         return _decoded(_search_results, self._call("POST", "/v1/search:batch", body, deadline_ms),
                         "/v1/search:batch")
 
+    def facets(self, fields: Sequence[str], *, where: Any = None, include_retracted: Optional[bool] = None,
+               top: Optional[int] = None) -> Dict[str, Any]:
+        """``POST /v1/facets`` (``Retriever.facets`` on the server): ``{"documents": n, "facets": {field:
+        [{"value", "count"}, ...]}}`` over the collection's documents passing ``where``, most frequent first."""
+        return self._call("POST", "/v1/facets", _facets_body(fields, where, include_retracted, top))
+
     def answer(self, question: str, k: int = 10, *, deadline_ms: Optional[float] = None,
                qtype: Optional[str] = None, mode: str = "cite", max_tokens: int = 512,
                explain: bool = False) -> Answer:
@@ -565,6 +579,11 @@ class AsyncClient(_Base):
                                          {**stages, **_filter_options(where, include_retracted)}))
         return _decoded(_search_results, await self._call("POST", "/v1/search:batch", body, deadline_ms),
                         "/v1/search:batch")
+
+    async def facets(self, fields: Sequence[str], *, where: Any = None, include_retracted: Optional[bool] = None,
+                     top: Optional[int] = None) -> Dict[str, Any]:
+        """:meth:`Client.facets`, awaited."""
+        return await self._call("POST", "/v1/facets", _facets_body(fields, where, include_retracted, top))
 
     async def answer(self, question: str, k: int = 10, *, deadline_ms: Optional[float] = None,
                      qtype: Optional[str] = None, mode: str = "cite", max_tokens: int = 512,

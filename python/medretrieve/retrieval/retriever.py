@@ -39,7 +39,7 @@ import numpy as np
 from ..corpus.collection import Collection
 from ..corpus.snapshot import CollectionSnapshot
 from ..corpus.spans import Span, chunk_span
-from ..filters import All, FilterError, Flag, Not, parse_filter
+from ..filters import All, Filter, FilterError, Flag, Not, parse_filter
 from ..outbound import Deadline
 from .budget import CostModel
 from .candidates import Candidates, CandidateGenerator, Switches, section_labels
@@ -58,7 +58,8 @@ from .recovery import Recovery
 from .rerank import Ranking, Reranker
 from .results import Hit, SearchResult, StageLog
 from .settings import Settings
-from ..wire import DEFAULT_DEADLINE_MS, DEFAULT_K, SearchOptionValueError, check_question, check_search_options
+from ..wire import (DEFAULT_DEADLINE_MS, DEFAULT_K, SearchOptionTypeError, SearchOptionValueError, check_question,
+                    check_search_options)
 
 
 WEAK_DEPTH = 10  # first-stage hits the weak flag reads (at least)
@@ -279,11 +280,7 @@ class Retriever:
         (:mod:`.filtered`); built once per distinct filter and snapshot, its chunks' token sets shared with the
         snapshot's scope. The scope as it is when nothing narrows it."""
         col = scope.collection
-        fields: Dict[str, str] = getattr(col, "metadata_fields", None) or {}
-        parsed = None if where is None else parse_filter(where)
-        if not include_retracted and fields.get("retracted") == "boolean" and \
-                (parsed is None or "retracted" not in parsed.fields()):
-            parsed = Not(Flag("retracted")) if parsed is None else All((parsed, Not(Flag("retracted"))))
+        parsed = _effective_filter(col, where, include_retracted)
         if parsed is None:
             return scope
         if self.online is not None and where is not None:
@@ -315,6 +312,38 @@ class Retriever:
         n = int(cast(FilteredCollection, got.collection).alive.sum())
         log.record("filter", True, f"{key}: {n} of {int(np.asarray(col.alive).sum())} chunks")
         return got
+
+    def facets(self, fields: Sequence[str], where: Any = None, include_retracted: Optional[bool] = None,
+               top: Optional[int] = None) -> Dict[str, Any]:
+        """Counts per value of each metadata field in ``fields`` over the collection's live documents that pass
+        ``where`` (and are not retracted unless ``include_retracted``, as a search): ``{"documents": n,
+        "facets": {field: [(value, count), ...]}}``, most frequent first, ``top`` values at most per field (None:
+        all); a document counts once per value; dates count by year. ValueError (wire's SearchOptionValueError,
+        naming ``where`` or ``fields``) for an unreadable filter or an unknown field."""
+        opts = check_search_options({"where": where, "include_retracted": include_retracted})
+        if isinstance(fields, str) or not fields or not all(isinstance(f, str) for f in fields):
+            raise SearchOptionTypeError(f"fields must be a non-empty list of field names, got {fields!r}", "fields")
+        if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+            raise SearchOptionValueError(f"top must be an integer >= 1, got {top!r}", "top")
+        col = self._snapshot()
+        columns = getattr(col, "metadata_columns", None)
+        if columns is None:
+            raise SearchOptionValueError(f"this collection ({type(col).__name__}) holds no document metadata",
+                                         "fields")
+        cols = columns()
+        parsed = _effective_filter(col, opts.get("where"), bool(opts.get("include_retracted")))
+        rows = col.rows
+        live = np.zeros(len(rows.documents), dtype=bool)
+        live[np.asarray(rows.document)[np.asarray(col.alive)]] = True
+        try:
+            if parsed is not None:
+                live &= cols.mask(parsed)
+            docs = np.flatnonzero(live)
+            counted = {name: cols.facet(name, docs, top) for name in fields}
+        except FilterError as exc:
+            raise SearchOptionValueError(str(exc), "where" if exc.field is None or exc.field not in fields
+                                         else "fields") from None
+        return {"documents": int(len(docs)), "facets": counted}
 
     def _online_scope(self, local: SearchScope, query: Query, k: int, dl: Deadline, log: StageLog,
                       switches: Switches, ranked: bool, only: Optional[List[int]]) -> Tuple[SearchScope, OnlinePool]:
@@ -418,6 +447,17 @@ def _span_fields(span: Optional[Span], text: str) -> Optional[Dict[str, Any]]:
     if span.text is not None and span.text != text:
         fields["text"] = span.text
     return fields
+
+
+def _effective_filter(col: Any, where: Any, include_retracted: bool) -> Optional[Filter]:
+    """The filter a search over ``col`` applies: ``where`` and, unless ``include_retracted`` or the filter names
+    the field itself, ``not retracted`` where the documents carry the boolean ``retracted``; None: no filter."""
+    fields: Dict[str, str] = getattr(col, "metadata_fields", None) or {}
+    parsed = None if where is None else parse_filter(where)
+    if not include_retracted and fields.get("retracted") == "boolean" and \
+            (parsed is None or "retracted" not in parsed.fields()):
+        parsed = Not(Flag("retracted")) if parsed is None else All((parsed, Not(Flag("retracted"))))
+    return parsed
 
 
 def _local_first_stage(collection: CollectionView) -> FirstStage:

@@ -89,7 +89,8 @@ def describe(snap: Snapshot, config: ServerConfig, llm: bool) -> Dict[str, Any]:
                       "deleted": stats.deleted, "mmap": stats.read_only, "memory_bytes": stats.memory_bytes,
                       "file_bytes": dense_file.stat().st_size if dense_file.exists() else None},
             "build": {"format": manifest.get("format"), "created": manifest.get("created"),
-                      "versions": manifest.get("versions"), "chunking": manifest.get("chunking")}}
+                      "versions": manifest.get("versions"), "chunking": manifest.get("chunking")},
+            "metadata": col.metadata_fields}  # the fields a filter or a facet may name, name -> type
     return {
         "documents": col.n_documents,
         "chunks": len(col),

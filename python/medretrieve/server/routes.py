@@ -15,7 +15,7 @@ from .._version import __version__
 from ..records import Answer, SearchResult
 from ..outbound import Deadline
 from ..wire import (DEADLINE_HEADER, MAX_DEADLINE_MS, AnswerRequest, BatchSearchRequest, BatchSearchResponse,
-                    ErrorResponse, SearchRequest)
+                    ErrorResponse, FacetsRequest, FacetsResponse, SearchRequest)
 from .admission import remaining_or_none
 from .answers import answer_once, note_answer, stream_answer
 from .engine import Engine, NotReady, ReloadRunning, Snapshot, describe
@@ -163,6 +163,24 @@ def _search_routes(app: APIRouter, engine: Engine, metrics: ServerMetrics) -> No
         work_ms = sum(r.timings_ms["total"] for r in results)
         return _respond({"results": [r.to_dict(body.explain) for r in results]}, waited_ms, work_ms, deadline,
                         _later(metrics, "/v1/search:batch", results, deadline, waited_ms))
+
+    @app.post("/v1/facets", response_model=FacetsResponse, responses=_ERRORS, tags=["search"],
+              openapi_extra=_body(FacetsRequest))
+    async def facets(request: Request) -> Response:
+        """Counts per value of metadata fields ("by year", "by publication type") over the collection's documents
+        that pass ``where`` (retracted articles left out unless ``include_retracted``), most frequent first; an
+        unknown field or filter is refused 422 naming it."""
+        body = await read_body(request, FacetsRequest)
+        deadline = request_deadline(request, None, config.deadline_ms)
+
+        def work(snap: Snapshot) -> Dict[str, Any]:
+            return snap.retriever.facets(body.fields, where=body.where, include_retracted=body.include_retracted,
+                                         top=body.top)
+
+        counted, waited_ms = await engine.run("search", deadline, work)
+        out = {"documents": counted["documents"], "facets": {
+            name: [{"value": v, "count": n} for v, n in pairs] for name, pairs in counted["facets"].items()}}
+        return json_response(out)
 
 
 def _answer_route(app: APIRouter, engine: Engine, metrics: ServerMetrics) -> None:
