@@ -5,6 +5,7 @@ checked; the comparisons run wherever ``cuda_available()`` is True.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -113,18 +114,21 @@ def test_cuda_rrf_is_identical_to_cpu() -> None:
         np.testing.assert_array_equal(got[1], want[1])
 
 
-def test_gpu_check_script_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("misorder", [False, True])
+def test_gpu_check_script_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, misorder: bool) -> None:
     """bench/gpu_check.py with the CUDA entry points replaced by CPU stand-ins.
 
     It will first meet a real GPU in a later session with little device time:
     this catches its own bugs (shapes, comparisons, output files) beforehand.
+    With a planted misorder in the exact search it must fail (exit 1) and
+    save the misordered positions.
     """
     import importlib.util
     import sys
 
     core = medretrieve._core
 
-    def fake_exact(q, x, k, metric, qs, xs, warmup, repeats):
+    def fake_exact(q, x, k, metric, qs, xs, warmup, repeats, allowed=None):
         qf = q.astype(np.float64) * (1 if qs is None else qs[:, None])
         xf = x.astype(np.float64) * (1 if xs is None else xs[:, None])
         s = qf @ xf.T
@@ -133,10 +137,15 @@ def test_gpu_check_script_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.Mo
         ids = np.full((len(q), k), -1, np.int64)
         scores = np.full((len(q), k), -np.inf, np.float32)
         rows = np.arange(len(x))
+        if allowed is not None:
+            rows = rows[np.unpackbits(allowed.view(np.uint8), bitorder="little")[: len(x)].astype(bool)]
+        s = s.astype(np.float32)  # as the kernels: float32 scores, ranked (score desc, row asc)
         for i, row in enumerate(s):
-            order = np.lexsort((rows, -row))[:k]
+            order = rows[np.lexsort((rows, -row[rows]))][:k]
             ids[i, : len(order)] = order
             scores[i, : len(order)] = row[order]
+        if misorder and k > 1 and len(rows) > 1 and scores[0, 0] != scores[0, 1]:
+            ids[0, :2] = ids[0, 1::-1].copy()  # a planted selection bug: two neighbours swapped
         return ids, scores, [1.0] * repeats
 
     def fake_mmr(cands, k, lambdas, queries, rels, metric, scales, warmup, repeats):
@@ -147,7 +156,7 @@ def test_gpu_check_script_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.Mo
         return ids, scores, [1.0] * repeats
 
     monkeypatch.setattr(core, "_cuda_available", lambda: (True, ""))
-    monkeypatch.setattr(core, "_cuda_device_summary", lambda: "CPU stand-in")
+    monkeypatch.setattr(core, "_cuda_device_summary", lambda: "NVIDIA H100 80GB HBM3, 132 SMs (CPU stand-in)")
     monkeypatch.setattr(core, "_cuda_exact_search", fake_exact)
     monkeypatch.setattr(core, "_cuda_mmr_batch", fake_mmr)
     monkeypatch.setattr(core, "_cuda_rrf", fake_rrf)
@@ -160,14 +169,55 @@ def test_gpu_check_script_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--out", str(tmp_path), "--quick", "--repeats", "2",
                                       "--warmup", "0", "--big-n", "40000", "--big-queries", "40",
                                       "--mid-n", "5000", "--mmr-batch", "16"])
-    assert module.main() == 0
     out = tmp_path / "gpu_check"
+    if misorder:
+        assert module.main() == 1
+        summary = json.loads((out / "summary.json").read_text())
+        status = {r["case"]: r["status"] for r in summary["cases"]}
+        assert status["exact_float32_ip"] == "FAILED" and status["order_draws_int8_l2"] == "FAILED"
+        assert status["mmr_int8_ip"] == "ok"  # the other kernels still ran
+        found = json.loads((out / "order_draws_float32_l2.misorders.json").read_text())
+        assert found and {"draw", "seed", "position", "ref_score_of_id"} <= set(found[0])
+        return
+    assert module.main() == 0
     summary = (out / "summary.json").read_text()
     assert '"status": "ok"' in summary and "ERROR" not in summary and "FAILED" not in summary
     table = (out / "table.md").read_text()
-    for case in ("exact_int8_big", "exact_float32_awkward", "mmr_int8_cosine", "rrf_large"):
+    for case in ("exact_int8_big", "exact_float32_awkward", "mmr_int8_cosine", "rrf_large", "exact_float32_big_k10",
+                 "exact_int8_big_k100", "exact_int8_big_k1024", "order_draws_float32_l2", "exact_int8_filtered_0.0",
+                 "exact_float32_filtered_0.3"):
         assert case in table
-    assert "fraction" in table and (out / "exact_int8_big.npz").exists()
+    assert "fraction" in table and "H100 SXM" in table and "fp32 CUDA cores" in table
+    assert "x the k=10 time" in table and "beyond float ties" in table
+    assert (out / "exact_int8_big.npz").exists()
+    assert json.loads((out / "order_draws_int8_ip.misorders.json").read_text()) == []
+
+
+def test_gpu_check_card_peaks() -> None:
+    """The floors' peaks come from the card's name; an unknown card gets none (no made-up floor)."""
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check_peaks", script)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    cards = {
+        "NVIDIA H200, 132 SMs, 139.8 GiB, sm_90": "H200 SXM",
+        "NVIDIA H200 NVL, 132 SMs": "H200 NVL",
+        "NVIDIA H100 80GB HBM3, 132 SMs": "H100 SXM",
+        "NVIDIA H100 PCIe, 114 SMs": "H100 PCIe",
+        "NVIDIA A100-SXM4-80GB, 108 SMs": "A100 80GB SXM",
+        "NVIDIA A100 80GB PCIe, 108 SMs": "A100 80GB PCIe",
+        "NVIDIA A100-PCIE-40GB, 108 SMs": "A100 40GB",
+    }
+    for name, card in cards.items():
+        assert module.card_peaks(name).card == card
+    assert module.card_peaks("NVIDIA GeForce RTX 4090, 128 SMs") is None
+    assert module.floor_row(None, "int8", 1, 1, 1, 1.0) == {"floors": "card not in CARD_PEAKS"}
+    row = module.floor_row(module.card_peaks("NVIDIA H200"), "int8", 1000, 1_000_000, 768, 3e-3)
+    assert row["compute_floor_ms"] == pytest.approx(0.7762, abs=1e-3)  # issue 46: about 0.78 ms
+    assert row["fraction_of_compute_floor"] == pytest.approx(0.7762 / 3, abs=1e-3)
 
 
 class NumpyTable:
