@@ -415,8 +415,8 @@ def _article(kind: str) -> str:
 def facet_hits(hits: Any, fields: Any) -> Dict[str, List[Tuple[Any, int]]]:
     """Counts per value of each field in ``fields`` over a search's hits (objects or dicts with ``document_id``
     and ``metadata``: ``SearchResult.hits``), a document counted once per value (its chunks are one article); a
-    list value counts each item, a date (``YYYY``, ``YYYY-MM``, ``YYYY-MM-DD``) by its year, a missing value not at all. Most frequent
-    first (ties by value)."""
+    list value counts each item, a date (``YYYY``, ``YYYY-MM``, ``YYYY-MM-DD``) by its year, a missing value not
+    at all. Most frequent first (ties by value)."""
     out: Dict[str, List[Tuple[Any, int]]] = {}
     for name in fields:
         counts: Dict[Any, int] = {}
