@@ -22,6 +22,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.utils import Secret, deserialize_secrets_inplace
 
 from ..records import SearchResult
+from .filter_syntax import from_haystack, with_filter
 from .source import SearchCall, Searcher, SourceLike, hit_metadata
 
 
@@ -34,8 +35,11 @@ class HaystackRetriever:
     source, a Haystack ``Secret`` (default: ``$MEDRETRIEVE_API_KEY`` when set)."""
 
     def __init__(self, source: SourceLike, k: Optional[int] = None, deadline_ms: Optional[float] = 300.0,
-                 sections: Optional[List[str]] = None, api_key: Optional[Secret] = None, **options: Any) -> None:
-        self.call = SearchCall.of(deadline_ms, k=k, sections=sections, **options)  # checked before opening
+                 sections: Optional[List[str]] = None, api_key: Optional[Secret] = None,
+                 filters: Optional[Dict[str, Any]] = None, **options: Any) -> None:
+        self.filters = filters  # Haystack filter dicts, mapped onto where; a run's filters replace them
+        self.call = SearchCall.of(deadline_ms, k=k, sections=sections,
+                                  **with_filter(options, filters, from_haystack))  # checked before opening
         self.source = source
         if api_key is not None and not isinstance(api_key, Secret):  # Haystack's way: never a bare string
             raise TypeError("api_key is a haystack Secret: Secret.from_env_var('MEDRETRIEVE_API_KEY') (written into "
@@ -43,8 +47,12 @@ class HaystackRetriever:
         self.api_key = api_key
         self.searcher = Searcher(source, None if api_key is None else api_key.resolve_value())
 
-    def _for_run(self, top_k: Optional[int], sections: Optional[Sequence[str]]) -> SearchCall:
+    def _for_run(self, top_k: Optional[int], sections: Optional[Sequence[str]],
+                 filters: Optional[Dict[str, Any]] = None) -> SearchCall:
         overrides: Dict[str, Any] = {}
+        if filters is not None:  # replaces the component's (Haystack's default filter policy)
+            overrides = with_filter({"where": self.call.options.get("where") if self.filters is None else None},
+                                    filters, from_haystack)
         if top_k is not None:
             overrides["k"] = top_k
         if sections is not None:
@@ -52,16 +60,18 @@ class HaystackRetriever:
         return self.call.with_overrides(overrides)
 
     @component.output_types(documents=List[Document])
-    def run(self, query: str, top_k: Optional[int] = None, sections: Optional[List[str]] = None
-            ) -> Dict[str, List[Document]]:
-        """The best chunks for ``query`` (``top_k`` / ``sections``: this run's own, else the component's)."""
-        return {"documents": _documents(self.searcher.search(query, self._for_run(top_k, sections)))}
+    def run(self, query: str, top_k: Optional[int] = None, sections: Optional[List[str]] = None,
+            filters: Optional[Dict[str, Any]] = None) -> Dict[str, List[Document]]:
+        """The best chunks for ``query`` (``top_k`` / ``sections`` / ``filters``: this run's own, else the
+        component's)."""
+        return {"documents": _documents(self.searcher.search(query, self._for_run(top_k, sections, filters)))}
 
     @component.output_types(documents=List[Document])
-    async def run_async(self, query: str, top_k: Optional[int] = None, sections: Optional[List[str]] = None
-                        ) -> Dict[str, List[Document]]:
+    async def run_async(self, query: str, top_k: Optional[int] = None, sections: Optional[List[str]] = None,
+                        filters: Optional[Dict[str, Any]] = None) -> Dict[str, List[Document]]:
         """:meth:`run`, awaited (natively over an AsyncClient, in a worker thread over other sources)."""
-        return {"documents": _documents(await self.searcher.asearch(query, self._for_run(top_k, sections)))}
+        return {"documents": _documents(await self.searcher.asearch(query, self._for_run(top_k, sections,
+                                                                                         filters)))}
 
     def to_dict(self) -> Dict[str, Any]:
         """The component as pipeline YAML/JSON data; only a folder or URL source can be written down."""
@@ -70,8 +80,12 @@ class HaystackRetriever:
                             f"URL, not from a {type(self.source).__name__} object")
         # a key from the environment is written by its variable's name; Secret.to_dict refuses a token's value
         key = {} if self.api_key is None else {"api_key": self.api_key.to_dict()}
+        options = dict(self.call.options)
+        if self.filters is not None:  # written as given (its where is derived from it)
+            options["filters"] = self.filters
+            options.pop("where", None)
         return default_to_dict(self, source=os.fspath(self.source), deadline_ms=self.call.deadline_ms,
-                               **key, **self.call.options)
+                               **key, **options)
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "HaystackRetriever":

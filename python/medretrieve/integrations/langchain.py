@@ -27,6 +27,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, SecretStr
 
 from ..records import SearchResult
 from ..wire import SEARCH_OPTIONS, SearchOptionTypeError
+from .filter_syntax import from_mongo, with_filter
 from .source import SearchCall, Searcher, hit_metadata
 
 
@@ -41,6 +42,9 @@ class LangChainRetriever(BaseRetriever):
     sections: Optional[List[str]] = Field(None, description="section categories every hit must come from")
     api_key: Optional[SecretStr] = Field(None, description="the API key of a server URL source (default: "
                                          "$MEDRETRIEVE_API_KEY when set)")
+    filter: Optional[Any] = Field(None, description="metadata filter in the vector stores' form ({'year': "
+                                  "{'$gte': 2015}}, $and / $or / $not) or medretrieve's text; a call's filter= "
+                                  "replaces it")
     options: Dict[str, Any] = Field(default_factory=dict, description="the other search options given "
                                     "(per_document, stage switches: medretrieve.wire.SEARCH_OPTIONS)")
     _searcher: Searcher = PrivateAttr()
@@ -57,15 +61,18 @@ class LangChainRetriever(BaseRetriever):
         options = {**data.pop("options", {}), **{name: data.pop(name) for name in list(data)
                                                  if name in SEARCH_OPTIONS and name not in ("k", "deadline_ms",
                                                                                             "sections")}}
-        SearchCall.of(**{name: data[name] for name in ("k", "deadline_ms", "sections") if name in data}, **options)
+        SearchCall.of(**{name: data[name] for name in ("k", "deadline_ms", "sections") if name in data},
+                      **with_filter(options, data.get("filter"), from_mongo))
         super().__init__(**{**data, "options": options})
 
     def model_post_init(self, context: Any) -> None:
         self._searcher = Searcher(self.source, self.api_key.get_secret_value() if self.api_key else None)
 
     def _call(self, overrides: dict) -> SearchCall:
-        return SearchCall.of(self.deadline_ms, k=self.k, sections=self.sections,
-                             **self.options).with_overrides(overrides)
+        overrides = dict(overrides)
+        native = overrides.pop("filter", None)  # a call's own filter replaces the retriever's, as in LangChain
+        options = with_filter(self.options, self.filter if native is None else native, from_mongo)
+        return SearchCall.of(self.deadline_ms, k=self.k, sections=self.sections, **options).with_overrides(overrides)
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
                                 **overrides: Any) -> List[Document]:

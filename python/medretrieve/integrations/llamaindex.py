@@ -24,6 +24,7 @@ from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeRelationship, NodeWithScore, QueryBundle, RelatedNodeInfo, TextNode
 
 from ..records import SearchResult
+from .filter_syntax import from_llamaindex, with_filter
 from .source import SPAN_KEYS, SearchCall, Searcher, SourceLike, hit_metadata
 
 # metadata the LLM and an embedder do not read (bookkeeping, not evidence)
@@ -39,8 +40,10 @@ class LlamaIndexRetriever(BaseRetriever):
 
     def __init__(self, source: SourceLike, *, k: Optional[int] = None, deadline_ms: Optional[float] = 300.0,
                  sections: Optional[Sequence[str]] = None, callback_manager: Optional[CallbackManager] = None,
-                 verbose: bool = False, api_key: Optional[str] = None, **options: Any) -> None:
+                 verbose: bool = False, api_key: Optional[str] = None, filters: Any = None,
+                 **options: Any) -> None:
         self.k = k
+        self.filters = filters  # LlamaIndex MetadataFilters (or medretrieve's text), mapped onto where
         self.deadline_ms = deadline_ms
         self.sections = sections
         self.options = options
@@ -49,7 +52,8 @@ class LlamaIndexRetriever(BaseRetriever):
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     def _call(self) -> SearchCall:
-        return SearchCall.of(self.deadline_ms, k=self.k, sections=self.sections, **self.options)
+        return SearchCall.of(self.deadline_ms, k=self.k, sections=self.sections,
+                             **with_filter(self.options, self.filters, from_llamaindex))
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         return _nodes(self.searcher.search(query_bundle.query_str, self._call()))
