@@ -7,7 +7,8 @@
 - :class:`~.search.ShardedRetriever`: a :class:`~medretrieve.retrieval.retriever.Retriever` over many shards
   (one Ray actor each, collections memory-mapped); a question is fanned out under its deadline, candidates are
   scored comparably and fused, reranked and diversified once; a missing shard gives a partial result.
-- :class:`~.serve.ShardedSearch`: a Ray Serve deployment around a ShardedRetriever.
+- :class:`~.serve.ShardedSearch`: a Ray Serve deployment serving ``medretrieve serve``'s HTTP API over a
+  ShardedRetriever (:func:`.serve.app` builds the application).
 
 The single-machine path (``Collection`` + ``Retriever``) stays the default and never imports Ray; this package
 imports Ray only when one of these is used (the ``distributed`` extra installs it).
