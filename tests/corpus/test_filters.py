@@ -236,3 +236,36 @@ def test_facets_over_the_filtered_collection_and_over_hits(medline_collection):
     assert ("Randomized Controlled Trial", 2) in by["publication_type"]
     assert by["publication_date"] == facet_hits([h.to_dict() for h in res.hits], ["publication_date"])[
         "publication_date"] and all(isinstance(v, int) for v, _ in by["publication_date"])
+
+
+class _NativeIndex:
+    """An index that takes the bitset (``search(allowed=)``) and answers rows 0..k-1 whatever it allows."""
+
+    def __init__(self):
+        self.bitsets = []
+
+    def search(self, vectors, k, ef=None, labels=None, allowed=None):
+        self.bitsets.append(allowed)
+        return np.tile(np.arange(k), (len(vectors), 1)), np.zeros((len(vectors), k), dtype=np.float32)
+
+
+def test_the_native_row_filter_is_used_and_checked():
+    rng = np.random.default_rng(2)
+    v = rng.normal(size=(500, 8)).astype(np.float32)
+    mask = np.zeros(500, dtype=bool)
+    mask[:20] = True
+    col = _Col(v, np.arange(10))
+    col.dense = _NativeIndex()
+    dense = FilteredDense(col, mask)
+    dense.native = True  # as with a core that reads bitsets
+    ids, _ = dense.search(v[:1], k=10)
+    assert ids[0].tolist() == list(range(10)) and col.dense.bitsets[0].dtype == np.uint64
+    assert dense.bitset() is col.dense.bitsets[0]  # packed once per view
+    mask2 = np.zeros(500, dtype=bool)
+    mask2[100:130] = True  # the index answers rows that fail: they are dropped and the allowed rows scanned
+    dense2 = FilteredDense(col, mask2)
+    dense2.native = True
+    got = dense2.search(v[:2], k=10)[0]
+    rows = np.flatnonzero(mask2)
+    for i in range(2):
+        assert got[i].tolist() == rows[np.argsort(-(v[rows] @ v[i]), kind="stable")][:10].tolist()

@@ -4,8 +4,10 @@
 ``allowed(labels)``: those also carrying a label), so every stage that reads live rows honours the filter without
 knowing of it: BM25 scores only allowed rows (``lexical.top(..., allowed=alive)``), recovery and feedback search
 through the first stage over it, MMR and the rerank read only the candidates it gave. Its ``dense`` is
-:class:`FilteredDense`: the graph walked with an over-fetch when many rows pass (kept if it found ``k`` allowed
-rows), else an exact scan of the allowed rows' stored vectors, so a filter never returns fewer than ``k`` hits when
+:class:`FilteredDense`: the index's own row filter (``search(allowed=)``: the graph walk keeps only allowed rows
+and the index's planner scans them exactly when few pass) where the native core reads bitsets; else the graph
+walked with an over-fetch when many rows pass (kept if it found ``k`` allowed rows), else an exact scan of the
+allowed rows' stored vectors. Either way a result short of allowed rows is scanned exactly, so a filter never returns fewer than ``k`` hits when
 ``k`` rows pass and never a row that fails it.
 """
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..index import FlatIndex, Index, pack_allowed
+from ..index.allowed import NATIVE_BITSET
 from .collection_view import SearchableCollection
 
 #: under this share of the rows passing, the dense search scans the allowed rows exactly (the graph walk would
@@ -32,6 +36,10 @@ class FilteredDense:
         self.collection = collection
         self.mask = mask
         self.n_rows = max(len(mask), 1)
+        # the native row filter (the index's search(allowed=), a core that reads the bitset): used when present;
+        # otherwise the over-fetch or the exact scan below
+        self.native = NATIVE_BITSET and isinstance(collection.dense, (Index, FlatIndex))
+        self._bitset: Optional[np.ndarray] = None
         self._label_masks: Dict[Tuple[int, ...], np.ndarray] = {}
 
     def allowed(self, labels: Optional[Sequence[int]]) -> np.ndarray:
@@ -55,27 +63,47 @@ class FilteredDense:
         share = n_allowed / self.n_rows
         want = min(k, n_allowed)
         exact = list(range(len(vectors)))
-        if share >= EXACT_SHARE:
+        if self.native:  # the index walks with the bitset itself and plans its own exact scans
+            got, got_scores = self.collection.dense.search(vectors, k=k, ef=ef, labels=labels,
+                                                           allowed=self.bitset())
+            exact = self._keep(np.asarray(got, dtype=np.int64).reshape(len(vectors), -1),
+                               np.asarray(got_scores, dtype=np.float32).reshape(len(vectors), -1),
+                               allowed, k, want, ids, scores)
+        elif share >= EXACT_SHARE:
             fetch = min(self.n_rows, int(math.ceil(k / share * 2)) + k)
             efs = np.maximum(np.broadcast_to(np.asarray(ef if ef is not None else fetch), (len(vectors),)), fetch)
             got, got_scores = self.collection.dense.search(vectors, k=fetch, ef=efs.astype(np.int64),
                                                            labels=labels)
-            got = np.asarray(got, dtype=np.int64).reshape(len(vectors), -1)
-            got_scores = np.asarray(got_scores, dtype=np.float32).reshape(len(vectors), -1)
-            exact = []
-            for i in range(len(vectors)):
-                ok = got[i] >= 0
-                ok[ok] = allowed[got[i][ok]]
-                kept, kept_scores = got[i][ok][:k], got_scores[i][ok][:k]
-                if len(kept) < want:  # the walk found too few: scan the allowed rows instead
-                    exact.append(i)
-                    continue
-                ids[i, :len(kept)], scores[i, :len(kept)] = kept, kept_scores
+            exact = self._keep(np.asarray(got, dtype=np.int64).reshape(len(vectors), -1),
+                               np.asarray(got_scores, dtype=np.float32).reshape(len(vectors), -1),
+                               allowed, k, want, ids, scores)
         if exact:
             rows = np.flatnonzero(allowed)
             found, found_scores = self._scan(vectors[exact], rows, want)
             ids[exact, :want], scores[exact, :want] = found, found_scores
         return ids, scores
+
+    @staticmethod
+    def _keep(got: np.ndarray, got_scores: np.ndarray, allowed: np.ndarray, k: int, want: int, ids: np.ndarray,
+              scores: np.ndarray) -> List[int]:
+        """Copy each query's allowed rows of an index result into ``ids`` / ``scores``; the queries whose result
+        held fewer than ``want`` of them (to be scanned exactly instead)."""
+        short = []
+        for i in range(len(got)):
+            ok = got[i] >= 0
+            ok[ok] = allowed[got[i][ok]]
+            kept, kept_scores = got[i][ok][:k], got_scores[i][ok][:k]
+            if len(kept) < want:
+                short.append(i)
+                continue
+            ids[i, :len(kept)], scores[i, :len(kept)] = kept, kept_scores
+        return short
+
+    def bitset(self) -> np.ndarray:
+        """The mask packed as the index's row filter (built once per filtered view, i.e. per filter and version)."""
+        if self._bitset is None:
+            self._bitset = pack_allowed(self.mask)
+        return self._bitset
 
     def _scan(self, queries: np.ndarray, rows: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
         """Exact top ``k`` of ``rows`` for each query by the stored vectors' inner product (the collection's
