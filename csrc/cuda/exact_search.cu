@@ -3,9 +3,11 @@
 // S-th tile of rows), computes a tile of scores (float32 FMA, or int8 on
 // tensor cores through WMMA with exact int32 sums), offers them to each
 // query's bounded queue (tile_select.h: a buffer of the scores that beat the
-// queue's k-th best, sorted and merged after every tile), and a last kernel
-// merges a query's S queues into its k results. No score matrix reaches
-// global memory: the scratch is nq x S x (k + tile rows) candidates. Order:
+// queue's k-th best, sorted and merged after every tile by the block's
+// threads, 256 / queries per tile of them per query), and a last kernel
+// merges a query's S queues into its k results, one warp per query. No
+// score matrix reaches global memory: the scratch is nq x S x (2k + tile
+// rows) candidates. Order:
 // score descending, then row ascending -- the CPU path's. The same selection
 // runs on the CPU in tiled_topk_twin.h, where the tests check it.
 #include <mma.h>
@@ -28,13 +30,16 @@ namespace {
 using namespace nvcuda;
 namespace ts = tile_select;
 
-// Where the queues live: query q (of the launch), slice s at
-// slots + (q * n_slices + s) * stride, with sizes[q * n_slices + s] entries.
+// Where the queues live: query q (of the launch), slice s owns the slot at
+// slots + (q * n_slices + s) * stride: the queue's two arrays of k (the one
+// in current[q * n_slices + s] holds its sizes[...] entries) and the sorted
+// buffer (tile rows).
 struct Queues {
   Packed* slots;
   int* sizes;
+  int* current;
   int n_slices;
-  uint64_t stride;  // k + the tile's rows: room for a full buffer's merge
+  uint64_t stride;  // 2k + the tile's rows
   int k;
   const uint64_t* allowed;  // row bitset on the device, or null
   uint64_t n_words;
@@ -50,32 +55,55 @@ __device__ __forceinline__ void offer(Packed* buf_row, int* count, Packed bound,
   if (p > bound) buf_row[atomicAdd(count, 1)] = p;
 }
 
-// After a tile: each query's thread merges its buffer into its queue.
+// Per-query state of a block's queues, in shared memory.
+template <int kQT>
+struct QueueState {
+  Packed bound[kQT];  // what a score must beat (tile_select::queue_bound)
+  int count[kQT];     // entries in the buffer
+  int size[kQT];      // entries in the queue
+  int cur[kQT];       // which of the slot's two arrays holds the queue
+};
+
+// After a tile (all 256 threads, between __syncthreads): the kParts threads
+// of each query sort its buffer into the slot, then merge it with the queue
+// into the queue's other array (tile_select.h, step 3).
 template <int kQT, int kRT>
-__device__ __forceinline__ void flush_tile(Packed (*buf)[kRT], int* count, int* qsize, Packed* bound, int q0, int nq,
-                                           const Queues& a) {
-  const int t = threadIdx.x;
-  if (t < kQT && q0 + t < nq && count[t] > 0) {
-    Packed* queue = a.slots + (uint64_t(q0 + t) * a.n_slices + blockIdx.x) * a.stride;
-    qsize[t] = ts::flush_buffer(queue, qsize[t], buf[t], count[t], a.k);
-    bound[t] = ts::queue_bound(queue, qsize[t], a.k);
-    count[t] = 0;
+__device__ __forceinline__ void flush_tile(Packed (*buf)[kRT], QueueState<kQT>& st, int q0, int nq, const Queues& a) {
+  constexpr int kParts = 256 / kQT;
+  const int g = threadIdx.x / kParts, p = threadIdx.x % kParts;
+  const bool active = q0 + g < nq && st.count[g] > 0;
+  Packed* slot = active ? a.slots + (uint64_t(q0 + g) * a.n_slices + blockIdx.x) * a.stride : nullptr;
+  if (active) ts::rank_sort_part(buf[g], st.count[g], slot + 2 * a.k, p, kParts);
+  __syncthreads();
+  if (active)
+    ts::merge_part(slot + st.cur[g] * a.k, st.size[g], slot + 2 * a.k, st.count[g], a.k, p, kParts,
+                   slot + (1 - st.cur[g]) * a.k);
+  __syncthreads();
+  if (active && p == 0) {
+    st.size[g] = ts::merged_size(st.size[g], st.count[g], a.k);
+    st.cur[g] ^= 1;
+    st.bound[g] = ts::queue_bound(slot + st.cur[g] * a.k, st.size[g], a.k);
+    st.count[g] = 0;
   }
 }
 
 template <int kQT>
-__device__ __forceinline__ void init_queues(int* count, int* qsize, Packed* bound) {
+__device__ __forceinline__ void init_queues(QueueState<kQT>& st) {
   for (int t = threadIdx.x; t < kQT; t += blockDim.x) {
-    count[t] = 0;
-    qsize[t] = 0;
-    bound[t] = 0ull;
+    st.bound[t] = 0ull;
+    st.count[t] = 0;
+    st.size[t] = 0;
+    st.cur[t] = 0;
   }
 }
 
 template <int kQT>
-__device__ __forceinline__ void store_sizes(const int* qsize, int q0, int nq, const Queues& a) {
+__device__ __forceinline__ void store_sizes(const QueueState<kQT>& st, int q0, int nq, const Queues& a) {
   for (int t = threadIdx.x; t < kQT; t += blockDim.x)
-    if (q0 + t < nq) a.sizes[uint64_t(q0 + t) * a.n_slices + blockIdx.x] = qsize[t];
+    if (q0 + t < nq) {
+      a.sizes[uint64_t(q0 + t) * a.n_slices + blockIdx.x] = st.size[t];
+      a.current[uint64_t(q0 + t) * a.n_slices + blockIdx.x] = st.cur[t];
+    }
 }
 
 // ---- float32: 64 queries x 64 rows per tile, 256 threads, 4 x 4 each ------
@@ -94,12 +122,11 @@ template <bool kL2>
 __global__ void __launch_bounds__(256)
     fused_f32_kernel(const float* __restrict__ Q, int nq, const float* __restrict__ X, int64_t n, int dim, Queues a) {
   __shared__ F32Shared sh;
-  __shared__ Packed bound[kFTile];
-  __shared__ int count[kFTile], qsize[kFTile];
+  __shared__ QueueState<kFTile> st;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int q0 = blockIdx.y * kFTile;
   const int64_t tiles = (n + kFTile - 1) / kFTile;
-  init_queues<kFTile>(count, qsize, bound);
+  init_queues(st);
   __syncthreads();
   for (int64_t t = blockIdx.x; t < tiles; t += a.n_slices) {
     const int64_t n0 = t * kFTile;
@@ -143,13 +170,13 @@ __global__ void __launch_bounds__(256)
         const int qi = ty + 16 * i;
         const int64_t row = n0 + tx + 16 * j;
         if (q0 + qi < nq && row < n)
-          offer(sh.buf[qi], &count[qi], bound[qi], a, kL2 ? -acc[i][j] : acc[i][j], row);
+          offer(sh.buf[qi], &st.count[qi], st.bound[qi], a, kL2 ? -acc[i][j] : acc[i][j], row);
       }
     __syncthreads();
-    flush_tile<kFTile, kFTile>(sh.buf, count, qsize, bound, q0, nq, a);
+    flush_tile<kFTile, kFTile>(sh.buf, st, q0, nq, a);
     __syncthreads();
   }
-  store_sizes<kFTile>(qsize, q0, nq, a);
+  store_sizes(st, q0, nq, a);
 }
 
 // ---- int8 on tensor cores: 32 queries x 128 rows per tile ------------------
@@ -174,12 +201,11 @@ __global__ void __launch_bounds__(256)
                     const float* __restrict__ xnorm2, int64_t n, int dim, bool l2, Queues a) {
   __shared__ __align__(256) I8Shared sh;
   __shared__ __align__(256) int Cs[8][16][16];
-  __shared__ Packed bound[kIBM];
-  __shared__ int count[kIBM], qsize[kIBM];
+  __shared__ QueueState<kIBM> st;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = blockIdx.y * kIBM;
   const int64_t tiles = (n + kIBN - 1) / kIBN;
-  init_queues<kIBM>(count, qsize, bound);
+  init_queues(st);
   __syncthreads();
   for (int64_t t = blockIdx.x; t < tiles; t += a.n_slices) {
     const int64_t n0 = t * kIBN;
@@ -238,16 +264,16 @@ __global__ void __launch_bounds__(256)
         if (q < nq && row < n) {
           const float v = ts::int8_score(Cs[warp][e / 16][e % 16], qscale ? qscale[q] : 1.f,
                                          xscale ? xscale[row] : 1.f, l2 ? qnorm2[q] : 0.f, l2 ? xnorm2[row] : 0.f, l2);
-          offer(sh.buf[qi], &count[qi], bound[qi], a, v, row);
+          offer(sh.buf[qi], &st.count[qi], st.bound[qi], a, v, row);
         }
       }
       __syncwarp();
     }
     __syncthreads();
-    flush_tile<kIBM, kIBN>(sh.buf, count, qsize, bound, q0, nq, a);
+    flush_tile<kIBM, kIBN>(sh.buf, st, q0, nq, a);
     __syncthreads();
   }
-  store_sizes<kIBM>(qsize, q0, nq, a);
+  store_sizes(st, q0, nq, a);
 }
 
 // |code|^2 per row (exact int32, then float), one warp per row.
@@ -264,19 +290,33 @@ __global__ void norm2_i8_kernel(const int8_t* __restrict__ X, int64_t n, int dim
   if (lane == 0) out[row] = float(acc);
 }
 
-// One thread per query: its S queues merged into k results (ts::merge_slices),
-// written from query q_base on; -1 / -inf past what was found.
-__global__ void merge_queues_kernel(Queues a, int nq, Packed* __restrict__ tmp, int64_t q_base,
-                                    int64_t* __restrict__ out_ids, float* __restrict__ out_scores) {
-  const int q = blockIdx.x * blockDim.x + threadIdx.x;
-  if (q >= nq) return;
-  Packed* slots = a.slots + uint64_t(q) * a.n_slices * a.stride;
-  const int found = ts::merge_slices(slots, a.sizes + uint64_t(q) * a.n_slices, a.n_slices, a.stride, a.k,
-                                     tmp + uint64_t(q) * a.k);
-  for (int r = 0; r < a.k; ++r) {
+// One warp per query (tile_select.h, step 4): its S queues merged two at a
+// time through two scratch arrays of k (tmp: 2k per query), written from
+// query q_base on; -1 / -inf past what was found.
+constexpr int kMergeThreads = 128;
+
+__global__ void __launch_bounds__(kMergeThreads)
+    merge_queues_kernel(Queues a, int nq, Packed* __restrict__ tmp, int64_t q_base, int64_t* __restrict__ out_ids,
+                        float* __restrict__ out_scores) {
+  const int q = int((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+  if (q >= nq) return;  // the whole warp: q is the same for its lanes
+  const uint64_t base = uint64_t(q) * a.n_slices;
+  const Packed* best = a.slots + base * a.stride + a.current[base] * a.k;
+  int size = a.sizes[base];
+  Packed* scratch = tmp + uint64_t(q) * 2 * a.k;
+  for (int s = 1; s < a.n_slices; ++s) {
+    Packed* next = scratch + (s & 1 ? 0 : a.k);
+    const int other_size = a.sizes[base + s];
+    ts::merge_part(best, size, a.slots + (base + s) * a.stride + a.current[base + s] * a.k, other_size, a.k, lane, 32,
+                   next);
+    __syncwarp();
+    size = ts::merged_size(size, other_size, a.k);
+    best = next;
+  }
+  for (int r = lane; r < a.k; r += 32) {
     const size_t o = size_t(q_base + q) * a.k + r;
-    out_ids[o] = r < found ? int64_t(ts::packed_row(slots[r])) : -1;
-    out_scores[o] = r < found ? ts::packed_score(slots[r]) : -INFINITY;
+    out_ids[o] = r < size ? int64_t(ts::packed_row(best[r])) : -1;
+    out_scores[o] = r < size ? ts::packed_score(best[r]) : -INFINITY;
   }
 }
 
@@ -296,7 +336,8 @@ void check_search_args(size_t nq, size_t n, size_t dim, size_t k, Metric metric,
 
 // How the rows are cut for nq queries in tiles of query_tile x row_tile:
 // enough slices for about 4 blocks per SM, no more slices than row tiles, and
-// queries chunked so the queues stay under 512 MiB.
+// queries chunked so the queues stay under 512 MiB (and the grid's y under
+// its 65,535 limit).
 struct Plan {
   int slices;
   size_t chunk;  // queries per launch
@@ -310,8 +351,8 @@ Plan plan_for(size_t nq, size_t n, size_t k, int query_tile, int row_tile) {
   const size_t r_tiles = (n + row_tile - 1) / row_tile;
   size_t slices = (size_t(4) * size_t(std::max(sms, 1)) + q_tiles - 1) / q_tiles;
   slices = std::max<size_t>(1, std::min(slices, r_tiles));
-  const size_t per_query = slices * (k + row_tile) * sizeof(Packed);
-  size_t chunk = std::max<size_t>(1, (size_t(512) << 20) / per_query);
+  const size_t per_query = slices * (2 * k + row_tile) * sizeof(Packed);
+  size_t chunk = std::min(std::max<size_t>(1, (size_t(512) << 20) / per_query), size_t(65535) * query_tile);
   if (chunk >= size_t(query_tile)) chunk -= chunk % query_tile;
   return {int(slices), std::min(nq, chunk)};
 }
@@ -328,9 +369,9 @@ void search_common(size_t nq, size_t n, size_t k, int query_tile, int row_tile, 
     return;
   }
   const Plan plan = plan_for(nq, n, k, query_tile, row_tile);
-  const uint64_t stride = k + row_tile;
-  DeviceBuffer<Packed> slots(plan.chunk * plan.slices * stride), tmp(plan.chunk * k);
-  DeviceBuffer<int> sizes(plan.chunk * plan.slices);
+  const uint64_t stride = 2 * k + row_tile;
+  DeviceBuffer<Packed> slots(plan.chunk * plan.slices * stride), tmp(plan.chunk * 2 * k);
+  DeviceBuffer<int> sizes(plan.chunk * plan.slices), current(plan.chunk * plan.slices);
   DeviceBuffer<uint64_t> allowed;
   const bool filtered = filter != nullptr;
   if (filtered && filter->n_words) allowed.upload(filter->words, filter->n_words);
@@ -340,15 +381,15 @@ void search_common(size_t nq, size_t n, size_t k, int query_tile, int row_tile, 
   if (filtered && !filter->n_words) empty.upload(&kNoWord, 1);
   DeviceBuffer<int64_t> d_ids(nq * k);
   DeviceBuffer<float> d_scores(nq * k);
-  const Queues queues{slots.get(), sizes.get(), plan.slices, stride, int(k),
+  const Queues queues{slots.get(), sizes.get(), current.get(), plan.slices, stride, int(k),
                       !filtered ? nullptr : (filter->n_words ? allowed.get() : empty.get()),
                       filtered ? uint64_t(filter->n_words) : 0};
   auto launch_all = [&] {
     for (size_t q0 = 0; q0 < nq; q0 += plan.chunk) {
       const size_t qc = std::min(plan.chunk, nq - q0);
       tile_launch(q0, qc, dim3(unsigned(plan.slices), detail::blocks_for(qc, unsigned(query_tile))), queues);
-      merge_queues_kernel<<<detail::blocks_for(qc, 128), 128>>>(queues, int(qc), tmp.get(), int64_t(q0), d_ids.get(),
-                                                                 d_scores.get());
+      merge_queues_kernel<<<detail::blocks_for(qc * 32, kMergeThreads), kMergeThreads>>>(
+          queues, int(qc), tmp.get(), int64_t(q0), d_ids.get(), d_scores.get());
       MR_CUDA_LAUNCHED("merge_queues_kernel");
     }
   };

@@ -4,14 +4,15 @@
 // The algorithm (as faiss's BlockSelect / RAFT's brute-force k-selection keep
 // k candidates per query per tile instead of writing a score matrix):
 //   1. The rows are cut into tiles; tile t belongs to slice t % S. Each
-//      (query, slice) owns a queue: its best k so far, sorted best first,
-//      stored with room for k + B entries (B = a tile's rows).
+//      (query, slice) owns a queue: its best k so far, sorted best first
+//      (two arrays of k, one read while the next is written).
 //   2. A tile's scores are offered to the queue's bound (its k-th best, or
 //      nothing until k are kept); those that beat it go to a per-query buffer
-//      of B entries (one tile's rows at most, so it never overflows).
-//   3. After each tile the buffer is sorted and merged into the queue, which
-//      keeps its best k.
-//   4. At the end the S queues of a query are merged into its k results.
+//      of B entries (B = a tile's rows, so it never overflows).
+//   3. After each tile the buffer is sorted (rank_sort_part) and merged with
+//      the queue into its other array (merge_part), keeping the best k.
+//   4. At the end the S queues of a query are merged, two at a time, into
+//      its k results.
 // Candidates are packed as one 64-bit number, (order-preserving key of the
 // score) << 32 | ~row, so a larger number is a better candidate: score
 // descending, then row ascending (the CPU path's tie order), and two
@@ -20,8 +21,9 @@
 // Scores that are NaN or -inf are never selected, as on the CPU path (a
 // distance must be below +inf to enter its TopK); -0 ties with +0.
 //
-// Every function here is sequential, with no allocation and no standard
-// library, so a CUDA thread and the CPU run the same code.
+// Every function here is plain sequential code with no allocation and no
+// standard library, so a CUDA thread and the CPU run the same code; steps 3
+// and 4 are split into parts so the threads of a query share them.
 #pragma once
 
 #include <cstdint>
@@ -100,75 +102,45 @@ MR_TILE_HD bool row_allowed(const uint64_t* words, uint64_t n_words, uint32_t ro
 // first) that keeps k: 0 (anything) until it is full, then its k-th best.
 MR_TILE_HD Packed queue_bound(const Packed* queue, int size, int k) { return size < k ? 0ull : queue[k - 1]; }
 
-// Sorts a[0..n) best first (heapsort: no recursion, no extra memory).
-MR_TILE_HD void sort_best_first(Packed* a, int n) {
-  // A min-heap on top puts the smallest last when popped: best first at the end.
-  auto sift = [&](int root, int end) {
-    while (true) {
-      int child = 2 * root + 1;
-      if (child >= end) return;
-      if (child + 1 < end && a[child + 1] < a[child]) ++child;
-      if (!(a[child] < a[root])) return;
-      const Packed t = a[root];
-      a[root] = a[child];
-      a[child] = t;
-      root = child;
-    }
-  };
-  for (int i = n / 2 - 1; i >= 0; --i) sift(i, n);
-  for (int end = n - 1; end > 0; --end) {
-    const Packed t = a[0];
-    a[0] = a[end];
-    a[end] = t;
-    sift(0, end);
+// The parts below split one query's work over `parts` threads (part p of
+// them); the results are complete once every part ran (the GPU syncs the
+// threads between steps, the CPU twin runs the parts one after another).
+
+// Sorts buffer[0..count) best first into sorted[0..count): each entry goes
+// to its rank (how many entries beat it; packed entries never tie). O(count)
+// per entry: buffers hold one tile's rows at most.
+MR_TILE_HD void rank_sort_part(const Packed* buffer, int count, Packed* sorted, int p, int parts) {
+  for (int e = p; e < count; e += parts) {
+    int rank = 0;
+    for (int o = 0; o < count; ++o) rank += buffer[o] > buffer[e] ? 1 : 0;
+    sorted[rank] = buffer[e];
   }
 }
 
-// Merges the sorted buffer b[0..nb) into the sorted queue a[0..na) in place
-// (a has room for na + nb) and returns the new size, at most k. The merge runs
-// from the back so nothing is overwritten before it is read; positions past
-// k are skipped, not written.
-MR_TILE_HD int merge_into_queue(Packed* a, int na, const Packed* b, int nb, int k) {
-  int i = na - 1, j = nb - 1;
-  for (int pos = na + nb - 1; j >= 0; --pos) {
-    const bool take_a = i >= 0 && a[i] < b[j];  // the smaller of the two goes last
-    if (take_a) {
-      if (pos < k) a[pos] = a[i];
-      --i;
+MR_TILE_HD int merged_size(int na, int nb, int k) { return na + nb < k ? na + nb : k; }
+
+// Merge path: how many of a's entries are among the first `diag` entries of
+// merge(a, b), both sorted best first.
+MR_TILE_HD int merge_path(const Packed* a, int na, const Packed* b, int nb, int diag) {
+  int lo = diag > nb ? diag - nb : 0, hi = diag < na ? diag : na;
+  while (lo < hi) {
+    const int i = (lo + hi) / 2;
+    if (a[i] > b[diag - i - 1]) {
+      lo = i + 1;
     } else {
-      if (pos < k) a[pos] = b[j];
-      --j;
+      hi = i;
     }
   }
-  return na + nb < k ? na + nb : k;
+  return lo;
 }
 
-// Merges two sorted lists into out (not aliasing either): the best k.
-MR_TILE_HD int merge_best(const Packed* a, int na, const Packed* b, int nb, int k, Packed* out) {
-  int i = 0, j = 0, o = 0;
-  while (o < k && (i < na || j < nb)) out[o++] = (j >= nb || (i < na && a[i] > b[j])) ? a[i++] : b[j++];
-  return o;
-}
-
-// Step 3 for one query: sorts its buffer and merges it into its queue;
-// returns the queue's new size.
-MR_TILE_HD int flush_buffer(Packed* queue, int size, Packed* buffer, int count, int k) {
-  if (count == 0) return size;
-  sort_best_first(buffer, count);
-  return merge_into_queue(queue, size, buffer, count, k);
-}
-
-// Step 4 for one query: merges the queues of its n_slices slices (slice s at
-// slots + s * stride, sizes[s] entries) into slots[0..result) and returns the
-// result's size (<= k). tmp holds k entries; each slot holds at least k.
-MR_TILE_HD int merge_slices(Packed* slots, const int* sizes, int n_slices, uint64_t stride, int k, Packed* tmp) {
-  int size = n_slices > 0 ? sizes[0] : 0;
-  for (int s = 1; s < n_slices; ++s) {
-    const int merged = merge_best(slots, size, slots + s * stride, sizes[s], k, tmp);
-    for (int i = 0; i < merged; ++i) slots[i] = tmp[i];
-    size = merged;
-  }
-  return size;
+// The best merged_size(na, nb, k) of two sorted lists into out (aliasing
+// neither), part p of parts writing an even share of the positions.
+MR_TILE_HD void merge_part(const Packed* a, int na, const Packed* b, int nb, int k, int p, int parts, Packed* out) {
+  const int r = merged_size(na, nb, k);
+  const int begin = int(int64_t(r) * p / parts), end = int(int64_t(r) * (p + 1) / parts);
+  int i = merge_path(a, na, b, nb, begin), j = begin - i;
+  for (int o = begin; o < end; ++o) out[o] = (j >= nb || (i < na && a[i] > b[j])) ? a[i++] : b[j++];
 }
 
 }  // namespace medretrieve::cuda::tile_select

@@ -22,33 +22,42 @@ namespace medretrieve::cuda::twin {
 
 // tile_rows: rows per tile (the kernels: 64 float32, 128 int8); slices: how
 // many queues each query keeps before the final merge (the kernels choose it
-// from the device's size).
+// from the device's size); parts: threads sharing a query's flush (the
+// kernels: 256 / queries per tile); merge_parts: threads sharing a query's
+// final merge (the kernels: a warp, 32).
 struct TileShape {
   size_t tile_rows = 128;
   size_t slices = 1;
+  int parts = 1;
+  int merge_parts = 1;
 };
 
 // Exact top-k of each query by tiles: score(q, row) -> float is one score.
 // ids / scores: nq * k, best first (score descending, then row ascending);
 // past what can be returned, id -1 and score -inf. allowed: row bitset
-// (tile_select::row_allowed) or null.
+// (tile_select::row_allowed) or null. The steps and the memory layout are the
+// kernels' (exact_search.cu): a slot per slice holds the queue's two arrays
+// of k and the sorted buffer.
 template <class Score>
 void tiled_topk(size_t nq, size_t n, size_t k, TileShape shape, const uint64_t* allowed, size_t n_words,
                 Score&& score, int64_t* ids, float* scores) {
   namespace ts = tile_select;
   if (k == 0 || k > (size_t(1) << 20)) throw std::invalid_argument("tiled_topk: k must be in [1, 2^20]");
-  if (shape.tile_rows == 0 || shape.slices == 0) throw std::invalid_argument("tiled_topk: empty tile shape");
+  if (shape.tile_rows == 0 || shape.slices == 0 || shape.parts < 1 || shape.merge_parts < 1)
+    throw std::invalid_argument("tiled_topk: empty tile shape");
   if (n >= (size_t(1) << 31)) throw std::invalid_argument("tiled_topk: at most 2^31 - 1 rows");
   const size_t B = shape.tile_rows, S = shape.slices, tiles = (n + B - 1) / B;
-  const uint64_t stride = k + B;
-  std::vector<ts::Packed> slots(S * stride), buffer(B), tmp(k);
-  std::vector<int> sizes(S);
+  const int K = int(k);
+  const size_t stride = 2 * k + B;
+  std::vector<ts::Packed> slots(S * stride), buffer(B), tmp(2 * k);
+  std::vector<int> sizes(S), current(S);
   for (size_t q = 0; q < nq; ++q) {
-    for (size_t s = 0; s < S; ++s) {
-      ts::Packed* queue = slots.data() + s * stride;
-      int size = 0;
+    for (size_t s = 0; s < S; ++s) {  // step 1-3: the slice's tiles in a block's order
+      ts::Packed* slot = slots.data() + s * stride;
+      ts::Packed* sorted = slot + 2 * k;
+      int size = 0, cur = 0;
       for (size_t t = s; t < tiles; t += S) {
-        const ts::Packed bound = ts::queue_bound(queue, size, int(k));
+        const ts::Packed bound = ts::queue_bound(slot + cur * k, size, K);
         int count = 0;
         for (size_t row = t * B; row < std::min(n, (t + 1) * B); ++row) {
           if (!ts::row_allowed(allowed, n_words, uint32_t(row))) continue;
@@ -57,15 +66,31 @@ void tiled_topk(size_t nq, size_t n, size_t k, TileShape shape, const uint64_t* 
           const ts::Packed p = ts::pack(v, uint32_t(row));
           if (p > bound) buffer[size_t(count++)] = p;
         }
-        size = ts::flush_buffer(queue, size, buffer.data(), count, int(k));
+        if (count == 0) continue;
+        for (int p = 0; p < shape.parts; ++p) ts::rank_sort_part(buffer.data(), count, sorted, p, shape.parts);
+        for (int p = 0; p < shape.parts; ++p)
+          ts::merge_part(slot + cur * k, size, sorted, count, K, p, shape.parts, slot + (1 - cur) * k);
+        size = ts::merged_size(size, count, K);
+        cur ^= 1;
       }
       sizes[s] = size;
+      current[s] = cur;
     }
-    const int found = ts::merge_slices(slots.data(), sizes.data(), int(S), stride, int(k), tmp.data());
+    // step 4: the slices merged two at a time, through two scratch arrays
+    const ts::Packed* best = slots.data() + current[0] * k;
+    int size = sizes[0];
+    for (size_t s = 1; s < S; ++s) {
+      ts::Packed* next = tmp.data() + (s & 1 ? 0 : k);
+      const ts::Packed* other = slots.data() + s * stride + current[s] * k;
+      for (int p = 0; p < shape.merge_parts; ++p)
+        ts::merge_part(best, size, other, sizes[s], K, p, shape.merge_parts, next);
+      size = ts::merged_size(size, sizes[s], K);
+      best = next;
+    }
     for (size_t r = 0; r < k; ++r) {
-      const bool real = r < size_t(found);
-      ids[q * k + r] = real ? int64_t(ts::packed_row(slots[r])) : -1;
-      scores[q * k + r] = real ? ts::packed_score(slots[r]) : -std::numeric_limits<float>::infinity();
+      const bool real = r < size_t(size);
+      ids[q * k + r] = real ? int64_t(ts::packed_row(best[r])) : -1;
+      scores[q * k + r] = real ? ts::packed_score(best[r]) : -std::numeric_limits<float>::infinity();
     }
   }
 }

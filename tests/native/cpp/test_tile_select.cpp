@@ -127,21 +127,27 @@ TEST(TileSelect, PackOrdersByScoreThenRow) {
   EXPECT_TRUE(selectable(-3.4028234e38f));
 }
 
-TEST(TileSelect, MergeIntoQueueKeepsBestKInPlace) {
+TEST(TileSelect, RankSortAndMergeInPartsKeepTheBestK) {
   using namespace tile_select;
   std::mt19937 rng(3);
-  for (int trial = 0; trial < 500; ++trial) {
-    const int k = 1 + int(rng() % 20), na = int(rng() % (k + 1)), nb = int(rng() % 12);
-    std::vector<Packed> a(static_cast<size_t>(na + nb)), b(static_cast<size_t>(nb)), all;
-    for (int i = 0; i < na; ++i) a[size_t(i)] = pack(float(rng() % 50), uint32_t(i));
-    for (int i = 0; i < nb; ++i) b[size_t(i)] = pack(float(rng() % 50), uint32_t(100 + i));
-    std::sort(a.begin(), a.begin() + na, std::greater<Packed>());
-    all.assign(a.begin(), a.begin() + na);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int k = 1 + int(rng() % 40), na = int(rng() % (k + 1)), nb = int(rng() % 30);
+    const int parts = 1 + int(rng() % 9);
+    std::vector<Packed> a(static_cast<size_t>(na)), b(static_cast<size_t>(nb)), all;
+    for (int i = 0; i < na; ++i) a[size_t(i)] = pack(float(rng() % 20), uint32_t(i));  // few scores: ties
+    for (int i = 0; i < nb; ++i) b[size_t(i)] = pack(float(rng() % 20), uint32_t(100 + i));
+    std::sort(a.begin(), a.end(), std::greater<Packed>());
+    all = a;
     all.insert(all.end(), b.begin(), b.end());
     std::sort(all.begin(), all.end(), std::greater<Packed>());
-    const int size = flush_buffer(a.data(), na, b.data(), nb, k);
+    std::vector<Packed> sorted(b.size() + 1, 0), out(static_cast<size_t>(k) + 1, 0);
+    for (int p = parts - 1; p >= 0; --p) rank_sort_part(b.data(), nb, sorted.data(), p, parts);  // any part order
+    ASSERT_TRUE(std::is_sorted(sorted.begin(), sorted.begin() + nb, std::greater<Packed>()));
+    for (int p = 0; p < parts; ++p) merge_part(a.data(), na, sorted.data(), nb, k, p, parts, out.data());
+    const int size = merged_size(na, nb, k);
     ASSERT_EQ(size, std::min(k, na + nb));
-    for (int i = 0; i < size; ++i) ASSERT_EQ(a[size_t(i)], all[size_t(i)]) << "trial " << trial;
+    for (int i = 0; i < size; ++i) ASSERT_EQ(out[size_t(i)], all[size_t(i)]) << "trial " << trial << " at " << i;
+    ASSERT_EQ(out[size_t(size)], 0ull) << "wrote past the merged size";
   }
 }
 
@@ -151,6 +157,7 @@ TEST(TiledTopk, MatchesFloat64ReferenceOnAwkwardSizes) {
                              {1001, 300}, {1001, 1024}, {300, 1024}};
   const size_t tiles[] = {1, 7, 64, 128};
   const size_t slice_counts[] = {1, 3, 16};
+  const int part_counts[][2] = {{1, 1}, {8, 32}, {3, 5}};
   uint32_t seed = 1;
   for (const auto& nk : sizes)
     for (size_t tile : tiles)
@@ -158,8 +165,9 @@ TEST(TiledTopk, MatchesFloat64ReferenceOnAwkwardSizes) {
         const size_t n = nk[0], k = nk[1];
         // codes in [-2, 2] over 3 dims: scores take a few values, ties everywhere
         const IntData d = draw(4, n, 3, -2, 2, seed++);
+        const int* parts = part_counts[seed % 3];
         for (bool l2 : {false, true}) {
-          const twin::TileShape shape{tile, slices};
+          const twin::TileShape shape{tile, slices, parts[0], parts[1]};
           const Result want = reference(scores64(d, l2, false), d.nq, n, k, nullptr);
           expect_same(run_f32(d, k, l2, shape, nullptr), want, "float32");
           expect_same(run_i8(d, k, l2, shape, nullptr, false), want, "int8");
@@ -172,7 +180,7 @@ TEST(TiledTopk, MatchesFloat64ReferenceOnAwkwardSizes) {
 TEST(TiledTopk, AllEqualScoresGiveTheSmallestRows) {
   IntData d = draw(3, 1000, 8, 1, 1, 5);  // every code 1: every score equal
   for (size_t k : {1, 10, 200, 1024}) {
-    const Result r = run_i8(d, k, false, {64, 5}, nullptr, false);
+    const Result r = run_i8(d, k, false, {64, 5, 8, 32}, nullptr, false);
     for (size_t q = 0; q < d.nq; ++q)
       for (size_t j = 0; j < k; ++j) {
         ASSERT_EQ(r.ids[q * k + j], j < d.n ? int64_t(j) : -1);
@@ -192,8 +200,8 @@ TEST(TiledTopk, Int8ExtremesAreExact) {
   for (bool l2 : {false, true})
     for (size_t k : {1, 50, 1024}) {
       const Result want = reference(scores64(d, l2, false), d.nq, d.n, k, nullptr);
-      expect_same(run_i8(d, k, l2, {128, 6}, nullptr, false), want, "int8 extremes");
-      expect_same(run_f32(d, k, l2, {64, 6}, nullptr), want, "float32 extremes");
+      expect_same(run_i8(d, k, l2, {128, 6, 8, 32}, nullptr, false), want, "int8 extremes");
+      expect_same(run_f32(d, k, l2, {64, 6, 4, 32}, nullptr), want, "float32 extremes");
     }
 }
 
@@ -208,8 +216,8 @@ TEST(TiledTopk, RowFilterNoneFewOrMany) {
     for (size_t k : {1, 5, 100, 1024})
       for (bool l2 : {false, true}) {
         const Result want = reference(scores64(d, l2, false), d.nq, d.n, k, filter);
-        expect_same(run_i8(d, k, l2, {128, 2}, filter, false), want, "filtered int8");
-        expect_same(run_f32(d, k, l2, {7, 3}, filter), want, "filtered float32");
+        expect_same(run_i8(d, k, l2, {128, 2, 8, 32}, filter, false), want, "filtered int8");
+        expect_same(run_f32(d, k, l2, {7, 3, 4, 2}, filter), want, "filtered float32");
       }
 }
 
@@ -221,8 +229,8 @@ TEST(TiledTopk, NonFiniteScores) {
     for (size_t slices : {1, 2, 4}) {
       std::vector<int64_t> ids(want_ids.size());
       std::vector<float> scores(want_ids.size());
-      twin::tiled_topk(1, s.size(), ids.size(), {tile, slices}, nullptr, 0, [&](size_t, size_t row) { return s[row]; },
-                       ids.data(), scores.data());
+      auto score = [&](size_t, size_t row) { return s[row]; };
+      twin::tiled_topk(1, s.size(), ids.size(), {tile, slices, 2, 3}, nullptr, 0, score, ids.data(), scores.data());
       EXPECT_EQ(ids, want_ids);
       EXPECT_EQ(scores[0], kInf);
       EXPECT_EQ(scores[4], 0.f);
@@ -243,7 +251,7 @@ TEST(TiledTopk, RandomFloatsSelectExactlyWhatTheirScoresRank) {
   for (bool l2 : {false, true})
     for (size_t k : {1, 10, 129, 1024}) {
       Result got{std::vector<int64_t>(nq * k), std::vector<float>(nq * k)};
-      twin::tiled_topk_f32(q.data(), nq, x.data(), n, dim, k, l2, {64, 5}, nullptr, 0, got.ids.data(),
+      twin::tiled_topk_f32(q.data(), nq, x.data(), n, dim, k, l2, {64, 5, 4, 32}, nullptr, 0, got.ids.data(),
                            got.scores.data());
       std::vector<double> own(nq * n), exact(nq * n);
       for (size_t a = 0; a < nq; ++a)
@@ -271,4 +279,6 @@ TEST(TiledTopk, RefusesBadShapes) {
   EXPECT_THROW(twin::tiled_topk(1, 1, 0, {64, 1}, nullptr, 0, score, ids.data(), scores.data()), std::invalid_argument);
   EXPECT_THROW(twin::tiled_topk(1, 1, 1, {0, 1}, nullptr, 0, score, ids.data(), scores.data()), std::invalid_argument);
   EXPECT_THROW(twin::tiled_topk(1, 1, 1, {64, 0}, nullptr, 0, score, ids.data(), scores.data()), std::invalid_argument);
+  EXPECT_THROW(twin::tiled_topk(1, 1, 1, {64, 1, 0, 1}, nullptr, 0, score, ids.data(), scores.data()),
+               std::invalid_argument);
 }
