@@ -190,10 +190,16 @@ def timing_row(times: List[float]) -> Dict[str, object]:
     return {"median_ms": round(statistics.median(times), 4), "min_ms": round(min(times), 4), "runs": len(times)}
 
 
-def draw_exact(dtype: str, nq: int, n: int, dim: int, seed: int, scaled: bool):
+Arrays = Tuple[np.ndarray, np.ndarray, Optional[np.ndarray], Optional[np.ndarray]]
+
+
+def draw_exact(dtype: str, nq: int, n: int, dim: int, seed: int, scaled: bool) -> Arrays:
     """Queries, rows and their scales (None: 1) for one exact-search case."""
     rng = np.random.default_rng(seed)
-    qs = xs = None
+    q: np.ndarray
+    x: np.ndarray
+    qs: Optional[np.ndarray] = None
+    xs: Optional[np.ndarray] = None
     if dtype == "int8":
         q = rng.integers(-127, 128, (nq, dim), dtype=np.int8)
         x = rng.integers(-127, 128, (n, dim), dtype=np.int8)
