@@ -208,6 +208,14 @@ class SearchOptions(_Strict):
     include_retracted: Optional[bool] = Field(
         None, description="keep retracted articles (absent: false: a collection that records retraction leaves "
                           "them out)")
+    evidence_prior: Optional[bool] = Field(
+        None, description="order by evidence level too: practice guideline > systematic review / meta-analysis > "
+                          "randomized trial > cohort > case report, by the documents' publication_type (absent: "
+                          "off; its effect on quality is not measured)")
+    recency_half_life: Optional[Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)]] = Field(
+        None, description="order by recency too: a document's weight halves every this many years of age, by its "
+                          "year (absent: off; its effect on quality is not measured)",
+        json_schema_extra={"x-unit": "years"})
     stages: Stages = Field(default_factory=Stages)
     explain: bool = Field(False, description="add each stage's reason (the ranker's provenance included) and each "
                                              "hit's per-stage scores to the response")
@@ -222,7 +230,8 @@ class SearchOptions(_Strict):
         return {name: value for name, value in given.items() if value is not None}
 
 
-_SEARCH_FIELDS = {"k", "per_document", "sections", "where", "include_retracted"}
+_SEARCH_FIELDS = {"k", "per_document", "sections", "where", "include_retracted", "evidence_prior",
+                  "recency_half_life"}
 
 
 @dataclass(frozen=True)

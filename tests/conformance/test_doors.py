@@ -28,7 +28,8 @@ _VALID: Dict[str, Any] = {
                               {"field": "topic", "op": "in", "value": ["infectious disease", "neurology"]},
                               {"or": [{"field": "topic", "op": "==", "value": "cardiology"},
                                       {"not": {"field": "topic", "op": "!=", "value": "endocrinology"}}]}]),
-    "include_retracted": st.booleans(),
+    "include_retracted": st.booleans(), "evidence_prior": st.booleans(),
+    "recency_half_life": st.sampled_from([0.5, 5, 20.0, 1000]),
     **{name: st.booleans() for name in STAGE_SWITCHES}}
 _INVALID: Dict[str, Any] = {
     "k": st.sampled_from(["5", True, 0, MAX_K + 1, 2.5, float("inf")]),
@@ -38,7 +39,8 @@ _INVALID: Dict[str, Any] = {
     # unreadable, of the wrong type, or naming a field the collection lacks (refused when the search starts)
     "where": st.sampled_from(["topic ==", 5, ["topic"], "year >= 2015", {"field": "topic", "op": "~", "value": 1},
                               "topic > cardiology"]),
-    "include_retracted": st.sampled_from([1, "true"]),
+    "include_retracted": st.sampled_from([1, "true"]), "evidence_prior": st.sampled_from([1, "false"]),
+    "recency_half_life": st.sampled_from([0, -1, "5", 1001, float("inf"), True]),
     **{name: st.sampled_from([1, 0, "false", "true"]) for name in STAGE_SWITCHES}}
 _MISSPELT = st.sampled_from(["section", "recover", "lexical", "diversify", "top_k", "K", "deadline"])
 _BAD_QUESTIONS = st.sampled_from([" ", "?!", "", 42, "x" * 4001])

@@ -129,9 +129,12 @@ def _checked_fields(questions: Sequence[Any], k: int, deadline_ms: Optional[floa
     return _search_fields(k, deadline_ms, per_document, sections, explain, stages)
 
 
-def _filter_options(where: Any, include_retracted: Optional[bool]) -> Dict[str, Any]:
-    """The metadata filter options given (``where``: its text or JSON form, a parsed filter sent as its text)."""
-    given = {"where": where, "include_retracted": include_retracted}
+def _filter_options(where: Any, include_retracted: Optional[bool], evidence_prior: Optional[bool],
+                    recency_half_life: Optional[float]) -> Dict[str, Any]:
+    """The metadata options given: the filter (``where``: its text or JSON form, a parsed filter sent as its
+    text), retracted articles, the priors."""
+    given = {"where": where, "include_retracted": include_retracted, "evidence_prior": evidence_prior,
+             "recency_half_life": recency_half_life}
     return {name: value for name, value in given.items() if value is not None}
 
 
@@ -147,7 +150,7 @@ def _search_fields(k: int, deadline_ms: Optional[float], per_document: Optional[
             "stages": switches or None, **fields}
 
 
-_FILTER_FIELDS = ("where", "include_retracted")
+_FILTER_FIELDS = ("where", "include_retracted", "evidence_prior", "recency_half_life")
 
 
 def _facets_body(fields: Sequence[str], where: Any, include_retracted: Optional[bool], top: Optional[int]
@@ -423,27 +426,30 @@ class Client(_Base):
     def search(self, question: str, k: int = DEFAULT_K, *, deadline_ms: Optional[float] = None,
                per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
                where: Any = None, include_retracted: Optional[bool] = None,
+               evidence_prior: Optional[bool] = None, recency_half_life: Optional[float] = None,
                explain: bool = False, **stages: bool) -> SearchResult:
         """``Retriever.search`` on the server: the best ``k`` chunks within ``deadline_ms`` (ms, queueing on the
         server included; None: the server's default). ``stages``: switches by their stage-log names, such as
         ``rerank=False`` (:data:`medretrieve.wire.STAGE_SWITCHES`; not given: the server retriever's setting);
         ``explain``: each stage's reason and each hit's per-stage scores too (a compact result without).
         ``where``: a metadata filter (text or JSON form, :mod:`medretrieve.filters`; the server refuses a field its
-        collection lacks), ``include_retracted``: keep retracted articles. The options are checked before anything
+        collection lacks), ``include_retracted``: keep retracted articles; ``evidence_prior``,
+        ``recency_half_life`` (years): priors on the order. The options are checked before anything
         is sent, as ``Retriever.search`` checks them (:func:`_checked_fields`)."""
         body = _search_body(question, _checked_fields([question], k, deadline_ms, per_document, sections, explain,
-                                                       {**stages, **_filter_options(where, include_retracted)}))
+                                                       {**stages, **_filter_options(where, include_retracted, evidence_prior, recency_half_life)}))
         return _decoded(SearchResult.from_dict, self._call("POST", "/v1/search", body, deadline_ms), "/v1/search")
 
     def search_batch(self, questions: Sequence[str], k: int = DEFAULT_K, *, deadline_ms: Optional[float] = None,
                      per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
                      where: Any = None, include_retracted: Optional[bool] = None,
+                     evidence_prior: Optional[bool] = None, recency_half_life: Optional[float] = None,
                      explain: bool = False, **stages: bool) -> List[SearchResult]:
         """Several questions with the same options and one deadline for them all (one result per question)."""
         listed = list(questions)
         body = _request(BatchSearchRequest, questions=listed,
                         **_checked_fields(listed, k, deadline_ms, per_document, sections, explain,
-                                         {**stages, **_filter_options(where, include_retracted)}))
+                                         {**stages, **_filter_options(where, include_retracted, evidence_prior, recency_half_life)}))
         return _decoded(_search_results, self._call("POST", "/v1/search:batch", body, deadline_ms),
                         "/v1/search:batch")
 
@@ -562,9 +568,10 @@ class AsyncClient(_Base):
     async def search(self, question: str, k: int = DEFAULT_K, *, deadline_ms: Optional[float] = None,
                      per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
                      where: Any = None, include_retracted: Optional[bool] = None,
+                     evidence_prior: Optional[bool] = None, recency_half_life: Optional[float] = None,
                      explain: bool = False, **stages: bool) -> SearchResult:
         body = _search_body(question, _checked_fields([question], k, deadline_ms, per_document, sections, explain,
-                                                       {**stages, **_filter_options(where, include_retracted)}))
+                                                       {**stages, **_filter_options(where, include_retracted, evidence_prior, recency_half_life)}))
         return _decoded(SearchResult.from_dict, await self._call("POST", "/v1/search", body, deadline_ms),
                         "/v1/search")
 
@@ -572,11 +579,12 @@ class AsyncClient(_Base):
                            deadline_ms: Optional[float] = None,
                            per_document: Optional[int] = None, sections: Optional[Sequence[str]] = None,
                            where: Any = None, include_retracted: Optional[bool] = None,
+                           evidence_prior: Optional[bool] = None, recency_half_life: Optional[float] = None,
                            explain: bool = False, **stages: bool) -> List[SearchResult]:
         listed = list(questions)
         body = _request(BatchSearchRequest, questions=listed,
                         **_checked_fields(listed, k, deadline_ms, per_document, sections, explain,
-                                         {**stages, **_filter_options(where, include_retracted)}))
+                                         {**stages, **_filter_options(where, include_retracted, evidence_prior, recency_half_life)}))
         return _decoded(_search_results, await self._call("POST", "/v1/search:batch", body, deadline_ms),
                         "/v1/search:batch")
 

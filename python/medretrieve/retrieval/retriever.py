@@ -51,6 +51,7 @@ from .first_stage import FirstStage, FirstStageFactory, LocalFirstStage
 from .matching import ChunkTokens
 from .online import OnlinePool, OnlineSource, OnlineStage
 from .scope import SearchScope
+from .priors import prior_order
 from .query import Query
 from .shipped_ranker import RankerLike, resolve
 from .learned_ranker import LinearRanker
@@ -207,7 +208,8 @@ class Retriever:
                expand: Optional[bool] = None, route: Optional[bool] = None, dense: Optional[bool] = None,
                bm25: Optional[bool] = None, feedback: Optional[bool] = None, rerank: Optional[bool] = None,
                mmr: Optional[bool] = None, recovery: Optional[bool] = None, where: Any = None,
-               include_retracted: Optional[bool] = None) -> SearchResult:
+               include_retracted: Optional[bool] = None, evidence_prior: Optional[bool] = None,
+               recency_half_life: Optional[float] = None) -> SearchResult:
         """Best ``k`` chunks for ``question`` within ``deadline_ms`` (None: no deadline; 0: already expired,
         so only the stages that always run do).
 
@@ -228,14 +230,16 @@ class Retriever:
         ``where``: a metadata filter every hit passes (text or JSON form, :mod:`medretrieve.filters`; ValueError
         naming an unknown field or an ill-typed comparison); it holds in every stage (:mod:`.filtered`).
         Retracted articles (a collection whose documents carry the boolean ``retracted``) are left out unless
-        ``include_retracted`` or the filter itself names ``retracted``.
+        ``include_retracted`` or the filter itself names ``retracted``. ``evidence_prior`` / ``recency_half_life``
+        (years): priors on the order by publication type and by age (:mod:`.priors`), off by default.
         """
         check_question(question)
         expired = deadline_ms == 0 and not isinstance(deadline_ms, bool)  # in-process only: already out of time
         opts = check_search_options(dict(
             k=k, deadline_ms=None if expired else deadline_ms, per_document=per_document, sections=sections,
             expand=expand, route=route, dense=dense, bm25=bm25, feedback=feedback, rerank=rerank, mmr=mmr,
-            recovery=recovery, where=where, include_retracted=include_retracted))
+            recovery=recovery, where=where, include_retracted=include_retracted, evidence_prior=evidence_prior,
+            recency_half_life=recency_half_life))
         k, per_document = opts["k"], opts.get("per_document")
         on = {name: opts.get(name, True) for name in ("expand", "route", "dense", "bm25", "rerank", "recovery")}
         only = None if sections is None else section_labels(sections)
@@ -254,8 +258,18 @@ class Retriever:
         ranking = self.reranker.rerank(scope, query, cands, dl, log, enabled=on["rerank"])
         diversified = self._diversify(scope.collection, query, cands, ranking, k, dl, log,
                                       self.settings.mmr if mmr is None else mmr)
+        order = diversified.order
+        if opts.get("evidence_prior") or opts.get("recency_half_life") is not None:
+            with dl.stage("priors"):
+                rows = scope.collection.rows
+                order = prior_order(order, lambda row: rows[row].metadata, bool(opts.get("evidence_prior")),
+                                    opts.get("recency_half_life"))
+            log.record("priors", True, ", ".join(
+                name for name, on in (("evidence level", opts.get("evidence_prior")),
+                                      (f"recency (half-life {opts.get('recency_half_life')} years)",
+                                       opts.get("recency_half_life") is not None)) if on))
         with dl.stage("prune"):
-            top = self.recovery.select(scope, diversified.order, k, per_document)
+            top = self.recovery.select(scope, order, k, per_document)
         log.record("prune", True, f"{len(diversified.order)} candidates -> {len(top)} hits")
         with dl.stage("weak"):
             # read from the question's own first-stage lists, which no deadline changes, so the flag (and an
