@@ -13,6 +13,7 @@ import pytest
 
 import medretrieve
 from medretrieve import fusion, mmr, mmr_batch, rrf
+from medretrieve.index import pack_allowed
 
 needs_gpu = pytest.mark.skipif(not medretrieve.cuda_available(), reason="no usable CUDA device")
 
@@ -112,6 +113,39 @@ def test_cuda_rrf_is_identical_to_cpu() -> None:
         want = rrf(lists, weights=weights, top_n=None if trial < 3 else 25)
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
+
+
+@needs_gpu
+@pytest.mark.parametrize("metric", ["ip", "l2"])
+def test_cuda_fused_selection_on_awkward_inputs(metric: str) -> None:
+    """The fused kernels' selection where it is easiest to get wrong (the CPU twin's cases, on the card): integer
+    data (exact in float32, so ids must equal float64's exactly), k above a tile's rows and above n, n off the
+    tile, all-equal scores, int8 codes of -128 / 127 only, row filters allowing none or fewer than k rows."""
+    rng = np.random.default_rng(46)
+    cases = []
+    for n, k in [(1, 1024), (63, 100), (129, 1024), (1001, 10), (1001, 1024), (20_011, 100)]:
+        codes = rng.integers(-2, 3, (n, 3), dtype=np.int8)  # few distinct scores: ties everywhere
+        cases.append((rng.integers(-2, 3, (7, 3), dtype=np.int8), codes, k, None))
+    same = np.ones((500, 8), np.int8)
+    cases.append((np.ones((2, 8), np.int8), same, 300, None))  # all scores equal: rows 0..k-1
+    extreme = np.where(rng.random((3000, 256)) < 0.5, -128, 127).astype(np.int8)
+    cases.append((extreme[:5], extreme, 1024, None))
+    keep = rng.random(2000) < 0.3
+    base = rng.integers(-3, 4, (2000, 16), dtype=np.int8)
+    cases += [(base[:9], base, 100, keep), (base[:9], base, 100, np.zeros(2000, bool)),
+              (base[:9], base, 100, np.isin(np.arange(2000), [5, 700, 1999]))]
+    for q, x, k, mask in cases:
+        rows = np.arange(len(x)) if mask is None else np.nonzero(mask)[0]
+        bits = None if mask is None else pack_allowed(mask)
+        qf, xf = q.astype(np.float64), x[rows].astype(np.float64)
+        s = qf @ xf.T if metric == "ip" else -((qf[:, None] - xf[None]) ** 2).sum(-1)
+        kk = min(k, len(rows))
+        want = rows[np.stack([np.lexsort((rows, -si))[:kk] for si in s])] if kk else np.zeros((len(q), 0), int)
+        for dtype in ("int8", "float32"):
+            a, b = (q, x) if dtype == "int8" else (q.astype(np.float32), x.astype(np.float32))
+            ids, scores, _ = medretrieve._core._cuda_exact_search(a, b, k, metric, allowed=bits)
+            np.testing.assert_array_equal(ids[:, :kk], want, err_msg=f"{dtype} n={len(x)} k={k}")
+            assert (ids[:, kk:] == -1).all() and np.isneginf(scores[:, kk:]).all()
 
 
 @pytest.mark.parametrize("misorder", [False, True])
