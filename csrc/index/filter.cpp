@@ -69,23 +69,28 @@ AllowedRows AllowedRows::from_external(const VectorStore& store, const uint64_t*
   const size_t slots = store.count();
   AllowedRows rows;
   rows.words.assign((slots + 63) / 64, 0);
-  size_t ext_set = 0;
-  for (size_t w = 0; w < n_words; ++w) ext_set += size_t(__builtin_popcountll(ext_words[w]));
   const auto set_slot = [&rows](uint32_t id) { rows.words[id >> 6] |= uint64_t(1) << (id & 63); };
   // A hash look-up costs several sequential reads of an external id: look the
   // set ids up when they are few, else test every slot's external id.
   constexpr size_t kReadsPerLookup = 8;
-  if (ext_set * kReadsPerLookup < slots) {
-    for (size_t w = 0; w < n_words; ++w)
-      for (uint64_t bits = ext_words[w]; bits; bits &= bits - 1) {
-        uint32_t id;
-        if (store.find(uint64_t(w * 64 + __builtin_ctzll(bits)), id)) set_slot(id);
-      }
+  size_t ext_set = 0;
+  if (store.ids_are_slots()) {  // the caller's bitset is over the slots already: copy it, cut at the count
+    std::copy_n(ext_words, std::min(n_words, rows.words.size()), rows.words.begin());
+    if (slots % 64 && rows.words.size() <= n_words) rows.words.back() &= (uint64_t(1) << (slots % 64)) - 1;
   } else {
-    const uint64_t limit = uint64_t(n_words) * 64;
-    for (size_t i = 0; i < slots; ++i) {
-      const uint64_t ext = store.ext_id(uint32_t(i));
-      if (ext < limit && (ext_words[ext >> 6] >> (ext & 63) & 1)) set_slot(uint32_t(i));
+    for (size_t w = 0; w < n_words; ++w) ext_set += size_t(__builtin_popcountll(ext_words[w]));
+    if (ext_set * kReadsPerLookup < slots) {
+      for (size_t w = 0; w < n_words; ++w)
+        for (uint64_t bits = ext_words[w]; bits; bits &= bits - 1) {
+          uint32_t id;
+          if (store.find(uint64_t(w * 64 + __builtin_ctzll(bits)), id)) set_slot(id);
+        }
+    } else {
+      const uint64_t limit = uint64_t(n_words) * 64;
+      for (size_t i = 0; i < slots; ++i) {
+        const uint64_t ext = store.ext_id(uint32_t(i));
+        if (ext < limit && (ext_words[ext >> 6] >> (ext & 63) & 1)) set_slot(uint32_t(i));
+      }
     }
   }
   for (uint64_t w : rows.words) rows.count += size_t(__builtin_popcountll(w));

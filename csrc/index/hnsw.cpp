@@ -281,7 +281,7 @@ void Hnsw::beam_upper(SearchScratch& s, const QueryCtx& ctx, uint32_t ep, int le
 }
 
 Hnsw::MaxHeap Hnsw::search_layer0(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
-                                   const ElementFilter* filter) const {
+                                   const ElementFilter* filter, size_t max_evals, bool* over) const {
   auto vis = visited_.borrow();
   const bool screening = filter != nullptr || store_.deleted_count() > 0;
   MaxHeap top, cand;
@@ -304,6 +304,11 @@ Hnsw::MaxHeap Hnsw::search_layer0(const QueryCtx& ctx, const uint32_t* eps, size
     if (-c.first > lower && (top.size() >= ef || !screening)) break;
     cand.pop();
     const size_t m = take_unvisited0(c.second, *vis, fresh.data());
+    if (m > max_evals) {
+      *over = true;
+      break;
+    }
+    max_evals -= m;
     for (size_t i = 0; i < m; ++i) {
       if (i + ahead < m) store_.prefetch(fresh[i + ahead]);
       const uint32_t nb = fresh[i];
@@ -799,8 +804,14 @@ std::vector<Candidate> Hnsw::search_prepared(const QueryCtx& ctx, size_t k, size
   return search_with(*scratch, ctx, k, ef, lq, predicate, rows);
 }
 
+size_t Hnsw::walk_budget(const LabelQuery* lq, const AllowedRows* rows) const {
+  size_t allowed_max = lq ? labels_.upper_bound(*lq) : SIZE_MAX;
+  if (rows) allowed_max = std::min(allowed_max, rows->count);
+  return allowed_max;
+}
+
 bool Hnsw::plan_exact(size_t allowed_max, size_t ef, const LabelQuery* lq, const AllowedRows* rows,
-                      std::vector<uint32_t>& ids) const {
+                      std::vector<uint32_t>& ids, bool forced) const {
   const size_t live = std::max<size_t>(1, count() - deleted_count());
   const double selectivity = std::min(1.0, double(allowed_max) / double(live));
   // The graph search keeps only allowed elements in its result list, so it
@@ -810,7 +821,7 @@ bool Hnsw::plan_exact(size_t allowed_max, size_t ef, const LabelQuery* lq, const
   // exact wins at 2% and 5% allowed, the graph at 10% (exact over 20k
   // elements no longer runs from cache).
   const double graph_cost = double(ef) / selectivity * kGraphCostPerNode * double(p_.M);
-  if (double(allowed_max) > filter_exact_factor_ * graph_cost) return false;
+  if (!forced && double(allowed_max) > filter_exact_factor_ * graph_cost) return false;
   if (rows && (!lq || rows->count <= labels_.upper_bound(*lq))) {  // the shorter list; the filter checks the other
     ids = rows->ids();
     return true;
@@ -837,8 +848,7 @@ std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx&
   ef = std::max(ef, k);
   ElementFilter filter{&store_, &labels_, lq, predicate, rows};
   if (lq || rows) {
-    size_t allowed_max = lq ? labels_.upper_bound(*lq) : SIZE_MAX;
-    if (rows) allowed_max = std::min(allowed_max, rows->count);
+    const size_t allowed_max = walk_budget(lq, rows);
     if (allowed_max == 0) return {};
     std::vector<uint32_t> ids;
     if (plan_exact(allowed_max, ef, lq, rows, ids))
@@ -861,7 +871,19 @@ std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx&
   const size_t n_eps = starts.empty() ? 1 : starts.size();
   std::vector<Candidate> found;
   if (screen || store_.deleted_count() > 0) {
-    MaxHeap top = search_layer0(ctx, eps, n_eps, ef, screen);
+    // A filter correlated with the query leaves the allowed rows far from where the walk starts, and the walk
+    // scores many more elements than the planner's estimate: once it has cost as much as scanning the allowed
+    // rows would, the walk stops and the scan answers (a search costs at most about two scans).
+    bool over = false;
+    // (A factor of 0 forces the walk: no budget.)
+    const size_t allowed_max = (lq || rows) && filter_exact_factor_ > 0 ? walk_budget(lq, rows) : SIZE_MAX;
+    const size_t budget = allowed_max == SIZE_MAX ? SIZE_MAX : allowed_max / kWalkEvalCost;
+    MaxHeap top = search_layer0(ctx, eps, n_eps, ef, screen, budget, &over);
+    if (over) {
+      std::vector<uint32_t> ids;
+      plan_exact(allowed_max, ef, lq, rows, ids, /*forced=*/true);
+      return exact_topk(store_, ctx, filter, ids.data(), ids.size(), k, store_.keep_float());
+    }
     found.resize(top.size());
     for (size_t i = found.size(); i-- > 0; top.pop()) found[i] = top.top();
   } else {

@@ -74,6 +74,9 @@ class Hnsw {
   static constexpr int kMaxLevel = 30;
   // Filtered-search cost model: distance evaluations per expanded node, in units of M.
   static constexpr double kGraphCostPerNode = 0.75;
+  // A filtered walk's distance evaluation costs about this many of an exact scan's (random reads, heap
+  // updates, visited marks; bench/filtered.py, 20k x 384 float32): the walk's budget is allowed / this.
+  static constexpr size_t kWalkEvalCost = 2;
   // prune_alpha's relaxed links leave 1/kRelaxedSlack of a list free (select_neighbors).
   static constexpr size_t kRelaxedSlack = 4;
 
@@ -131,7 +134,8 @@ class Hnsw {
     return beam != kAutoEntryBeam ? beam : std::max<size_t>(1, ef / kAutoBeamPerEf);
   }
   // Exact search over the allowed subset when its size <= factor * (estimated
-  // graph cost = ef / selectivity * kGraphCostPerNode * M distance evaluations); 0 forces graph search.
+  // graph cost = ef / selectivity * kGraphCostPerNode * M distance evaluations), and when a walk scores
+  // more elements than that size (a filter correlated with the query); 0 forces graph search.
   void set_filter_exact_factor(double f) { filter_exact_factor_ = f; }
   double filter_exact_factor() const { return filter_exact_factor_; }
 
@@ -212,8 +216,9 @@ class Hnsw {
   MaxHeap search_layer_build(const QueryCtx& ctx, uint32_t ep, int level, uint32_t exclude) const;
   // Layer-0 search from the entry points eps[0..n_eps) that keeps only the elements the filter allows and that
   // are not deleted (hnswlib's two heaps: candidates screened out still guide the search).
+  // max_evals: the walk stops after that many distance evaluations and sets *over (the planner then scans).
   MaxHeap search_layer0(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
-                        const ElementFilter* filter) const;
+                        const ElementFilter* filter, size_t max_evals = SIZE_MAX, bool* over = nullptr) const;
   // Unfiltered layer-0 search from eps[0..n_eps) over one sorted pool (search_pool.h); the ef closest, closest first.
   std::vector<Candidate> search_layer0_pool(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps,
                                             size_t ef) const;
@@ -224,8 +229,12 @@ class Hnsw {
                                      const IdPredicate* predicate, const AllowedRows* rows) const;
   // The planner of a restricted search: the allowed elements to scan exactly (true), or false
   // when the graph walk is cheaper. allowed_max: an upper bound on the allowed count (> 0).
+  // forced: list them whatever the estimate (the walk ran past its budget).
   bool plan_exact(size_t allowed_max, size_t ef, const LabelQuery* labels, const AllowedRows* rows,
-                  std::vector<uint32_t>& ids) const;
+                  std::vector<uint32_t>& ids, bool forced = false) const;
+  // An upper bound on the allowed count of a label and / or row restriction: also the distance evaluations a
+  // filtered walk may spend before the planner scans the allowed rows instead.
+  size_t walk_budget(const LabelQuery* labels, const AllowedRows* rows) const;
   // Compiles a caller's bitset over external ids (null: none) under the lock the search holds.
   std::optional<AllowedRows> compile_rows(const ExternalBits* allowed) const;
   // Pushes (distance to base, id) for ids other than base, keeping the `keep` closest.

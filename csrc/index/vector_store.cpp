@@ -352,10 +352,13 @@ uint32_t VectorStore::allocate(const uint64_t* ext, size_t n) {
   const size_t first = count_.load(std::memory_order_relaxed);
   if (first + n > capacity_) throw std::runtime_error("The number of elements exceeds the specified limit");
   if (first + n > size_t(UINT32_MAX)) throw std::runtime_error("more than 2^32 - 1 elements");
+  size_t foreign = 0;
   for (size_t i = 0; i < n; ++i) {
     ext_[first + i] = ext[i];
     map_[ext[i]] = uint32_t(first + i);
+    foreign += ext[i] != first + i;
   }
+  foreign_ids_.fetch_add(foreign, std::memory_order_release);  // before the new count is published
   count_.store(first + n, std::memory_order_release);
   return uint32_t(first);
 }
@@ -363,6 +366,8 @@ uint32_t VectorStore::allocate(const uint64_t* ext, size_t n) {
 void VectorStore::rebind(uint32_t id, uint64_t new_ext) {
   std::lock_guard<std::mutex> g(ids_mu_);
   map_.erase(ext_[id]);
+  if (new_ext != id && ext_[id] == id) foreign_ids_.fetch_add(1, std::memory_order_release);
+  if (new_ext == id && ext_[id] != id) foreign_ids_.fetch_sub(1, std::memory_order_release);
   ext_[id] = new_ext;
   map_[new_ext] = id;
 }
@@ -371,12 +376,14 @@ void VectorStore::restore(size_t count, const uint64_t* ext) {
   std::lock_guard<std::mutex> g(ids_mu_);
   map_.clear();
   map_.reserve(count);
-  size_t deleted = 0;
+  size_t deleted = 0, foreign = 0;
   for (size_t i = 0; i < count; ++i) {
     ext_[i] = ext[i];
     map_[ext[i]] = uint32_t(i);
     if (header(uint32_t(i)) & kDeletedBit) ++deleted;
+    foreign += ext[i] != i;
   }
+  foreign_ids_.store(foreign, std::memory_order_release);
   count_.store(count, std::memory_order_release);
   deleted_.store(deleted);
 }

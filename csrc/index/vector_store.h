@@ -232,6 +232,9 @@ class VectorStore {
 
   // --- external ids ---
   uint64_t ext_id(uint32_t id) const { return ext_[id]; }
+  // Whether every slot's external id is the slot itself (ids 0..count-1 added in order, the common case):
+  // a bitset over external ids is then one over slots (AllowedRows::from_external copies it).
+  bool ids_are_slots() const { return foreign_ids_.load(std::memory_order_acquire) == 0; }
   bool find(uint64_t ext, uint32_t& id) const;
   // Appends n new elements with the given external ids; returns the first
   // internal id. Throws std::runtime_error when capacity would be exceeded.
@@ -281,6 +284,7 @@ class VectorStore {
   bool trained_ = false;
 
   std::vector<uint64_t> ext_;
+  std::atomic<size_t> foreign_ids_{0};  // slots whose external id is not the slot
   std::unordered_map<uint64_t, uint32_t> map_;
   mutable std::mutex ids_mu_;
 };

@@ -1,0 +1,176 @@
+// Row filters (AllowedRows, search(..., allowed)): compiled from a bitset over
+// external ids, exact on both planner paths (graph walk and exact scan), never
+// returning a row outside the filter or a deleted one, and returning
+// min(k, allowed live rows) hits. Small sizes: these run under ASan/UBSan.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "index/flat.h"
+#include "index/hnsw.h"
+
+using namespace medretrieve::index;
+
+namespace {
+
+std::vector<float> rows(size_t n, size_t dim, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> out(n * dim);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < dim; ++j) out[i * dim + j] = float(i % 6) + 0.7f * nd(rng);  // six clusters
+  return out;
+}
+
+std::vector<uint64_t> bits_of(const std::vector<uint64_t>& ids, size_t size) {
+  std::vector<uint64_t> w((size + 63) / 64, 0);
+  for (uint64_t id : ids) w[id >> 6] |= uint64_t(1) << (id & 63);
+  return w;
+}
+
+// Exact filtered top-k external ids (squared L2, double), allowed by pred.
+template <typename Pred>
+std::vector<int64_t> truth(const std::vector<float>& x, size_t n, const float* q, size_t dim, size_t k, Pred pred) {
+  std::vector<std::pair<double, int64_t>> s;
+  for (size_t j = 0; j < n; ++j) {
+    if (!pred(j)) continue;
+    double d = 0;
+    for (size_t t = 0; t < dim; ++t) d += (double(q[t]) - x[j * dim + t]) * (double(q[t]) - x[j * dim + t]);
+    s.emplace_back(d, int64_t(j));
+  }
+  std::sort(s.begin(), s.end());
+  std::vector<int64_t> out;
+  for (size_t t = 0; t < std::min(k, s.size()); ++t) out.push_back(s[t].second);
+  return out;
+}
+
+HnswParams params(size_t dim, size_t n) {
+  HnswParams p;
+  p.dim = dim;
+  p.max_elements = n;
+  p.M = 12;
+  p.ef_construction = 80;
+  return p;
+}
+
+}  // namespace
+
+TEST(AllowedRows, CompilesExternalIdsToSlotsEitherWay) {
+  const size_t n = 300, dim = 4;
+  const auto x = rows(n, dim, 1);
+  std::vector<uint64_t> ext(n);
+  for (size_t i = 0; i < n; ++i) ext[i] = 1000 + 3 * i;  // external ids are not the slots
+  FlatIndex f(Space::L2, DType::Float32, dim);
+  f.add(x.data(), n, ext.data(), nullptr, 1);
+  // few ids set: hash look-ups; many: one pass over the slots. Both give the same slots.
+  for (size_t every : {size_t(1), size_t(50)}) {
+    std::vector<uint64_t> keep;
+    for (size_t i = 0; i < n; i += every) keep.push_back(ext[i]);
+    keep.push_back(7);              // an id the index does not hold
+    const auto words = bits_of(keep, 2000);
+    const AllowedRows r = AllowedRows::from_external(f.store(), words.data(), words.size());
+    EXPECT_EQ(r.count, (n + every - 1) / every);
+    for (uint32_t slot = 0; slot < n; ++slot) EXPECT_EQ(r.test(slot), slot % every == 0) << slot;
+    const std::vector<uint32_t> listed = r.ids();
+    EXPECT_EQ(listed.size(), r.count);
+    EXPECT_TRUE(std::is_sorted(listed.begin(), listed.end()));
+  }
+  // A bitset shorter than the ids: the ids past it are out.
+  const std::vector<uint64_t> none(2, ~uint64_t(0));
+  EXPECT_EQ(AllowedRows::from_external(f.store(), none.data(), none.size()).count, 0u);
+  EXPECT_EQ(AllowedRows::from_external(f.store(), nullptr, 0).count, 0u);
+  // Ids that are the slots: the bitset is copied, cut at the element count.
+  FlatIndex g(Space::L2, DType::Float32, dim);
+  g.add(x.data(), 70, nullptr, nullptr, 1);
+  ASSERT_TRUE(g.store().ids_are_slots());
+  const std::vector<uint64_t> all(4, ~uint64_t(0));
+  const AllowedRows every = AllowedRows::from_external(g.store(), all.data(), all.size());
+  EXPECT_EQ(every.count, 70u);
+  const std::vector<uint64_t> first(1, ~uint64_t(0));
+  EXPECT_EQ(AllowedRows::from_external(g.store(), first.data(), first.size()).count, 64u);
+  const uint64_t odd_id = 5000;
+  g.add(x.data(), 1, &odd_id, nullptr, 1);
+  EXPECT_FALSE(g.store().ids_are_slots());
+  EXPECT_EQ(AllowedRows::from_external(g.store(), all.data(), all.size()).count, 70u);  // 5000 is past the words
+}
+
+TEST(AllowedRows, HnswBothPlannerPathsMatchExactFilteredSearch) {
+  const size_t n = 1200, dim = 8, k = 10, nq = 20;
+  const auto x = rows(n, dim, 2);
+  Hnsw h(params(dim, n));
+  h.add(x.data(), n, nullptr, nullptr, 2, false, false);
+  FlatIndex f(Space::L2, DType::Float32, dim);
+  f.add(x.data(), n, nullptr, nullptr, 1);
+  // random shares, and one correlated with the clusters (the allowed rows lie in one cluster only)
+  std::mt19937 rng(5);
+  for (double share : {0.5, 0.1, 0.01}) {
+    for (bool correlated : {false, true}) {
+      std::vector<uint64_t> keep;
+      std::uniform_real_distribution<double> u(0, 1);
+      for (size_t i = 0; i < n; ++i)
+        if (correlated ? (i % 6 == 5 && u(rng) < share * 6) : u(rng) < share) keep.push_back(i);
+      const auto words = bits_of(keep, n);
+      const std::set<int64_t> allowed(keep.begin(), keep.end());
+      const ExternalBits bits{words.data(), words.size()};
+      for (double factor : {0.0, 1e9}) {  // 0: always the graph walk; 1e9: always the exact scan
+        h.set_filter_exact_factor(factor);
+        std::vector<int64_t> ids(nq * k), fids(nq * k);
+        std::vector<float> sc(nq * k), fsc(nq * k);
+        const size_t ef = 128;
+        h.search(x.data(), nq, k, &ef, 1, nullptr, nullptr, 1, ids.data(), sc.data(), &bits);
+        f.search(x.data(), nq, k, nullptr, nullptr, 1, fids.data(), fsc.data(), &bits);
+        size_t hit = 0, want = 0;
+        for (size_t q = 0; q < nq; ++q) {
+          const auto t = truth(x, n, x.data() + q * dim, dim, k, [&](size_t j) { return allowed.count(int64_t(j)); });
+          const std::set<int64_t> ts(t.begin(), t.end());
+          for (size_t j = 0; j < k; ++j) {
+            const int64_t id = ids[q * k + j];
+            if (j < t.size()) {
+              ASSERT_GE(id, 0) << "fewer hits than allowed rows, share " << share;
+              EXPECT_TRUE(allowed.count(id)) << id;
+              hit += ts.count(id);
+            } else {
+              EXPECT_EQ(id, -1);
+            }
+            EXPECT_EQ(fids[q * k + j], j < t.size() ? t[j] : -1);  // flat: exact
+          }
+          want += t.size();
+        }
+        EXPECT_GE(double(hit), 0.95 * double(want)) << "share " << share << " correlated " << correlated;
+      }
+    }
+  }
+}
+
+TEST(AllowedRows, DeletedRowsAndLabelsCombineWithTheFilter) {
+  const size_t n = 400, dim = 8, k = 5;
+  const auto x = rows(n, dim, 3);
+  Hnsw h(params(dim, n));
+  std::vector<std::vector<uint32_t>> labels(n);
+  for (size_t i = 0; i < n; ++i) labels[i] = {uint32_t(i % 2)};
+  h.add(x.data(), n, nullptr, &labels, 1, false, false);
+  const std::vector<uint64_t> keep = {10, 11, 12, 13, 14, 15, 16};
+  const auto words = bits_of(keep, n);
+  const ExternalBits bits{words.data(), words.size()};
+  h.mark_deleted(12);
+  const LabelQuery even = LabelQuery::make({0});
+  for (double factor : {0.0, 1e9}) {
+    h.set_filter_exact_factor(factor);
+    std::vector<int64_t> ids(k);
+    std::vector<float> sc(k);
+    h.search(x.data(), 1, k, nullptr, 0, &even, nullptr, 1, ids.data(), sc.data(), &bits);
+    std::set<int64_t> got(ids.begin(), ids.end());
+    EXPECT_EQ(got, (std::set<int64_t>{-1, 10, 14, 16}));  // even, allowed, 12 deleted; padded
+  }
+  // Nothing allowed: every row is padding.
+  const std::vector<uint64_t> zero(words.size(), 0);
+  const ExternalBits nothing{zero.data(), zero.size()};
+  std::vector<int64_t> ids(k);
+  std::vector<float> sc(k);
+  h.search(x.data(), 1, k, nullptr, 0, nullptr, nullptr, 1, ids.data(), sc.data(), &nothing);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), -1), int(k));
+}
