@@ -2,8 +2,9 @@
 // tiles, slices, per-query queues, buffers and final merge, through the same
 // selection code (tile_select.h), one query at a time. Its scores are
 // computed as the kernels compute them (float32: one fmaf per dimension in
-// order; int8: exact int32 dot products, then tile_select::int8_score), so on
-// a card both give the same ids and scores. It exists to test the selection
+// order; int8: exact int32 dot products, then tile_select::int8_score), so
+// both give the same ids and scores up to where a compiler contracts a
+// multiply and an add into one rounding. It exists to test the selection
 // where no GPU is (CI, ASan/UBSan): tests/native/cpp/test_tile_select.cpp.
 #pragma once
 
