@@ -246,3 +246,28 @@ def test_a_damaged_cache_entry_is_answered_again_by_the_cli(golden, collection, 
     assert main(args) == 0
     assert (out / "submission.json").read_text() == intact
     assert sorted(p.name for p in (out / "questions").iterdir()) == ["g1.json", "g2.json", "g3.json"]
+
+
+@pytest.mark.parametrize("flag, asked", [([], None), (["--recovery"], True), (["--no-recovery"], False)])
+def test_recovery_is_the_retrievers_setting_unless_forced(golden, collection, tmp_path, monkeypatch, flag, asked):
+    # issue 44: recovery changed nothing on BioASQ, so a run leaves it to the retriever (off over a local
+    # collection); --recovery / --no-recovery still force it
+    from medretrieve.retrieval.retriever import Retriever
+
+    seen = []
+    search = Retriever.search
+
+    def spy(self, question, **kwargs):
+        result = search(self, question, **kwargs)
+        seen.append((kwargs.get("recovery", "absent"), result.stage("recovery")))
+        return result
+
+    monkeypatch.setattr(Retriever, "search", spy)
+    out = tmp_path / "run"
+    assert main(["bioasq", "run", str(strip(golden, tmp_path / "batch.json")), "--phase", "A", "--collection",
+                 str(collection), "--out", str(out), "--no-progress", *flag]) == 0
+    assert len(seen) == 3 and all(kw == asked for kw, _ in seen)
+    if asked is None:  # the stage log says why it did not run: the collection's setting, not the command
+        assert all(not st.ran and st.reason in ("question not weak", "off over a local collection (Settings.recovery)")
+                   for _, st in seen if st is not None)
+    assert json.loads((out / "run.json").read_text())["recovery"] == asked

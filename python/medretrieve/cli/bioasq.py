@@ -168,8 +168,10 @@ def _stage_options(p: argparse.ArgumentParser) -> None:
                         "(default: the first 10 hits)")
     g.add_argument("--prune-per-document", type=int, default=None, metavar="M",
                    help="with --prune: at most M snippets of one article (default: N)")
-    g.add_argument("--recovery", action=argparse.BooleanOptionalAction, default=True,
-                   help="weak-question recovery (extra queries that replace weak hits only)")
+    g.add_argument("--recovery", action=argparse.BooleanOptionalAction, default=None,
+                   help="weak-question recovery (extra queries that replace weak hits only; default: the "
+                        "retriever's setting, Settings.recovery: off over a local collection, where it was measured "
+                        "to change nothing, on over PubMed)")
     g.add_argument("--sections", action=argparse.BooleanOptionalAction, default=True,
                    help="section routing: treatment / symptom / test questions search those sections first")
     g.add_argument("--mmr", action=argparse.BooleanOptionalAction, default=None,
