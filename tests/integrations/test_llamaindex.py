@@ -39,6 +39,23 @@ def test_a_query_engine_answers_from_the_hits_of_a_local_retriever(medretrieve_r
     assert "source_url" not in llm_view and "offsetInBeginSection" not in llm_view  # None and bookkeeping hidden
 
 
+def test_which_stage_placed_a_hit_stays_in_metadata_not_in_the_prompt(medretrieve_retriever):
+    # issue 44: placed_by is how the list was made (bookkeeping), not evidence for the LLM or an embedder
+    from dataclasses import replace
+
+    class Recovered:
+        def search(self, question, **options):
+            result = medretrieve_retriever.search(question, **options)
+            return replace(result, hits=[replace(h, placed_by="recovery") for h in result.hits])
+
+    node = LlamaIndexRetriever(Recovered(), k=2, deadline_ms=None).retrieve(QUESTION)[0].node
+    assert node.metadata["placed_by"] == "recovery"
+    for mode in (MetadataMode.LLM, MetadataMode.EMBED):
+        shown = node.get_content(metadata_mode=mode)
+        assert "placed_by" not in shown and "recovery" not in shown and f"title: {node.metadata['title']}" in shown
+    assert "placed_by" in node.get_content(metadata_mode=MetadataMode.ALL)
+
+
 def test_k_deadline_and_sections_reach_the_search(medretrieve_retriever):
     source = RecordingSource(medretrieve_retriever)
     retriever = LlamaIndexRetriever(source, k=2, deadline_ms=60000.0, sections=["diagnosis"])

@@ -12,8 +12,9 @@ of the wrong type, ValueError out of bounds); one not given is the source's own 
 
 Each hit becomes a ``TextNode`` (id: the chunk id; text: the chunk's; its source relationship: the document id)
 with the hit's score and :func:`~.source.hit_metadata` as metadata. The LLM reads the title, section, document
-id, source link and the collection's own fields beside the text; ids, scores and offsets stay out of the
-prompt and out of any re-embedding, and so do fields without a value (``excluded_llm_metadata_keys`` / ``excluded_embed_metadata_keys``).
+id, source link and the collection's own fields beside the text; ids, scores, offsets and ``placed_by`` (the
+stage that placed a hit) stay out of the prompt and out of any re-embedding, and so do fields without a value
+(``excluded_llm_metadata_keys`` / ``excluded_embed_metadata_keys``); all stay in the node's metadata.
 """
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ from ..records import SearchResult
 from .filter_syntax import from_llamaindex, with_filter
 from .source import SPAN_KEYS, SearchCall, Searcher, SourceLike, hit_metadata
 
-# metadata the LLM and an embedder do not read (bookkeeping, not evidence)
-HIDDEN_KEYS = ["chunk_id", "parent_id", "score", "scores", *SPAN_KEYS]
+# metadata the LLM and an embedder do not read (bookkeeping, not evidence): ids, scores, offsets and which stage
+# placed the hit (``placed_by``: it says how the list was made, not what the source says)
+HIDDEN_KEYS = ["chunk_id", "parent_id", "score", "scores", "placed_by", *SPAN_KEYS]
 
 
 class LlamaIndexRetriever(BaseRetriever):
