@@ -200,6 +200,15 @@ class Answer:
         """Citations whose sentence is not supported by its sources."""
         return [c for c in self.citations if not c.supported]
 
+    def sources_to_show(self, all_sources: bool = False) -> list[int]:
+        """The 1-based numbers of the sources a reader is shown, in order: ``shown_sources`` (cited, or scoring
+        at least the floor), or every source the prompt held with ``all_sources`` and for an answer from before
+        ``shown_sources`` (none shown, nothing cited, no abstention)."""
+        offered = len(self.evidence[:self.sources_used or len(self.evidence)])
+        if all_sources or not (self.shown_sources or self.citations or self.abstained):
+            return list(range(1, offered + 1))
+        return [n for n in self.shown_sources if 1 <= n <= offered]
+
     def to_dict(self, explain: bool = True) -> dict:
         """JSON-ready dict (evidence hits as dicts, compact without ``explain``)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "evidence"}

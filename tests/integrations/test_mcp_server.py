@@ -17,6 +17,7 @@ from mcp import Client  # noqa: E402
 from mcp.client.stdio import StdioServerParameters  # noqa: E402
 from mcp_process import mcp_http  # noqa: E402
 
+from medretrieve.generation.generate import SOURCE_FLOOR  # noqa: E402
 from medretrieve.integrations.mcp_server import Engine, build_server  # noqa: E402
 from medretrieve.wire import SEARCH_OPTIONS  # noqa: E402
 
@@ -115,6 +116,34 @@ def test_over_a_medretrieve_server_the_answer_comes_from_its_llm(server):
         Engine(server.url, backend=object())
 
 
+def test_answer_lists_the_sources_worth_showing_as_the_server_does(server):
+    # issue 44: the answer tool listed every source read (a Hypertension passage for a diabetes question); now the
+    # same set as POST /v1/answer's shown_sources (cited, or at least the relevance floor), all on request
+    from medretrieve.client import Client as HttpClient
+
+    async def work(client):
+        listed = {t.name: t for t in (await client.list_tools()).tools}["answer"].input_schema
+        calls = [await client.call_tool("answer", {"question": QUESTION, "k": 5, **more})
+                 for more in ({}, {"all_sources": False}, {"all_sources": True}, {"all_sources": "yes"})]
+        return listed, calls
+
+    with HttpClient(server.url) as http:
+        over_http = http.answer(QUESTION, k=5)
+        listed, (shown, same, every, refused) = asyncio.run(
+            _session(build_server(Engine(http, deadline_ms=60000)), work))
+    assert listed["properties"]["all_sources"] == {**listed["properties"]["all_sources"], "type": "boolean",
+                                                   "default": False}
+    read = len(over_http.evidence)
+    assert 1 in over_http.shown_sources and len(over_http.shown_sources) < read  # the check below can fail
+    assert [s["number"] for s in shown.structured_content["sources"]] == over_http.shown_sources
+    assert shown.structured_content["more_sources"] == read - len(over_http.shown_sources)
+    assert same.structured_content == shown.structured_content
+    assert [s["number"] for s in every.structured_content["sources"]] == list(range(1, read + 1))
+    assert every.structured_content["more_sources"] == 0
+    assert [s["chunk_id"] for s in every.structured_content["sources"]] == [h.chunk_id for h in over_http.evidence]
+    assert refused.is_error and "all_sources must be true or false" in refused.content[0].text
+
+
 def test_stdio_server_answers_with_the_llm_it_was_started_with(medretrieve_collection, fake_llm):
     from conftest import CITED_ANSWER
 
@@ -126,7 +155,10 @@ def test_stdio_server_answers_with_the_llm_it_was_started_with(medretrieve_colle
     answered = asyncio.run(_session(params, work)).structured_content
     assert answered["text"] == "".join(CITED_ANSWER) and not answered["abstained"]
     assert answered["citations"][0]["sources"] == [1] and answered["citations"][0]["supported"]
-    assert answered["sources"][0]["document_id"] == "demo-002" and len(answered["sources"]) == 2
+    # the cited source and any other at least at the relevance floor; the rest counted, listed on request
+    assert answered["sources"][0]["document_id"] == "demo-002" and answered["sources"][0]["number"] == 1
+    assert all(s["number"] == 1 or s["score"] >= SOURCE_FLOOR for s in answered["sources"])
+    assert len(answered["sources"]) + answered["more_sources"] == 2
     assert not any("extractive" in note for note in answered["notes"])
 
 

@@ -7,9 +7,11 @@ Two tools, both read-only, both answering structured content with a typed output
   /v1/search`` (:func:`search_input_schema`, built from the search declaration
   :data:`medretrieve.wire.SEARCH_OPTIONS`: ``question``, ``k``, ``deadline_ms``, ``per_document``, ``sections``,
   the stage switches under ``stages``), checked as the HTTP API checks that body.
-- ``answer(question, k)``: a cited answer (:class:`AnswerOutput`: the text with ``[n]`` marks, each sentence's
-  citation check, the numbered sources the marks point at), written by the LLM backend the server was started
-  with, or extractive (the evidence's own sentences) without one.
+- ``answer(question, k, all_sources)``: a cited answer (:class:`AnswerOutput`: the text with ``[n]`` marks, each
+  sentence's citation check, the numbered sources worth showing: those the marks point at and any uncited one
+  scoring at least the relevance floor, ``Answer.shown_sources``; every source read with ``all_sources``, as the
+  CLI's ``--all-sources``), written by the LLM backend the server was started with, or extractive (the evidence's
+  own sentences) without one.
 
 ``build_server(engine)`` makes the ``MCPServer``; :class:`Engine` does the work over a local collection (a
 :class:`~medretrieve.retrieval.retriever.Retriever`, optionally with an LLM backend) or over a running
@@ -117,7 +119,11 @@ class AnswerOutput(BaseModel):
     abstain_reason: str
     error: Optional[str] = Field(None, description="the LLM failed (the answer is then empty)")
     citations: List[CitationOutput]
-    sources: List[HitOutput] = Field(description="the numbered evidence the [n] marks point at")
+    sources: List[HitOutput] = Field(description="the numbered evidence worth showing: the sources the [n] marks "
+                                                 "point at and any other scoring at least the relevance floor "
+                                                 "(every source read with all_sources); each keeps its number")
+    more_sources: int = Field(0, description="sources read but not listed: not cited and below the relevance floor "
+                                             "(all_sources=true lists them)")
     notes: List[str]
 
 
@@ -154,14 +160,17 @@ def answer_summary(out: AnswerOutput) -> str:
     return out.text
 
 
-def answer_output(ans: Answer) -> AnswerOutput:
+def answer_output(ans: Answer, all_sources: bool = False) -> AnswerOutput:
+    """The tool's answer: the sources worth showing (:meth:`~medretrieve.records.Answer.sources_to_show`), or
+    every source read with ``all_sources``, each under the number the answer's marks use."""
     used = ans.evidence[:ans.sources_used] if ans.sources_used else ans.evidence
+    numbers = ans.sources_to_show(all_sources)
+    sources = [hit_output(n, used[n - 1]) for n in numbers if isinstance(used[n - 1], Hit)]
     return AnswerOutput(question=ans.question, text=ans.text, abstained=ans.abstained,
                         abstain_reason=ans.abstain_reason, error=ans.error,
                         citations=[CitationOutput(sentence=c.sentence, sources=list(c.sources), supported=c.supported)
                                    for c in ans.citations],
-                        sources=[hit_output(n, h) for n, h in enumerate(used, 1) if isinstance(h, Hit)],
-                        notes=list(ans.notes))
+                        sources=sources, more_sources=len(used) - len(numbers), notes=list(ans.notes))
 
 
 class Busy(ToolError):
@@ -381,13 +390,19 @@ def search_input_schema(default_k: Optional[int] = None) -> Dict[str, Any]:
                             "collection's setting)")}, required=["question"])
 
 
+ALL_SOURCES_SCHEMA: Dict[str, Any] = {
+    "type": "boolean", "default": False,
+    "description": "list every source read, not only the cited ones and those scoring at least the relevance floor"}
+
+
 def answer_input_schema(default_k: Optional[int] = None) -> Dict[str, Any]:
-    """The ``answer`` tool's published input schema: the question and ``k`` (evidence passages to read, as the
-    search declaration bounds it)."""
+    """The ``answer`` tool's published input schema: the question, ``k`` (evidence passages to read, as the
+    search declaration bounds it) and ``all_sources`` (every source read in the result, not only those worth
+    showing)."""
     k = {**SEARCH_OPTIONS["k"].json_schema(), "description": "how many evidence passages to read"}
     if default_k is not None:
         k["default"] = default_k
-    return _object({"question": QUESTION_SCHEMA, "k": k}, required=["question"])
+    return _object({"question": QUESTION_SCHEMA, "k": k, "all_sources": ALL_SOURCES_SCHEMA}, required=["question"])
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -457,16 +472,21 @@ def build_server(engine: Engine, *, name: str = "medretrieve", default_k: Option
                               structured_content=out.model_dump(mode="json"))
 
     async def answer(arguments: Dict[str, Any]) -> Annotated[CallToolResult, AnswerOutput]:
-        """Answer the question from the collection, citing the sources as [n] and checking each citation."""
-        body = checked_arguments(arguments, AnswerRequest, answer_schema)
+        """Answer the question from the collection, citing the sources as [n] and checking each citation; the
+        sources listed are the cited ones and any scoring at least the relevance floor (all_sources: every one)."""
+        sent = dict(arguments)
+        all_sources = sent.pop("all_sources", False)  # the tool's own argument, not the HTTP body's
+        if not isinstance(all_sources, bool):
+            raise ToolError(f"all_sources must be true or false, not {all_sources!r}")
+        body = checked_arguments(sent, AnswerRequest, answer_schema)
         k = body.k if "k" in body.model_fields_set or default_k is None else default_k
-        out = answer_output(await engine.answer_async(body.question, k))
+        out = answer_output(await engine.answer_async(body.question, k), all_sources)
         return CallToolResult(content=[TextContent(type="text", text=answer_summary(out))],
                               structured_content=out.model_dump(mode="json"))
 
     server: MCPServer = _AnswersEveryRequest(
         name, version=__version__, log_level="WARNING",
         instructions="Medical literature retrieval. `search` returns evidence passages with their sources; "
-                     "`answer` writes an answer that cites them as [n] (sources[n-1]) and checks each citation.",
+                     "`answer` writes an answer that cites them as [n] (the source numbered n) and checks each citation.",
         tools=[_tool(search, search_schema, read_only), _tool(answer, answer_schema, read_only)])
     return server
