@@ -46,8 +46,10 @@ def test_every_file_the_search_page_names_is_served(http):
 
 def test_the_page_script_asks_only_its_own_server():
     script = (WEB / "page.js").read_text(encoding="utf-8")
-    fetched = re.findall(r"postJson\(\"([^\"]+)\"", script)
-    assert sorted(set(fetched)) == ["v1/answer", "v1/search"]  # relative: the server that sent the page
+    fetched = re.findall(r"postJson\(\"([^\"]+)\"", script) + re.findall(r"fetch\(\"([^\"]+)\"", script)
+    # relative: the server that sent the page
+    assert sorted(set(fetched)) == ["v1/answer", "v1/collection", "v1/facets", "v1/search"]
+    assert not re.findall(r"fetch\((?!\"v1/collection\"|path)", script)  # no other fetch
     assert "innerHTML" not in script  # hits and answers are inserted as text, never parsed as HTML
 
 

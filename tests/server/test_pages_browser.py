@@ -34,8 +34,11 @@ def pmid_collection(tmp_path_factory):
     from medretrieve.testing.collection import DEMO_CORPUS
 
     docs = [json.loads(line) for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()[:12]]
-    for doc in docs:
+    for i, doc in enumerate(docs):
         doc["id"] = PMIDS.get(doc["id"], doc["id"])
+        # metadata for the filter and facet controls: a year and publication types per document
+        doc["year"] = 2010 + i
+        doc["publication_type"] = ["Journal Article", "Review" if i % 3 == 0 else "Randomized Controlled Trial"]
     out = tmp_path_factory.mktemp("page-collection") / "pmids"
     Collection.build(docs, out, encoder=default_model_dir(), progress=False)
     return out
@@ -191,11 +194,11 @@ def test_a_question_asked_by_keyboard_gets_hits_and_a_cited_answer_without_an_ll
     driver.find_element(By.ID, "question").click()
     focused = driver.switch_to.active_element
     order = []
-    for _ in range(4):
+    for _ in range(6):
         focused.send_keys(Keys.TAB)
         focused = driver.switch_to.active_element
         order.append(focused.get_attribute("id") or focused.get_attribute("class").split()[0])
-    assert order == ["k", "explain", "submit", "cite"]
+    assert order == ["k", "explain", "where", "include-retracted", "submit", "cite"]
     focused.send_keys(Keys.ENTER)
     focused = driver.switch_to.active_element
     assert focused.get_attribute("id") == marks[0].get_attribute("href").split("#")[-1]
@@ -206,6 +209,44 @@ def test_a_question_asked_by_keyboard_gets_hits_and_a_cited_answer_without_an_ll
     urls = requests_seen(driver)
     assert any(u.endswith("/v1/answer") for u in urls) and any(u.endswith("/static/page/page.js") for u in urls)
     assert not _offsite(urls, page_server.url), _offsite(urls, page_server.url)
+    assert not console_errors(driver)
+
+
+def test_a_filtered_search_shows_only_passing_hits_with_their_year_and_type_and_facet_counts(driver, page_server):
+    """The filter box and the retracted box reach the search; each hit shows its year and type; the facet tables
+    count the filtered collection and the hits, and choosing a value narrows the filter and searches again."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(page_server.url + "/")
+    _wait(driver, lambda d: d.switch_to.active_element.get_attribute("id") == "question", "the question's focus")
+    driver.find_element(By.ID, "where").send_keys("year >= 2016")
+    driver.find_element(By.ID, "question").send_keys(QUESTION)
+    driver.find_element(By.ID, "submit").click()
+    _wait(driver, lambda d: d.find_element(By.ID, "facets-section").is_displayed(), "the facet counts")
+    with httpx.Client(base_url=page_server.url, timeout=60.0) as http:
+        search = http.post("/v1/search", json={"question": QUESTION, "k": 5, "where": "year >= 2016"}).json()
+        counted = http.post("/v1/facets", json={"fields": ["year", "publication_type"], "where": "year >= 2016",
+                                                "top": 12}).json()
+    items = driver.find_elements(By.CSS_SELECTOR, "#hits li.hit")
+    assert [i.get_attribute("data-chunk") for i in items] == [h["chunk_id"] for h in search["hits"]]
+    for item, hit in zip(items, search["hits"]):
+        assert hit["metadata"]["year"] >= 2016
+        shown = [m.text for m in item.find_elements(By.CSS_SELECTOR, ".doc-meta")]
+        assert shown[0] == str(hit["metadata"]["year"]) and shown[1] == hit["metadata"]["publication_type"][-1]
+    assert "filtered" in driver.find_element(By.ID, "status").text
+    tables = driver.find_elements(By.CSS_SELECTOR, "#facets table.facet")
+    assert len(tables) == 2
+    year_rows = tables[0].find_elements(By.CSS_SELECTOR, "tbody tr")
+    assert [(r.find_elements(By.TAG_NAME, "td")[0].text, int(r.find_elements(By.TAG_NAME, "td")[1].text))
+            for r in year_rows] == [(str(f["value"]), f["count"]) for f in counted["facets"]["year"]]
+    in_hits = sum(int(r.find_elements(By.TAG_NAME, "td")[2].text) for r in year_rows)
+    assert in_hits == len({h["document_id"] for h in search["hits"]})
+    year_rows[0].find_element(By.CSS_SELECTOR, "button.facet-value").click()
+    first = str(counted["facets"]["year"][0]["value"])
+    _wait(driver, lambda d: d.find_element(By.ID, "where").get_attribute("value") == f"(year >= 2016) and year == {first}",
+          "the chosen value in the filter")
+    _wait(driver, lambda d: d.find_element(By.ID, "facets-section").is_displayed() and all(
+        m.text == first for m in d.find_elements(By.CSS_SELECTOR, "#hits .doc-meta:first-of-type")), "the narrowed hits")
     assert not console_errors(driver)
 
 

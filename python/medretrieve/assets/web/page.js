@@ -31,6 +31,11 @@
   const hitsSection = $("hits-section"), hitsList = $("hits");
   const timingsSection = $("timings-section"), timings = $("timings"), timingsBody = timings.querySelector("tbody");
 
+  const whereInput = $("where"), retractedBox = $("include-retracted"), fieldsNote = $("fields");
+  const facetsSection = $("facets-section"), facetsBox = $("facets");
+  const FACETS = ["year", "publication_type"];  // the views offered, where the collection has the field
+  let fieldTypes = null;  // the collection's metadata fields (GET v1/collection), read once
+
   const keyForm = $("key-form"), keyInput = $("api-key"), keyForget = $("key-forget");
   const KEY_STORE = "medretrieve.apiKey";
 
@@ -137,6 +142,7 @@
       ...(url ? [el("a", { href: url, rel: "noopener noreferrer", target: "_blank" }, title)] : title)]);
     const meta = el("p", { class: "meta" }, [
       el("span", { class: "section", text: hit.section || "no section" }), " · ",
+      ...describe(hit).map((text) => [el("span", { class: "doc-meta", text }), " · "]).flat(),
       el("span", { class: "doc", text: String(hit.document_id) }), " · ",
       // one score scale per list: a hit a later stage placed (hit.placed_by) shows why it is there, not a score
       hit.placed_by
@@ -147,6 +153,84 @@
     const body = el("p", { class: "text" }, highlighted(String(hit.text || ""), stems));
     return el("li", { id: `hit-${position}`, class: "hit", tabindex: "-1", "data-chunk": hit.chunk_id },
       [heading, meta, body]);
+  }
+
+  // What a hit's document is, for a reader weighing it: its year and its publication types (when recorded).
+  function describe(hit) {
+    const meta = hit.metadata || {};
+    const out = [];
+    if (meta.year !== undefined && meta.year !== null) out.push(String(meta.year));
+    const types = Array.isArray(meta.publication_type) ? meta.publication_type : (meta.publication_type ? [meta.publication_type] : []);
+    const shown = types.filter((t) => t !== "Journal Article");
+    if (shown.length) out.push(shown.join(", "));
+    if (meta.retracted === true) out.push("RETRACTED");
+    return out;
+  }
+
+  // ------------------------------------------------------------------ facets
+
+  async function collectionFields(signal) {
+    if (fieldTypes === null) {
+      try {
+        const key = storedKey();
+        const response = await fetch("v1/collection", { signal, headers: key ? { Authorization: `Bearer ${key}` } : {} });
+        fieldTypes = response.ok ? ((await response.json()).metadata || {}) : {};
+      } catch (_) { fieldTypes = {}; }
+      const names = Object.keys(fieldTypes);
+      if (names.length) fieldsNote.textContent = names.join(", ");
+    }
+    return fieldTypes;
+  }
+
+  // Documents per value among the hits (one document once per value; a date by its year).
+  function hitCounts(hits, field) {
+    const counts = new Map(), seen = new Set();
+    for (const hit of hits) {
+      const value = (hit.metadata || {})[field];
+      for (let item of Array.isArray(value) ? value : (value === undefined || value === null ? [] : [value])) {
+        if (typeof item === "string" && /^\d{4}(-\d{2}(-\d{2})?)?$/.test(item)) item = Number(item.slice(0, 4));
+        const key = `${hit.document_id}\u0000${item}`;
+        if (seen.has(key)) continue;
+        seen.add(key);
+        counts.set(item, (counts.get(item) || 0) + 1);
+      }
+    }
+    return counts;
+  }
+
+  function literal(value) {
+    return typeof value === "string" ? JSON.stringify(value) : String(value);
+  }
+
+  async function showFacets(hits, where, includeRetracted, signal) {
+    const known = await collectionFields(signal);
+    const fields = FACETS.filter((f) => f in known);
+    if (!fields.length) { facetsSection.hidden = true; return; }
+    const body = { fields, top: 12 };
+    if (where) body.where = where;
+    if (includeRetracted) body.include_retracted = true;
+    const counted = await (await postJson("v1/facets", body, signal)).json();
+    const tables = fields.map((field) => {
+      const inHits = hitCounts(hits, field);
+      const rows = (counted.facets[field] || []).map(({ value, count }) => {
+        const choose = el("button", { type: "button", class: "facet-value", text: String(value),
+          "aria-label": `filter by ${field} ${value}` });
+        choose.addEventListener("click", () => {
+          const clause = `${field} == ${literal(value)}`;
+          whereInput.value = whereInput.value.trim() ? `(${whereInput.value.trim()}) and ${clause}` : clause;
+          form.requestSubmit();
+        });
+        return el("tr", {}, [el("td", {}, [choose]), el("td", { class: "count", text: String(count) }),
+          el("td", { class: "count", text: String(inHits.get(value) || 0) })]);
+      });
+      return el("table", { class: "facet" }, [
+        el("caption", { text: `By ${field.replace("_", " ")} (${counted.documents} documents)` }),
+        el("thead", {}, [el("tr", {}, [el("th", { scope: "col", text: field }),
+          el("th", { scope: "col", text: "collection" }), el("th", { scope: "col", text: "hits" })])]),
+        el("tbody", {}, rows)]);
+    });
+    facetsBox.replaceChildren(...tables);
+    facetsSection.hidden = false;
   }
 
   function showHits(hits, stems) {
@@ -212,8 +296,10 @@
           continue;
         }
         const position = shownPosition(hit, stems);
+        const about = describe(hit);
         const link = el("a", { class: "cite", href: `#hit-${position}`, "data-source": String(n),
-          "aria-label": `source ${n}: ${hit.title || hit.document_id}`, text: part });
+          "aria-label": `source ${n}: ${hit.title || hit.document_id}${about.length ? ` (${about.join("; ")})` : ""}`,
+          title: about.join("; "), text: part });
         if (unsupported.has(n)) link.classList.add("unsupported");
         mark.append(link);
       }
@@ -285,22 +371,33 @@
 
   // ------------------------------------------------------------------ one question
 
-  async function ask(text, k, explain) {
+  async function ask(text, k, explain, where, includeRetracted) {
     if (running) running.abort();
     const controller = new AbortController();
     running = controller;
     const searchTimer = setTimeout(() => controller.abort(new Error("the search took too long")), SEARCH_TIMEOUT_MS);
     document.body.classList.add("busy");
-    for (const section of [answerSection, hitsSection, timingsSection]) section.hidden = true;  // nothing stale
+    for (const section of [answerSection, hitsSection, timingsSection, facetsSection]) section.hidden = true;  // nothing stale
     performance.clearMarks();
     performance.mark("medretrieve:asked");  // marks for DevTools and bench/page.py: asked, hits, first-words, answered
     say("Searching\u2026");
     try {
-      const result = await (await postJson("v1/search", { question: text, k, explain }, controller.signal)).json();
+      const request = { question: text, k, explain };
+      if (where) request.where = where;
+      if (includeRetracted) request.include_retracted = true;
+      const result = await (await postJson("v1/search", request, controller.signal)).json();
       clearTimeout(searchTimer);
       const stems = queryStems(text, result.expansions);
       showHits(result.hits || [], stems);
       showSearchTimings(result, explain);
+      showFacets(result.hits || [], where, includeRetracted, controller.signal).catch(() => {
+        facetsSection.hidden = true;  // the counts are a view: a search without them is still whole
+      });
+      if (where || includeRetracted) {  // the answer's own search takes no filter yet: say so, do not answer
+        say(`${(result.hits || []).length} hits in ${Number(result.timings_ms.total).toFixed(0)} ms (filtered; ` +
+          "no answer is written for a filtered search yet)");
+        return;
+      }
       performance.mark("medretrieve:hits");
       say(`${(result.hits || []).length} hits in ${Number(result.timings_ms.total).toFixed(0)} ms; answering\u2026`);
       const answerTimer = setTimeout(() => controller.abort(new Error("the answer took too long")), ANSWER_TIMEOUT_MS);
@@ -337,7 +434,7 @@
     const k = Number(kInput.value);
     if (!text) { say("Type a question first.", true); question.focus(); return; }
     if (!Number.isInteger(k) || k < 1 || k > 100) { say("Hits must be a whole number from 1 to 100.", true); kInput.focus(); return; }
-    ask(text, k, explainBox.checked);
+    ask(text, k, explainBox.checked, whereInput.value.trim(), retractedBox.checked);
   });
 
   keyForm.addEventListener("submit", (event) => {
