@@ -354,7 +354,7 @@ def _parse_json(obj: Any, depth: int) -> Filter:
                           f"not_in, is_true", name)
     if not _is_value(value):
         raise FilterError(f"where: {name} {op} takes a string, number or boolean, got {value!r}", name)
-    return Compare(name, op, value)
+    return Compare(name, op, value)  # type: ignore[arg-type]  # (_is_value checked it)
 
 
 def parse_filter(where: Any) -> Filter:

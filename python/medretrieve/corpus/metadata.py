@@ -151,7 +151,7 @@ class MetadataColumns:
             wanted = node.values if isinstance(node, Member) else (node.value,)  # type: ignore[attr-defined]
             out = np.zeros(self.n, dtype=bool)
             for v in wanted:
-                got = postings.get(v)  # type: ignore[call-overload]
+                got = postings.get(v) if isinstance(v, str) else None  # (check_fields: keyword values are strings)
                 if got is not None:
                     out[got] = True
             if isinstance(node, Compare) and node.op == "!=":
@@ -204,8 +204,8 @@ class MetadataColumns:
             column = column[~np.isnan(column)]
             if kind == "date":
                 column = np.array([(_EPOCH + _dt.timedelta(days=int(d))).year for d in column], dtype=np.float64)
-            values, n = np.unique(column, return_counts=True)
-            for v, c in zip(values, n):
+            values, tallies = np.unique(column, return_counts=True)
+            for v, c in zip(values.tolist(), tallies.tolist()):
                 counts[_display(kind, v)] = int(c)
         ordered = sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
         return ordered[:top] if top is not None else ordered

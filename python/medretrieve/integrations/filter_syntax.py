@@ -49,12 +49,13 @@ def from_haystack(filters: Any) -> Any:
     if not isinstance(filters, Mapping):
         raise FilterError(f"where: a Haystack filter is a dict, got {type(filters).__name__}")
     if "conditions" in filters:
-        op = str(filters.get("operator", "")).upper()
-        if op not in ("AND", "OR", "NOT") or not isinstance(filters["conditions"], list):
+        joiner = str(filters.get("operator", "")).upper()
+        if joiner not in ("AND", "OR", "NOT") or not isinstance(filters["conditions"], list):
             raise FilterError(f"where: a Haystack logical filter takes operator AND, OR or NOT and a list of "
                               f"conditions, got {dict(filters)!r}")
-        return _joined(op.lower(), [from_haystack(c) for c in filters["conditions"]])
-    field, op = filters.get("field"), filters.get("operator")
+        return _joined(joiner.lower(), [from_haystack(c) for c in filters["conditions"]])
+    field: Any = filters.get("field")
+    op = filters.get("operator")
     if isinstance(field, str) and field.startswith("meta."):
         field = field[len("meta."):]
     if op in _COMPARE:

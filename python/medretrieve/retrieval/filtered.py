@@ -13,7 +13,7 @@ allowed rows' stored vectors. Either way a result short of allowed rows is scann
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -112,7 +112,7 @@ class FilteredDense:
         best = np.zeros((len(queries), 0), dtype=np.float32)
         for a in range(0, len(rows), SCAN_BLOCK):
             block = rows[a:a + SCAN_BLOCK]
-            sims = queries @ self.collection.vectors(block).T
+            sims = queries @ self.collection.vectors(cast(Sequence[int], block)).T
             best = np.concatenate([best, sims.astype(np.float32)], axis=1)
             best_ids = np.concatenate([best_ids, np.broadcast_to(block, (len(queries), len(block)))], axis=1)
             if best.shape[1] > k:

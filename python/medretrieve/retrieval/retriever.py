@@ -346,8 +346,8 @@ class Retriever:
                                          "fields")
         cols = columns()
         parsed = _effective_filter(col, opts.get("where"), bool(opts.get("include_retracted")))
-        rows = col.rows
-        live = np.zeros(len(rows.documents), dtype=bool)
+        rows: Any = col.rows  # a ChunkTable: the documents' codes
+        live: np.ndarray = np.zeros(len(rows.documents), dtype=np.bool_)
         live[np.asarray(rows.document)[np.asarray(col.alive)]] = True
         try:
             if parsed is not None:
