@@ -41,7 +41,8 @@ class Hit:
     ``cross_encoder``, ``mmr``, ``recovery``; empty in a compact record). ``span``: where the text sits in its source document, as BioASQ snippet fields (``beginSection``,
     ``endSection``, ``offsetInBeginSection``, ``offsetInEndSection``; :func:`medretrieve.corpus.spans.chunk_span`;
     and ``text``, the section's characters at those offsets, only where they differ from the chunk's
-    whitespace-normalised ``text``), None when the collection does not know the chunk's section."""
+    whitespace-normalised ``text``), None when the source did not say where the chunk's section sits (JSONL or
+    MedRAG text: no abstract; MEDLINE and BioASQ sources say)."""
 
     chunk_id: str
     document_id: str

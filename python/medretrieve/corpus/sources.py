@@ -297,7 +297,7 @@ def _read_bioasq(path: Path, rd: _Reader) -> Iterator[Record]:
     for doc, parts in docs.items():
         title = next((t for (s, t) in parts if s == "title"), "")
         # every distinct snippet is a section (title snippets too: they are gold snippets), at its gold offset
-        sections = [Section(s, raw, s if off is not None else "", off) for (s, _), (raw, off) in parts.items()]
+        sections = [Section(s, raw, s, off) for (s, _), (raw, off) in parts.items()]
         yield Record(doc, title, sections, {"source": "bioasq"})
 
 

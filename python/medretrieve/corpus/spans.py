@@ -8,10 +8,17 @@ where that text sits in the source (``source_section``, ``source_offset``). :fun
 chunk's text in its parent section (whitespace-tolerant, chunks of one section in order) and adds the
 section's offset.
 
-Source layout (:func:`source_layout`): readers that know it say it (MEDLINE: labelled parts of a structured
-abstract at their offsets in the parts joined by one space, the title as ``"title"``; BioASQ: a gold
-snippet at its gold offset). Otherwise a section titled "title" is the title and the others are the abstract,
-joined by one space in record order.
+Source layout (:func:`source_layout`): only readers that know it say it (MEDLINE: labelled parts of a
+structured abstract at their offsets in the parts joined by one space, the title as ``"title"``; BioASQ: a gold
+snippet in its section, at its gold offset when the file gives a usable one; a JSONL section's own
+``source_section`` / ``source_offset``). A document whose source does not say (JSONL or MedRAG text, plain text)
+has no layout, and its chunks no span: calling its sections "abstract" would tell a reader, and a BioASQ
+submission, something the source never said.
+
+Collections built before that rule stored the guess (a section titled "title" as the title, the others as the
+abstract at their offsets in the sections joined by one space). :func:`chunk_span` still opens them and does not
+show the guess: a stored layout equal to it, on a document that is neither MEDLINE's nor BioASQ's (its
+``source`` metadata), counts as no layout. Rebuilding drops it from the files.
 """
 from __future__ import annotations
 
@@ -21,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 _WORD = re.compile(r"\S+")
+# the ``source`` metadata of the readers that know a document's layout (corpus.sources: MEDLINE XML, BioASQ files)
+LAYOUT_SOURCES = frozenset({"medline", "bioasq"})
 
 
 @dataclass(frozen=True)
@@ -44,18 +53,25 @@ class Span:
 
 
 def source_layout(sections: Sequence[Any]) -> List[Tuple[str, Optional[int]]]:
-    """``(source_section, source_offset)`` of each section's stripped text (module docstring)."""
-    if any(getattr(s, "source_section", "") for s in sections):
-        out: List[Tuple[str, Optional[int]]] = []
-        for s in sections:
-            off = s.source_offset
-            if off is not None:  # the offset is of the raw text; stripping moves its start
-                off += len(s.text) - len(s.text.lstrip())
-            out.append((s.source_section, off))
-        return out
-    out, offset = [], 0
+    """``(source_section, source_offset)`` of each section's stripped text, as its source gave them;
+    ``("", None)`` where it gave none (module docstring)."""
+    out: List[Tuple[str, Optional[int]]] = []
     for s in sections:
-        if s.title.strip().lower() == "title":
+        off = getattr(s, "source_offset", None)
+        if off is not None:  # the offset is of the raw text; stripping moves its start
+            off += len(s.text) - len(s.text.lstrip())
+        out.append((getattr(s, "source_section", "") or "", off))
+    return out
+
+
+def guessed_layout(sections: Sequence[Any]) -> List[Tuple[str, Optional[int]]]:
+    """The layout builds before the no-guess rule stored for a document whose source gave none: a section
+    titled "title" as the title, the others as the abstract, joined by one space in order. ``sections``: the
+    stored parts (:class:`~medretrieve.corpus.chunking.SectionPart`, text already stripped)."""
+    out: List[Tuple[str, Optional[int]]] = []
+    offset = 0
+    for s in sections:
+        if s.section.strip().lower() == "title":
             out.append(("title", 0))
         else:
             out.append(("abstract", offset))
@@ -95,17 +111,35 @@ def locate(texts: Sequence[str], section_text: str) -> List[Optional[Tuple[int, 
 
 
 def chunk_span(collection: Any, row: int) -> Optional[Span]:
-    """The :class:`Span` of a collection's chunk ``row`` (None when its parent section is unknown)."""
+    """The :class:`Span` of a collection's chunk ``row``; None when its parent section is unknown or its
+    source did not say where the section sits (module docstring: a stored guess counts as not said)."""
     r = collection.rows[row]
     part = collection.parent(r.parent_id)
-    if part is None:
+    section = getattr(part, "source_section", "") if part is not None else ""
+    if not section:
         return None
-    siblings = [i for i in collection.document_rows(r.document_id) if collection.rows[i].parent_id == r.parent_id]
+    document = collection.document_rows(r.document_id)
+    if _stored_guess(collection, r, document):
+        return None
+    siblings = [i for i in document if collection.rows[i].parent_id == r.parent_id]
     if row not in siblings:
         siblings = [row]
     spans = locate([collection.rows[i].text for i in siblings], part.text)
     local = spans[siblings.index(row)] or (0, len(part.text))  # not found: the whole section
     base = getattr(part, "source_offset", None)
-    section = getattr(part, "source_section", "") or "abstract"
     shift = base if base is not None else 0
     return Span(section, shift + local[0], shift + local[1], base is not None, part.text[local[0]:local[1]])
+
+
+def _stored_guess(collection: Any, row: Any, document: Sequence[int]) -> bool:
+    """Whether the stored layout of ``row``'s document is an older build's guess (:func:`guessed_layout`) rather
+    than its source's: the document is not from a reader that knows layouts and its parts hold the guess."""
+    if (row.metadata or {}).get("source") in LAYOUT_SOURCES:
+        return False
+    parts = []
+    for parent_id in dict.fromkeys(collection.rows[i].parent_id for i in document):  # the parts, in order
+        part = collection.parent(parent_id)
+        if part is not None:
+            parts.append(part)
+    stored = [(p.source_section, p.source_offset) for p in parts]
+    return bool(parts) and stored == guessed_layout(parts)

@@ -84,7 +84,8 @@ class HitOutput(BaseModel):
                                      "than its score: \"recovery\", a second search for a question whose first "
                                      "search found little")
     source_url: Optional[str] = Field(None, description="link to the source (the PubMed page of a PMID)")
-    span: Optional[Span] = Field(None, description="the text's place in its source, when the collection knows it")
+    span: Optional[Span] = Field(None, description="the text's place in its source article (MEDLINE, BioASQ); "
+                                                   "null when its source gave no sections")
 
 
 class StageOutput(BaseModel):
