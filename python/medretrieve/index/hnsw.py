@@ -216,8 +216,9 @@ class Index:
         once per filter). Labels and ``allowed`` may be combined (both must pass). A restricted search walks the
         graph keeping only allowed elements, or scores the allowed ones exactly when fewer of them than the walk
         would visit pass (the planner, ``docs/index.md``): it returns ``min(k, allowed live rows)`` hits and never
-        a row that fails the filter. Compiling the bitset to the index's slots costs one pass per call, not per
-        query (~1 ns per stored element, or a hash look-up per allowed id when few are set).
+        a row that fails the filter. The bitset is compiled to the index's slots once per call, not per query: a
+        copy when the ids are the slots (0..n-1 added in order), else a pass over the stored ids (or a hash look-up
+        per allowed id when few are set).
         """
         filter, extra = native_search_args(allowed, None)
         return self._c().search(queries, k, ef, labels, filter, self._threads(num_threads), **extra)
