@@ -199,7 +199,11 @@ class _Col:
 
 
 @pytest.mark.parametrize("share", [0.5, 0.05, 0.001])
-def test_the_filtered_dense_search_returns_the_exact_allowed_top_k(share):
+@pytest.mark.parametrize("exact_rows", [100, 4096])  # the graph's over-fetch at 50%, or an exact scan of them all
+def test_the_filtered_dense_search_returns_the_exact_allowed_top_k(share, exact_rows, monkeypatch):
+    import medretrieve.retrieval.filtered as filtered
+
+    monkeypatch.setattr(filtered, "EXACT_ROWS", exact_rows)
     rng = np.random.default_rng(1)
     v = rng.normal(size=(4000, 16)).astype(np.float32)
     mask = rng.random(4000) < share

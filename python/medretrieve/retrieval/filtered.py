@@ -6,8 +6,8 @@ knowing of it: BM25 scores only allowed rows (``lexical.top(..., allowed=alive)`
 through the first stage over it, MMR and the rerank read only the candidates it gave. Its ``dense`` is
 :class:`FilteredDense`: the index's own row filter (``search(allowed=)``: the graph walk keeps only allowed rows
 and the index's planner scans them exactly when few pass) where the native core reads bitsets; else the graph
-walked with an over-fetch when many rows pass (kept if it found ``k`` allowed rows), else an exact scan of the
-allowed rows' stored vectors. Either way a result short of allowed rows is scanned exactly, so a filter never returns fewer than ``k`` hits when
+walked with an over-fetch when many rows pass (kept if it found ``k`` allowed rows), else (under 10% of the rows or
+4096 of them) an exact scan of the allowed rows' stored vectors. Either way a result short of allowed rows is scanned exactly, so a filter never returns fewer than ``k`` hits when
 ``k`` rows pass and never a row that fails it.
 """
 from __future__ import annotations
@@ -24,6 +24,9 @@ from .collection_view import SearchableCollection
 #: under this share of the rows passing, the dense search scans the allowed rows exactly (the graph walk would
 #: need an over-fetch of 1 / share to find them, and loses recall on correlated filters)
 EXACT_SHARE = 0.1
+#: at most this many allowed rows are scanned exactly whatever their share (a scan of 4096 x 768 int8 rows costs
+#: about what a graph walk at a high ef does)
+EXACT_ROWS = 4096
 #: allowed rows whose vectors one exact scan reads at a time (bounds its memory: 8192 x 768 floats = 24 MiB)
 SCAN_BLOCK = 8192
 
@@ -69,8 +72,8 @@ class FilteredDense:
             exact = self._keep(np.asarray(got, dtype=np.int64).reshape(len(vectors), -1),
                                np.asarray(got_scores, dtype=np.float32).reshape(len(vectors), -1),
                                allowed, k, want, ids, scores)
-        elif share >= EXACT_SHARE:
-            fetch = min(self.n_rows, int(math.ceil(k / share * 2)) + k)
+        elif share >= EXACT_SHARE and n_allowed > EXACT_ROWS:
+            fetch = min(self.n_rows, int(math.ceil(k / share * 1.5)) + 10)
             efs = np.maximum(np.broadcast_to(np.asarray(ef if ef is not None else fetch), (len(vectors),)), fetch)
             got, got_scores = self.collection.dense.search(vectors, k=fetch, ef=efs.astype(np.int64),
                                                            labels=labels)

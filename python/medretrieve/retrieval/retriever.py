@@ -316,14 +316,17 @@ class Retriever:
                     mask = filter_rows(parsed)
                 except FilterError as exc:  # the collection's fields refuse it: the option named, as every door does
                     raise SearchOptionValueError(str(exc), "where") from None
-            view = FilteredCollection(cast(SearchableCollection, col), mask, key)
-            got = SearchScope(view, self.first_stage(view), scope.tokens)
+            if int(mask.sum()) == int(np.asarray(col.alive).sum()):
+                got = scope  # every live row passes: the plain search is the filtered one
+            else:
+                view = FilteredCollection(cast(SearchableCollection, col), mask, key)
+                got = SearchScope(view, self.first_stage(view), scope.tokens)
             with self._filtered_lock:
                 if cache.get(None) is col:
                     if len(cache) > 64:  # bounded: the oldest filter's scope goes
                         cache.pop(next(k for k in cache if k is not None))
                     cache[key] = got
-        n = int(cast(FilteredCollection, got.collection).alive.sum())
+        n = int(np.asarray(got.collection.alive).sum())
         log.record("filter", True, f"{key}: {n} of {int(np.asarray(col.alive).sum())} chunks")
         return got
 
