@@ -327,6 +327,60 @@ Hnsw::MaxHeap Hnsw::search_layer0(const QueryCtx& ctx, const uint32_t* eps, size
   return top;
 }
 
+Hnsw::MaxHeap Hnsw::search_layer0_twohop(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
+                                          const ElementFilter& filter) const {
+  auto vis = visited_.borrow();
+  MaxHeap top, cand;  // cand holds (-distance, id)
+  float lower = std::numeric_limits<float>::max();
+  const auto keep = [&](float d, uint32_t id) {
+    top.emplace(d, id);
+    if (top.size() > ef) top.pop();
+    lower = top.top().first;
+  };
+  for (size_t e = 0; e < n_eps; ++e) {  // the entry points may be filtered out: expanded, never returned
+    if (vis->test_and_set(eps[e])) continue;
+    const float d = store_.distance(ctx, eps[e]);
+    cand.emplace(-d, eps[e]);
+    if (filter.allowed(eps[e])) keep(d, eps[e]);
+  }
+  const size_t limit = store_.capacity();
+  std::vector<uint32_t> pick;
+  pick.reserve(M0_);
+  while (!cand.empty()) {
+    const Candidate c = cand.top();
+    if (-c.first > lower && top.size() >= ef) break;
+    cand.pop();
+    // ACORN's expansion: the allowed neighbours, then the allowed neighbours of the filtered-out ones, up to
+    // M0 in all; only allowed elements are scored, so the walk stays on the allowed part of the graph.
+    pick.clear();
+    const uint32_t n = store_.link_count0(c.second);
+    for (uint32_t i = 0; i < n && pick.size() < M0_; ++i) {
+      const uint32_t nb = store_.link0(c.second, i);
+      if (nb >= limit || vis->test_and_set(nb)) continue;
+      if (filter.allowed(nb)) {
+        pick.push_back(nb);
+        continue;
+      }
+      const uint32_t n2 = store_.link_count0(nb);
+      for (uint32_t j = 0; j < n2 && pick.size() < M0_; ++j) {
+        const uint32_t nb2 = store_.link0(nb, j);
+        if (nb2 < limit && filter.allowed(nb2) && !vis->test_and_set(nb2)) pick.push_back(nb2);
+      }
+    }
+    const size_t ahead = store_.prefetch_ahead();
+    for (size_t i = 0; i < std::min(ahead, pick.size()); ++i) store_.prefetch(pick[i]);
+    for (size_t i = 0; i < pick.size(); ++i) {
+      if (i + ahead < pick.size()) store_.prefetch(pick[i + ahead]);
+      const float d = store_.distance(ctx, pick[i]);
+      if (top.size() < ef || d < lower) {
+        cand.emplace(-d, pick[i]);
+        keep(d, pick[i]);
+      }
+    }
+  }
+  return top;
+}
+
 std::vector<Candidate> Hnsw::search_layer0_pool(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps,
                                                 size_t n_eps, size_t ef) const {
   auto vis = visited_.borrow();
@@ -874,6 +928,22 @@ std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx&
     // A filter correlated with the query leaves the allowed rows far from where the walk starts, and the walk
     // scores many more elements than the planner's estimate: once it has cost as much as scanning the allowed
     // rows would, the walk stops and the scan answers (a search costs at most about two scans).
+    // Below kTwoHopShare allowed, a row filter walks the allowed part of the graph only (two-hop expansion);
+    // when that walk finds fewer than it should (the allowed rows far from the entry, cut off from it), the
+    // classic walk below runs.
+    if (rows && !predicate && double(rows->count) < kTwoHopShare * double(std::max<size_t>(1, count()))) {
+      MaxHeap top = search_layer0_twohop(ctx, eps, n_eps, ef, filter);
+      if (top.size() >= std::min(ef, rows->count)) {
+        found.resize(top.size());
+        for (size_t i = found.size(); i-- > 0; top.pop()) found[i] = top.top();
+        if (store_.keep_float()) {
+          for (Candidate& c : found) c.first = store_.exact_distance(ctx, c.second);
+          std::sort(found.begin(), found.end());
+        }
+        if (found.size() > k) found.resize(k);
+        return found;
+      }
+    }
     bool over = false;
     // (A factor of 0 forces the walk: no budget.)
     const size_t allowed_max = (lq || rows) && filter_exact_factor_ > 0 ? walk_budget(lq, rows) : SIZE_MAX;

@@ -77,6 +77,8 @@ class Hnsw {
   // A filtered walk's distance evaluation costs about this many of an exact scan's (random reads, heap
   // updates, visited marks; bench/filtered.py, 20k x 384 float32): the walk's budget is allowed / this.
   static constexpr size_t kWalkEvalCost = 2;
+  // Row filters keeping less than this share of the elements walk with two-hop expansion (search_layer0_twohop).
+  static constexpr double kTwoHopShare = 0.35;
   // prune_alpha's relaxed links leave 1/kRelaxedSlack of a list free (select_neighbors).
   static constexpr size_t kRelaxedSlack = 4;
 
@@ -219,6 +221,10 @@ class Hnsw {
   // max_evals: the walk stops after that many distance evaluations and sets *over (the planner then scans).
   MaxHeap search_layer0(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
                         const ElementFilter* filter, size_t max_evals = SIZE_MAX, bool* over = nullptr) const;
+  // Layer-0 search of a row filter that scores allowed elements only (ACORN's two-hop expansion: the allowed
+  // neighbours, then the allowed neighbours of filtered-out ones, M0 at most per node). The ef closest found.
+  MaxHeap search_layer0_twohop(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
+                               const ElementFilter& filter) const;
   // Unfiltered layer-0 search from eps[0..n_eps) over one sorted pool (search_pool.h); the ef closest, closest first.
   std::vector<Candidate> search_layer0_pool(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps,
                                             size_t ef) const;
