@@ -273,3 +273,29 @@ def test_the_native_row_filter_is_used_and_checked():
     rows = np.flatnonzero(mask2)
     for i in range(2):
         assert got[i].tolist() == rows[np.argsort(-(v[rows] @ v[i]), kind="stable")][:10].tolist()
+
+
+def test_a_collection_without_metadata_columns_refuses_where_naming_it(medline_collection):
+    from medretrieve.outbound import Deadline
+    from medretrieve.retrieval.results import StageLog
+    from medretrieve.retrieval.scope import SearchScope
+    from medretrieve.wire import SearchOptionValueError
+
+    r = Retriever(medline_collection)
+
+    class Bare:  # a collection view that cannot filter (as a sharded search's)
+        def __init__(self, base):
+            self.base = base
+
+        def __getattr__(self, name):
+            if name in ("filter_rows", "metadata_fields", "snapshot"):
+                raise AttributeError(name)
+            return getattr(self.base, name)
+
+    scope = r.scope()
+    bare = SearchScope(Bare(scope.collection), scope.first, scope.tokens)
+    dl = Deadline(None)
+    assert r._filtered_scope(bare, None, False, dl, StageLog(dl)) is bare  # nothing to leave out
+    with pytest.raises(SearchOptionValueError, match="no document metadata") as info:
+        r._filtered_scope(bare, "year > 1", False, dl, StageLog(dl))
+    assert info.value.option == "where"

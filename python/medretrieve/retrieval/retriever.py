@@ -298,11 +298,12 @@ class Retriever:
         if parsed is None:
             return scope
         if self.online is not None and where is not None:
-            raise ValueError("where: a metadata filter cannot be combined with an online source yet (the records "
-                             "it fetches are not filtered)")
+            raise SearchOptionValueError("where: a metadata filter cannot be combined with an online source yet "
+                                         "(the records it fetches are not filtered)", "where")
         filter_rows = getattr(col, "filter_rows", None)
         if filter_rows is None:
-            raise ValueError(f"where: this collection ({type(col).__name__}) holds no document metadata to filter by")
+            raise SearchOptionValueError(f"where: this collection ({type(col).__name__}) holds no document metadata "
+                                         "to filter by (a sharded search takes no filter yet)", "where")
         key = parsed.text()
         with self._filtered_lock:
             cache = self._filtered
