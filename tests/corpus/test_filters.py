@@ -299,3 +299,20 @@ def test_a_collection_without_metadata_columns_refuses_where_naming_it(medline_c
     with pytest.raises(SearchOptionValueError, match="no document metadata") as info:
         r._filtered_scope(bare, "year > 1", False, dl, StageLog(dl))
     assert info.value.option == "where"
+
+
+def test_declared_fields_replace_the_inferred_ones_and_last(medline_collection, tmp_path):
+    medline_collection.save(tmp_path / "declared")
+    col = Collection.open(tmp_path / "declared")
+    with pytest.raises(ValueError, match="unknown types"):
+        col.declare_metadata({"year": "number"})
+    col.declare_metadata({"year": "float", "journal": "keyword", "publication_date": "date"})
+    assert col.metadata_fields == {"year": "float", "journal": "keyword", "publication_date": "date"}
+    assert col.filter_rows("year >= 2019.5").sum() > 0
+    with pytest.raises(FilterError, match="unknown field 'publication_type'"):
+        col.filter_rows("publication_type == Review")
+    col.add([{"id": "x9", "title": "Later", "text": "Metformin, later.", "year": 2025, "journal": "J"}])
+    again = Collection.open(tmp_path / "declared")
+    assert again.manifest["metadata"] == {"fields": {"year": "float", "journal": "keyword",
+                                                     "publication_date": "date"}, "declared": True}
+    assert again.filter_rows("year > 2024").sum() == 1

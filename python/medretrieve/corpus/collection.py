@@ -50,14 +50,14 @@ import os
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .builder import CollectionBuilder, chunk_rows, embed_chunks, lexical_text, source_fingerprint
 from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record
 from .chunk_table import ROWS, ChunkRow, ChunkTable
-from .metadata import infer_fields
+from .metadata import check_declared, infer_fields
 from .lexical import LexicalIndex
 from .manifest import CollectionManifest, read_manifest, validate_manifest
 from .snapshot import CollectionSnapshot, Encoders, load_snapshot
@@ -474,6 +474,18 @@ class Collection:
                 del sections[sid]
             self._commit(draft)
             return len(hit)
+
+    def declare_metadata(self, fields: Mapping[str, str]) -> None:
+        """Declare the documents' metadata fields, name -> type (``keyword``, ``keywords``, ``integer``,
+        ``float``, ``date``, ``boolean``: ``medretrieve.filters.FIELD_TYPES``), in place of the types inferred from
+        the values; written at once, kept by later writes (``manifest["metadata"]["declared"]``). A field left out
+        cannot be filtered on; a document whose value does not fit its field's type counts as missing it.
+        ValueError naming an unknown type. Writers take turns as for :meth:`add`."""
+        declared = check_declared(fields)
+        with self._write_lock:
+            draft = _Draft(self._snap)
+            draft.manifest["metadata"] = {"fields": declared, "declared": True}
+            self._commit(draft)
 
     def _ingest(self, records: Sequence[Record], batch_size: int, progress: bool) -> None:
         """Chunk, encode and add ``records`` (ids not checked), then commit."""
