@@ -13,10 +13,9 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
-from hypothesis import HealthCheck, given, note, reject, settings
 
 from .doors import Outcome, Request, same
-from .test_doors import requests
+from .drawing import check_door
 
 EXAMPLES = 15  # drawn requests per framework door (Haystack opens a folder for each: ~0.7 s)
 LONG_MS = 60_000.0
@@ -128,17 +127,9 @@ def _compare(in_process: Any, door: ThroughFramework, req: Request) -> None:
 
 
 def test_every_framework_door_answers_as_retriever_search(framework_door, in_process, conformance_questions):
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                     HealthCheck.function_scoped_fixture])
-    @given(requests(conformance_questions))
-    def check(req: Request) -> None:
-        note(repr(req))
-        if not isinstance(req.question, str):
-            reject()  # a framework's query is a string by its own API: no caller can ask it anything else
-        _compare(in_process, framework_door, req)
-
-    check()
+    # a framework's query is a string by its own API: no caller can ask it anything else
+    check_door(in_process, framework_door, conformance_questions, sendable=lambda req: isinstance(req.question, str),
+               compare=_compare, examples=EXAMPLES, at_least=0, fixtures_per_test=True)
 
 
 @pytest.mark.parametrize("options", [{}, {"k": 3, "mmr": True, "per_document": 1}, {"sections": ["treatment"]},

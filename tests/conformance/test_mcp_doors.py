@@ -17,12 +17,11 @@ from concurrent.futures import Future
 from typing import Any, Dict, Iterator, Optional
 
 import pytest
-from hypothesis import HealthCheck, given, note, reject, settings
 
 from mcp_process import mcp_http
 
 from .doors import Outcome, Request, ThroughPage
-from .test_doors import EXAMPLES, _compared, _compared_or_fail, requests
+from .drawing import check_door, compared_or_fail
 
 pytest.importorskip("mcp")
 
@@ -121,21 +120,9 @@ def mcp_http_door(demo_collection_dir) -> Iterator[ThroughMcp]:
 
 @pytest.mark.parametrize("door_fixture", ["mcp_stdio_door", "mcp_http_door"])
 def test_every_mcp_door_answers_as_retriever_search(request, door_fixture, in_process, conformance_questions):
-    door = request.getfixturevalue(door_fixture)
-    checked = []
-
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-    @given(requests(conformance_questions))
-    def check(req: Request) -> None:
-        note(repr(req))
-        if tool_arguments(req) is None:
-            reject()  # JSON cannot write it (NaN): no agent can send it
-        _compared(in_process, door, req)
-        checked.append(req)
-
-    check()
-    assert len(checked) >= EXAMPLES // 2
+    # JSON cannot write a NaN: no agent can send it
+    check_door(in_process, request.getfixturevalue(door_fixture), conformance_questions,
+               sendable=lambda req: tool_arguments(req) is not None)
 
 
 @pytest.mark.parametrize("options", [{}, {"section": ["diagnosis"]}, {"k": "5"}, {"k": True}, {"lexical": False},
@@ -143,7 +130,7 @@ def test_every_mcp_door_answers_as_retriever_search(request, door_fixture, in_pr
 def test_the_mcp_door_answers_the_issues_requests(mcp_stdio_door, in_process, options):
     """The requests issue 42 names: ``{"section": [...]}`` was dropped (five Treatment hits came back), ``"5"`` and
     true were taken as counts."""
-    _compared_or_fail(in_process, mcp_stdio_door, Request("Which drugs lower serum urate in gout?", options))
+    compared_or_fail(in_process, mcp_stdio_door, Request("Which drugs lower serum urate in gout?", options))
 
 
 def test_named_option_reads_the_tool_errors():

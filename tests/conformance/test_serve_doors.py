@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any, Iterator, List, Tuple
 
 import pytest
-from hypothesis import HealthCheck, given, note, reject, settings
 
 from .doors import InProcess, Outcome, Request, ThroughPage
-from .test_doors import _compared, _compared_or_fail, requests
+from .drawing import check_door, compared_or_fail
 
 pytest.importorskip("ray")
 pytest.importorskip("fastapi")
@@ -106,17 +105,10 @@ def serve_doors(demo_shards) -> Iterator[Tuple[InProcess, ThroughPage, ThroughSe
 @pytest.mark.parametrize("which", [1, 2], ids=["http", "handle"])
 def test_every_serve_door_answers_as_sharded_search(serve_doors, which, conformance_questions):
     reference, door = serve_doors[0], serve_doors[which]
-
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-    @given(requests(conformance_questions))
-    def check(req: Request) -> None:
-        note(repr(req))
-        if isinstance(door, ThroughPage) and door.body(req) is None:
-            reject()  # JSON cannot write it (NaN): no HTTP caller can send it
-        _compared(reference, door, req)
-
-    check()
+    # JSON cannot write a NaN: no HTTP caller can send it
+    check_door(reference, door, conformance_questions,
+               sendable=lambda req: not isinstance(door, ThroughPage) or door.body(req) is not None,
+               examples=EXAMPLES, at_least=0)
 
 
 @pytest.mark.parametrize("options", [{}, {"k": "5"}, {"colour": "red"}, {"lexical": False},
@@ -125,5 +117,5 @@ def test_the_serve_doors_answer_the_issues_requests(serve_doors, options):
     """Ray Serve was a second HTTP API (flat switches, its own validation and error shape, no sections)."""
     reference, http, handle = serve_doors
     for door in (http, handle):
-        _compared_or_fail(reference, door, Request("Which drugs lower serum urate in gout?",
+        compared_or_fail(reference, door, Request("Which drugs lower serum urate in gout?",
                                                    {"deadline_ms": 60_000, **options}))
