@@ -66,6 +66,8 @@ def _fuse_scores(
 
 # --- CUDA back end (bind_cuda.cpp) -------------------------------------------
 
+CUDA_ROW_FILTER: bool  # the device's exact search takes a row bitset (allowed=)
+
 def _cuda_available() -> tuple[bool, str]: ...
 def _cuda_device_summary() -> str: ...
 def _cuda_exact_search(
@@ -110,6 +112,8 @@ class _CudaTable:
     def device_bytes(self) -> int: ...
 
 # --- indexes (bind_index.cpp, bind_search_mmr.cpp) ---------------------------
+
+SEARCH_ALLOWED_BITSET: bool  # Index / FlatIndex search take allowed= (a bitset over ids)
 
 class HnswIndex:
     """Native int8/float32 HNSW index (use ``medretrieve.Index``)."""

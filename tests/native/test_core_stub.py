@@ -20,6 +20,8 @@ def stub_names() -> dict:
             names[node.name] = None
         elif isinstance(node, ast.ClassDef):
             names[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)} - {"__init__"}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):  # a constant (feature flags)
+            names[node.target.id] = None
     return names
 
 

@@ -31,6 +31,7 @@ QUESTION = "What is the first-line drug treatment for type 2 diabetes?"
 # (method, path, body, scope needed): every endpoint behind a key
 GUARDED = [("POST", "/v1/search", {"question": QUESTION, "k": 2}, "search"),
            ("POST", "/v1/search:batch", {"questions": [QUESTION], "k": 2}, "search"),
+           ("POST", "/v1/facets", {"fields": ["topic"]}, "search"),
            ("POST", "/v1/answer", {"question": QUESTION, "k": 2}, "answer"),
            ("POST", "/v1/admin/reload", None, "admin"),
            ("GET", "/v1/collection", None, ""),

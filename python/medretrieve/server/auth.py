@@ -25,7 +25,7 @@ ANY_KEY = ""  # the "scope" of routes any valid key opens
 
 def required_scope(path: str) -> Optional[str]:
     """The scope a request path needs: a name of :data:`SCOPES`, :data:`ANY_KEY`, or None (open)."""
-    if path.startswith("/v1/search"):
+    if path.startswith("/v1/search") or path == "/v1/facets":  # facets count what a search may read
         return "search"
     if path == "/v1/answer":
         return "answer"
