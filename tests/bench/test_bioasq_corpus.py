@@ -1,22 +1,14 @@
 """The BioASQ benchmarks' shared helpers (bench/bioasq_corpus.py): questions with their gold, document metrics."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-_BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.fixture(scope="module")
-def bc():
-    spec = importlib.util.spec_from_file_location("bench_bioasq_corpus", _BENCH / "bioasq_corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def bc(bench_script):
+    return bench_script("bioasq_corpus")
 
 
 def test_questions_carry_their_gold_documents(bc, shared_data, monkeypatch):

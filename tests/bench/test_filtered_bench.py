@@ -3,24 +3,15 @@ the query than a random filter's, the reference is the exact filtered top k, and
 reaches the recall target with its best recall instead of a speed."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-_BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.fixture(scope="module")
-def bench():
-    sys.path.insert(0, str(_BENCH))
-    spec = importlib.util.spec_from_file_location("bench_filtered", _BENCH / "filtered.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def bench(bench_script):
+    return bench_script("filtered")
 
 
 def _data(n: int = 3000, dim: int = 16) -> tuple[np.ndarray, np.ndarray]:

@@ -3,24 +3,15 @@ synthetic year and publication-type fields, every hit of every filtered search p
 returns min(k, passing chunks) hits. The p99 under the 300 ms deadline is the bench script's to measure."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-_BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.fixture(scope="module")
-def e2e(shared_data):
-    sys.path.insert(0, str(_BENCH))
-    spec = importlib.util.spec_from_file_location("bench_filtered_e2e", _BENCH / "filtered_e2e.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def e2e(shared_data, bench_script):
+    return bench_script("filtered_e2e")
 
 
 def test_synthetic_fields_are_fixed_by_the_document(e2e):
