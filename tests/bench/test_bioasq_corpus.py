@@ -1,9 +1,7 @@
 """The BioASQ benchmarks' shared helpers (bench/bioasq_corpus.py): questions with their gold, document metrics."""
 from __future__ import annotations
 
-
 import pytest
-
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,8 @@ the query than a random filter's, the reference is the exact filtered top k, and
 reaches the recall target with its best recall instead of a speed."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
-
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,8 @@ synthetic year and publication-type fields, every hit of every filtered search p
 returns min(k, passing chunks) hits. The p99 under the 300 ms deadline is the bench script's to measure."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
-
 
 
 @pytest.fixture(scope="module")
