@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import pytest
+from bench_scripts import load_bench_script
 
 
 @pytest.fixture(scope="module")
-def bc(bench_script):
-    return bench_script("bioasq_corpus")
+def bc():
+    return load_bench_script("bioasq_corpus")
 
 
 def test_questions_carry_their_gold_documents(bc, shared_data, monkeypatch):

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from bench_scripts import load_bench_script
 
 
 @pytest.fixture(scope="module")
-def bench(bench_script):
-    return bench_script("filtered")
+def bench():
+    return load_bench_script("filtered")
 
 
 def _data(n: int = 3000, dim: int = 16) -> tuple[np.ndarray, np.ndarray]:

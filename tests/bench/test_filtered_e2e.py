@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from bench_scripts import load_bench_script
 
 
 @pytest.fixture(scope="module")
-def e2e(shared_data, bench_script):
-    return bench_script("filtered_e2e")
+def e2e(shared_data):
+    return load_bench_script("filtered_e2e")
 
 
 def test_synthetic_fields_are_fixed_by_the_document(e2e):

@@ -1,13 +1,11 @@
-"""The benchmark scripts' own tests load a script of bench/ as a module (they are scripts, not a package)."""
+"""The benchmark scripts' own tests (tests/bench) load a script of bench/ as a module: they are scripts, not a
+package."""
 from __future__ import annotations
 
 import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
-
-import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -23,8 +21,3 @@ def load_bench_script(name: str) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture(scope="session")
-def bench_script() -> Callable[[str], ModuleType]:
-    return load_bench_script
