@@ -159,3 +159,51 @@ def test_texts_and_ids_holding_line_separators_survive_the_build_and_a_resume(tm
     assert [r.document_id for r in col.rows] == ["a\u2028b", "c"] and col.n_documents == 2
     assert col.parent(col.rows[0].parent_id).text == "Allopurinol\u2028lowers urate in gout."
     assert col.document_rows("a\u2028b") == [0]
+
+
+MEDLINE = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "medline" / "filters_sample.xml"
+
+
+def test_the_out_of_core_build_writes_the_metadata_the_in_memory_writer_does(tmp_path, encoder_dir):
+    records = list(read_records(MEDLINE))
+    ooc = Collection.build(str(MEDLINE), tmp_path / "ooc", encoder=encoder_dir, progress=False, chunk_batch=2)
+    mem = Collection.build(records[:1], tmp_path / "mem", encoder=encoder_dir, progress=False)
+    mem.add(records[1:])  # written by the in-memory writer (Collection._commit), every document's metadata
+    mem = Collection.open(tmp_path / "mem")
+    read = lambda col: json.loads((col.directory / "rows" / "metadata.json").read_text())  # noqa: E731
+    assert read(ooc) == read(mem) == [r.metadata for r in records]
+    assert ooc.manifest["metadata"] == mem.manifest["metadata"] == {
+        "fields": {"journal": "keyword", "language": "keywords", "mesh": "keywords", "mesh_major": "keywords",
+                   "publication_date": "date", "publication_type": "keywords", "retracted": "boolean",
+                   "year": "integer"}, "declared": False}
+    from medretrieve.retrieval.retriever import Retriever
+
+    for where in ["year >= 2015", "publication_type in (Review, 'Practice Guideline')", "not retracted",
+                  "mesh_major == Metformin or journal == 'Diabetes care'", "retracted"]:
+        hits = [{h.chunk_id for h in Retriever(c).search("metformin diabetes", k=20, where=where,
+                                                           include_retracted=True).hits}
+                for c in (ooc, mem)]
+        assert hits[0] == hits[1], where
+        assert hits[0] == {ooc.rows[int(r)].chunk_id for r in np.flatnonzero(ooc.filter_rows(where))}, where
+
+
+def test_the_last_rows_of_a_document_give_its_metadata_and_declared_fields_are_kept(tmp_path, encoder_dir):
+    dim = Collection.build([{"id": "x", "title": "t", "text": "metformin"}], tmp_path / "probe",
+                           encoder=encoder_dir, progress=False).dim
+    rows = lambda start, doc, meta: [ChunkRow(start, f"{doc}#{start}", doc, "t", "", f"text {start}", "", 0,  # noqa
+                                              f"{doc}#s", 0, meta)]
+    vec = np.eye(1, dim, dtype=np.float32)
+    with pytest.raises(ValueError, match="unknown types"):
+        CollectionBuilder(tmp_path / "bad", encoder_dir, metadata_fields={"year": "number"})
+    with CollectionBuilder(tmp_path / "col", encoder_dir, metadata_fields={"year": "integer"}) as b:
+        b.add_rows(rows(0, "a", {"year": 2001}), vec)
+        b.add_rows(rows(1, "b", {"year": 2002}), vec)
+        b.add_rows(rows(2, "a", {"year": 2003, "journal": "J"}), vec)  # a later batch's row of "a": its metadata
+        b.finish()
+    col = Collection.open(tmp_path / "col")
+    assert json.loads((col.directory / "rows" / "metadata.json").read_text()) == [{"year": 2003, "journal": "J"},
+                                                                                  {"year": 2002}]
+    assert col.manifest["metadata"] == {"fields": {"year": "integer"}, "declared": True}
+    assert col.filter_rows("year > 2002").tolist() == [True, False, True]
+    again = col.reencode(tmp_path / "again", encoder_dir)
+    assert again.manifest["metadata"] == col.manifest["metadata"]

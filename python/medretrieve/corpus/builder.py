@@ -4,8 +4,10 @@ to disk as it is made, so a build of any size holds only the final index plus a 
 :class:`CollectionBuilder` works in ``.<name>.build`` beside the target directory:
 
 - ``chunks.jsonl`` and ``sections.jsonl`` grow line by line; the per-row arrays (line ends, labels, documents), the
-  BM25 token ids of every row and the document and token vocabularies grow in raw append-only files under
-  ``.build/``; the chunk vectors go to ``.build/vectors.f32`` (:class:`~.spill.VectorSpill`), 4 x dim bytes a row.
+  BM25 token ids of every row, the document and token vocabularies and each document's metadata (one JSON line per
+  new document; a later batch's rows of a document already written add a ``[code, metadata]`` line to
+  ``metadata_updates.jsonl``: the last row of a document holds its metadata, as in memory) grow in raw
+  append-only files under ``.build/``; the chunk vectors go to ``.build/vectors.f32`` (:class:`~.spill.VectorSpill`), 4 x dim bytes a row.
 - After every batch a checkpoint (``.build/progress.json``, written atomically) records how many source records
   are done and how long every file is. A build that is killed resumes from its last checkpoint when run again with
   the same sources and settings (``resume=True``, the default): the files are cut back to the checkpoint and the
@@ -13,7 +15,9 @@ to disk as it is made, so a build of any size holds only the final index plus a 
   the settings; a build from records in memory cannot be fingerprinted and always starts afresh.
 - :meth:`CollectionBuilder.finish` builds the HNSW index from the spilled vectors (sized exactly, a batch at a
   time: :func:`~.spill.build_index`) and streams it to ``dense.index``, fits BM25 from the token ids straight into
-  memory-mapped files (:meth:`~.lexical.BM25Matrix.fit_ids`), writes the row arrays, the models and the manifest,
+  memory-mapped files (:meth:`~.lexical.BM25Matrix.fit_ids`), writes the row arrays, the documents' metadata
+  (``rows/metadata.json``, streamed) with its fields (``manifest["metadata"]``: declared, else inferred from the
+  values, as :meth:`~.collection.Collection.save` records them), the models and the manifest,
   removes ``.build/`` and swaps the directory in (:func:`~.store.swap_in`): the target holds the old collection or
   the complete new one, never a half-written one.
 
@@ -31,15 +35,16 @@ import shutil
 import time
 import zlib
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .._files import write_json_atomic
 from .._version import package_version
 from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record, overlap_weights
-from .chunk_table import ROWS, ChunkRow
+from .chunk_table import METADATA, ROWS, ChunkRow
 from .lexical import TOKENIZER_VERSION, BM25Matrix, LexicalIndex, tokenize
+from .metadata import FieldInference, check_declared
 from .sources import ReadReport, Record
 from .spill import VectorSpill, build_index
 from .._files import swap_in
@@ -51,7 +56,7 @@ from .store import (
 PathLike = Union[str, "os.PathLike[str]"]
 WORK = ".build"  # the build's own files inside the work directory (removed by finish)
 _APPENDED = ("ends.i64", "crc.u32", "labels.i64", "document.i32", "tokens.i32", "token_counts.i64",
-             "documents.jsonl", "vocab.jsonl", "vectors.f32")
+             "documents.jsonl", "vocab.jsonl", "metadata.jsonl", "metadata_updates.jsonl", "vectors.f32")
 
 
 def lexical_text(title: str, text: str, overlap: str) -> str:
@@ -179,6 +184,8 @@ class CollectionBuilder:
     ``threads``: threads of the HNSW build (-1: all cores); ``index_batch``: vectors per index add.
     ``source_key``: what identifies the input (:func:`source_fingerprint`), None when it cannot be recognised;
     with ``resume`` and a matching key, an interrupted build of ``out_dir`` carries on from its checkpoint.
+    ``metadata_fields``: the documents' metadata fields declared, name -> type (as for
+    :meth:`~.collection.Collection.declare_metadata`; None: inferred from the values).
     Use :meth:`add_records` / :meth:`add_rows`, then :meth:`finish`; :meth:`close` releases the build's lock
     without finishing (the partial build stays on disk to resume).
     """
@@ -187,7 +194,9 @@ class CollectionBuilder:
                  chunking: Optional[Union[ChunkingConfig, Dict[str, Any]]] = None, dtype: str = "int8",
                  M: int = 16, ef_construction: int = 200, batch_size: int = 64, chunk_batch: int = 1024,
                  threads: int = -1, index_batch: int = 50_000, overwrite: bool = False, resume: bool = True,
-                 source_key: Optional[Dict[str, Any]] = None, progress: bool = False) -> None:
+                 source_key: Optional[Dict[str, Any]] = None, progress: bool = False,
+                 metadata_fields: Optional[Mapping[str, str]] = None) -> None:
+        declared = None if metadata_fields is None else check_declared(metadata_fields)
         out = Path(out_dir)
         recover_leftovers(out)
         if out.exists():
@@ -211,6 +220,7 @@ class CollectionBuilder:
         self.progress = progress
         self.normalize = bool(enc["normalize"])
         self.manifest: Dict[str, Any] = new_manifest(enc, q_info, cfg, dtype, M, ef_construction)
+        self._declared = declared
         self._models = {"encoder": enc["source"], **({"query_encoder": q_info["source"]} if q_info else {})}
         settings = {k: self.manifest[k] for k in ("encoder", "query_encoder", "chunking", "index")}
         self.key = None if source_key is None else {"source": source_key, "settings": settings,
@@ -364,13 +374,16 @@ class CollectionBuilder:
                n_records: int) -> None:
         """Append one batch to every file, then checkpoint."""
         new_docs: List[str] = []
+        known = len(self._documents)
         doc_ids = np.empty(len(rows), dtype=np.int32)
+        last_meta: Dict[int, Dict[str, Any]] = {}  # the last row of a document holds its metadata
         for i, r in enumerate(rows):
             j = self._documents.get(r.document_id)
             if j is None:
                 j = self._documents[r.document_id] = len(self._documents)
                 new_docs.append(r.document_id)
             doc_ids[i] = j
+            last_meta[j] = r.metadata
         token_ids: List[int] = []
         counts = np.empty(len(rows), dtype=np.int64)
         new_tokens: List[str] = []
@@ -397,7 +410,10 @@ class CollectionBuilder:
         self._append("document.i32", doc_ids)
         self._append("tokens.i32", np.asarray(token_ids, dtype=np.int32))
         self._append("token_counts.i64", counts)
-        for name, new in (("documents.jsonl", new_docs), ("vocab.jsonl", new_tokens)):
+        new_meta = [last_meta[j] for j in range(known, len(self._documents))]
+        updates = [[j, m] for j, m in last_meta.items() if j < known]
+        for name, new in (("documents.jsonl", new_docs), ("vocab.jsonl", new_tokens), ("metadata.jsonl", new_meta),
+                          ("metadata_updates.jsonl", updates)):
             with open(self._path(name), "a", encoding="utf-8") as fh:
                 fh.writelines(json.dumps(x, ensure_ascii=False) + "\n" for x in new)
         self.vectors.append(vectors)
@@ -427,6 +443,7 @@ class CollectionBuilder:
         index.save(self.work / DENSE, snapshot=False)
         del index
         self._write_rows(labels)
+        self.manifest["metadata"] = self._write_metadata()
         self._write_lexical()
         files = {CHUNKS: file_digest(self.work / CHUNKS), SECTIONS: file_digest(self.work / SECTIONS)}
         sections = self._line_count(self.work / SECTIONS)
@@ -489,6 +506,30 @@ class CollectionBuilder:
         _raw_to_npy(w / "document.i32", d / "document.npy", np.int32)
         documents = sorted(self._documents, key=self._documents.__getitem__)
         (d / "documents.json").write_text(json.dumps(documents, ensure_ascii=False), encoding="utf-8")
+
+    def _write_metadata(self) -> Dict[str, Any]:
+        """rows/metadata.json (each document's metadata by document code, as :meth:`ChunkTable.write
+        <.chunk_table.ChunkTable.write>` writes it), streamed from the spill files; returns the manifest's
+        ``metadata`` entry (the declared fields, else those inferred from the values)."""
+        updates: Dict[int, Dict[str, Any]] = {}  # rows of a document in a later batch: usually none
+        for code, meta in read_jsonl(self._path("metadata_updates.jsonl"), None):
+            updates[int(code)] = meta
+        inference = FieldInference()
+        with open(self.work / ROWS / METADATA, "w", encoding="utf-8") as fh:
+            fh.write("[")
+            for code, meta in enumerate(self._spilled_metadata()):
+                meta = updates.get(code, meta)
+                inference.add(meta)
+                fh.write((", " if code else "") + json.dumps(meta, ensure_ascii=False))
+            fh.write("]")
+        if self._declared is not None:
+            return {"fields": self._declared, "declared": True}
+        return {"fields": inference.fields(), "declared": False}
+
+    def _spilled_metadata(self) -> Iterator[Dict[str, Any]]:
+        with open(self._path("metadata.jsonl"), "r", encoding="utf-8") as fh:
+            for line in fh:
+                yield json.loads(line)
 
     def _write_lexical(self) -> None:
         """lexical/ in ``LexicalIndex``'s format 2, the BM25 matrix fitted straight into its files."""

@@ -57,7 +57,7 @@ import numpy as np
 from .builder import CollectionBuilder, chunk_rows, embed_chunks, lexical_text, source_fingerprint
 from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record
 from .chunk_table import ROWS, ChunkRow, ChunkTable
-from .metadata import check_declared, infer_fields
+from .metadata import check_declared, declared_fields, infer_fields
 from .lexical import LexicalIndex
 from .manifest import CollectionManifest, read_manifest, validate_manifest
 from .snapshot import CollectionSnapshot, Encoders, load_snapshot
@@ -306,6 +306,7 @@ class Collection:
         resume: bool = True,
         threads: int = -1,
         chunk_batch: int = 1024,
+        metadata_fields: Optional[Mapping[str, str]] = None,
     ) -> "Collection":
         """Read ``source``, chunk, embed and index it into ``out_dir`` out of core (:mod:`.builder`): chunks and
         vectors are spilled to disk a batch of ``chunk_batch`` chunks at a time, so memory holds the final index
@@ -322,14 +323,17 @@ class Collection:
         from its last checkpoint when run again with the same sources and settings (False: start afresh); a build
         that fails with an error (unreadable input with ``errors="raise"``, nothing readable, a full disk...)
         leaves nothing behind: no work folder, and ``out_dir`` as it was. ``threads``: threads of the HNSW build
-        (-1: all cores). Nothing is swapped in before the build is complete. Raises ValueError when nothing
-        readable is in the source; a :class:`~.sources.SourceError` names the file and line of a bad record.
+        (-1: all cores). ``metadata_fields``: the documents' metadata fields declared, name -> type, as
+        :meth:`declare_metadata` takes them (None: inferred from the values). Nothing is swapped in before the build
+        is complete. Raises ValueError when nothing readable is in the source (or a declared type is unknown); a
+        :class:`~.sources.SourceError` names the file and line of a bad record.
         """
         report = report if report is not None else ReadReport()
         builder = CollectionBuilder(out_dir, encoder, query_encoder, chunking, dtype, M, ef_construction,
                                     batch_size=batch_size, chunk_batch=chunk_batch, threads=threads,
                                     overwrite=overwrite, resume=resume,
-                                    source_key=source_fingerprint(source, format, errors), progress=progress)
+                                    source_key=source_fingerprint(source, format, errors), progress=progress,
+                                    metadata_fields=metadata_fields)
         try:
             records = read_records(source, format=format, errors=errors, report=report)
             builder.add_records(itertools.islice(records, builder.records_done, None))
@@ -362,7 +366,8 @@ class Collection:
         index = snap.manifest["index"]
         builder = CollectionBuilder(out_dir, encoder, query_encoder, snap.chunking, index["dtype"], index["M"],
                                     index["ef_construction"], batch_size=batch_size, threads=threads,
-                                    overwrite=overwrite, resume=False, progress=progress)
+                                    overwrite=overwrite, resume=False, progress=progress,
+                                    metadata_fields=declared_fields(snap.manifest))
         try:
             written: set = set()
             live = np.flatnonzero(snap.alive)

@@ -12,14 +12,14 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from collections import Counter
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..filters import (FIELD_TYPES, All, AnyOf, Compare, Filter, FilterError, Flag, Member, Not, check_fields,
                        parse_filter)
 
-__all__ = ["infer_fields", "check_declared", "MetadataColumns", "date_days"]
+__all__ = ["infer_fields", "FieldInference", "check_declared", "declared_fields", "MetadataColumns", "date_days"]
 
 _EPOCH = _dt.date(1970, 1, 1)
 _DATE = re.compile(r"(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?$")
@@ -55,27 +55,44 @@ def _kind_of(value: Any) -> Optional[str]:
     return None
 
 
-def infer_fields(metadata: Sequence[Mapping[str, Any]]) -> Dict[str, str]:
-    """Field name -> type over documents' metadata: a field whose values agree on one type (integers with floats:
-    float; keywords with keyword lists: keywords; dates with other strings: keyword) gets it; others (nested
-    objects, mixed types) are not filterable."""
-    seen: Dict[str, set] = {}
-    for meta in metadata:
+class FieldInference:
+    """The fields of documents' metadata inferred as they stream by (:meth:`add` each document's, then
+    :meth:`fields`): what :func:`infer_fields` gives, without holding the documents (an out-of-core build)."""
+
+    def __init__(self) -> None:
+        self._seen: Dict[str, set] = {}
+
+    def add(self, meta: Mapping[str, Any]) -> None:
+        """Count one document's metadata."""
         for name, value in meta.items():
             if name in _NOT_FIELDS or value is None:
                 continue
-            seen.setdefault(name, set()).add(_kind_of(value))
-    out: Dict[str, str] = {}
-    for name, kinds in sorted(seen.items()):
-        if None in kinds:
-            continue
-        if kinds <= {"integer", "float"}:
-            out[name] = "float" if "float" in kinds else "integer"
-        elif kinds <= {"keyword", "keywords", "date"}:
-            out[name] = "keywords" if "keywords" in kinds else "date" if kinds == {"date"} else "keyword"
-        elif len(kinds) == 1:
-            out[name] = kinds.pop()
-    return out
+            self._seen.setdefault(name, set()).add(_kind_of(value))
+
+    def fields(self) -> Dict[str, str]:
+        """Field name -> type over the documents added (:func:`infer_fields`)."""
+        out: Dict[str, str] = {}
+        for name, seen in sorted(self._seen.items()):
+            kinds = set(seen)
+            if None in kinds:
+                continue
+            if kinds <= {"integer", "float"}:
+                out[name] = "float" if "float" in kinds else "integer"
+            elif kinds <= {"keyword", "keywords", "date"}:
+                out[name] = "keywords" if "keywords" in kinds else "date" if kinds == {"date"} else "keyword"
+            elif len(kinds) == 1:
+                out[name] = kinds.pop()
+        return out
+
+
+def infer_fields(metadata: Iterable[Mapping[str, Any]]) -> Dict[str, str]:
+    """Field name -> type over documents' metadata: a field whose values agree on one type (integers with floats:
+    float; keywords with keyword lists: keywords; dates with other strings: keyword) gets it; others (nested
+    objects, mixed types) are not filterable."""
+    inference = FieldInference()
+    for meta in metadata:
+        inference.add(meta)
+    return inference.fields()
 
 
 def check_declared(fields: Mapping[str, str]) -> Dict[str, str]:
@@ -84,6 +101,13 @@ def check_declared(fields: Mapping[str, str]) -> Dict[str, str]:
     if bad:
         raise ValueError(f"metadata fields {bad} have unknown types; known: {', '.join(FIELD_TYPES)}")
     return dict(fields)
+
+
+def declared_fields(manifest: Mapping[str, Any]) -> Optional[Dict[str, str]]:
+    """The fields a collection's manifest records as declared (:meth:`Collection.declare_metadata
+    <.collection.Collection.declare_metadata>`), None when its fields are inferred from the values."""
+    recorded = manifest.get("metadata") or {}
+    return dict(recorded.get("fields") or {}) if recorded.get("declared") else None
 
 
 class MetadataColumns:
