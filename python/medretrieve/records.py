@@ -17,7 +17,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Literal, Mapping, Optional, Tuple, get_args
 
-__all__ = ["Hit", "StageInfo", "SearchResult", "Citation", "Answer", "BioASQType", "BIOASQ_TYPES", "INSUFFICIENT"]
+__all__ = ["Hit", "StageInfo", "SearchResult", "Citation", "Answer", "BioASQType", "BIOASQ_TYPES", "INSUFFICIENT",
+           "source_facts"]
 
 # Answer-level constants, defined here once because every floor uses them: the loader of BioASQ files and the
 # Answerer's bioasq mode check a question type against BIOASQ_TYPES, the HTTP schema (wire.AnswerRequest) declares
@@ -237,6 +238,23 @@ class Answer:
                 docs.setdefault(doc.casefold(), doc)
         return {"id": question_id, "type": qtype or self.qtype or "summary", "exact_answer": self.exact_answer,
                 "ideal_answer": self.text, "documents": list(docs.values())}
+
+
+def source_facts(metadata: Any) -> Dict[str, Any]:
+    """What a reader weighs a source by, from its document's metadata (a hit's ``metadata``): ``year`` (an integer)
+    and ``publication_type`` (a list of names), each only where the metadata holds it, never guessed: ``{"year":
+    2020, "publication_type": ["Systematic Review"]}``, ``{}`` for a document without them."""
+    meta = metadata if isinstance(metadata, Mapping) else {}
+    out: Dict[str, Any] = {}
+    year = meta.get("year")
+    if isinstance(year, int) and not isinstance(year, bool):
+        out["year"] = year
+    types = meta.get("publication_type")
+    listed = [types] if isinstance(types, str) else list(types) if isinstance(types, (list, tuple)) else []
+    listed = [t for t in listed if isinstance(t, str) and t]
+    if listed:
+        out["publication_type"] = listed
+    return out
 
 
 _HIT_FIELDS = {f.name for f in dataclasses.fields(Hit)}

@@ -11,6 +11,7 @@ This module imports pydantic and :mod:`medretrieve.records` only: a client loads
 """
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 import operator
@@ -29,6 +30,7 @@ __all__ = ["MAX_K", "MAX_BATCH", "MAX_DEADLINE_MS", "MAX_QUESTION_CHARS", "DEFAU
            "DEADLINE_HEADER", "SECTIONS", "WordedQuestion", "ERROR_TYPES", "STAGE_SWITCHES", "Stages", "SearchOptions",
            "SearchOption", "SEARCH_OPTIONS", "check_search_options", "check_question", "SearchOptionError",
            "SearchOptionTypeError", "SearchOptionValueError", "SearchRequest", "BatchSearchRequest", "AnswerRequest",
+           "FILTER_OPTIONS",
            "FacetsRequest", "FacetsResponse", "MAX_FACETS",
            "BatchSearchResponse", "ErrorDetail", "ErrorResponse", "deadline_header_ms", "field_errors", "Answer",
            "Citation", "Hit", "SearchResult", "StageInfo"]
@@ -183,6 +185,8 @@ def _readable_filter(value: Any) -> Any:
 #: the filter of a request: its text form or its JSON form (:mod:`medretrieve.filters`)
 Where = Optional[Union[Annotated[str, Field(max_length=MAX_FILTER_CHARS)], Dict[str, Any]]]
 MAX_FACETS = 16  # fields one facets request may count
+#: a recency prior's half-life (years), as a request gives it
+RecencyHalfLife = Optional[Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)]]
 
 
 class SearchOptions(_Strict):
@@ -212,7 +216,7 @@ class SearchOptions(_Strict):
         None, description="order by evidence level too: practice guideline > systematic review / meta-analysis > "
                           "randomized trial > cohort > case report, by the documents' publication_type (absent: "
                           "off; its effect on quality is not measured)")
-    recency_half_life: Optional[Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)]] = Field(
+    recency_half_life: RecencyHalfLife = Field(
         None, description="order by recency too: a document's weight halves every this many years of age, by its "
                           "year (absent: off; its effect on quality is not measured)",
         json_schema_extra={"x-unit": "years"})
@@ -429,8 +433,20 @@ class BatchSearchRequest(SearchOptions):
         return value
 
 
+#: The options of a search that choose and weigh its documents (the metadata filter, retracted articles, the
+#: priors): an answer's retrieval takes them too (:class:`AnswerRequest`), as :class:`SearchOptions` declares them.
+FILTER_OPTIONS = ("where", "include_retracted", "evidence_prior", "recency_half_life")
+
+
+def _declared(name: str) -> Any:
+    """:class:`SearchOptions`' own declaration of option ``name`` (description, default, unit), for another request
+    that takes the option: one declaration, not a copy (its type: the same alias, checked by a test)."""
+    return copy.copy(SearchOptions.model_fields[name])  # (pydantic sets a model's own field info as it builds it)
+
+
 class AnswerRequest(_Strict):
-    """``POST /v1/answer``: e.g. ``{"question": "Is metformin first-line for type 2 diabetes?", "k": 5}``."""
+    """``POST /v1/answer``: e.g. ``{"question": "Is metformin first-line for type 2 diabetes?", "k": 5}``; the
+    evidence is searched with the request's :data:`FILTER_OPTIONS` (``"where": "year >= 2015"``), as a search is."""
 
     question: Question
     k: Integer = Field(DEFAULT_K, ge=1, le=MAX_K, description="evidence passages to retrieve")
@@ -443,7 +459,18 @@ class AnswerRequest(_Strict):
     max_tokens: Integer = Field(512, ge=1, le=8192)
     stream: bool = Field(False, description="answer as server-sent events: evidence, text deltas, the answer")
     explain: bool = Field(False, description="add each evidence hit's per-stage scores")
+    where: Where = _declared("where")
+    include_retracted: Optional[bool] = _declared("include_retracted")
+    evidence_prior: Optional[bool] = _declared("evidence_prior")
+    recency_half_life: RecencyHalfLife = _declared("recency_half_life")
     _check_question = field_validator("question")(_question)
+    _readable_filter = field_validator("where", mode="before")(lambda value: _readable_filter(value))
+
+    def filter_kwargs(self) -> Dict[str, Any]:
+        """The :data:`FILTER_OPTIONS` the request gave (keyword arguments of ``Answerer.answer`` and
+        ``Retriever.search``): the rest are the retriever's own settings."""
+        given = {name: getattr(self, name) for name in self.model_fields_set & set(FILTER_OPTIONS)}
+        return {name: value for name, value in given.items() if value is not None}
 
 
 class FacetsRequest(_Strict):

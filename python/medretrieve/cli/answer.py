@@ -6,9 +6,10 @@ import sys
 from typing import Any
 
 from ..generation.generate import MODES, SOURCE_FLOOR, field_of
-from ..records import BIOASQ_TYPES
+from ..records import BIOASQ_TYPES, source_facts
+from ..wire import FILTER_OPTIONS
 from .options import HelpFormatter, deadline
-from .search import score_label
+from .search import add_search_options, score_label
 
 
 def add_answer(subparsers: Any) -> None:
@@ -17,7 +18,8 @@ def add_answer(subparsers: Any) -> None:
         help="answer a question from a collection, citing sources (extractive, or written by an LLM with --llm)",
         description="Retrieve evidence from COLLECTION_DIR and answer QUESTION, citing numbered sources and checking "
         "each citation: with --llm an OpenAI-compatible model writes the answer (needs the 'llm' extra), without "
-        "it the answer is made of the evidence's own sentences.",
+        "it the answer is made of the evidence's own sentences. --where, --include-retracted, --evidence-prior and "
+        "--recency-half-life choose and weigh the evidence as they do for medretrieve search.",
         formatter_class=HelpFormatter,
     )
     p.add_argument("collection", metavar="COLLECTION_DIR", help="collection folder (medretrieve build)")
@@ -32,6 +34,7 @@ def add_answer(subparsers: Any) -> None:
     p.add_argument("--deadline-ms", type=deadline, default=None,
                    help="time budget for the whole answer in ms (default: none; retrieval keeps its 300 ms)")
     p.add_argument("--max-tokens", type=int, default=512, help="most tokens the LLM may write")
+    add_search_options(p, FILTER_OPTIONS)  # the evidence's filter and priors: medretrieve search's own flags
     p.add_argument("--timeout-s", type=float, default=60.0, help="per-request LLM timeout in seconds")
     p.add_argument("--json", action="store_true", help="print the full answer as JSON")
     p.add_argument("--all-sources", action="store_true",
@@ -51,15 +54,16 @@ def _answer(args: Any) -> int:
     if (args.llm is None) != (args.model is None):
         raise ValueError("--llm and --model go together")
     retriever = Retriever(Collection.open(args.collection))
+    filters = {name: getattr(args, name) for name in FILTER_OPTIONS if getattr(args, name) is not None}
     if args.llm is None:
         ans = Answerer(retriever, None, k=args.k).answer(args.question, qtype=args.qtype,
-                                                         deadline_ms=args.deadline_ms)
+                                                         deadline_ms=args.deadline_ms, **filters)
     else:
         from ..generation.llm import OpenAIBackend
 
         with OpenAIBackend(args.llm, args.model, timeout_s=args.timeout_s) as backend:
             answerer = Answerer(retriever, backend, mode=args.mode, k=args.k, max_tokens=args.max_tokens)
-            ans = answerer.answer(args.question, qtype=args.qtype, deadline_ms=args.deadline_ms)
+            ans = answerer.answer(args.question, qtype=args.qtype, deadline_ms=args.deadline_ms, **filters)
     if args.json:
         print(json.dumps(ans.to_dict(), indent=2, ensure_ascii=False, default=str))
     else:
@@ -73,7 +77,8 @@ def _answer(args: Any) -> int:
 def format_answer(ans: Any, width: int = 100, verbose: bool = False, all_sources: bool = False) -> str:
     """An answer for a person: the answer, why there is none, its exact answer, its sources (the cited ones and
     those scoring at least the answerer's floor, ``Answer.shown_sources``; every source with ``all_sources``),
-    numbered as the answer cites them, with the score the evidence is ranked by; unsupported sentences; notes and
+    numbered as the answer cites them, with their document's year and publication types where recorded and the
+    score the evidence is ranked by; unsupported sentences; notes and
     timings with ``verbose``."""
     import textwrap
 
@@ -95,8 +100,10 @@ def format_answer(ans: Any, width: int = 100, verbose: bool = False, all_sources
         for n in numbers:
             h = offered[n - 1]
             where = " > ".join(str(p) for p in (field_of(h, "title"), field_of(h, "section")) if p)
+            facts = source_facts(field_of(h, "metadata"))
+            about = "; ".join(str(facts[key]) if key == "year" else ", ".join(facts[key]) for key in facts)
             score = field_of(h, "score")
-            lines.append(f"  [{n}] {field_of(h, 'document_id', '')} {where}"
+            lines.append(f"  [{n}] {field_of(h, 'document_id', '')} {where}" + (f" [{about}]" if about else "")
                          + (f" ({score_label(field_of(h, 'scores') or {}, score, field_of(h, 'placed_by'))})"
                             if isinstance(score, (int, float)) else ""))
     if len(numbers) < len(offered):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Iterable, Optional
 
 from .options import RANKER_HELP, HelpFormatter, ranker_arg
 from ..retrieval.results import SearchResult
@@ -37,12 +37,15 @@ def add_search(sub: Any) -> None:
     p.set_defaults(func=_search)
 
 
-def add_search_options(p: argparse.ArgumentParser) -> None:
+def add_search_options(p: argparse.ArgumentParser, names: Optional[Iterable[str]] = None) -> None:
     """The search request's options as flags, built from its one declaration (:data:`medretrieve.wire.SEARCH_OPTIONS`):
     ``--k``, ``--deadline-ms`` (``none``: no deadline), ``--per-document``, ``--sections NAME ...`` and
     ``--where FILTER``, ``--include-retracted`` and ``--STAGE`` / ``--no-STAGE`` for each stage switch. A flag not given is the retriever's setting; a value the
-    declaration refuses is a usage error (exit 2) naming the flag."""
+    declaration refuses is a usage error (exit 2) naming the flag. ``names``: only these options (None: all)."""
+    chosen = None if names is None else set(names)
     for option in SEARCH_OPTIONS.values():
+        if chosen is not None and option.name not in chosen:
+            continue
         flag = "--" + option.name.replace("_", "-")
         unit = f" ({option.unit})" if option.unit and option.unit not in option.description else ""
         if option.stage:

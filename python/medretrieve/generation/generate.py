@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping, Optional, Union
 
 from ..records import Answer, Citation
 from ..outbound import Deadline
+from ..wire import check_search_options
 from .extractive import extractive_answer
 from .citations import SUPPORT_THRESHOLD, verify_citations
 from .parsers import (
@@ -337,17 +338,29 @@ class Answerer:
             return {}
         return {"response_format": bioasq_response_format(qtype or "summary", self.max_tokens)}
 
-    def answer(self, question: str, qtype: Optional[str] = None, deadline_ms: Optional[float] = None) -> Answer:
+    def answer(self, question: str, qtype: Optional[str] = None, deadline_ms: Optional[float] = None, *,
+               where: Any = None, include_retracted: Optional[bool] = None, evidence_prior: Optional[bool] = None,
+               recency_half_life: Optional[float] = None) -> Answer:
         """Answer ``question``; ``qtype`` (yesno | factoid | list | summary) asks for an
         exact answer too (default: the retriever's ``query_type`` when it is one of those).
         ``deadline_ms`` caps the whole call (retrieval + generation). The answer's ``shown_sources``
-        are its cited sources and those scoring at least ``source_floor``."""
-        ans = self._answer(question, qtype, deadline_ms)
+        are its cited sources and those scoring at least ``source_floor``.
+
+        The evidence is searched as ``Retriever.search`` searches with the same options
+        (:data:`medretrieve.wire.FILTER_OPTIONS`; None: the retriever's setting): ``where``, a metadata filter every
+        evidence hit passes (text or JSON form, :mod:`medretrieve.filters`); ``include_retracted``, keep retracted
+        articles; ``evidence_prior`` and ``recency_half_life`` (years), priors on the order. A bad option is refused
+        before anything is retrieved, as a search refuses it: wire's ``SearchOptionTypeError`` (a TypeError) or
+        ``SearchOptionValueError`` (a ValueError) naming it (a field the collection lacks: by the retriever)."""
+        filters = check_search_options({"where": where, "include_retracted": include_retracted,
+                                        "evidence_prior": evidence_prior, "recency_half_life": recency_half_life})
+        ans = self._answer(question, qtype, deadline_ms, filters)
         offered = ans.evidence[:ans.sources_used or len(ans.evidence)]
         ans.shown_sources = shown_sources(offered, ans.citations, self.source_floor)
         return ans
 
-    def _answer(self, question: str, qtype: Optional[str], deadline_ms: Optional[float]) -> Answer:
+    def _answer(self, question: str, qtype: Optional[str], deadline_ms: Optional[float],
+                filters: Mapping[str, Any]) -> Answer:
         from .llm import LLMContextTooLong, LLMError, LLMTimeout
 
         if not isinstance(question, str) or not question.strip():
@@ -355,7 +368,7 @@ class Answerer:
         if qtype is not None and qtype not in BIOASQ_TYPES:
             raise ValueError(f"qtype must be one of {BIOASQ_TYPES} or None, got {qtype!r}")
         clock = Deadline(deadline_ms)
-        kwargs = dict(self.search_kwargs)
+        kwargs = {**self.search_kwargs, **filters}
         budget = min(self.retrieve_deadline_ms if self.retrieve_deadline_ms is not None else math.inf,
                      clock.remaining_ms())
         if math.isfinite(budget):

@@ -7,10 +7,11 @@ Two tools, both read-only, both answering structured content with a typed output
   /v1/search`` (:func:`search_input_schema`, built from the search declaration
   :data:`medretrieve.wire.SEARCH_OPTIONS`: ``question``, ``k``, ``deadline_ms``, ``per_document``, ``sections``,
   the stage switches under ``stages``), checked as the HTTP API checks that body.
-- ``answer(question, k, all_sources)``: a cited answer (:class:`AnswerOutput`: the text with ``[n]`` marks, each
-  sentence's citation check, the numbered sources worth showing: those the marks point at and any uncited one
-  scoring at least the relevance floor, ``Answer.shown_sources``; every source read with ``all_sources``, as the
-  CLI's ``--all-sources``), written by the LLM backend the server was started with, or extractive (the evidence's
+- ``answer(question, k, where, include_retracted, evidence_prior, recency_half_life, all_sources)``: a cited
+  answer from evidence searched with those options, as ``search`` takes them (:class:`AnswerOutput`: the text with
+  ``[n]`` marks, each sentence's citation check, the numbered sources worth showing, each with its document's year
+  and publication types where recorded: those the marks point at and any uncited one scoring at least the relevance
+  floor, ``Answer.shown_sources``; every source read with ``all_sources``, as the CLI's ``--all-sources``), written by the LLM backend the server was started with, or extractive (the evidence's
   own sentences) without one.
 
 ``build_server(engine)`` makes the ``MCPServer``; :class:`Engine` does the work over a local collection (a
@@ -49,8 +50,9 @@ from starlette.applications import Starlette
 
 from .._version import __version__
 from ..generation.llm import Cancel, LLMCancelled, StreamingBackend
-from ..records import Answer, Hit, SearchResult
-from ..wire import MAX_DEADLINE_MS, MAX_QUESTION_CHARS, SEARCH_OPTIONS, AnswerRequest, SearchRequest, field_errors
+from ..records import Answer, Hit, SearchResult, source_facts
+from ..wire import (FILTER_OPTIONS, MAX_DEADLINE_MS, MAX_QUESTION_CHARS, SEARCH_OPTIONS, AnswerRequest, SearchRequest,
+                    field_errors)
 from .mcp_transport import EveryBodyAnswered, serve_stdio
 from .source import SPAN_KEYS, SearchCall, Searcher, source_url
 
@@ -86,6 +88,10 @@ class HitOutput(BaseModel):
     source_url: Optional[str] = Field(None, description="link to the source (the PubMed page of a PMID)")
     span: Optional[Span] = Field(None, description="the text's place in its source article (MEDLINE, BioASQ); "
                                                    "null when its source gave no sections")
+    year: Optional[int] = Field(None, description="the document's publication year (null when the collection "
+                                                  "does not record it)")
+    publication_type: Optional[List[str]] = Field(None, description="the document's publication types, e.g. "
+                                                  "Review, Randomized Controlled Trial (null when not recorded)")
 
 
 class StageOutput(BaseModel):
@@ -133,7 +139,8 @@ def hit_output(number: int, hit: Hit) -> HitOutput:
     return HitOutput(number=number, document_id=hit.document_id, chunk_id=hit.chunk_id, title=hit.title,
                      section=hit.section, text=hit.text, score=float(hit.score), placed_by=hit.placed_by,
                      source_url=source_url(hit.document_id, hit.metadata),
-                     span=Span(**{key: span[key] for key in SPAN_KEYS}) if span else None)
+                     span=Span(**{key: span[key] for key in SPAN_KEYS}) if span else None,
+                     **source_facts(hit.metadata))
 
 
 def search_output(result: SearchResult) -> SearchOutput:
@@ -259,25 +266,28 @@ class Engine:
             call = SearchCall.of(self.deadline_ms if deadline_ms is None else deadline_ms, **options)
             return self.searcher.search(question, call)
 
-    def answer(self, question: str, k: int, cancel: Optional[Cancel] = None) -> Answer:
+    def answer(self, question: str, k: int, cancel: Optional[Cancel] = None,
+               filters: Optional[Mapping[str, Any]] = None) -> Answer:
         """The answer (blocking). ``cancel`` set from another thread stops it: a local LLM request is closed at
-        once, a remote server's answer at its next event."""
+        once, a remote server's answer at its next event. ``filters``: the evidence's search options
+        (:data:`medretrieve.wire.FILTER_OPTIONS`, checked: ``AnswerRequest.filter_kwargs()``)."""
         cancel = cancel or Cancel()
+        given = dict(filters or {})
         with self._told():
             if self.remote:
-                return self._remote_answer(question, k, cancel)
+                return self._remote_answer(question, k, cancel, given)
             from ..generation.generate import Answerer  # the engine: loaded for a local collection only
 
             backend = None if self.backend is None else _Cancellable(self.backend, cancel)
             answerer = Answerer(self.searcher.target, backend, k=k)
-            return answerer.answer(question, deadline_ms=self.answer_deadline_ms)
+            return answerer.answer(question, deadline_ms=self.answer_deadline_ms, **given)
 
-    def _remote_answer(self, question: str, k: int, cancel: Cancel) -> Answer:
+    def _remote_answer(self, question: str, k: int, cancel: Cancel, filters: Dict[str, Any]) -> Answer:
         target = self.searcher.target
         if not callable(getattr(target, "stream_answer", None)):
-            remote: Answer = target.answer(question, k=k, deadline_ms=self.answer_deadline_ms)
+            remote: Answer = target.answer(question, k=k, deadline_ms=self.answer_deadline_ms, **filters)
             return remote
-        events = target.stream_answer(question, k=k, deadline_ms=self.answer_deadline_ms)
+        events = target.stream_answer(question, k=k, deadline_ms=self.answer_deadline_ms, **filters)
         try:  # streamed: leaving the stream closes the connection, which cancels the server's generation
             for event in events:
                 if cancel.is_set():
@@ -293,7 +303,7 @@ class Engine:
         """:meth:`search` in the search pool (never behind answers)."""
         return await asyncio.wrap_future(self._pools["search"].submit(self.search, question, options, deadline_ms))
 
-    async def answer_async(self, question: str, k: int) -> Answer:
+    async def answer_async(self, question: str, k: int, filters: Optional[Mapping[str, Any]] = None) -> Answer:
         """:meth:`answer` in the answer pool when a slot is free, else :class:`Busy` at once. Cancelled, it sets
         the answer's :class:`Cancel` and returns at once; the slot comes back when the work has stopped."""
         if not self.answer_slots.take():
@@ -301,7 +311,7 @@ class Engine:
                        "(medretrieve mcp --answer-concurrency); try again when one has finished")
         cancel = Cancel()
         try:
-            work: "Future[Answer]" = self._pools["answer"].submit(self.answer, question, k, cancel)
+            work: "Future[Answer]" = self._pools["answer"].submit(self.answer, question, k, cancel, filters)
         except BaseException:  # the pool is shut down (the server stops)
             self.answer_slots.give_back()
             raise
@@ -398,12 +408,15 @@ ALL_SOURCES_SCHEMA: Dict[str, Any] = {
 
 def answer_input_schema(default_k: Optional[int] = None) -> Dict[str, Any]:
     """The ``answer`` tool's published input schema: the question, ``k`` (evidence passages to read, as the
-    search declaration bounds it) and ``all_sources`` (every source read in the result, not only those worth
-    showing)."""
+    search declaration bounds it), the evidence's search options (:data:`medretrieve.wire.FILTER_OPTIONS`: the
+    metadata filter ``where``, ``include_retracted``, the priors; as the ``search`` tool publishes them) and
+    ``all_sources`` (every source read in the result, not only those worth showing)."""
     k = {**SEARCH_OPTIONS["k"].json_schema(), "description": "how many evidence passages to read"}
     if default_k is not None:
         k["default"] = default_k
-    return _object({"question": QUESTION_SCHEMA, "k": k, "all_sources": ALL_SOURCES_SCHEMA}, required=["question"])
+    filters = {name: SEARCH_OPTIONS[name].json_schema() for name in FILTER_OPTIONS}
+    return _object({"question": QUESTION_SCHEMA, "k": k, **filters, "all_sources": ALL_SOURCES_SCHEMA},
+                   required=["question"])
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -481,7 +494,7 @@ def build_server(engine: Engine, *, name: str = "medretrieve", default_k: Option
             raise ToolError(f"all_sources must be true or false, not {all_sources!r}")
         body = checked_arguments(sent, AnswerRequest, answer_schema)
         k = body.k if "k" in body.model_fields_set or default_k is None else default_k
-        out = answer_output(await engine.answer_async(body.question, k), all_sources)
+        out = answer_output(await engine.answer_async(body.question, k, body.filter_kwargs()), all_sources)
         return CallToolResult(content=[TextContent(type="text", text=answer_summary(out))],
                               structured_content=out.model_dump(mode="json"))
 

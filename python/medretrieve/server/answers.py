@@ -1,20 +1,23 @@
 """``POST /v1/answer``: one grounded answer, whole or as server-sent events.
 
-With an LLM (``--llm``) the answer is generated; without one it is extractive (the evidence's own sentences that
+The evidence is searched with the request's filter options (``where``, ``include_retracted``, ``evidence_prior``,
+``recency_half_life``: :data:`medretrieve.wire.FILTER_OPTIONS`), as ``POST /v1/search`` searches. With an LLM
+(``--llm``) the answer is generated; without one it is extractive (the evidence's own sentences that
 answer the question, cited and checked, as ``medretrieve answer`` does without ``--llm``).
 
 Streaming (``"stream": true``) sends, in order: ``evidence`` (the retrieved hits, as soon as retrieval is done),
 ``delta`` events (the answer text as the LLM writes it, when the backend can stream, else once; an extractive
 answer once), then ``answer`` (``Answer.to_dict()``, citations checked). A failure after the stream began comes as
 an ``error`` event. The slot is taken before the response starts, so overload and queue deadlines still answer
-429 / 504. A client that goes away cancels its generation: the LLM request is closed at once (a backend that takes
+429 / 504, and the response starts with the evidence, so an option the retrieval refuses (a filter naming a field
+the collection lacks) still answers 422, as without streaming. A client that goes away cancels its generation: the LLM request is closed at once (a backend that takes
 a :class:`~medretrieve.generation.llm.Cancel`), or at its next piece, and the slot is free again as soon as
 the generation stops.
 """
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Callable, Optional, Sequence
+from typing import Any, AsyncIterator, Callable, List, Optional, Sequence
 
 from starlette.responses import StreamingResponse
 
@@ -85,7 +88,8 @@ def answer_once(snap: Snapshot, backend: Any, body: AnswerRequest, deadline: Dea
     llm = backend if emit is None or backend is None else _Streaming(backend, emit, cancel or Cancel())
     answerer = Answerer(retriever, llm, mode=body.mode, k=body.k, max_tokens=body.max_tokens,
                         retrieve_deadline_ms=retrieve_deadline_ms)
-    ans = answerer.answer(body.question, qtype=body.qtype, deadline_ms=remaining_or_none(deadline))
+    ans = answerer.answer(body.question, qtype=body.qtype, deadline_ms=remaining_or_none(deadline),
+                          **body.filter_kwargs())
     if emit is not None and backend is None and not ans.abstained:
         emit("delta", {"text": ans.text})  # the extractive text, once
     return ans
@@ -109,19 +113,30 @@ async def stream_answer(engine: Engine, metrics: ServerMetrics, body: AnswerRequ
     loop = asyncio.get_running_loop()
     events: "asyncio.Queue[Optional[bytes]]" = asyncio.Queue()
     cancel = Cancel()
+    refused: List[Exception] = []  # a request the retrieval refused before any event (a filter's unknown field)
 
     def emit(kind: str, data: Any) -> None:  # called from the answer thread
         loop.call_soon_threadsafe(events.put_nowait, _event(kind, data))
 
     def work() -> None:
+        announced = False
+
+        def announce(kind: str, data: Any) -> None:
+            nonlocal announced
+            announced = True
+            emit(kind, data)
+
         try:
-            ans = answer_once(engine.ready(), engine.backend, body, deadline, engine.config.deadline_ms, emit,
+            ans = answer_once(engine.ready(), engine.backend, body, deadline, engine.config.deadline_ms, announce,
                               cancel)
             note_answer(metrics, ans)
             emit("answer", ans.to_dict(body.explain))
-        except Exception as exc:  # the status line is gone: report it as an event
-            kind = "invalid_request" if isinstance(exc, (ValueError, TypeError)) else "internal_error"
-            emit("error", {"error": {"type": kind, "message": f"{type(exc).__name__}: {exc}"[:500]}})
+        except Exception as exc:
+            if not announced and isinstance(exc, (ValueError, TypeError)):
+                refused.append(exc)  # no event yet: the status line still can say it (422, as without stream)
+            else:  # the status line is gone: report it as an event
+                kind = "invalid_request" if isinstance(exc, (ValueError, TypeError)) else "internal_error"
+                emit("error", {"error": {"type": kind, "message": f"{type(exc).__name__}: {exc}"[:500]}})
         finally:
             loop.call_soon_threadsafe(events.put_nowait, None)
 
@@ -131,16 +146,22 @@ async def stream_answer(engine: Engine, metrics: ServerMetrics, body: AnswerRequ
         await slot.__aexit__(None, None, None)
         raise
     done.add_done_callback(lambda _: asyncio.ensure_future(slot.__aexit__(None, None, None)))
+    try:  # the status line waits for the first event: the evidence (retrieval's deadline bounds it) or the end
+        first = await events.get()
+    except BaseException:  # the client went away before it: stop the work
+        cancel.set()
+        raise
+    if first is None and refused:
+        raise refused[0]  # the handlers of ValueError / TypeError answer it: 422 naming the option
 
     async def body_events() -> AsyncIterator[bytes]:
         finished = False
+        item = first
         try:
-            while True:
-                item = await events.get()
-                if item is None:
-                    finished = True
-                    return
+            while item is not None:
                 yield item
+                item = await events.get()
+            finished = True
         finally:
             if not finished:  # the client went away (Starlette cancelled the response): stop the generation
                 cancel.set()
