@@ -71,3 +71,43 @@ def sharded_corpus(tmp_path_factory, encoder_dir):
                      dtype="float32")
     _BUILT["sharded"] = dirs, work / "one", parts
     return _BUILT["sharded"]
+
+
+JOURNAL_SHARD = 0  # only this shard's documents carry a journal: the other shards' schemas lack the field
+
+
+def metadata_records(shards: int) -> List[Dict]:
+    """The corpus with document metadata: a year, publication types, every seventh article retracted, and a
+    journal on the documents of shard ``JOURNAL_SHARD`` only (a field some shards lack)."""
+    from medretrieve.distributed.layout import shard_of
+
+    types = [["Review"], ["Randomized Controlled Trial"], ["Case Reports"], ["Review", "Meta-Analysis"]]
+    out = []
+    for i, rec in enumerate(corpus_records()):
+        rec = {**rec, "year": 2000 + i % 20, "publication_type": types[i % 4], "retracted": i % 7 == 3}
+        if shard_of(rec["id"], shards) == JOURNAL_SHARD:
+            rec["journal"] = ["Lancet", "BMJ"][i % 2]
+        out.append(rec)
+    return out
+
+
+@pytest.fixture(scope="session")
+def metadata_corpus(tmp_path_factory, encoder_dir):
+    """(three shard directories, the one-collection directory of the shards concatenated) of
+    :func:`metadata_records`, float32 indexes."""
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.distributed.layout import shard_of
+
+    if "metadata" in _BUILT:
+        return _BUILT["metadata"]
+    work: Path = tmp_path_factory.mktemp("metadata")
+    records = metadata_records(3)
+    parts = [[r for r in records if shard_of(r["id"], 3) == s] for s in range(3)]
+    dirs = []
+    for s, part in enumerate(parts):
+        Collection.build(part, work / f"shard{s}", encoder=encoder_dir, progress=False, dtype="float32")
+        dirs.append(work / f"shard{s}")
+    Collection.build([r for p in parts for r in p], work / "one", encoder=encoder_dir, progress=False,
+                     dtype="float32")
+    _BUILT["metadata"] = dirs, work / "one"
+    return _BUILT["metadata"]

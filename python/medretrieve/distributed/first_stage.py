@@ -44,8 +44,9 @@ class ShardedFirstStage:
         qvecs = vectors if vectors is not None and len(vectors) else None
         queries = [list(t) + (list(boost) if j == 0 else []) for j, t in enumerate(token_lists)]
         with dl.stage("shards"):
-            replies = state.call("first_stage", {i: (qvecs, list(efs), k, queries, 2 * k, labels, self.fetch_top)
-                                                 for i in state.live()}, reserve_ms=dl.share_ms(RESERVE)).results
+            replies = state.call("first_stage", {i: (qvecs, list(efs), k, queries, 2 * k, labels, self.fetch_top,
+                                                     col.where) for i in state.live()},
+                                 reserve_ms=dl.share_ms(RESERVE)).results
         for shard, reply in replies.items():
             state.add(shard, reply["rows"])
         out = FirstLists([], [])

@@ -18,6 +18,12 @@ many shard collections, each held by a Ray actor (:class:`~.shard_actor.ShardSea
    (:class:`~.sharded_collection.ShardedCollection` answers their questions from what was fetched; recovery's extra searches
    fan out too).
 
+A metadata filter (``where``; retracted articles left out by default where the shards' documents carry
+``retracted``) is checked here against the fields of all shards (:mod:`.shard_filter`) and travels with every
+shard call: each shard searches only its rows passing it, so the first stage, feedback, the rerank, MMR and
+recovery's extra searches only ever see allowed rows, as in one filtered collection. :meth:`ShardedRetriever.facets`
+sums the shards' facet counts.
+
 A shard that misses a call's deadline or fails (its actor died; Ray restarts it for later searches) is left out of
 the rest of that search: the result holds the other shards' hits, ``result.shards`` says which shards answered,
 which missed and which failed, ``result.partial`` is True and the ``shards`` stage is marked cut.
@@ -27,19 +33,26 @@ hits equal those of one collection of the shards concatenated (the tests check t
 """
 from __future__ import annotations
 
+import numbers
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Type, Union
 
+from ..filters import FilterError
+from ..outbound import Deadline
 from ..retrieval.collection_view import CollectionView
 from ..retrieval.first_stage import FirstStage
 from ..retrieval.results import SearchResult
-from ..retrieval.retriever import Retriever
+from ..retrieval.retriever import Retriever, effective_filter
 from .fanout import ShardSet, default_name_prefix
 from .first_stage import ShardedFirstStage
+from .shard_filter import check_filter, merge_fields, sum_facets
 from .sharded_collection import GlobalStats, ShardedCollection, ShardedSearchState
 from .shard_actor import ShardSearcher
-from ..wire import DEFAULT_DEADLINE_MS, DEFAULT_K
+from ..wire import (DEFAULT_DEADLINE_MS, DEFAULT_K, SearchOptionTypeError, SearchOptionValueError,
+                    check_search_options)
 from .layout import PathLike, shard_dirs
+
+FACETS_TIMEOUT_MS = 60_000.0  # the longest a facet count waits for the shards (each counts its documents once)
 
 class ShardedRetriever(Retriever):
     """Hybrid retrieval over many shard collections on Ray (module docstring).
@@ -84,7 +97,8 @@ class ShardedRetriever(Retriever):
                                  dim=stats[0]["dim"])
             models = {"encoder": stats[0]["encoder"], "query_encoder": stats[0]["query_encoder"],
                       "index": {"normalized": stats[0]["normalized"]}}
-            super().__init__(ShardedCollection(self.shard_set, summed, encoder, models, str(qdir)), cross_encoder,
+            fields = merge_fields([s["metadata_fields"] for s in stats])
+            super().__init__(ShardedCollection(self.shard_set, summed, encoder, models, str(qdir), fields), cross_encoder,
                              training, ranker=ranker, llm_terms=llm_terms, settings=settings, warmup=False,
                              first_stage=self._sharded_first_stage, **tuning)
             if warmup:
@@ -129,20 +143,53 @@ class ShardedRetriever(Retriever):
 
     def _sharded_first_stage(self, collection: CollectionView) -> FirstStage:
         """The retriever's ``first_stage``: the fan-out over this retriever's shards (:mod:`.first_stage`)."""
-        if collection is not self.collection:
-            raise ValueError("a sharded retriever searches its own ShardedCollection only")
-        return ShardedFirstStage(self.collection, self.settings.feedback_docs)
+        if not isinstance(collection, ShardedCollection) or collection.unfiltered is not self.collection:
+            raise ValueError("a sharded retriever searches its own ShardedCollection only (or it through a filter)")
+        return ShardedFirstStage(collection, self.settings.feedback_docs)
 
-    def _search_state(self) -> ShardedSearchState:
-        return ShardedSearchState(self.shard_set, self.collection.stats)
+    def _search_state(self, deadline_ms: Optional[float] = None) -> ShardedSearchState:
+        """A search's state; its shard calls wait within ``deadline_ms`` until the first stage sets the search's
+        own deadline (an invalid value is left to the search's checks: no deadline here)."""
+        valid = isinstance(deadline_ms, numbers.Real) and not isinstance(deadline_ms, bool) and deadline_ms >= 0
+        return ShardedSearchState(self.shard_set, self.collection.stats,
+                                  Deadline(float(deadline_ms) if valid else None))  # type: ignore[arg-type]
 
     # ------------------------------------------------------------- search
     def search(self, question: str, k: int = DEFAULT_K, deadline_ms: Optional[float] = DEFAULT_DEADLINE_MS,
                **options: Any) -> SearchResult:
         """:meth:`Retriever.search` over every shard (module docstring), with its options
         (:data:`medretrieve.wire.SEARCH_OPTIONS`); ``result.shards`` says which answered."""
-        state = self._search_state()
+        state = self._search_state(deadline_ms)
         with self.collection.session(state):
             result = super().search(question, k, deadline_ms, **options)
         result.shards = state.report()
         return result
+
+    def facets(self, fields: Sequence[str], where: Any = None, include_retracted: Optional[bool] = None,
+               top: Optional[int] = None, timeout_ms: float = FACETS_TIMEOUT_MS) -> Dict[str, Any]:
+        """:meth:`Retriever.facets` over every shard: each shard counts its live documents passing the filter,
+        the counts are summed (every document lives on one shard), refusals as one collection words them.
+        ``timeout_ms``: how long to wait for the shards; a shard that misses it or fails makes this a RuntimeError
+        naming it (counts without it would be wrong, not partial)."""
+        opts = check_search_options({"where": where, "include_retracted": include_retracted})
+        if isinstance(fields, str) or not fields or not all(isinstance(f, str) for f in fields):
+            raise SearchOptionTypeError(f"fields must be a non-empty list of field names, got {fields!r}", "fields")
+        if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+            raise SearchOptionValueError(f"top must be an integer >= 1, got {top!r}", "top")
+        col = self.collection
+        parsed = effective_filter(col, opts.get("where"), bool(opts.get("include_retracted")))
+        try:
+            check_filter(parsed, col.metadata_fields, fields)
+        except FilterError as exc:
+            raise SearchOptionValueError(str(exc), "where" if exc.field is None or exc.field not in fields
+                                         else "fields") from None
+        text = None if parsed is None else parsed.text()
+        out = self.shard_set.everywhere("facets", list(fields), text, col.metadata_fields,
+                                        timeout_s=timeout_ms / 1000.0)
+        left_out = {self.shard_set.names[i]: why for i, why in out.failed.items()}
+        left_out.update({self.shard_set.names[i]: "no answer in time" for i in out.missed})
+        if left_out:
+            raise RuntimeError(f"facets: shards {left_out} did not count")
+        counted = [out.results[i] for i in sorted(out.results)]
+        return {"documents": sum(c["documents"] for c in counted),
+                "facets": sum_facets([c["facets"] for c in counted], fields, top)}

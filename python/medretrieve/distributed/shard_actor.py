@@ -12,6 +12,10 @@ returns what makes scores from different shards comparable:
   index over every shard would;
 - rows: the chunk, its stored vector, its BM25 tokens (so any query's BM25 can be computed over it) and its
   document's chunks, for the candidates that survive fusion (what rerank, MMR and recovery read).
+
+Every search method takes ``where``, a metadata filter (:data:`~.shard_filter.ShardFilter`): the shard searches
+only its rows passing it (:class:`~.shard_filter.ShardFilters`: compiled once per filter and shard version); BM25
+statistics stay those of every row, as in one filtered collection.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 
 from ..corpus.collection import Collection
+from .shard_filter import ShardFilter, ShardFilters
 
 DOCUMENT_ROWS = 64  # chunks of a document whose tokens a fetch returns (as ChunkTokens.of_document reads)
 
@@ -49,6 +54,7 @@ class ShardSearcher:
     def __init__(self, directory: str, verify: Any = "auto") -> None:
         self.directory = str(Path(directory))
         self.collection = Collection.open(directory, verify=verify)
+        self.filters = ShardFilters(self.collection)
 
     # ------------------------------------------------------------- what the caller plans with
     def stats(self) -> Dict[str, Any]:
@@ -60,7 +66,7 @@ class ShardSearcher:
                 "bm25_rows": rows, "bm25_tokens": tokens, "k1": col.lexical.k1, "b": col.lexical.b,
                 "labels": sorted(int(x) for x in np.unique(col.labels[col.alive])),
                 "encoder": col.manifest["encoder"], "query_encoder": col.manifest.get("query_encoder"),
-                "dim": col.dim, "normalized": col.normalized}
+                "dim": col.dim, "normalized": col.normalized, "metadata_fields": dict(col.metadata_fields)}
 
     def ping(self) -> bool:
         return True
@@ -70,11 +76,11 @@ class ShardSearcher:
         return process_memory()
 
     # ------------------------------------------------------------- first stage
-    def dense(self, vectors: np.ndarray, k: int, ef: Sequence[int], labels: Optional[List[int]] = None
-              ) -> List[Dict[str, np.ndarray]]:
+    def dense(self, vectors: np.ndarray, k: int, ef: Sequence[int], labels: Optional[List[int]] = None,
+              where: Optional[ShardFilter] = None) -> List[Dict[str, np.ndarray]]:
         """Per query vector: the live rows (``ids``) and inner products (``scores``) of an HNSW search for ``k``
-        at ``ef`` (one per vector), restricted to ``labels`` when given."""
-        col = self.collection
+        at ``ef`` (one per vector), restricted to ``labels`` and to the rows passing ``where`` when given."""
+        col = self.filters.view(where)
         q = np.asarray(vectors, dtype=np.float32).reshape(-1, col.dim)
         kk = min(k, max(len(col), 1))
         ids, scores = col.dense.search(q, k=kk, ef=np.asarray(ef, dtype=np.int64), labels=labels)
@@ -87,12 +93,12 @@ class ShardSearcher:
             out.append({"ids": ids[i][ok], "scores": scores[i][ok]})
         return out
 
-    def lexical(self, queries: Sequence[Sequence[str]], depth: int, labels: Optional[List[int]] = None
-                ) -> Dict[str, Any]:
+    def lexical(self, queries: Sequence[Sequence[str]], depth: int, labels: Optional[List[int]] = None,
+                where: Optional[ShardFilter] = None) -> Dict[str, Any]:
         """Per query (its BM25 tokens, repeats weighing more): the best ``depth`` live rows by this shard's BM25
-        (``ids``), and for them the counts of the query's distinct terms (``tf``) and their lengths; plus the
-        shard's document frequency of every term named (``df``)."""
-        col = self.collection
+        (``ids``; within ``labels`` and ``where`` when given), and for them the counts of the query's distinct
+        terms (``tf``) and their lengths; plus the shard's document frequency of every term named (``df``)."""
+        col = self.filters.view(where)
         allowed = col.alive if labels is None else col.allowed(labels)
         lists = []
         terms: Dict[str, None] = {}
@@ -107,26 +113,41 @@ class ShardSearcher:
 
     def first_stage(self, vectors: Optional[np.ndarray], ef: Sequence[int], k: int,
                     queries: Sequence[Sequence[str]], depth: int, labels: Optional[List[int]] = None,
-                    fetch_top: int = 0) -> Dict[str, Any]:
+                    fetch_top: int = 0, where: Optional[ShardFilter] = None) -> Dict[str, Any]:
         """:meth:`dense` and :meth:`lexical` in one call (one round trip per search), with the :meth:`fetch`
         payload of the best ``fetch_top`` rows of the question's own lists (the first vector's and the first
         query's): what pseudo-relevance feedback reads, so it needs no round trip of its own."""
-        dense = self.dense(vectors, k, ef, labels) if vectors is not None and len(vectors) else []
-        lexical = self.lexical(queries, depth, labels) if queries else {"lists": [], "df": {}}
+        dense = self.dense(vectors, k, ef, labels, where) if vectors is not None and len(vectors) else []
+        lexical = self.lexical(queries, depth, labels, where) if queries else {"lists": [], "df": {}}
         top = [ids[:fetch_top] for ids in ([dense[0]["ids"]] if dense else []) + (
             [lexical["lists"][0]["ids"]] if lexical["lists"] else [])]
         rows = list(dict.fromkeys(int(r) for ids in top for r in ids.tolist()))
         return {"dense": dense, **lexical, "rows": self.fetch(rows)}
 
     def dense_and_fetch(self, vectors: np.ndarray, k: int, ef: Sequence[int], labels: Optional[List[int]],
-                        rows: Sequence[int]) -> Dict[str, Any]:
+                        rows: Sequence[int], where: Optional[ShardFilter] = None) -> Dict[str, Any]:
         """:meth:`dense`, and the :meth:`fetch` payload of its hits and of ``rows`` (one round trip)."""
-        dense = self.dense(vectors, k, ef, labels)
+        dense = self.dense(vectors, k, ef, labels, where)
         hits = [int(r) for d in dense for r in d["ids"].tolist()]
         return {"dense": dense, "rows": self.fetch(list(dict.fromkeys(list(rows) + hits)))}
 
     def document_frequencies(self, tokens: Sequence[str]) -> Dict[str, int]:
         return dict(zip(tokens, self.collection.lexical.document_frequencies(list(tokens)).tolist()))
+
+    # ------------------------------------------------------------- metadata
+    def passing(self, where: ShardFilter) -> Dict[str, Any]:
+        """The live rows passing ``where``: how many (``rows``) and the labels they carry (``labels``), what the
+        caller plans a filtered search with."""
+        view = self.filters.view(where)
+        alive = np.asarray(view.alive)
+        return {"rows": int(alive.sum()), "labels": sorted(int(x) for x in np.unique(view.labels[alive]))}
+
+    def facets(self, names: Sequence[str], where: Optional[str], fields: Dict[str, str]) -> Dict[str, Any]:
+        """Counts per value of each field of ``names`` over the shard's live documents passing the filter
+        ``where`` (its text; None: every document), read with every shard's ``fields`` (all values, not the best
+        few: the caller sums the shards' counts), and how many documents pass."""
+        columns, docs = self.filters.documents(where, fields)
+        return {"documents": int(len(docs)), "facets": {name: columns.facet(name, docs) for name in names}}
 
     # ------------------------------------------------------------- rows
     def fetch(self, rows: Sequence[int]) -> Dict[str, Any]:

@@ -11,9 +11,15 @@ stages ask a :class:`~medretrieve.corpus.collection.Collection` (``rows[key]``, 
 ``lexical.idf``, ``dense.search``, ...) from the state of the search running in the calling thread, fetching from
 the shards what the state lacks, so rerank, MMR, weak detection and recovery run unchanged, once, over the
 candidates of every shard.
+
+A metadata filter (``Retriever.search(where=...)``): :meth:`ShardedCollection.filter_rows` checks it against the
+fields of all shards and :meth:`ShardedCollection.narrowed` gives the collection seen through it, whose every
+shard call carries the filter (each shard searches only its rows passing it, :mod:`.shard_filter`), so the later
+stages only ever see allowed rows.
 """
 from __future__ import annotations
 
+import copy
 import threading
 from collections import Counter
 from contextlib import contextmanager
@@ -24,9 +30,11 @@ import numpy as np
 
 from ..corpus.chunk_table import ChunkRow
 from ..corpus.lexical import bm25_from_counts
+from ..filters import parse_filter
 from ..outbound import Deadline
 from .fanout import Outcome, ShardSet
 from .shard_actor import distinct_terms
+from .shard_filter import ShardFilter, check_filter
 
 KEY_BITS = 40  # rows per shard below 2**40
 
@@ -189,16 +197,52 @@ class _AllAlive:
     def any(self) -> bool:
         return self._owner.stats.chunks > 0
 
+    def sum(self) -> int:
+        """The live rows of every shard."""
+        return self._owner.stats.chunks
+
+
+class _Passing(_AllAlive):
+    """``alive`` of the stand-in seen through a filter (:meth:`ShardedCollection.filter_rows`): every row a shard
+    returns passes (the shards filter); how many pass and their labels are asked of the shards when first read
+    and kept once every shard answered."""
+
+    def __init__(self, owner: "ShardedCollection", where: ShardFilter) -> None:
+        super().__init__(owner)
+        self.where = where
+        self._known: Optional[Tuple[int, frozenset]] = None
+
+    def counts(self) -> Tuple[int, frozenset]:
+        """(rows passing, the labels they carry) over the shards of the running search that answered."""
+        if self._known is not None:
+            return self._known
+        state = self._owner.state
+        out = state.call("passing", {i: (self.where,) for i in state.live()})
+        got = (sum(r["rows"] for r in out.results.values()),
+               frozenset(x for r in out.results.values() for x in r["labels"]))
+        if len(out.results) == len(state.shards):  # every shard counted: true for every later search too
+            self._known = got
+        return got
+
+    def any(self) -> bool:
+        return self.counts()[0] > 0
+
+    def sum(self) -> int:
+        return self.counts()[0]
+
 
 class _LabelMask:
-    """``allowed(labels)`` of the stand-in: the rows carrying one of ``labels``, which the shards filter by."""
+    """``allowed(labels)`` of the stand-in: the rows carrying one of ``labels`` (and passing its filter), which
+    the shards filter by."""
 
     def __init__(self, owner: "ShardedCollection", labels: Sequence[int]) -> None:
         self._owner = owner
         self.labels = sorted({int(x) for x in labels})
 
     def any(self) -> bool:
-        return self._owner.stats.chunks > 0 and bool(set(self.labels) & self._owner.stats.labels)
+        alive = self._owner.alive
+        held = alive.counts()[1] if isinstance(alive, _Passing) else self._owner.stats.labels
+        return self._owner.stats.chunks > 0 and bool(set(self.labels) & held)
 
 
 class _Lexical:
@@ -244,7 +288,7 @@ class _Lexical:
         """BM25 over every shard (recovery's relaxed and expanded queries), within ``allowed``'s labels when it
         is a :meth:`ShardedCollection.allowed` mask; its rows fetched into the state."""
         labels = allowed.labels if isinstance(allowed, _LabelMask) else None
-        ids, scores = self._owner.lexical_lists([list(tokens)], k, labels)[0]
+        ids, scores = self._owner.lexical_lists([list(tokens)], k, labels)[0]  # within the owner's filter
         state = self._owner.state
         state.ensure(ids)
         known = state.known(ids)  # a shard that missed the fetch drops out with its rows
@@ -266,7 +310,8 @@ class _Dense:
         replies = None
         if fetch_along is not None or state.fetch_hits:  # one round trip: the search and the rows
             along = state.missing_by_shard(fetch_along if fetch_along is not None else [])
-            out = state.call("dense_and_fetch", {i: (q, k, efs, labels, along.get(i, [])) for i in state.live()})
+            out = state.call("dense_and_fetch", {i: (q, k, efs, labels, along.get(i, []), owner.where)
+                                                 for i in state.live()})
             for shard, reply in out.results.items():
                 state.add(shard, reply["rows"])
             replies = {i: r["dense"] for i, r in out.results.items()}
@@ -284,18 +329,46 @@ class ShardedCollection:
     it answers for are those of the search running in the calling thread (:meth:`session`)."""
 
     def __init__(self, shards: ShardSet, stats: GlobalStats, query_encoder, manifest: Dict[str, Any],
-                 query_encoder_dir: str) -> None:
+                 query_encoder_dir: str, metadata_fields: Optional[Dict[str, str]] = None) -> None:
         self.shards = shards
         self.stats = stats
+        self._fields = dict(metadata_fields or {})
+        self.where: Optional[ShardFilter] = None  # the filter every shard call carries (a narrowed view's)
+        self.unfiltered = self  # the collection a narrowed view sees through its filter
         self._query_encoder = query_encoder
         # what the default ranker reads to pick its encoder-matched or portable form (retrieval.shipped_ranker)
         self.manifest = manifest
         self.query_encoder_dir = query_encoder_dir
         self._local = threading.local()
+        self._bind(_AllAlive(self))
+
+    def _bind(self, alive: _AllAlive) -> None:
         self.rows = _Rows(self)
-        self.alive = _AllAlive(self)
+        self.alive = alive
         self.lexical = _Lexical(self)
         self.dense = _Dense(self)
+
+    # ------------------------------------------------------------- metadata filters
+    @property
+    def metadata_fields(self) -> Dict[str, str]:
+        """The fields of all shards' documents, name -> type (:func:`~.shard_filter.merge_fields`)."""
+        return dict(self._fields)
+
+    def filter_rows(self, where: Any) -> _Passing:
+        """The live rows passing the metadata filter ``where`` (text, JSON or parsed), as the shards will filter
+        them (``sum()``: how many, asked of the shards when read); FilterError (a ValueError) naming an unknown
+        field or an ill-typed comparison, checked here against every shard's fields before any shard is asked."""
+        parsed = parse_filter(where)
+        check_filter(parsed, self._fields)
+        return _Passing(self, (parsed.text(), dict(self._fields)))
+
+    def narrowed(self, rows: _Passing) -> "ShardedCollection":
+        """The collection seen through ``rows``' filter (:meth:`filter_rows`): the same shards, search state and
+        statistics, every shard call carrying the filter."""
+        view = copy.copy(self)  # shares the thread's search state (_local) and the shards
+        view.where = rows.where
+        view._bind(rows)
+        return view
 
     @contextmanager
     def session(self, state: ShardedSearchState) -> Iterator[ShardedSearchState]:
@@ -364,7 +437,8 @@ class ShardedCollection:
         """Per query vector, every shard's best ``k`` merged by inner product (ties: smaller key)."""
         state = self.state
         if replies is None:
-            replies = state.call("dense", {i: (q, k, list(efs), labels) for i in state.live()}, reserve_ms).results
+            replies = state.call("dense", {i: (q, k, list(efs), labels, self.where) for i in state.live()},
+                                 reserve_ms).results
         out = []
         for j in range(len(q)):
             keys, scores = [], []
@@ -384,7 +458,8 @@ class ShardedCollection:
         state = self.state
         if replies is None:
             depth = 2 * k  # a shard's own statistics differ a little: look deeper, keep the best k of all
-            replies = state.call("lexical", {i: (queries, depth, labels) for i in state.live()}, reserve_ms).results
+            replies = state.call("lexical", {i: (queries, depth, labels, self.where) for i in state.live()},
+                                 reserve_ms).results
         _sum_df(state, replies)
         out = []
         for j, tokens in enumerate(queries):

@@ -294,7 +294,7 @@ class Retriever:
         (:mod:`.filtered`); built once per distinct filter and snapshot, its chunks' token sets shared with the
         snapshot's scope. The scope as it is when nothing narrows it."""
         col = scope.collection
-        parsed = _effective_filter(col, where, include_retracted)
+        parsed = effective_filter(col, where, include_retracted)
         if parsed is None:
             return scope
         if self.online is not None and where is not None:
@@ -303,7 +303,7 @@ class Retriever:
         filter_rows = getattr(col, "filter_rows", None)
         if filter_rows is None:
             raise SearchOptionValueError(f"where: this collection ({type(col).__name__}) holds no document metadata "
-                                         "to filter by (a sharded search takes no filter yet)", "where")
+                                         "to filter by", "where")
         key = parsed.text()
         with self._filtered_lock:
             cache = self._filtered
@@ -317,18 +317,20 @@ class Retriever:
                     mask = filter_rows(parsed)
                 except FilterError as exc:  # the collection's fields refuse it: the option named, as every door does
                     raise SearchOptionValueError(str(exc), "where") from None
-            if int(mask.sum()) == int(np.asarray(col.alive).sum()):
+            if int(mask.sum()) == int(col.alive.sum()):
                 got = scope  # every live row passes: the plain search is the filtered one
             else:
-                view = FilteredCollection(cast(SearchableCollection, col), mask, key)
+                narrowed = getattr(col, "narrowed", None)  # a collection filtering where its rows are (sharded)
+                view = narrowed(mask) if narrowed is not None else \
+                    FilteredCollection(cast(SearchableCollection, col), mask, key)
                 got = SearchScope(view, self.first_stage(view), scope.tokens)
             with self._filtered_lock:
                 if cache.get(None) is col:
                     if len(cache) > 64:  # bounded: the oldest filter's scope goes
                         cache.pop(next(k for k in cache if k is not None))
                     cache[key] = got
-        n = int(np.asarray(got.collection.alive).sum())
-        log.record("filter", True, f"{key}: {n} of {int(np.asarray(col.alive).sum())} chunks")
+        n = int(got.collection.alive.sum())
+        log.record("filter", True, f"{key}: {n} of {int(col.alive.sum())} chunks")
         return got
 
     def facets(self, fields: Sequence[str], where: Any = None, include_retracted: Optional[bool] = None,
@@ -349,7 +351,7 @@ class Retriever:
             raise SearchOptionValueError(f"this collection ({type(col).__name__}) holds no document metadata",
                                          "fields")
         cols = columns()
-        parsed = _effective_filter(col, opts.get("where"), bool(opts.get("include_retracted")))
+        parsed = effective_filter(col, opts.get("where"), bool(opts.get("include_retracted")))
         rows: Any = col.rows  # a ChunkTable: the documents' codes
         live: np.ndarray = np.zeros(len(rows.documents), dtype=np.bool_)
         live[np.asarray(rows.document)[np.asarray(col.alive)]] = True
@@ -467,7 +469,7 @@ def _span_fields(span: Optional[Span], text: str) -> Optional[Dict[str, Any]]:
     return fields
 
 
-def _effective_filter(col: Any, where: Any, include_retracted: bool) -> Optional[Filter]:
+def effective_filter(col: Any, where: Any, include_retracted: bool) -> Optional[Filter]:
     """The filter a search over ``col`` applies: ``where`` and, unless ``include_retracted`` or the filter names
     the field itself, ``not retracted`` where the documents carry the boolean ``retracted``; None: no filter."""
     fields: Dict[str, str] = getattr(col, "metadata_fields", None) or {}
