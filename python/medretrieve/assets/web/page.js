@@ -3,7 +3,9 @@
 // is ticked, as "explain": true), then POST v1/answer with "stream": true and
 // reads its server-sent events: `evidence` (the hits the answer is grounded on), `delta` (answer text as it is
 // written), `answer` (the whole answer, citations checked) or `error`. Each citation mark [n] names evidence hit n;
-// it becomes a link to that hit in the list shown (by chunk id), so a reader can check the source.
+// it becomes a link to that hit in the list shown (by chunk id), so a reader can check the source; below the
+// answer, each source it cites is listed with its document's year and publication types (when recorded). The
+// filter box and the retracted box reach the answer's own search as they reach the search.
 // A server with API keys answers 401 without one: the page then shows its key field; the key is kept in this
 // tab's sessionStorage (never in localStorage or a cookie) and sent as `Authorization: Bearer <key>`.
 "use strict";
@@ -28,6 +30,7 @@
   const form = $("ask"), question = $("question"), kInput = $("k"), explainBox = $("explain");
   const statusLine = $("status");
   const answerSection = $("answer-section"), answerBox = $("answer"), answerNote = $("answer-note");
+  const sourcesList = $("answer-sources");
   const hitsSection = $("hits-section"), hitsList = $("hits");
   const timingsSection = $("timings-section"), timings = $("timings"), timingsBody = timings.querySelector("tbody");
 
@@ -311,6 +314,23 @@
     answerBox.replaceChildren(...out);
   }
 
+  // The sources the answer cites, in number order, each a link to its hit with what a reader weighs it by: its
+  // document's year and publication types, as the hits show them (nothing where the collection records none).
+  function showSources(citations, evidence, stems) {
+    const cited = new Set();
+    for (const c of citations || []) {
+      for (const n of c.sources || []) if (evidence[n - 1] && !(c.invalid_sources || []).includes(n)) cited.add(n);
+    }
+    const items = [...cited].sort((a, b) => a - b).map((n) => {
+      const hit = evidence[n - 1];
+      const link = el("a", { class: "source", href: `#hit-${shownPosition(hit, stems)}`, "data-source": String(n),
+        text: `[${n}] ${hit.title || hit.document_id}` });
+      return el("li", {}, [link, ...describe(hit).map((text) => [" · ", el("span", { class: "doc-meta", text })]).flat()]);
+    });
+    sourcesList.replaceChildren(...items);
+    sourcesList.hidden = !items.length;
+  }
+
   // The server-sent events of one answer stream, as {event, data} objects.
   async function* events(response) {
     const reader = response.body.getReader();
@@ -334,14 +354,17 @@
     }
   }
 
-  async function streamAnswer(text, k, stems, signal) {
+  // `filters`: the search's own filter options (where, include_retracted), for the answer's search.
+  async function streamAnswer(text, k, filters, stems, signal) {
     answerSection.hidden = false;
     answerBox.replaceChildren();
+    sourcesList.replaceChildren();
+    sourcesList.hidden = true;
     answerNote.textContent = "";
     answerBox.setAttribute("aria-busy", "true");  // announced once, when the whole answer is there
     let evidence = [], written = "";
     try {
-      const response = await postJson("v1/answer", { question: text, k, stream: true }, signal);
+      const response = await postJson("v1/answer", { question: text, k, stream: true, ...filters }, signal);
       for await (const { event, data } of events(response)) {
         if (event === "evidence") {
           evidence = data.hits || [];
@@ -354,6 +377,7 @@
           const unsupported = new Set();
           for (const c of data.citations || []) if (!c.supported) for (const n of c.sources) unsupported.add(n);
           renderAnswer(String(data.text || ""), evidence, stems, unsupported);
+          showSources(data.citations, evidence, stems);
           answerNote.textContent = data.abstained ? `No answer: ${data.abstain_reason}` :
             (data.error ? `The answer failed: ${data.error}` :
               (unsupported.size ? "Dotted citations are not supported by their source." : ""));
@@ -382,10 +406,12 @@
     performance.mark("medretrieve:asked");  // marks for DevTools and bench/page.py: asked, hits, first-words, answered
     say("Searching\u2026");
     try {
-      const request = { question: text, k, explain };
-      if (where) request.where = where;
-      if (includeRetracted) request.include_retracted = true;
-      const result = await (await postJson("v1/search", request, controller.signal)).json();
+      const filters = {};  // the answer's search takes them as the search does
+      if (where) filters.where = where;
+      if (includeRetracted) filters.include_retracted = true;
+      const scope = where || includeRetracted ? " (filtered)" : "";
+      const result = await (await postJson("v1/search", { question: text, k, explain, ...filters },
+        controller.signal)).json();
       clearTimeout(searchTimer);
       const stems = queryStems(text, result.expansions);
       showHits(result.hits || [], stems);
@@ -393,19 +419,14 @@
       showFacets(result.hits || [], where, includeRetracted, controller.signal).catch(() => {
         facetsSection.hidden = true;  // the counts are a view: a search without them is still whole
       });
-      if (where || includeRetracted) {  // the answer's own search takes no filter yet: say so, do not answer
-        say(`${(result.hits || []).length} hits in ${Number(result.timings_ms.total).toFixed(0)} ms (filtered; ` +
-          "no answer is written for a filtered search yet)");
-        return;
-      }
       performance.mark("medretrieve:hits");
-      say(`${(result.hits || []).length} hits in ${Number(result.timings_ms.total).toFixed(0)} ms; answering\u2026`);
+      say(`${(result.hits || []).length} hits in ${Number(result.timings_ms.total).toFixed(0)} ms${scope}; answering\u2026`);
       const answerTimer = setTimeout(() => controller.abort(new Error("the answer took too long")), ANSWER_TIMEOUT_MS);
       try {
-        const answer = await streamAnswer(text, k, stems, controller.signal);
+        const answer = await streamAnswer(text, k, filters, stems, controller.signal);
         performance.mark("medretrieve:answered");
         // the search's own time, as the stage table shows it; the answer (its own search included) apart
-        say(`${(result.hits || []).length} hits in ${Number(result.timings_ms.total).toFixed(0)} ms; answered in ` +
+        say(`${(result.hits || []).length} hits in ${Number(result.timings_ms.total).toFixed(0)} ms${scope}; answered in ` +
           `${Number(answer.timings.total || 0).toFixed(0)} ms more`);
       } catch (error) {
         if (controller.signal.aborted && running !== controller) return;  // a newer question replaced this one
@@ -456,9 +477,9 @@
     keyInput.focus();
   });
 
-  // A citation link takes the keyboard focus to its hit (not only the scroll position).
-  answerBox.addEventListener("click", (event) => {
-    const link = event.target.closest("a.cite");
+  // A citation link, or a cited source's, takes the keyboard focus to its hit (not only the scroll position).
+  function focusHit(event) {
+    const link = event.target.closest("a.cite, a.source");
     if (!link) return;
     const target = document.querySelector(link.getAttribute("href"));
     if (target) {
@@ -466,5 +487,7 @@
       history.replaceState(null, "", link.getAttribute("href"));
       target.focus();
     }
-  });
+  }
+  answerBox.addEventListener("click", focusHit);
+  sourcesList.addEventListener("click", focusHit);
 })();
