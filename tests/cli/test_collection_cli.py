@@ -54,3 +54,57 @@ def test_add_with_errors_raise_names_the_line_and_writes_nothing(col, tmp_path, 
     assert "bad.jsonl:2: not UTF-8" in capsys.readouterr().err
     assert Collection.open(col).n_documents == before
     assert not [p for p in col.parent.iterdir() if p.name.startswith(".col.")]
+
+
+MEDLINE = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "medline" / "filters_sample.xml"
+
+
+def test_metadata_lists_and_declares_the_fields(tmp_path, capsys):
+    col = tmp_path / "med"
+    assert main(["build", str(MEDLINE), str(col), "--quiet", "--declare", "year=integer,journal=keyword",
+                 "--declare", "retracted=boolean"]) == 0
+    capsys.readouterr()
+    assert Collection.open(col).manifest["metadata"] == {
+        "fields": {"year": "integer", "journal": "keyword", "retracted": "boolean"}, "declared": True}
+    assert main(["collection", "metadata", str(col), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["declared"] and listed["documents"] == 5
+    assert listed["fields"] == {n: {"type": t, "documents": 5}
+                                for n, t in (("journal", "keyword"), ("retracted", "boolean"), ("year", "integer"))}
+    assert main(["collection", "metadata", str(col), "--declare", "publication_type=keywords,year=date"]) == 0
+    out = capsys.readouterr().out
+    assert "2 metadata fields (declared), 5 documents" in out
+    assert [line.split() for line in out.splitlines()[2:]] == [["publication_type", "keywords", "5"],
+                                                               ["year", "date", "5"]]
+    assert Collection.open(col).filter_rows("year >= 2019-06").sum() > 0
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--declare", "year=number"], "unknown types"),
+    (["--declare", "year"], "'year' is not FIELD=TYPE"),
+    (["--declare", "year=integer,year=float"], "field 'year' given twice"),
+    (["--declare", "journal=integer,year=integer"], "journal (integer): 5 documents hold values such as"),
+    (["--lenient"], "--lenient needs --declare"),
+])
+def test_metadata_refuses_bad_declarations_and_writes_nothing(tmp_path, capsys, args, words):
+    col = tmp_path / "med"
+    assert main(["build", str(MEDLINE), str(col), "--quiet"]) == 0
+    before = (col / "manifest.json").read_bytes()
+    assert main(["collection", "metadata", str(col)] + args) == 2
+    assert words in capsys.readouterr().err
+    assert (col / "manifest.json").read_bytes() == before
+
+
+def test_metadata_lenient_declares_what_does_not_fit_as_missing(tmp_path, capsys):
+    col = tmp_path / "med"
+    assert main(["build", str(MEDLINE), str(col), "--quiet"]) == 0
+    assert main(["collection", "metadata", str(col), "--declare", "journal=integer", "--lenient", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["fields"] == {
+        "journal": {"type": "integer", "documents": 0}}
+
+
+def test_metadata_of_a_missing_collection_and_a_sharded_declare_are_usage_errors(tmp_path, capsys):
+    assert main(["collection", "metadata", str(tmp_path / "nope")]) == 2
+    assert "not a medretrieve collection" in capsys.readouterr().err
+    assert main(["build", str(MEDLINE), str(tmp_path / "s"), "--shards", "2", "--declare", "year=integer"]) == 2
+    assert "--declare is not taken by a sharded build" in capsys.readouterr().err

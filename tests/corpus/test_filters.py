@@ -316,3 +316,20 @@ def test_declared_fields_replace_the_inferred_ones_and_last(medline_collection, 
     assert again.manifest["metadata"] == {"fields": {"year": "float", "journal": "keyword",
                                                      "publication_date": "date"}, "declared": True}
     assert again.filter_rows("year > 2024").sum() == 1
+
+
+def test_a_strict_declaration_refuses_conflicting_values_and_counts_live_documents(medline_collection, tmp_path):
+    medline_collection.save(tmp_path / "strict")
+    col = Collection.open(tmp_path / "strict")
+    recs = [r.metadata for r in read_records(MEDLINE)]
+    assert col.metadata_counts() == {name: sum(1 for m in recs if m.get(name) not in (None, []))
+                                     for name in col.metadata_fields}  # an empty list holds no value
+    with pytest.raises(ValueError, match=r"year \(keyword\): 5 documents hold values such as 20\d\d"):
+        col.declare_metadata({"year": "keyword", "journal": "keyword"}, strict=True)
+    assert not col.manifest["metadata"]["declared"]
+    col.delete(["31000001"])
+    col.declare_metadata({"year": "date", "journal": "keyword", "mesh": "keywords"}, strict=True)
+    assert col.metadata_counts() == {"year": 4, "journal": 4,
+                                     "mesh": sum(1 for m in recs[1:] if m.get("mesh"))}
+    col.declare_metadata({"journal": "integer"})  # not strict: what does not fit counts as missing
+    assert col.metadata_counts() == {"journal": 0}

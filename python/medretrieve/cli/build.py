@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any
 
+from .collection import add_declare_option, declared
 from .options import HelpFormatter
 
 
@@ -37,6 +38,7 @@ def add_build(sub: Any) -> None:
     p.add_argument("--no-resume", dest="resume", action="store_false",
                    help="start afresh instead of resuming an interrupted build of the same sources and settings")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_declare_option(p)
     d = p.add_argument_group("distributed build on Ray (needs the 'distributed' extra)")
     d.add_argument("--shards", type=int, default=None,
                    help="build N shard collections on Ray (OUT_DIR/shard-00000 ... and OUT_DIR/shards.json); "
@@ -68,12 +70,14 @@ def _build(args: argparse.Namespace) -> int:
         return _build_sharded(args, report, t0)
     if args.ray is not None:
         raise ValueError("--ray needs --shards N (the single-machine build does not use Ray)")
+    fields = declared(args.declare)
     col = Collection.build(args.source, args.out_dir, encoder=encoder_dir(args.encoder),
                            query_encoder=args.query_encoder,
                            chunking=ChunkingConfig(max_tokens=args.max_tokens), errors=args.errors,
                            dtype=args.dtype, M=args.M, ef_construction=args.ef_construction,
                            batch_size=args.batch_size, progress=not args.quiet, format=args.format,
-                           overwrite=args.overwrite, report=report, resume=args.resume, threads=args.threads)
+                           overwrite=args.overwrite, report=report, resume=args.resume, threads=args.threads,
+                           metadata_fields=fields)
     print(f"built {col.directory}: {col.n_documents} documents, {len(col)} chunks "
           f"in {time.perf_counter() - t0:.1f} s; {report.summary()}")
     return 0
@@ -84,6 +88,9 @@ def _build_sharded(args: argparse.Namespace, report: Any, t0: float) -> int:
     from ..corpus.chunking import ChunkingConfig
     from ..distributed.build import build_sharded
 
+    if args.declare is not None:
+        raise ValueError("--declare is not taken by a sharded build (--shards) yet: declare the types on each shard "
+                         "afterwards (medretrieve collection metadata OUT_DIR/shard-00000 --declare ...)")
     out = build_sharded(args.source, args.out_dir, args.shards, encoder=encoder_dir(args.encoder),
                         query_encoder=args.query_encoder, chunking=ChunkingConfig(max_tokens=args.max_tokens),
                         errors=args.errors, dtype=args.dtype, M=args.M, ef_construction=args.ef_construction,

@@ -57,7 +57,7 @@ import numpy as np
 from .builder import CollectionBuilder, chunk_rows, embed_chunks, lexical_text, source_fingerprint
 from .chunking import Chunk, ChunkingConfig, SectionPart, chunk_record
 from .chunk_table import ROWS, ChunkRow, ChunkTable
-from .metadata import check_declared, declared_fields, infer_fields
+from .metadata import check_declared, declared_fields, infer_fields, misfits
 from .lexical import LexicalIndex
 from .manifest import CollectionManifest, read_manifest, validate_manifest
 from .snapshot import CollectionSnapshot, Encoders, load_snapshot
@@ -227,6 +227,11 @@ class Collection:
     def metadata_fields(self) -> Dict[str, str]:
         """The documents' metadata fields, name -> type (:attr:`CollectionSnapshot.metadata_fields`)."""
         return self._snap.metadata_fields
+
+    def metadata_counts(self) -> Dict[str, int]:
+        """Per metadata field (:attr:`metadata_fields`), the live documents holding a value that fits its type."""
+        columns, live = self._snap.metadata_columns(), self._snap.live_documents()
+        return {name: int((columns.present(name) & live).sum()) for name in columns.fields}
 
     def filter_rows(self, where: Any) -> np.ndarray:
         """Boolean mask of the live rows passing a metadata filter (:meth:`CollectionSnapshot.filter_rows`)."""
@@ -480,14 +485,23 @@ class Collection:
             self._commit(draft)
             return len(hit)
 
-    def declare_metadata(self, fields: Mapping[str, str]) -> None:
+    def declare_metadata(self, fields: Mapping[str, str], strict: bool = False) -> None:
         """Declare the documents' metadata fields, name -> type (``keyword``, ``keywords``, ``integer``,
         ``float``, ``date``, ``boolean``: ``medretrieve.filters.FIELD_TYPES``), in place of the types inferred from
         the values; written at once, kept by later writes (``manifest["metadata"]["declared"]``). A field left out
-        cannot be filtered on; a document whose value does not fit its field's type counts as missing it.
-        ValueError naming an unknown type. Writers take turns as for :meth:`add`."""
+        cannot be filtered on; a document whose value does not fit its field's type counts as missing it, or with
+        ``strict`` the declaration is refused (ValueError naming the field, how many live documents conflict and
+        one of their values; nothing written). ValueError naming an unknown type. Writers take turns as for
+        :meth:`add`."""
         declared = check_declared(fields)
         with self._write_lock:
+            if strict:
+                meta = self._snap.rows.document_metadata()
+                bad = misfits((meta[int(d)] for d in np.flatnonzero(self._snap.live_documents())), declared)
+                if bad:
+                    raise ValueError("metadata fields conflict with the documents' values: " + "; ".join(
+                        f"{name} ({declared[name]}): {count} documents hold values such as {example!r}"
+                        for name, (count, example) in sorted(bad.items())) + "; nothing was declared")
             draft = _Draft(self._snap)
             draft.manifest["metadata"] = {"fields": declared, "declared": True}
             self._commit(draft)

@@ -19,7 +19,7 @@ import numpy as np
 from ..filters import (FIELD_TYPES, All, AnyOf, Compare, Filter, FilterError, Flag, Member, Not, check_fields,
                        parse_filter)
 
-__all__ = ["infer_fields", "FieldInference", "check_declared", "declared_fields", "MetadataColumns", "date_days"]
+__all__ = ["infer_fields", "FieldInference", "check_declared", "declared_fields", "fits", "misfits", "MetadataColumns", "date_days"]
 
 _EPOCH = _dt.date(1970, 1, 1)
 _DATE = re.compile(r"(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?$")
@@ -103,6 +103,35 @@ def check_declared(fields: Mapping[str, str]) -> Dict[str, str]:
     return dict(fields)
 
 
+def fits(kind: str, value: Any) -> bool:
+    """Whether ``value`` is one of a ``kind`` field's values (what :class:`MetadataColumns` reads; any other
+    value counts as missing): a boolean, an integer (a whole float too), a number, an ISO date (or a year), a
+    string, or a string or list of strings for ``keywords``."""
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind in ("integer", "float"):
+        number = _number(value)
+        return number is not None and (kind == "float" or float(number).is_integer())
+    if kind == "date":
+        return date_days(value) is not None
+    if kind == "keyword":
+        return isinstance(value, str)
+    return isinstance(value, str) or (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value))
+
+
+def misfits(metadata: Iterable[Mapping[str, Any]], fields: Mapping[str, str]) -> Dict[str, Tuple[int, Any]]:
+    """Per declared field, the documents whose value (present, not None) does not fit its type, counted, with the
+    first such value: ``{name: (count, example)}``, only the fields with any."""
+    out: Dict[str, Tuple[int, Any]] = {}
+    for meta in metadata:
+        for name, kind in fields.items():
+            value = meta.get(name)
+            if value is not None and not fits(kind, value):
+                count, example = out.get(name, (0, value))
+                out[name] = (count + 1, example)
+    return out
+
+
 def declared_fields(manifest: Mapping[str, Any]) -> Optional[Dict[str, str]]:
     """The fields a collection's manifest records as declared (:meth:`Collection.declare_metadata
     <.collection.Collection.declare_metadata>`), None when its fields are inferred from the values."""
@@ -137,6 +166,15 @@ class MetadataColumns:
                             lists.setdefault(item, []).append(doc)
                 self._postings[name] = {k: np.unique(np.asarray(d, dtype=np.int64)) for k, d in lists.items()}
         self._masks: Dict[str, np.ndarray] = {}
+
+    def present(self, name: str) -> np.ndarray:
+        """Boolean mask over documents holding a value of field ``name`` that fits its type."""
+        if name in self._postings:
+            out = np.zeros(self.n, dtype=bool)
+            for docs in self._postings[name].values():
+                out[docs] = True
+            return out
+        return ~np.isnan(self._numbers[name])
 
     def mask(self, where: Any) -> np.ndarray:
         """Boolean mask over documents of the filter (text, JSON or parsed), read-only and kept per filter;
@@ -179,10 +217,7 @@ class MetadataColumns:
                 if got is not None:
                     out[got] = True
             if isinstance(node, Compare) and node.op == "!=":
-                present = np.zeros(self.n, dtype=bool)
-                for docs in postings.values():
-                    present[docs] = True
-                return present & ~out
+                return self.present(name) & ~out
             return out
         column = self._numbers[name]
         if isinstance(node, Member):

@@ -209,6 +209,12 @@ class CollectionSnapshot:
         (declared or recorded at the last write), else inferred from the documents."""
         return self.metadata_columns().fields
 
+    def live_documents(self) -> np.ndarray:
+        """Boolean mask over document codes (``rows.documents``): the documents with a live row."""
+        live = np.zeros(len(self.rows.documents), dtype=bool)
+        live[np.asarray(self.rows.document)[np.asarray(self.alive)]] = True
+        return live
+
     def metadata_columns(self) -> MetadataColumns:
         """The documents' metadata as typed columns (:mod:`.metadata`), built once per snapshot."""
         if self._columns is None:
