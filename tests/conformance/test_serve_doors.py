@@ -2,7 +2,8 @@
 ``medretrieve.distributed.serve`` over two shards of the demo corpus, asked through its HTTP API (``POST
 /v1/search``, as the page and any HTTP caller send it) and through its handle, gives what ``ShardedRetriever.search``
 over the same shards gives in process (a ``ShardedRetriever`` is a ``Retriever``): the same hits, scores and stage
-log, or the same refusal naming the same option.
+log, or the same refusal naming the same option. Filters are drawn for it as for every door (each shard filters
+its own rows), and ``POST /v1/facets`` counts as the reference does.
 
 The deployment and the in-process reference share one set of shard actors (``share_shards``), so that two Ray
 actors, not four, hold the shards on a 2-core machine. Runs in ``.ci/run`` (the distributed extra is installed
@@ -112,10 +113,29 @@ def test_every_serve_door_answers_as_sharded_search(serve_doors, which, conforma
 
 
 @pytest.mark.parametrize("options", [{}, {"k": "5"}, {"colour": "red"}, {"lexical": False},
-                                     {"sections": ["treatment"], "mmr": True, "per_document": 1}])
+                                     {"sections": ["treatment"], "mmr": True, "per_document": 1},
+                                     {"where": "topic == cardiology", "k": 3},
+                                     {"where": {"field": "topic", "op": "in", "value": ["endocrinology"]},
+                                      "include_retracted": True, "evidence_prior": True, "mmr": True},
+                                     {"where": "not topic in (cardiology)", "recency_half_life": 5, "recovery": True},
+                                     {"where": "yeer > 1"}, {"where": "topic > cardiology"}])
 def test_the_serve_doors_answer_the_issues_requests(serve_doors, options):
     """Ray Serve was a second HTTP API (flat switches, its own validation and error shape, no sections)."""
     reference, http, handle = serve_doors
     for door in (http, handle):
         compared_or_fail(reference, door, Request("Which drugs lower serum urate in gout?",
                                                    {"deadline_ms": 60_000, **options}))
+
+
+def test_the_serve_facets_count_as_sharded_search(serve_doors):
+    """``POST /v1/facets`` of the deployment: the shards' counts summed, as ``ShardedRetriever.facets`` gives
+    them; an unknown field refused 422 naming it."""
+    reference, http, _ = serve_doors
+    for body in ({"fields": ["topic"]}, {"fields": ["topic"], "where": "not topic == cardiology", "top": 2}):
+        r = http.http.post("/v1/facets", json=body, timeout=TIMEOUT_S)
+        assert r.status_code == 200, r.text
+        want = reference.retriever.facets(**body)
+        assert r.json()["documents"] == want["documents"] > 0
+        assert [(p["value"], p["count"]) for p in r.json()["facets"]["topic"]] == [tuple(p) for p in want["facets"]["topic"]]
+    bad = http.http.post("/v1/facets", json={"fields": ["colour"]}, timeout=TIMEOUT_S)
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "fields"
