@@ -1,9 +1,13 @@
 """Filtered vector search at every selectivity: medretrieve's row filter (``search(allowed=)``) against hnswlib with a
-filter callable and faiss HNSW with an ``IDSelectorBitmap``, same vectors, same M / ef_construction, one run.
+filter callable, faiss HNSW with an ``IDSelectorBitmap``, LanceDB (``IVF_HNSW_FLAT``, one partition, ``where(...,
+prefilter=True)``) and Chroma (its HNSW, ``where={...}``), same vectors, same M / ef_construction, one run.
 
-Filters keep 50%, 10%, 1%, 0.1% and 0.01% of the rows, each two ways: ``random`` (one filter per share, rows drawn
-at random) and ``correlated`` (per query: the rows of the clusters farthest from the query, whole clusters until the
-share is reached; a field set by cluster, so the allowed rows lie far from the query's neighbours). Recall@10 is
+Filters keep 50%, 10%, 1%, 0.1% and 0.01% of the rows, each two ways: ``random`` (one filter per share: the rows
+whose ``rank``, a random permutation of the row ids, is below the count kept) and ``correlated`` (per query: the
+rows of the clusters farthest from the query, whole clusters until the share is reached, the last one by its
+``slot``, the row's place in its cluster; a field set by cluster, so the allowed rows lie far from the query's
+neighbours). Every row carries ``rank``, ``cluster`` and ``slot``: the databases get the filter as a predicate on
+them (SQL for LanceDB, a ``where`` document for Chroma), the others as the same rows' bitset. Recall@10 is
 against the exact filtered search (float32 NumPy over the allowed rows). Each library sweeps ``ef``; per cell the
 table gives the cheapest ef reaching the recall target (0.95): QPS (recall, ef, single-query p50 / p99 ms; one
 thread, one query per call, the filter passed as each library takes it; each query's best of 3 rounds); ``-`` with
@@ -13,23 +17,34 @@ first line.
 
     nice python bench/filtered.py --n 100000 --dim 384 --nq 100
     MEDRETRIEVE_SIMD=avx2 nice python bench/filtered.py --n 100000 --dim 384 --nq 100
+    nice python bench/filtered.py --n 100000 --dim 384 --nq 100 --libs lancedb,chroma
     nice python bench/filtered.py --n 1000000 --dim 768 --libs medretrieve      # the issue's size (slow here)
+
+LanceDB runs with ``LANCE_CPU_THREADS=1`` (its build too) and Chroma's HNSW with ``num_threads`` 1 after the build,
+both in a temporary directory removed at exit; their ``ef`` is LanceDB's ``ef`` (``nprobes`` 1, the one partition)
+and Chroma's ``hnsw.ef_search`` (stored, then the collection opened again: untimed). Their predicates are evaluated
+inside each timed call, as a database does; the others' bitsets are built before timing.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
+import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import datagen  # noqa: E402
-
-import medretrieve  # noqa: E402
-from medretrieve.index import pack_allowed  # noqa: E402
+import datagen
+import medretrieve
+from medretrieve.index import pack_allowed
 
 K = 10
 TARGET = 0.95
@@ -39,17 +54,59 @@ SHARES = (0.5, 0.1, 0.01, 0.001, 0.0001)
 ROUNDS, SLOW_ROUND_S = 3, 5.0
 
 
+@dataclass(frozen=True)
+class RowFields:
+    """The per-row fields the filters test: ``rank`` (a random permutation of the row ids), ``cluster`` (the row's
+    nearest centre) and ``slot`` (the row's place among its cluster's rows, in row order)."""
+
+    rank: np.ndarray
+    cluster: np.ndarray
+    slot: np.ndarray
+
+
+@dataclass(frozen=True)
+class RowFilter:
+    """One filter, as the rows it keeps (``mask``) and as the predicate that keeps them: ``rank < rank_below``
+    (random), or ``cluster`` in ``clusters`` or (``cluster == partial[0]`` and ``slot < partial[1]``) (correlated)."""
+
+    mask: np.ndarray
+    rank_below: int | None = None
+    clusters: tuple[int, ...] = ()
+    partial: tuple[int, int] | None = None
+
+    def sql(self) -> str:
+        """The predicate as SQL (LanceDB's ``where``)."""
+        if self.rank_below is not None:
+            return f"rank < {self.rank_below}"
+        parts = [f"cluster IN ({', '.join(map(str, self.clusters))})"] if self.clusters else []
+        if self.partial is not None:
+            parts.append(f"(cluster = {self.partial[0]} AND slot < {self.partial[1]})")
+        return " OR ".join(parts)
+
+    def where(self) -> dict[str, Any]:
+        """The predicate as a Chroma ``where`` document."""
+        if self.rank_below is not None:
+            return {"rank": {"$lt": self.rank_below}}
+        parts: list[dict[str, Any]] = [{"cluster": {"$in": list(self.clusters)}}] if self.clusters else []
+        if self.partial is not None:
+            parts.append({"$and": [{"cluster": self.partial[0]}, {"slot": {"$lt": self.partial[1]}}]})
+        return parts[0] if len(parts) == 1 else {"$or": parts}
+
+
 class Lib:
     """One library's index; ``one(q, ef, allowed)`` searches one query with the filter in the library's own form
-    (``prepare(mask)`` builds that form, untimed)."""
+    (``prepare(row_filter)`` builds that form, untimed; ``None`` is no filter); ``close()`` frees what it holds."""
 
     name = ""
 
-    def prepare(self, mask: np.ndarray) -> Any:
-        return mask
+    def prepare(self, row_filter: RowFilter | None) -> Any:
+        return None if row_filter is None else row_filter.mask
 
     def one(self, q: np.ndarray, ef: int, allowed: Any) -> np.ndarray:
         raise NotImplementedError
+
+    def close(self) -> None:
+        pass
 
 
 class Medretrieve(Lib):
@@ -60,8 +117,8 @@ class Medretrieve(Lib):
         self.idx.add(x, num_threads=threads)
         self.idx.set_num_threads(1)
 
-    def prepare(self, mask: np.ndarray) -> Any:
-        return None if mask is None else pack_allowed(mask)
+    def prepare(self, row_filter: RowFilter | None) -> Any:
+        return None if row_filter is None else pack_allowed(row_filter.mask)
 
     def one(self, q: np.ndarray, ef: int, allowed: Any) -> np.ndarray:
         return self.idx.search(q, K, ef=ef, allowed=allowed)[0][0]
@@ -77,10 +134,10 @@ class Hnswlib(Lib):
         self.idx.init_index(len(x), M=M, ef_construction=efc)
         self.idx.add_items(x, np.arange(len(x)), num_threads=threads)
 
-    def prepare(self, mask: np.ndarray) -> Any:
-        if mask is None:
+    def prepare(self, row_filter: RowFilter | None) -> Any:
+        if row_filter is None:
             return None
-        keep = mask.tolist()
+        keep = row_filter.mask.tolist()
         return keep.__getitem__  # a list's item: the cheapest Python callable on an id
 
     def one(self, q: np.ndarray, ef: int, allowed: Any) -> np.ndarray:
@@ -104,17 +161,103 @@ class Faiss(Lib):
         self.idx.add(x)
         faiss.omp_set_num_threads(1)
 
-    def prepare(self, mask: np.ndarray) -> Any:
-        if mask is None:
+    def prepare(self, row_filter: RowFilter | None) -> Any:
+        if row_filter is None:
             return None
-        bitmap = np.packbits(mask, bitorder="little")
-        return bitmap, self.faiss.IDSelectorBitmap(len(mask), self.faiss.swig_ptr(bitmap))
+        bitmap = np.packbits(row_filter.mask, bitorder="little")
+        return bitmap, self.faiss.IDSelectorBitmap(len(row_filter.mask), self.faiss.swig_ptr(bitmap))
 
     def one(self, q: np.ndarray, ef: int, allowed: Any) -> np.ndarray:
         params = self.faiss.SearchParametersHNSW(efSearch=ef)
         if allowed is not None:
             params.sel = allowed[1]
         return self.idx.search(q[None, :], K, params=params)[1][0]
+
+
+def _padded(ids: list[int]) -> np.ndarray:
+    """Ids found, padded with -1 to K (fewer than K allowed rows, or a walk that found fewer)."""
+    out = np.full(K, -1, np.int64)
+    out[: len(ids)] = ids[:K]
+    return out
+
+
+class LanceDB(Lib):
+    """A LanceDB table (id, vector, rank, cluster, slot) with one ``IVF_HNSW_FLAT`` index: one partition, so one
+    HNSW graph over every row as the others build, searched with ``nprobes`` 1 and the filter as a prefilter."""
+
+    def __init__(self, x: np.ndarray, fields: RowFields, M: int, efc: int) -> None:
+        os.environ.setdefault("LANCE_CPU_THREADS", "1")  # read when its runtime starts: one thread, as the others
+        import lancedb
+        import pyarrow as pa
+        from lancedb.index import IvfHnswFlat
+
+        self.name = f"LanceDB {lancedb.__version__} IVF_HNSW_FLAT (prefilter)"
+        self.dir = tempfile.mkdtemp(prefix="filtered_lancedb_")
+        vectors = pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), x.shape[1])
+        rows = pa.table({"id": np.arange(len(x)), "vector": vectors, "rank": fields.rank, "cluster": fields.cluster,
+                         "slot": fields.slot})
+        self.table = lancedb.connect(self.dir).create_table("rows", rows)
+        self.table.create_index("vector", config=IvfHnswFlat(distance_type="dot", num_partitions=1, m=M,
+                                                             ef_construction=efc))
+
+    def prepare(self, row_filter: RowFilter | None) -> Any:
+        return None if row_filter is None else row_filter.sql()
+
+    def one(self, q: np.ndarray, ef: int, allowed: Any) -> np.ndarray:
+        query = self.table.search(q).distance_type("dot").nprobes(1).ef(ef).limit(K).select(["id", "_distance"])
+        if allowed is not None:
+            query = query.where(allowed, prefilter=True)
+        return _padded(query.to_arrow()["id"].to_pylist())
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Chroma(Lib):
+    """A Chroma collection (embedded ``PersistentClient``), ``ip`` space, the rows' fields as metadata; its ef is
+    ``hnsw.ef_search``, changed with ``modify`` between sweeps."""
+
+    def __init__(self, x: np.ndarray, fields: RowFields, M: int, efc: int, threads: int) -> None:
+        import chromadb
+        from chromadb.config import Settings
+
+        self.name = f"Chroma {chromadb.__version__} HNSW (where)"
+        self.dir = tempfile.mkdtemp(prefix="filtered_chroma_")
+        self.settings = Settings(anonymized_telemetry=False)
+        self.client = chromadb.PersistentClient(path=self.dir, settings=self.settings)
+        self.rows = self.client.create_collection("rows", embedding_function=None, configuration={"hnsw": {
+            "space": "ip", "max_neighbors": M, "ef_construction": efc, "num_threads": threads}})
+        step = self.client.get_max_batch_size()
+        for s in range(0, len(x), step):
+            e = min(s + step, len(x))
+            self.rows.add(ids=[str(i) for i in range(s, e)], embeddings=x[s:e], metadatas=[
+                {"rank": int(r), "cluster": int(c), "slot": int(o)}
+                for r, c, o in zip(fields.rank[s:e], fields.cluster[s:e], fields.slot[s:e])])
+        self.ef = 0
+
+    def prepare(self, row_filter: RowFilter | None) -> Any:
+        return None if row_filter is None else row_filter.where()
+
+    def one(self, q: np.ndarray, ef: int, allowed: Any) -> np.ndarray:
+        if ef != self.ef:
+            self.set_ef(ef)
+        found = self.rows.query(query_embeddings=q[None, :], n_results=K, where=allowed, include=[])
+        return _padded([int(i) for i in found["ids"][0]])
+
+    def set_ef(self, ef: int) -> None:
+        """Store ef_search (and one query thread) in the collection's configuration, then open it again: the HNSW
+        segment a client has loaded keeps the ef it was loaded with (``modify`` alone changes no recall)."""
+        import chromadb
+        from chromadb.api.client import SharedSystemClient
+
+        self.rows.modify(configuration={"hnsw": {"ef_search": ef, "num_threads": 1}})
+        SharedSystemClient.clear_system_cache()
+        self.client = chromadb.PersistentClient(path=self.dir, settings=self.settings)
+        self.rows = self.client.get_collection("rows")
+        self.ef = ef
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def cluster_of(x: np.ndarray, clusters: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -126,28 +269,41 @@ def cluster_of(x: np.ndarray, clusters: int, seed: int = 0) -> tuple[np.ndarray,
     return owner, centres
 
 
-def filters(x: np.ndarray, q: np.ndarray, share: float, kind: str, owner: np.ndarray, centres: np.ndarray
-            ) -> Iterator[np.ndarray]:
-    """One bool mask per query: the same random one, or the far clusters of each query (correlated)."""
-    n = len(x)
+def row_fields(owner: np.ndarray, seed: int = 0) -> RowFields:
+    """Each row's ``rank`` (a seeded random permutation), ``cluster`` (``owner``) and ``slot`` in its cluster."""
+    order = np.argsort(owner, kind="stable")  # rows grouped by cluster, in row order within each
+    starts = np.searchsorted(owner[order], owner[order])  # where each row's cluster begins in that order
+    slot = np.empty(len(owner), np.int64)
+    slot[order] = np.arange(len(owner)) - starts
+    return RowFields(np.random.default_rng(seed).permutation(len(owner)), owner.astype(np.int64), slot)
+
+
+def filters(q: np.ndarray, share: float, kind: str, fields: RowFields, centres: np.ndarray) -> Iterator[RowFilter]:
+    """One filter per query: the same random one, or the far clusters of each query (correlated)."""
+    n = len(fields.rank)
     want = max(1, round(share * n))
     if kind == "random":
-        mask = np.zeros(n, bool)
-        mask[np.random.default_rng(int(share * 1e6)).choice(n, want, replace=False)] = True
+        mask = fields.rank < want
         for _ in q:
-            yield mask
+            yield RowFilter(mask, rank_below=want)
         return
-    sizes = np.bincount(owner, minlength=len(centres))
+    sizes = np.bincount(fields.cluster, minlength=len(centres))
     for query in q:
-        mask = np.zeros(n, bool)
+        whole: list[int] = []
+        partial = None
         taken = 0
-        for c in np.argsort(centres @ query):  # farthest clusters first
-            rows = np.flatnonzero(owner == c)[: want - taken]
-            mask[rows] = True
-            taken += len(rows)
-            if taken >= want or not sizes[c]:
+        for c in np.argsort(centres @ query).tolist():  # farthest clusters first
+            if taken + sizes[c] > want:
+                partial = (c, want - taken)
                 break
-        yield mask
+            whole.append(c)
+            taken += int(sizes[c])
+            if taken == want:
+                break
+        mask = np.isin(fields.cluster, whole)
+        if partial is not None:
+            mask |= (fields.cluster == partial[0]) & (fields.slot < partial[1])
+        yield RowFilter(mask, clusters=tuple(whole), partial=partial)
 
 
 def exact_filtered(x: np.ndarray, query: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -157,10 +313,10 @@ def exact_filtered(x: np.ndarray, query: np.ndarray, mask: np.ndarray) -> np.nda
     return rows[top]
 
 
-def measure(lib: Lib, q: np.ndarray, masks: list[np.ndarray], truths: list[np.ndarray], ef: int
+def measure(lib: Lib, q: np.ndarray, row_filters: list[RowFilter | None], truths: list[np.ndarray], ef: int
             ) -> tuple[float, float, float, float]:
     """(recall, p50 ms, p99 ms, QPS) of single-query filtered searches at this ef."""
-    prepared = [lib.prepare(m) for m in masks]
+    prepared = [lib.prepare(f) for f in row_filters]
     for i in range(min(5, len(q))):  # warm-up
         lib.one(q[i], ef, prepared[i])
     times = np.full(len(q), np.inf)
@@ -180,19 +336,36 @@ def measure(lib: Lib, q: np.ndarray, masks: list[np.ndarray], truths: list[np.nd
         float(len(q) / times.sum())
 
 
-def cell(lib: Lib, q: np.ndarray, masks: list[np.ndarray], truths: list[np.ndarray], efs: list[int],
+def cell(lib: Lib, q: np.ndarray, row_filters: list[RowFilter | None], truths: list[np.ndarray], efs: list[int],
          budget_s: float) -> str:
     """The cheapest ef reaching TARGET: 'QPS (recall, ef, p50/p99 ms)', or '-' with the best recall seen."""
     best = 0.0
     start = time.monotonic()
     for ef in efs:
-        r, p50, p99, qps = measure(lib, q, masks, truths, ef)
+        r, p50, p99, qps = measure(lib, q, row_filters, truths, ef)
         best = max(best, r)
         if r >= TARGET:
             return f"{qps:,.0f} ({r:.3f}, ef {ef}, {p50:.2f}/{p99:.2f})"
         if time.monotonic() - start > budget_s:
             break
     return f"- (best {best:.3f})"
+
+
+# --libs name -> (the module it needs, for a clear error before anything is built)
+NEEDS = {"medretrieve": "medretrieve", "medretrieve-int8": "medretrieve", "hnswlib": "hnswlib", "faiss": "faiss",
+         "lancedb": "lancedb", "chroma": "chromadb"}
+
+
+def chosen_libs(spec: str) -> list[str]:
+    """The --libs names, each known and importable, else SystemExit naming the missing one and how to install it."""
+    names = [name.strip() for name in spec.split(",") if name.strip()]
+    for name in names:
+        if name not in NEEDS:
+            raise SystemExit(f"--libs: unknown library {name!r} (choose from {', '.join(NEEDS)})")
+        if importlib.util.find_spec(NEEDS[name]) is None:
+            raise SystemExit(f"--libs {name}: the module {NEEDS[name]!r} is not installed "
+                             "(pip install -e '.[bench]' installs every peer)")
+    return names
 
 
 def main() -> None:
@@ -205,24 +378,39 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="build threads")
     ap.add_argument("--efs", default="16,32,64,128,256,512")
     ap.add_argument("--shares", default=",".join(str(s) for s in SHARES))
-    ap.add_argument("--libs", default="medretrieve,hnswlib,faiss", help="medretrieve, medretrieve-int8, hnswlib, faiss")
+    ap.add_argument("--libs", default="medretrieve,hnswlib,faiss",
+                    help=f"comma-separated, from: {', '.join(NEEDS)}")
     ap.add_argument("--budget", type=float, default=60.0, help="seconds per cell before giving up on higher ef")
     a = ap.parse_args()
+    names = chosen_libs(a.libs)
     efs = [int(e) for e in a.efs.split(",")]
     spec = datagen.DataSpec(a.n, a.nq, dim=a.dim)
     x, q, _ = datagen.load(spec, k=K)
     owner, centres = cluster_of(x, max(16, a.n // 500))
+    fields = row_fields(owner)
     makers: dict[str, Callable[[], Lib]] = {
         "medretrieve": lambda: Medretrieve(x, a.M, a.efc, a.threads, "float32"),
         "medretrieve-int8": lambda: Medretrieve(x, a.M, a.efc, a.threads, "int8"),
         "hnswlib": lambda: Hnswlib(x, a.M, a.efc, a.threads),
         "faiss": lambda: Faiss(x, a.M, a.efc, a.threads),
+        "lancedb": lambda: LanceDB(x, fields, a.M, a.efc),
+        "chroma": lambda: Chroma(x, fields, a.M, a.efc, a.threads),
     }
-    libs = []
-    for name in a.libs.split(","):
-        t = time.perf_counter()
-        libs.append(makers[name]())
-        print(f"built {libs[-1].name} in {time.perf_counter() - t:.1f} s", flush=True)
+    libs: list[Lib] = []
+    try:
+        for name in names:
+            t = time.perf_counter()
+            libs.append(makers[name]())
+            print(f"built {libs[-1].name} in {time.perf_counter() - t:.1f} s", flush=True)
+        table(libs, x, q, fields, centres, efs, [float(s) for s in a.shares.split(",")], a)
+    finally:
+        for lib in libs:
+            lib.close()
+
+
+def table(libs: list[Lib], x: np.ndarray, q: np.ndarray, fields: RowFields, centres: np.ndarray, efs: list[int],
+          shares: list[float], a: argparse.Namespace) -> None:
+    """Print the Markdown table: a row per filter, a cell per library."""
     simd = medretrieve.Index("ip", 4)
     simd.init_index(1)
     print(f"\n{a.n} x {a.dim} embedding-like (datagen), {a.nq} queries, M={a.M} efc={a.efc}, recall@{K} target "
@@ -230,14 +418,14 @@ def main() -> None:
     cols = [lib.name for lib in libs]
     print("| filter | " + " | ".join(cols) + " |")
     print("|---|" + "---|" * len(cols))
-    everything = [None] * len(q)
+    everything: list[RowFilter | None] = [None] * len(q)
     truths = [exact_filtered(x, query, np.ones(len(x), bool)) for query in q]
     print("| none | " + " | ".join(cell(lib, q, everything, truths, efs, a.budget) for lib in libs) + " |", flush=True)
-    for share in (float(s) for s in a.shares.split(",")):
+    for share in shares:
         for kind in ("random", "correlated"):
-            masks = list(filters(x, q, share, kind, owner, centres))
-            truths = [exact_filtered(x, query, m) for query, m in zip(q, masks)]
-            row = [cell(lib, q, masks, truths, efs, a.budget) for lib in libs]
+            row_filters: list[RowFilter | None] = list(filters(q, share, kind, fields, centres))
+            truths = [exact_filtered(x, query, f.mask) for query, f in zip(q, row_filters) if f is not None]
+            row = [cell(lib, q, row_filters, truths, efs, a.budget) for lib in libs]
             print(f"| {share:.2%} {kind} | " + " | ".join(row) + " |", flush=True)
 
 

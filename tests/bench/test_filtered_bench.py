@@ -1,11 +1,20 @@
 """bench/filtered.py's own pieces: the filters keep the share asked for, a correlated filter's rows lie farther from
-the query than a random filter's, the reference is the exact filtered top k, and a cell reports a library that never
-reaches the recall target with its best recall instead of a speed."""
+the query than a random filter's, the reference is the exact filtered top k, a cell reports a library that never
+reaches the recall target with its best recall instead of a speed; the database peers (LanceDB, Chroma; skipped
+where not installed) search inside the same rows through their own predicates, and the script prints its table with
+every library available."""
 from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from bench_scripts import load_bench_script
+from bench_scripts import BENCH, load_bench_script
 
 
 @pytest.fixture(scope="module")
@@ -25,12 +34,39 @@ def _data(n: int = 3000, dim: int = 16) -> tuple[np.ndarray, np.ndarray]:
 def test_filters_keep_the_share_and_correlated_ones_lie_far(bench) -> None:
     x, q = _data()
     owner, centres = bench.cluster_of(x, 30)
+    fields = bench.row_fields(owner)
     for share in (0.5, 0.1, 0.01):
-        random = list(bench.filters(x, q, share, "random", owner, centres))
-        far = list(bench.filters(x, q, share, "correlated", owner, centres))
+        random = list(bench.filters(q, share, "random", fields, centres))
+        far = list(bench.filters(q, share, "correlated", fields, centres))
         for query, r, f in zip(q, random, far):
-            assert r.sum() == f.sum() == round(share * len(x))
-            assert (x[f] @ query).mean() < (x[r] @ query).mean()  # inner product: lower is farther
+            assert r.mask.sum() == f.mask.sum() == round(share * len(x))
+            assert (x[f.mask] @ query).mean() < (x[r.mask] @ query).mean()  # inner product: lower is farther
+
+
+def test_row_fields_number_each_cluster_from_zero_in_row_order(bench) -> None:
+    owner = np.array([2, 0, 2, 1, 0, 2])
+    fields = bench.row_fields(owner)
+    assert fields.slot.tolist() == [0, 0, 1, 0, 1, 2]
+    assert sorted(fields.rank.tolist()) == list(range(6))
+
+
+def test_the_predicate_keeps_the_rows_of_the_mask(bench) -> None:
+    """The SQL and the where document the databases get select the rows the others get as a bitset, evaluated here
+    on the fields (a numpy reading of the same predicate; the databases' own reading is tested below)."""
+    x, q = _data()
+    owner, centres = bench.cluster_of(x, 30)
+    fields = bench.row_fields(owner)
+    for share in (0.5, 0.01):
+        for kind in ("random", "correlated"):
+            for f in bench.filters(q, share, kind, fields, centres):
+                if f.rank_below is not None:
+                    kept = fields.rank < f.rank_below
+                else:
+                    kept = np.isin(fields.cluster, f.clusters)
+                    if f.partial is not None:
+                        kept |= (fields.cluster == f.partial[0]) & (fields.slot < f.partial[1])
+                assert (kept == f.mask).all()
+                assert f.sql() and f.where()
 
 
 def test_reference_is_the_exact_filtered_top_k(bench) -> None:
@@ -52,3 +88,87 @@ def test_a_library_below_the_target_reports_its_best_recall(bench) -> None:
     x, q = _data()
     truths = [bench.exact_filtered(x, query, np.ones(len(x), bool)) for query in q]
     assert bench.cell(Blind(), q, [None] * len(q), truths, [16, 32], budget_s=5) == "- (best 0.000)"
+
+
+@pytest.fixture(scope="module")
+def small(bench):
+    x, q = _data(n=2000)
+    owner, centres = bench.cluster_of(x, 20)
+    return x, q, bench.row_fields(owner), centres
+
+
+def _peer(bench, name: str, x, fields):
+    if name == "lancedb":
+        pytest.importorskip("lancedb")
+        return bench.LanceDB(x, fields, M=16, efc=100)
+    pytest.importorskip("chromadb")
+    return bench.Chroma(x, fields, M=16, efc=100, threads=1)
+
+
+@pytest.mark.parametrize("name", ["lancedb", "chroma"])
+def test_a_database_peer_searches_inside_its_filter_and_cleans_up(bench, small, name: str) -> None:
+    """Each database's own filtered search returns only rows its predicate keeps (the same rows as the mask), finds
+    the exact filtered top 10 at a generous ef, and its temporary directory is gone after close()."""
+    x, q, fields, centres = small
+    lib = _peer(bench, name, x, fields)
+    try:
+        assert lib.one(q[0], 64, lib.prepare(None)).tolist() == bench.exact_filtered(x, q[0], np.ones(len(x), bool)
+                                                                                     ).tolist()
+        for share, kind in ((0.1, "random"), (0.1, "correlated"), (0.003, "correlated")):
+            hits = want = 0
+            for query, f in zip(q, bench.filters(q, share, kind, fields, centres)):
+                found = lib.one(query, 256, lib.prepare(f))
+                truth = bench.exact_filtered(x, query, f.mask)
+                assert f.mask[found[found >= 0]].all(), (kind, share, f.sql())
+                hits += len(set(found.tolist()) & set(truth.tolist()))
+                want += len(truth)
+            assert hits / want >= bench.TARGET, (kind, share, hits / want)
+    finally:
+        lib.close()
+    assert not Path(lib.dir).exists()
+
+
+def test_the_script_prints_a_row_per_filter_for_each_available_library(bench, tmp_path) -> None:
+    libs = ["medretrieve", "hnswlib", "faiss", "lancedb", "chroma"]
+    available = [name for name in libs if importlib.util.find_spec(bench.NEEDS[name]) is not None]
+    run = subprocess.run(
+        [sys.executable, str(BENCH / "filtered.py"), "--n", "2000", "--dim", "16", "--nq", "5", "--efs", "16,128",
+         "--shares", "0.1,0.005", "--budget", "5", "--libs", ",".join(available)],
+        check=False, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "MEDRETRIEVE_BENCH_CACHE": str(tmp_path)})
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| ")]
+    header, body = rows[0], rows[1:]
+    assert header.count("|") == len(available) + 2
+    assert [r.split(" | ")[0] for r in body] == [
+        "| none", "| 10.00% random", "| 10.00% correlated", "| 0.50% random", "| 0.50% correlated"]
+    cell = re.compile(r"^([\d,]+ \(\d\.\d{3}, ef \d+, [\d.]+/[\d.]+\)|- \(best \d\.\d{3}\))$")
+    for row in body:
+        cells = row.strip("| ").split(" | ")[1:]
+        assert len(cells) == len(available) and all(cell.match(c) for c in cells), row
+
+
+def test_a_missing_or_unknown_library_is_named(bench, monkeypatch) -> None:
+    with pytest.raises(SystemExit, match="unknown library 'nope'"):
+        bench.chosen_libs("medretrieve,nope")
+    monkeypatch.setitem(bench.NEEDS, "faiss", "no_such_module_for_the_test")
+    with pytest.raises(SystemExit, match="'no_such_module_for_the_test' is not installed"):
+        bench.chosen_libs("faiss")
+
+
+@pytest.mark.parametrize("name", ["lancedb", "chroma"])
+def test_a_database_peers_ef_changes_its_search(bench, name: str) -> None:
+    """The ef the sweep sets reaches the database's HNSW: on hard data (random 64-d) ef 10 finds fewer true
+    neighbours than ef 300 (Chroma keeps the ef it loaded a collection with unless it is opened again)."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((5000, 64)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    q = rng.standard_normal((20, 64)).astype(np.float32)
+    lib = _peer(bench, name, x, bench.row_fields(np.zeros(len(x), np.int32)))
+    try:
+        truths = [bench.exact_filtered(x, query, np.ones(len(x), bool)) for query in q]
+        # ef 10 measured again last: the sweep going back down (next cell) must take effect too
+        recall = {ef: bench.measure(lib, q, [None] * len(q), truths, ef)[0] for ef in (10, 300, 10)}
+    finally:
+        lib.close()
+    assert recall[10] < recall[300] - 0.1, recall
