@@ -317,7 +317,7 @@ class Retriever:
                     mask = filter_rows(parsed)
                 except FilterError as exc:  # the collection's fields refuse it: the option named, as every door does
                     raise SearchOptionValueError(str(exc), "where") from None
-            if int(mask.sum()) == int(col.alive.sum()):
+            if _count(mask) == _count(col.alive):
                 got = scope  # every live row passes: the plain search is the filtered one
             else:
                 narrowed = getattr(col, "narrowed", None)  # a collection filtering where its rows are (sharded)
@@ -329,8 +329,8 @@ class Retriever:
                     if len(cache) > 64:  # bounded: the oldest filter's scope goes
                         cache.pop(next(k for k in cache if k is not None))
                     cache[key] = got
-        n = int(got.collection.alive.sum())
-        log.record("filter", True, f"{key}: {n} of {int(col.alive.sum())} chunks")
+        n = _count(got.collection.alive)
+        log.record("filter", True, f"{key}: {n} of {_count(col.alive)} chunks")
         return got
 
     def facets(self, fields: Sequence[str], where: Any = None, include_retracted: Optional[bool] = None,
@@ -467,6 +467,12 @@ def _span_fields(span: Optional[Span], text: str) -> Optional[Dict[str, Any]]:
     if span.text is not None and span.text != text:
         fields["text"] = span.text
     return fields
+
+
+def _count(rows: Any) -> int:
+    """How many rows a row set holds: a boolean mask's true entries, or a sharded collection's as its shards
+    count them."""
+    return int(rows.sum())
 
 
 def effective_filter(col: Any, where: Any, include_retracted: bool) -> Optional[Filter]:
