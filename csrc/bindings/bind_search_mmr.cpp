@@ -17,10 +17,12 @@ namespace mi = medretrieve::index;
 namespace medretrieve::bindings {
 
 void bind_search_mmr(py::module_& m) {
+  // search_mmr(..., allowed=<packed uint64 bitset>) is understood (medretrieve/index/hnsw.py checks for it).
+  m.attr("SEARCH_MMR_ALLOWED") = true;
   m.def(
       "search_mmr",
       [](const mi::Hnsw& index, py::handle query, py::handle k_arg, py::handle fetch_k_arg, py::handle lambda_arg,
-         py::handle ef_arg, py::handle labels) {
+         py::handle ef_arg, py::handle labels, py::handle allowed_v) {
         const size_t dim = index.params().dim;
         const Rows q = rows_arg(query, dim, "query");
         if (q.n != 1) throw InputError("search_mmr takes one query, got " + std::to_string(q.n) + " rows");
@@ -30,10 +32,12 @@ void bind_search_mmr(py::module_& m) {
         const size_t ef = ef_arg.is_none() ? 0 : count_arg(ef_arg, "ef");
         std::optional<mi::LabelQuery> lq;
         if (auto values = query_labels_arg(labels)) lq = mi::LabelQuery::make(*values);
+        const std::optional<AllowedBits> allowed = allowed_arg(allowed_v);  // held (read in place) until the end
+        const mi::ExternalBits bits = allowed ? mi::ExternalBits{allowed->words, allowed->n_words} : mi::ExternalBits{};
         fusion::SearchMmrResult r;
         {
           py::gil_scoped_release nogil;
-          r = fusion::search_mmr(index, q.data, k, fetch_k, lambda, ef, lq ? &*lq : nullptr);
+          r = fusion::search_mmr(index, q.data, k, fetch_k, lambda, ef, lq ? &*lq : nullptr, allowed ? &bits : nullptr);
         }
         py::array_t<int64_t> ids(r.ids.size());
         py::array_t<float> scores(r.scores.size()), rel(r.relevance.size());
@@ -43,9 +47,10 @@ void bind_search_mmr(py::module_& m) {
         return py::make_tuple(ids, scores, rel);
       },
       py::arg("index"), py::arg("query"), py::arg("k"), py::arg("fetch_k"), py::arg("lambda_"),
-      py::arg("ef") = py::none(), py::arg("labels") = py::none(),
+      py::arg("ef") = py::none(), py::arg("labels") = py::none(), py::arg("allowed") = py::none(),
       "Search fetch_k candidates and diversify them with MMR, reading vectors from the index storage. "
-      "Returns (ids int64, mmr_scores float32, relevance float32) in pick order.");
+      "allowed: None or a packed uint64 bitset over external ids (args.h, allowed_arg), the row filter of "
+      "HnswIndex.search. Returns (ids int64, mmr_scores float32, relevance float32) in pick order.");
 }
 
 }  // namespace medretrieve::bindings

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <stdexcept>
 
@@ -11,7 +12,7 @@
 namespace medretrieve::fusion {
 
 SearchMmrResult search_mmr(const index::Hnsw& hnsw, const float* query, size_t k, size_t fetch_k, float lambda,
-                           size_t ef, const index::LabelQuery* labels) {
+                           size_t ef, const index::LabelQuery* labels, const index::ExternalBits* allowed) {
   assert(lambda >= 0.f && lambda <= 1.f);  // checked by the caller (the binding reads it)
   index::check_k(k, hnsw.count());
   index::check_k(fetch_k, hnsw.count(), "fetch_k");
@@ -22,7 +23,11 @@ SearchMmrResult search_mmr(const index::Hnsw& hnsw, const float* query, size_t k
 
   // Rows stay valid while the shared lock keeps resize/load out.
   std::shared_lock<SharedMutex> guard(hnsw.mutex());
-  const std::vector<index::Candidate> found = hnsw.search_internal(query, fetch_k, ef, labels, nullptr);
+  // The slots the filter allows, compiled as Hnsw::search does, under the same lock (slots do not move under it).
+  std::optional<index::AllowedRows> rows;
+  if (allowed) rows = index::AllowedRows::from_external(hnsw.store(), allowed->words, allowed->n_words);
+  const std::vector<index::Candidate> found =
+      hnsw.search_internal(query, fetch_k, ef, labels, nullptr, rows ? &*rows : nullptr);
   const size_t n = found.size();
   if (n == 0) return out;
 

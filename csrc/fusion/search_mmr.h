@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "index/filter.h"
 #include "index/hnsw.h"
 #include "index/labels.h"
 
@@ -19,10 +20,14 @@ struct SearchMmrResult {
 };
 
 // k picks out of fetch_k candidates (fetch_k is raised to k, ef to fetch_k).
+// allowed: null, or the external ids the candidates may have (a caller's bitset,
+// compiled to the index's slots under its lock): the candidates are the same
+// filtered search Hnsw::search runs, planner included (graph walk or exact scan
+// of the allowed rows), so min(k, allowed live rows) picks, none outside it.
 // Pair similarities use the index's space: ip/cosine inner product, l2 the
 // negative squared distance; int8 indexes use the centred-code identity
 // x.y = c.c + c.r_x + c.r_y + s_x s_y dot_i8 (no dequantization).
 SearchMmrResult search_mmr(const index::Hnsw& hnsw, const float* query, size_t k, size_t fetch_k, float lambda,
-                           size_t ef, const index::LabelQuery* labels);
+                           size_t ef, const index::LabelQuery* labels, const index::ExternalBits* allowed = nullptr);
 
 }  // namespace medretrieve::fusion

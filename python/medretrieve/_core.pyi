@@ -114,6 +114,7 @@ class _CudaTable:
 # --- indexes (bind_index.cpp, bind_search_mmr.cpp) ---------------------------
 
 SEARCH_ALLOWED_BITSET: bool  # Index / FlatIndex search take allowed= (a bitset over ids)
+SEARCH_MMR_ALLOWED: bool  # search_mmr takes allowed= (the same bitset)
 
 class HnswIndex:
     """Native int8/float32 HNSW index (use ``medretrieve.Index``)."""
@@ -246,6 +247,7 @@ def search_mmr(
     lambda_: Any,
     ef: Any = None,
     labels: Any = None,
+    allowed: Optional[_U64] = None,  # a packed bitset over external ids, as HnswIndex.search
 ) -> tuple[_I64, _F32, _F32]: ...
 
 class IndexInputError(ValueError, RuntimeError):

@@ -4,7 +4,8 @@ The same calls, arguments, results and errors as ``hnswlib.BFIndex``, with two d
 
 * ``knn_query`` raises RuntimeError when fewer than ``k`` elements pass (hnswlib returns garbage rows then), and
   runs its ``filter`` only for elements close enough to enter the top k (as hnswlib does), so a filter must not count
-  on seeing every element.
+  on seeing every element. It also takes ``allowed=`` (a bool mask or packed bitset of labels, ``allowed.py``), a
+  filter tested natively instead of a Python call per candidate.
 * ``add_items`` adds all rows or none: past ``max_elements`` it raises before changing anything (hnswlib adds the
   rows that fit first).
 
@@ -20,11 +21,12 @@ import numpy as np
 from .. import _core
 from ._hnswlib import knn_results
 from ._inputs import IndexInputError, check_dim, check_dtype, check_space, non_negative
+from .allowed import AllowedArg, native_search_args
 
 
 class BFIndex:
     """Exact k-NN with hnswlib's ``BFIndex`` API: ``init_index``, ``add_items`` (an existing id takes the new vector),
-    ``delete_vector``, ``knn_query`` (hnswlib distances, ``filter``), ``save_index`` / ``load_index``,
+    ``delete_vector``, ``knn_query`` (hnswlib distances, ``filter``, ``allowed``), ``save_index`` / ``load_index``,
     ``get_max_elements``, ``get_current_count``, ``set_num_threads`` / ``num_threads``."""
 
     def __init__(self, space: str, dim: int, *, dtype: str = "float32") -> None:
@@ -71,12 +73,23 @@ class BFIndex:
             core.mark_deleted(label)
 
     def knn_query(
-        self, data: Any, k: int = 1, num_threads: int = -1, filter: Optional[Callable[[int], bool]] = None
+        self,
+        data: Any,
+        k: int = 1,
+        num_threads: int = -1,
+        filter: Optional[Callable[[int], bool]] = None,
+        *,
+        allowed: AllowedArg = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(labels uint64 [n, k], distances float32 [n, k])``, closest first, exact; distances as hnswlib's
         (``1 - ip``, ``1 - cos``, squared L2). ``filter(label) -> bool`` is called with the GIL from the search
-        threads, only for elements close enough to enter the top k."""
-        ids, scores = self._c().search(data, k, None, filter, self._threads(num_threads))
+        threads, only for elements close enough to enter the top k. ``allowed`` (a keyword hnswlib does not have):
+        the labels a result may have, as a bool mask (``allowed[label]``; labels past its end are out) or a packed
+        ``uint64`` bitset (``medretrieve.index.allowed_bitset``), tested natively without the GIL: the fast path
+        for a filter known as a set of labels (``FlatIndex.search``'s row filter; with ``filter``, both must pass).
+        """
+        filter, extra = native_search_args(allowed, filter)
+        ids, scores = self._c().search(data, k, None, filter, self._threads(num_threads), **extra)
         return knn_results(ids, scores, self.space, f"Fewer than k={k} elements pass")
 
     def _threads(self, num_threads: Any) -> Any:
