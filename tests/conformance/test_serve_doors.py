@@ -131,6 +131,8 @@ def test_the_serve_facets_count_as_sharded_search(serve_doors):
     """``POST /v1/facets`` of the deployment: the shards' counts summed, as ``ShardedRetriever.facets`` gives
     them; an unknown field refused 422 naming it."""
     reference, http, _ = serve_doors
+    described = http.http.get("/v1/collection", timeout=TIMEOUT_S).json()
+    assert described["metadata"] == {"topic": "keyword"}  # what the page offers filters and facets by
     for body in ({"fields": ["topic"]}, {"fields": ["topic"], "where": "not topic == cardiology", "top": 2}):
         r = http.http.post("/v1/facets", json=body, timeout=TIMEOUT_S)
         assert r.status_code == 200, r.text

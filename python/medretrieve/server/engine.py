@@ -91,6 +91,8 @@ def describe(snap: Snapshot, config: ServerConfig, llm: bool) -> Dict[str, Any]:
             "build": {"format": manifest.get("format"), "created": manifest.get("created"),
                       "versions": manifest.get("versions"), "chunking": manifest.get("chunking")},
             "metadata": col.metadata_fields}  # the fields a filter or a facet may name, name -> type
+    elif getattr(col, "metadata_fields", None) is not None:  # a sharded retriever's: the fields of all its shards
+        stored["metadata"] = col.metadata_fields  # type: ignore[attr-defined]
     return {
         "documents": col.n_documents,
         "chunks": len(col),
