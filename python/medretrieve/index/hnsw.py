@@ -276,7 +276,7 @@ class Index:
         found = cand[0] >= 0
         ids, relevance = cand[0][found], cand_scores[0][found]
         if self.space == "cosine":
-            q = q / max(float(np.linalg.norm(q)), np.finfo(np.float32).tiny)
+            q = q / max(float(np.linalg.norm(q)), float(np.finfo(np.float32).tiny))
         vectors = self._c().get_items(ids) if len(ids) else np.zeros((0, self.dim), np.float32)
         order, scores = mmr(q, vectors, int(k), lambda_, relevance, metric="l2" if self.space == "l2" else "ip")
         return ids[order], scores.astype(np.float32, copy=False), relevance[order]
