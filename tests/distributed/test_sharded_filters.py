@@ -4,6 +4,9 @@ same filtered search over one collection of the shards concatenated, every hit p
 articles stay out unless asked for, facet counts are one collection's, and a bad filter is refused alike."""
 from __future__ import annotations
 
+import sys
+import time
+
 import pytest
 
 pytest.importorskip("ray")
@@ -14,6 +17,7 @@ from sharded_data import (JOURNAL_SHARD, QUESTIONS, encoder_dir, metadata_corpus
 from medretrieve.corpus.collection import Collection  # noqa: E402
 from medretrieve.corpus.metadata import MetadataColumns  # noqa: E402
 from medretrieve.distributed import ShardedRetriever  # noqa: E402
+from medretrieve.distributed.shard_actor import ShardSearcher  # noqa: E402
 from medretrieve.distributed.shard_filter import merge_fields  # noqa: E402
 from medretrieve.retrieval.retriever import Retriever  # noqa: E402
 from medretrieve.wire import SearchOptionValueError  # noqa: E402
@@ -126,3 +130,29 @@ def test_facets_sum_the_shards_counts(retrievers):
             sharded.facets(fields, **kwargs)
         assert (type(got.value), str(got.value), got.value.option) == (
             type(want.value), str(want.value), want.value.option)
+
+
+class StallingCount(ShardSearcher):
+    """A shard whose count of a filter's rows takes 5 s when its directory ends with 'shard1'."""
+
+    def passing(self, *args, **kwargs):
+        if self.directory.endswith("shard1"):
+            time.sleep(5)
+        return super().passing(*args, **kwargs)
+
+
+def test_a_filtered_search_holds_its_deadline_when_a_shard_stalls(ray_cluster, metadata_corpus):
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the test's shard class travels by value
+    dirs, _ = metadata_corpus
+    sharded = ShardedRetriever(dirs, searcher=StallingCount, warmup=False)
+    try:
+        t0 = time.perf_counter()
+        res = sharded.search(QUESTIONS[0], k=10, deadline_ms=600, where="year >= 2005")
+        assert time.perf_counter() - t0 < 3.0  # never the stalled shard's 5 s
+        # the count is not waited for, the shard is still searched (it filters its own rows)
+        assert not res.partial and res.shards["answered"] == ["shard0", "shard1", "shard2"]
+        assert res.hits and all(h.metadata["year"] >= 2005 for h in res.hits)
+    finally:
+        sharded.close()

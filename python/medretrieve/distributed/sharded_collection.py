@@ -37,6 +37,9 @@ from .shard_actor import distinct_terms
 from .shard_filter import ShardFilter, check_filter
 
 KEY_BITS = 40  # rows per shard below 2**40
+#: the share of a search's deadline a filter's first count leaves to the stages after it (the first stage's own
+#: time and what it keeps for later stages)
+PASSING_RESERVE = 0.7
 
 
 def key_of(shard: int, row: int) -> int:
@@ -217,7 +220,11 @@ class _Passing(_AllAlive):
         if self._known is not None:
             return self._known
         state = self._owner.state
-        out = state.call("passing", {i: (self.where,) for i in state.live()})
+        dl = state.deadline
+        # a short wait: a shard that misses it is counted as none this time but still searched (its count matters
+        # to the stage log and section routing only; the shard filters its rows either way)
+        wait_s = None if dl.unlimited else max(dl.remaining_ms() - dl.share_ms(PASSING_RESERVE), 0.0) / 1000.0
+        out = state.shards.call("passing", {i: (self.where,) for i in state.live()}, wait_s)
         got = (sum(r["rows"] for r in out.results.values()),
                frozenset(x for r in out.results.values() for x in r["labels"]))
         if len(out.results) == len(state.shards):  # every shard counted: true for every later search too
