@@ -216,6 +216,7 @@ def test_a_filtered_search_shows_only_passing_hits_with_their_year_and_type_and_
     """The filter box and the retracted box reach the search; each hit shows its year and type; the facet tables
     count the filtered collection and the hits, and choosing a value narrows the filter and searches again."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
 
     driver.get(page_server.url + "/")
     _wait(driver, lambda d: d.switch_to.active_element.get_attribute("id") == "question", "the question's focus")
@@ -223,6 +224,8 @@ def test_a_filtered_search_shows_only_passing_hits_with_their_year_and_type_and_
     driver.find_element(By.ID, "question").send_keys(QUESTION)
     driver.find_element(By.ID, "submit").click()
     _wait(driver, lambda d: d.find_element(By.ID, "facets-section").is_displayed(), "the facet counts")
+    # the filtered search is answered too: the page settles once its answer is there (or said to be missing)
+    _wait(driver, lambda d: re.search(r"answered|no answer", d.find_element(By.ID, "status").text), "the answer")
     with httpx.Client(base_url=page_server.url, timeout=60.0) as http:
         search = http.post("/v1/search", json={"question": QUESTION, "k": 5, "where": "year >= 2016"}).json()
         counted = http.post("/v1/facets", json={"fields": ["year", "publication_type"], "where": "year >= 2016",
@@ -241,12 +244,49 @@ def test_a_filtered_search_shows_only_passing_hits_with_their_year_and_type_and_
             for r in year_rows] == [(str(f["value"]), f["count"]) for f in counted["facets"]["year"]]
     in_hits = sum(int(r.find_elements(By.TAG_NAME, "td")[2].text) for r in year_rows)
     assert in_hits == len({h["document_id"] for h in search["hits"]})
-    year_rows[0].find_element(By.CSS_SELECTOR, "button.facet-value").click()
+    # by keyboard: the answer above makes the page scroll (smoothly), where a pointer's click may land elsewhere
+    year_rows[0].find_element(By.CSS_SELECTOR, "button.facet-value").send_keys(Keys.ENTER)
     first = str(counted["facets"]["year"][0]["value"])
     _wait(driver, lambda d: d.find_element(By.ID, "where").get_attribute("value") == f"(year >= 2016) and year == {first}",
           "the chosen value in the filter")
     _wait(driver, lambda d: d.find_element(By.ID, "facets-section").is_displayed() and all(
         m.text == first for m in d.find_elements(By.CSS_SELECTOR, "#hits .doc-meta:first-of-type")), "the narrowed hits")
+    assert not console_errors(driver)
+
+
+def test_a_filtered_answer_lists_each_cited_source_with_its_year_and_type(driver, page_server):
+    """The filter box reaches the answer's own search: the answer shown is the server's filtered one, every source
+    it cites passes the filter, and each is listed under the answer with its year and type, linked to its hit."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    driver.get(page_server.url + "/")
+    _wait(driver, lambda d: d.switch_to.active_element.get_attribute("id") == "question", "the question's focus")
+    driver.find_element(By.ID, "where").send_keys("year <= 2015")
+    driver.find_element(By.ID, "question").send_keys(QUESTION, Keys.ENTER)
+    _wait(driver, _answered, "the filtered answer")
+    assert "(filtered)" in driver.find_element(By.ID, "status").text
+    with httpx.Client(base_url=page_server.url, timeout=60.0) as http:
+        answer = http.post("/v1/answer", json={"question": QUESTION, "k": K, "where": "year <= 2015"}).json()
+        unfiltered = http.post("/v1/answer", json={"question": QUESTION, "k": K}).json()
+    assert any(h["metadata"]["year"] > 2015 for h in unfiltered["evidence"])  # the filter has something to drop
+    assert answer["evidence"] and all(h["metadata"]["year"] <= 2015 for h in answer["evidence"])
+    _check_citations(driver, answer)
+    cited = sorted({n for c in answer["citations"] for n in c["sources"]})
+    items = driver.find_elements(By.CSS_SELECTOR, "#answer-sources li")
+    assert cited and [i.find_element(By.CSS_SELECTOR, "a.source").get_attribute("data-source") for i in items] == \
+        [str(n) for n in cited]
+    for item, n in zip(items, cited):
+        meta = answer["evidence"][n - 1]["metadata"]
+        assert meta["year"] <= 2015
+        # the year, then the types but the generic "Journal Article", as the hits show them
+        assert [m.text for m in item.find_elements(By.CSS_SELECTOR, ".doc-meta")] == [
+            str(meta["year"]), meta["publication_type"][-1]]
+    link = items[0].find_element(By.CSS_SELECTOR, "a.source")
+    link.send_keys(Keys.ENTER)
+    focused = driver.switch_to.active_element
+    assert focused.get_attribute("id") == link.get_attribute("href").split("#")[-1]
+    assert focused.get_attribute("data-chunk") == answer["evidence"][cited[0] - 1]["chunk_id"]
     assert not console_errors(driver)
 
 
