@@ -299,3 +299,119 @@ def test_the_pubmed_path_stays_within_the_deadline(tmp_path):
     assert took < 2.0
     cut = [s.name for s in res.stages if s.cut]
     assert cut, [(s.name, s.reason) for s in res.stages]  # what did not fit is reported
+
+
+MEDLINE = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "medline" / "filters_sample.xml"
+DIABETES = "Is metformin the first-line drug for type 2 diabetes?"
+
+
+def _medline_fake(srv):
+    """The fake serves the MEDLINE fixture's records (years, publication types, MeSH, retracted ones) besides its
+    own: its esearch ranks by the term's words whatever the tags, so records failing a filter do come back."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(MEDLINE.read_bytes())
+    srv.articles.update({a.find("MedlineCitation/PMID").text: a for a in root.findall("PubmedArticle")})
+
+
+def _passes(hits, where, fields):
+    import numpy as np
+
+    from medretrieve.corpus.metadata import MetadataColumns
+
+    return bool(np.all(MetadataColumns([h.metadata for h in hits], fields).mask(where)))
+
+
+def test_an_online_search_with_a_filter_asks_pubmed_for_it_and_drops_what_fails_it(encoder_dir):
+    from medretrieve.corpus.memory import MemoryCollection
+    from medretrieve.corpus.pubmed_terms import MEDLINE_FIELDS
+
+    where = "year >= 2016 and publication_type in (Review, 'Randomized Controlled Trial', 'Practice Guideline')"
+    with FakeEutils() as srv, PubMedSource(srv.base_url) as src:
+        _medline_fake(srv)
+        ret = Retriever(MemoryCollection.from_encoders(encoder_dir), online=OnlineStage(src, retmax=20))
+        res = ret.search(DIABETES, k=10, deadline_ms=None, where=where)
+        terms = [r["params"]["term"] for r in srv.requests if r["endpoint"] == "esearch.fcgi"]
+        fetched = ",".join(r["params"]["id"] for r in srv.requests if r["endpoint"] == "efetch.fcgi")
+    tail = ' AND 2016:3000[dp] AND ("Review"[pt] OR "Randomized Controlled Trial"[pt] OR "Practice Guideline"[pt])'
+    assert terms and all(t.startswith("(") and t.endswith(tail) for t in terms)
+    assert "31000002" in fetched  # a 2009 case report PubMed (the fake) returned anyway ...
+    docs = {h.document_id for h in res.hits}
+    assert docs == {"31000001", "31000005"}  # ... is dropped, as are the retracted ones and those without a type
+    assert _passes(res.hits, where + " and not retracted", MEDLINE_FIELDS)
+    assert "failed the filter" in res.stage("pubmed_fetch").reason
+    with pytest.raises(ValueError, match="unknown field 'yeer'"):
+        ret.search(DIABETES, where="yeer > 1")
+
+
+def test_retracted_records_are_dropped_by_default_without_narrowing_the_terms(encoder_dir):
+    from medretrieve.corpus.memory import MemoryCollection
+
+    with FakeEutils() as srv, PubMedSource(srv.base_url) as src:
+        _medline_fake(srv)
+        ret = Retriever(MemoryCollection.from_encoders(encoder_dir), online=OnlineStage(src, retmax=20,
+                                                                                         max_queries=1))
+        plain = {h.document_id for h in ret.search(DIABETES, k=20, deadline_ms=None).hits}
+        every = {h.document_id for h in ret.search(DIABETES, k=20, deadline_ms=None, include_retracted=True).hits}
+        only = {h.document_id for h in ret.search(DIABETES, k=20, deadline_ms=None, where="retracted").hits}
+        terms = [r["params"]["term"] for r in srv.requests if r["endpoint"] == "esearch.fcgi"]
+    assert {"31000003", "31000004"} <= every and not plain & {"31000003", "31000004"}
+    assert only == {"31000003", "31000004"}
+    assert terms[0] == terms[1] == pubmed_queries(Query.analyse(DIABETES), max_queries=1)[0].term
+    assert terms[2] == f"({terms[0]}) AND retracted publication[pt]"
+
+
+def test_a_field_without_an_esearch_tag_is_enforced_on_the_records(encoder_dir, tmp_path):
+    from medretrieve.corpus.collection import Collection
+
+    local = Collection.build([{"id": "L9", "title": "Metformin dosing", "topic": "dosing",
+                               "text": "Metformin for type 2 diabetes is started at a low dose."}],
+                             tmp_path / "local", encoder=encoder_dir, progress=False)
+    with FakeEutils() as srv, PubMedSource(srv.base_url) as src:
+        _medline_fake(srv)
+        ret = Retriever(local, online=OnlineStage(src, retmax=20, max_queries=1))
+        res = ret.search(DIABETES, k=10, deadline_ms=None, where="topic == dosing or year >= 2021")
+        term = next(r["params"]["term"] for r in srv.requests if r["endpoint"] == "esearch.fcgi")
+    assert term == pubmed_queries(Query.analyse(DIABETES), max_queries=1)[0].term  # the OR cannot narrow it
+    assert {"L9", "31000005"} <= {h.document_id for h in res.hits}  # 31000005: 2022
+    assert all(h.metadata.get("topic") == "dosing" or h.metadata["year"] >= 2021 for h in res.hits)
+    assert "failed the filter" in res.stage("pubmed_fetch").reason and res.stage("filter").ran
+
+
+def test_a_filtered_local_collection_seeds_the_pool_with_passing_rows_only(encoder_dir, tmp_path):
+    from medretrieve.corpus.collection import Collection
+
+    local = Collection.build(str(MEDLINE), tmp_path / "medline", encoder=encoder_dir, progress=False)
+    with FakeEutils() as srv, PubMedSource(srv.base_url) as src:
+        _medline_fake(srv)
+        ret = Retriever(local, online=OnlineStage(src, retmax=20))
+        plain = ret.search(DIABETES, k=20, deadline_ms=None)  # retracted local documents are out by default
+        res = ret.search(DIABETES, k=20, deadline_ms=None, where="year <= 2020 and mesh == Metformin")
+        fetched = [r["params"]["id"] for r in srv.requests if r["endpoint"] == "efetch.fcgi"]
+    assert plain.hits and not {h.document_id for h in plain.hits} & {"31000003", "31000004"}
+    assert res.hits and all(h.metadata["year"] <= 2020 and "Metformin" in h.metadata["mesh"]
+                            and not h.metadata["retracted"] for h in res.hits)
+    assert "already local" in res.stage("pool").reason
+    assert not any("3100000" in f for f in fetched)  # the local ones are never fetched, passing or not
+
+
+def test_the_recovery_requery_keeps_to_the_filter(encoder_dir):
+    from medretrieve.corpus.memory import MemoryCollection
+    from medretrieve.filters import parse_filter
+    from medretrieve.outbound import Deadline
+    from medretrieve.retrieval.online import OnlinePool
+    from medretrieve.retrieval.results import StageLog
+
+    with FakeEutils() as srv, PubMedSource(srv.base_url) as src:
+        _medline_fake(srv)
+        stage = OnlineStage(src, retmax=20)
+        where = parse_filter("year >= 2019")
+        pool = OnlinePool(MemoryCollection.from_encoders(encoder_dir), where=stage.records_filter(where),
+                          fields=stage.fields, ask=where)
+        dl = Deadline(None)
+        stage.requery(Query.analyse(DIABETES), pool, dl, StageLog(dl))
+        terms = [r["params"]["term"] for r in srv.requests if r["endpoint"] == "esearch.fcgi"]
+    assert terms and all(t.endswith(") AND 2019:3000[dp]") for t in terms)
+    years = {pool.collection.rows[i].document_id: pool.collection.rows[i].metadata["year"]
+             for i in range(len(pool.collection.rows))}
+    assert years and min(years.values()) >= 2019 and "31000005" in years

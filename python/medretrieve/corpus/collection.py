@@ -233,9 +233,9 @@ class Collection:
         columns, live = self._snap.metadata_columns(), self._snap.live_documents()
         return {name: int((columns.present(name) & live).sum()) for name in columns.fields}
 
-    def filter_rows(self, where: Any) -> np.ndarray:
+    def filter_rows(self, where: Any, extra_fields: Optional[Mapping[str, str]] = None) -> np.ndarray:
         """Boolean mask of the live rows passing a metadata filter (:meth:`CollectionSnapshot.filter_rows`)."""
-        return self._snap.filter_rows(where)
+        return self._snap.filter_rows(where, extra_fields)
 
     @property
     def sections(self) -> Dict[str, SectionPart]:

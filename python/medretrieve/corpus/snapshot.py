@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -133,6 +133,7 @@ class CollectionSnapshot:
         self._doc_rows: Optional[Tuple[np.ndarray, np.ndarray]] = None  # live rows by document code, bounds
         self._allowed: Dict[Tuple[int, ...], np.ndarray] = {}  # label set -> live rows carrying one of them
         self._columns: Optional[MetadataColumns] = None  # the documents' metadata as columns, built when asked
+        self._extra_columns: Dict[Tuple[Tuple[str, str], ...], MetadataColumns] = {}  # with an online source's fields
         self._filtered: Dict[str, np.ndarray] = {}  # filter text -> live rows passing it
 
     def snapshot(self) -> "CollectionSnapshot":
@@ -215,21 +216,34 @@ class CollectionSnapshot:
         live[np.asarray(self.rows.document)[np.asarray(self.alive)]] = True
         return live
 
-    def metadata_columns(self) -> MetadataColumns:
-        """The documents' metadata as typed columns (:mod:`.metadata`), built once per snapshot."""
+    def metadata_columns(self, extra_fields: Optional[Mapping[str, str]] = None) -> MetadataColumns:
+        """The documents' metadata as typed columns (:mod:`.metadata`), built once per snapshot; with
+        ``extra_fields`` (name -> type: an online source's fields), those the collection lacks join its own (its
+        documents read as missing them unless they hold fitting values), built once per distinct set."""
         if self._columns is None:
             meta = self.rows.document_metadata()
             fields = (self.manifest.get("metadata") or {}).get("fields") or infer_fields(meta)
             self._columns = MetadataColumns(meta, fields)
-        return self._columns
+        extra = {n: t for n, t in (extra_fields or {}).items() if n not in self._columns.fields}
+        if not extra:
+            return self._columns
+        key = tuple(sorted(extra.items()))
+        got = self._extra_columns.get(key)
+        if got is None:
+            got = MetadataColumns(self.rows.document_metadata(), {**self._columns.fields, **extra})
+            if len(self._extra_columns) >= 8:  # a bounded cache: one entry per online source's field set
+                self._extra_columns.pop(next(iter(self._extra_columns)))
+            self._extra_columns[key] = got
+        return got
 
-    def filter_rows(self, where: Any) -> np.ndarray:
+    def filter_rows(self, where: Any, extra_fields: Optional[Mapping[str, str]] = None) -> np.ndarray:
         """Boolean mask of the live rows whose document passes the filter ``where`` (text, JSON form or
         parsed: :mod:`medretrieve.filters`), read-only, kept per distinct filter for this snapshot (a collection
-        version); FilterError (a ValueError) naming an unknown field or an ill-typed comparison."""
-        columns = self.metadata_columns()
+        version); FilterError (a ValueError) naming an unknown field or an ill-typed comparison. ``extra_fields``:
+        fields the filter may also name (:meth:`metadata_columns`), which the documents lacking them fail."""
+        columns = self.metadata_columns(extra_fields)
         parsed = parse_filter(where)
-        key = parsed.text()
+        key = parsed.text() + ("" if columns is self._columns else " | " + repr(sorted(columns.fields.items())))
         mask = self._filtered.get(key)
         if mask is None:
             docs = columns.mask(parsed)

@@ -27,6 +27,15 @@ content words joined by OR) that this search has not asked yet; their new articl
 The pool is a small collection of its own: BM25 statistics (idf, lengths) are the pool's, as in a rerank pool,
 and recovery searches the pool.
 
+Metadata filters (``where``): the local candidates come from the filtered local collection, and every esearch
+term is narrowed by the filter's PubMed tags (:func:`~medretrieve.corpus.pubmed_terms.filtered_term`: ``[dp]``
+year and date ranges, ``[pt]``, ``[mh]``, ``[majr]``, ``[jour]``, ``[la]``, ``retracted publication[pt]``), so
+PubMed returns the records that can pass it; the records fetched are then filtered by their own parsed metadata
+before they join the pool (:meth:`OnlineStage.records_filter`: the filter and, unless ``include_retracted`` or the
+filter names it, ``not retracted``), so a field PubMed cannot search by is still enforced and no hit fails its
+filter. A filter may name the source's fields (:attr:`OnlineStage.fields`, MEDLINE's) as well as the local
+collection's; local documents without such a field fail it.
+
 Budget: each PubMed call gets the time left minus ``reserve`` of the budget (kept for ranking); a call that
 times out or fails is reported and the search goes on with what it has. Without a local collection (an empty
 ``MemoryCollection``) the pool holds the PubMed records alone.
@@ -35,16 +44,22 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Set, Tuple, Union
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Set, Tuple, Union, cast
+
+import numpy as np
 
 from ..corpus.collection import Collection
 from ..corpus.lexical import stopwords, tokenize
 from ..corpus.memory import MemoryCollection
 from ..corpus.pubmed import PubMedError, PubMedTimeout
 from ..corpus.pubmed_cache import PubMedCache
+from ..corpus.metadata import MetadataColumns
+from ..corpus.pubmed_terms import MEDLINE_FIELDS, filtered_term
 from ..corpus.snapshot import CollectionSnapshot
 from ..corpus.sources import Record
+from ..filters import All, Filter, Flag, Not, parse_filter
 from ..outbound import Deadline
+from .filtered import FilteredCollection
 from .pool_filler import FillReport, PoolFiller, VectorStore
 from .query import Query
 from .results import StageLog
@@ -119,10 +134,23 @@ def relaxed_queries(query: Query) -> List[PubMedQuery]:
 
 @dataclass
 class OnlinePool:
-    """One search's pool (``collection``) and the PubMed terms it has asked (``asked``)."""
+    """One search's pool (``collection``), the PubMed terms it has asked (``asked``), the filter the records it
+    fetches must pass (``where``, None: any) with the field types it reads (``fields``), and the one its esearch
+    terms are narrowed by (``ask``)."""
 
     collection: MemoryCollection
     asked: Set[str] = field(default_factory=set)
+    where: Optional[Filter] = None
+    fields: Dict[str, str] = field(default_factory=dict)
+    ask: Optional[Filter] = None  # the filter narrowing its esearch terms (the search's own, without the default)
+
+    def keep(self, records: List[Record]) -> Tuple[List[Record], int]:
+        """The ``records`` whose metadata passes :attr:`where`, and how many did not."""
+        if self.where is None or not records:
+            return records, 0
+        passed = MetadataColumns([r.metadata for r in records], self.fields).mask(self.where)
+        kept = [r for r, ok in zip(records, passed.tolist()) if ok]
+        return kept, len(records) - len(kept)
 
 
 class OnlineStage:
@@ -164,6 +192,19 @@ class OnlineStage:
         else:
             disk = PubMedCache(vectors)
         self.filler = PoolFiller(VectorStore(disk, memory_articles), batch_chunks)
+        found_fields = getattr(source, "metadata_fields", None)
+        #: the metadata fields of the source's records, name -> type (a filter may name them)
+        self.fields: Dict[str, str] = dict(found_fields) if isinstance(found_fields, dict) else dict(MEDLINE_FIELDS)
+
+    def records_filter(self, where: Any, include_retracted: bool = False) -> Optional[Filter]:
+        """The filter the fetched records must pass: ``where`` (text, JSON or parsed) and, unless
+        ``include_retracted`` or ``where`` names the field, ``not retracted`` where the source's records carry it
+        (a medical answer must not cite a retracted paper); None: none."""
+        parsed = None if where is None else parse_filter(where)
+        if include_retracted or self.fields.get("retracted") != "boolean" or (
+                parsed is not None and "retracted" in parsed.fields()):
+            return parsed
+        return Not(Flag("retracted")) if parsed is None else All((parsed, Not(Flag("retracted"))))
 
     def _left(self, dl: Deadline, reserve: float) -> Optional[float]:
         return None if dl.unlimited else max(dl.remaining_ms() - dl.share_ms(reserve), 0.0)
@@ -172,25 +213,39 @@ class OnlineStage:
         return float("inf") if dl.unlimited else dl.remaining_ms()
 
     # ------------------------------------------------------------- the pool
-    def pool(self, query: Query, local: Union[Collection, CollectionSnapshot], local_rows: Sequence[int], dl: Deadline, log: StageLog,
-             expansions: Optional[Dict[str, List[str]]] = None) -> OnlinePool:
-        """The pool one search ranks (module docstring); ``expansions``: the question's expansion terms by kind
-        (what the expand stage found), each kind one more PubMed query."""
-        online = OnlinePool(MemoryCollection.like(local))
+    def pool(self, query: Query, local: Union[Collection, CollectionSnapshot, FilteredCollection],
+             local_rows: Sequence[int], dl: Deadline, log: StageLog,
+             expansions: Optional[Dict[str, List[str]]] = None, where: Any = None,
+             include_retracted: bool = False) -> OnlinePool:
+        """The pool one search ranks (module docstring); ``local``: the local collection, or the view of it a
+        filter leaves (its rows that fail are not copied); ``expansions``: the question's expansion terms by kind
+        (what the expand stage found), each kind one more PubMed query; ``where`` (text, JSON or parsed): a
+        metadata filter, its PubMed tags narrowing every esearch term; the fetched records must pass it and, unless
+        ``include_retracted``, not be retracted (:meth:`records_filter`; the retraction is checked on the records
+        alone, the terms left as they are)."""
+        base = local.base if isinstance(local, FilteredCollection) else local
+        alive = np.asarray(local.alive)
+        fields = {**self.fields, **getattr(base, "metadata_fields", {})}
+        online = OnlinePool(MemoryCollection.like(cast(Union[Collection, CollectionSnapshot], base)),
+                            where=self.records_filter(where, include_retracted), fields=fields,
+                            ask=None if where is None else parse_filter(where))
         pmids = self._search(query, expansions, dl, log, online)
-        held = [p for p in pmids if local.document_rows(p)]
+        held = [p for p in pmids if base.document_rows(p)]  # local, whether or not its rows pass the filter
         held_set = set(held)
         todo = [p for p in pmids if p not in held_set]
         if todo:
             with dl.stage("pubmed_fetch"):
                 records, note, cut = self._fetch(todo, dl, self.reserve)
-            log.record("pubmed_fetch", bool(records), note, cut=cut)
+                records, failed = online.keep(records)
+            log.record("pubmed_fetch", bool(records), note + (f"; {failed} failed the filter" if failed else ""),
+                       cut=cut)
         else:
             records = []
             log.record("pubmed_fetch", False, "no new PMIDs")
         with dl.stage("pool"):
-            rows = list(dict.fromkeys(list(local_rows) + [r for p in held for r in local.document_rows(p)]))
-            online.collection.copy_rows(local, rows)
+            rows = list(dict.fromkeys(list(local_rows) + [r for p in held for r in base.document_rows(p)
+                                                          if alive[r]]))
+            online.collection.copy_rows(cast(Union[Collection, CollectionSnapshot], base), rows)
             fill = self.filler.fill(online.collection, records, lambda: self._time_left(dl),
                                     reserve_ms=dl.share_ms(self.reserve))
         log.record("pool", True, f"{len(rows)} local chunks ({len(held)} PubMed hits already local) + "
@@ -200,7 +255,8 @@ class OnlineStage:
 
     def _search(self, query: Query, expansions: Optional[Dict[str, List[str]]], dl: Deadline, log: StageLog,
                 online: OnlinePool) -> List[str]:
-        planned = pubmed_queries(query, expansions, self.max_queries)
+        planned = [PubMedQuery(q.kind, filtered_term(q.term, online.ask))
+                   for q in pubmed_queries(query, expansions, self.max_queries)]
         pmids: List[str] = []
         notes: List[str] = []
         with dl.stage("pubmed_search"):
@@ -257,7 +313,8 @@ class OnlineStage:
         if not self.recovery:
             log.record("pubmed_recovery", False, "disabled")
             return report
-        queries = [q for q in relaxed_queries(query) if q.term not in online.asked]
+        queries = [q for q in (PubMedQuery(r.kind, filtered_term(r.term, online.ask))
+                               for r in relaxed_queries(query)) if q.term not in online.asked]
         if not queries:
             log.record("pubmed_recovery", False, "no relaxed terms left to ask")
             return report
@@ -269,8 +326,9 @@ class OnlineStage:
             new = [p for p in pmids if not pool.document_rows(p)]
             if new:
                 records, note, fetch_cut = self._fetch(new, dl, RECOVERY_RESERVE)
+                records, failed = online.keep(records)
                 cut = cut or fetch_cut
-                notes.append("fetched " + note)
+                notes.append("fetched " + note + (f"; {failed} failed the filter" if failed else ""))
                 report = self.filler.fill(pool, records, lambda: self._time_left(dl),
                                           reserve_ms=dl.share_ms(RECOVERY_RESERVE))
                 notes.append(f"{len(report.added)} new articles joined the pool: {report.note()}")

@@ -228,7 +228,8 @@ class Retriever:
         and ``Settings.feedback`` say (MMR off; feedback only without a learned ranker; why in :class:`.Settings`).
 
         ``where``: a metadata filter every hit passes (text or JSON form, :mod:`medretrieve.filters`; ValueError
-        naming an unknown field or an ill-typed comparison); it holds in every stage (:mod:`.filtered`).
+        naming an unknown field or an ill-typed comparison); it holds in every stage (:mod:`.filtered`), and with
+        an online source it narrows the PubMed queries and the records fetched must pass it too (:mod:`.online`).
         Retracted articles (a collection whose documents carry the boolean ``retracted``) are left out unless
         ``include_retracted`` or the filter itself names ``retracted``. ``evidence_prior`` / ``recency_half_life``
         (years): priors on the order by publication type and by age (:mod:`.priors`), off by default.
@@ -252,8 +253,9 @@ class Retriever:
         ranked = on["rerank"] and self.ranker is not None
         scope, pool = self.scope(), None
         scope = self._filtered_scope(scope, opts.get("where"), bool(opts.get("include_retracted")), dl, log)
-        if self.online is not None:
-            scope, pool = self._online_scope(scope, query, k, dl, log, switches, ranked, only)
+        if self.online is not None:  # the records it fetches pass the filter too
+            scope, pool = self._online_scope(scope, query, k, dl, log, switches, ranked, only, opts.get("where"),
+                                             bool(opts.get("include_retracted")))
         cands = self.candidates.gather(scope, query, k, dl, log, switches, ranked=ranked, only=only)
         ranking = self.reranker.rerank(scope, query, cands, dl, log, enabled=on["rerank"])
         diversified = self._diversify(scope.collection, query, cands, ranking, k, dl, log,
@@ -297,9 +299,6 @@ class Retriever:
         parsed = effective_filter(col, where, include_retracted)
         if parsed is None:
             return scope
-        if self.online is not None and where is not None:
-            raise SearchOptionValueError("where: a metadata filter cannot be combined with an online source yet "
-                                         "(the records it fetches are not filtered)", "where")
         filter_rows = getattr(col, "filter_rows", None)
         if filter_rows is None:
             raise SearchOptionValueError(f"where: this collection ({type(col).__name__}) holds no document metadata "
@@ -314,7 +313,9 @@ class Retriever:
         if got is None:
             with dl.stage("filter"):
                 try:
-                    mask = filter_rows(parsed)
+                    # with an online source the filter may also name its records' fields (local documents
+                    # without them fail it)
+                    mask = filter_rows(parsed) if self.online is None else filter_rows(parsed, self.online.fields)
                 except FilterError as exc:  # the collection's fields refuse it: the option named, as every door does
                     raise SearchOptionValueError(str(exc), "where") from None
             if _count(mask) == _count(col.alive):
@@ -366,13 +367,15 @@ class Retriever:
         return {"documents": int(len(docs)), "facets": counted}
 
     def _online_scope(self, local: SearchScope, query: Query, k: int, dl: Deadline, log: StageLog,
-                      switches: Switches, ranked: bool, only: Optional[List[int]]) -> Tuple[SearchScope, OnlinePool]:
-        """The local collection's fused candidates (``local``: the snapshot's scope), then the pool with the
-        PubMed records (:mod:`.online`) and the scope over it (the pool is new with each search; the stage
-        objects are not)."""
+                      switches: Switches, ranked: bool, only: Optional[List[int]], where: Any = None,
+                      include_retracted: bool = False) -> Tuple[SearchScope, OnlinePool]:
+        """The local collection's fused candidates (``local``: the snapshot's scope, or its filtered one), then
+        the pool with the PubMed records that pass ``where`` (and are not retracted unless ``include_retracted``:
+        :mod:`.online`) and the scope over it (the pool is new with each search; the stage objects are not)."""
         assert self.online is not None
         col = local.collection
-        if not isinstance(col, (Collection, CollectionSnapshot)):
+        base = col.base if isinstance(col, FilteredCollection) else col
+        if not isinstance(base, (Collection, CollectionSnapshot)):
             raise TypeError(f"an online search adds PubMed records to a local collection, not to a "
                             f"{type(col).__name__}")
         local_rows: List[int] = []
@@ -392,7 +395,7 @@ class Retriever:
             if kinds:  # the expansion variants each become a PubMed query
                 with dl.stage("expand"):
                     expansions = self.candidates.variants(query, sub, kinds)[1]
-        pool = self.online.pool(query, col, local_rows, dl, log, expansions)
+        pool = self.online.pool(query, col, local_rows, dl, log, expansions, where, include_retracted)
         return self._scope_over(pool.collection), pool
 
     def _diversify(self, collection: CollectionView, query: Query, cands: Candidates, ranking: Ranking, k: int,
