@@ -6,7 +6,9 @@
   ``Collection.build`` of the documents ``shard_of(id, N) == i`` (same chunk ids, rows and vectors).
 - :class:`~.search.ShardedRetriever`: a :class:`~medretrieve.retrieval.retriever.Retriever` over many shards
   (one Ray actor each, collections memory-mapped); a question is fanned out under its deadline, candidates are
-  scored comparably and fused, reranked and diversified once; a missing shard gives a partial result.
+  scored comparably and fused, reranked and diversified once; a missing shard gives a partial result. Metadata
+  filters (``where``, retracted articles out by default) run on each shard over its own rows and facets sum the
+  shards' counts (:mod:`.shard_filter`), giving what one collection of the shards concatenated gives.
 - :class:`~.serve.ShardedSearch`: a Ray Serve deployment serving ``medretrieve serve``'s HTTP API over a
   ShardedRetriever (:func:`.serve.app` builds the application).
 
