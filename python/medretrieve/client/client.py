@@ -27,8 +27,9 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from ..filters import Filter
 from ..outbound import Deadline, OutboundPolicy, RetryAfterError, parse_retry_after
 from ..records import Answer, Hit, SearchResult
-from ..wire import (DEFAULT_K, AnswerRequest, BatchSearchRequest, FacetsRequest, SearchOptions, SearchOptionTypeError,
-                    SearchOptionValueError, SearchRequest, WordedQuestion, check_search_options, field_errors)
+from ..wire import (DEFAULT_K, FILTER_OPTIONS, AnswerRequest, BatchSearchRequest, FacetsRequest, SearchOptions,
+                    SearchOptionTypeError, SearchOptionValueError, SearchRequest, WordedQuestion, check_search_options,
+                    field_errors)
 from .errors import BadResponse, ClientError, InvalidRequest, Unavailable, error_for
 from .async_transport import AsyncHttpxTransport, AsyncLeanTransport
 from .http11 import ReplyCut, ReplyError
@@ -141,16 +142,13 @@ def _filter_options(where: Any, include_retracted: Optional[bool], evidence_prio
 def _search_fields(k: int, deadline_ms: Optional[float], per_document: Optional[int],
                    sections: Optional[Sequence[str]], explain: bool, stages: Dict[str, Any]) -> Dict[str, Any]:
     # (the options beside the stage switches travel at the top of the body, as the declaration places them)
-    fields = {name: stages[name] for name in _FILTER_FIELDS if name in stages}
-    switches = {name: value for name, value in stages.items() if name not in _FILTER_FIELDS}
+    fields = {name: stages[name] for name in FILTER_OPTIONS if name in stages}
+    switches = {name: value for name, value in stages.items() if name not in FILTER_OPTIONS}
     if isinstance(fields.get("where"), Filter):
         fields["where"] = fields["where"].text()
     return {"k": k, "deadline_ms": deadline_ms, "per_document": per_document,
             "sections": None if sections is None else list(sections), "explain": explain or None,
             "stages": switches or None, **fields}
-
-
-_FILTER_FIELDS = ("where", "include_retracted", "evidence_prior", "recency_half_life")
 
 
 def _facets_body(fields: Sequence[str], where: Any, include_retracted: Optional[bool], top: Optional[int]
