@@ -94,3 +94,19 @@ def test_search_pubmed_options_reach_the_client_and_the_online_stage(tmp_path, c
         assert "PubMedTooLarge" in fetch["reason"] and "max_reply_bytes=1048" in fetch["reason"]
         assert main(common + ["--pubmed-timeout-s", "0"]) == 2
         assert "timeout_s" in capsys.readouterr().err
+
+
+def test_fetch_pubmed_where_narrows_the_query_and_leaves_out_failing_records(tmp_path, capsys):
+    out = tmp_path / "corpus.jsonl"
+    with FakeEutils() as srv:  # its esearch ignores the tags: the 2015 article comes back and is left out
+        base = ["--pubmed-url", srv.base_url, "--pubmed-cache", "none"]
+        assert main(["fetch-pubmed", "aspirin platelets", str(out), "--where", "year >= 2016 and not retracted"]
+                    + base) == 0
+        assert "5 records from 6 PMIDs (0 not in PubMed, 0 malformed skipped, 1 failed --where)" in \
+            capsys.readouterr().out
+        assert srv.requests[0]["params"]["term"] == "(aspirin platelets) AND 2016:3000[dp] NOT retracted publication[pt]"
+        n = srv.count()
+        assert main(["fetch-pubmed", "aspirin", str(tmp_path / "x.jsonl"), "--where", "yeer > 1"] + base) == 2
+        assert "unknown field 'yeer'" in capsys.readouterr().err and srv.count() == n  # refused before asking
+    years = {x["id"]: x["year"] for x in map(json.loads, out.read_text().splitlines())}
+    assert len(years) == 5 and "30000002" not in years and min(years.values()) >= 2016  # 30000002: 2015

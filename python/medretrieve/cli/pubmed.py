@@ -1,4 +1,5 @@
-"""``medretrieve fetch-pubmed QUERY|--pmids FILE OUT.jsonl``: a local corpus from PubMed (E-utilities), and the
+"""``medretrieve fetch-pubmed QUERY|--pmids FILE OUT.jsonl [--where FILTER]``: a local corpus from PubMed
+(E-utilities; a metadata filter narrows the query and leaves out the records that fail it), and the
 PubMed options shared by every command that reads PubMed (``search --pubmed``, ``eval retrieval --pubmed``):
 :func:`add_pubmed_options` declares them, :func:`pubmed_source` and :func:`online_stage` build what they
 describe."""
@@ -91,6 +92,10 @@ def add_fetch_pubmed(sub: Any) -> None:
     p.add_argument("--mindate", default=None, help="earliest date (YYYY[/MM[/DD]]), with --maxdate")
     p.add_argument("--maxdate", default=None, help="latest date (YYYY[/MM[/DD]]), with --mindate")
     p.add_argument("--datetype", default="pdat", choices=("pdat", "edat", "mdat"), help="which date the range limits")
+    p.add_argument("--where", default=None, metavar="FILTER",
+                   help="a metadata filter (docs/filters.md: year, publication_date, publication_type, mesh, "
+                        "mesh_major, journal, language, retracted): it narrows the query with PubMed's tags and the "
+                        "records that fail it are left out")
     p.add_argument("--deadline-ms", type=float, default=None, help="time limit for the whole fetch (ms)")
     p.add_argument("--overwrite", action="store_true", help="replace OUT.jsonl if it exists")
     add_pubmed_options(p)
@@ -98,12 +103,17 @@ def add_fetch_pubmed(sub: Any) -> None:
 
 
 def _fetch_pubmed(args: argparse.Namespace) -> int:
+    from ..corpus.pubmed_terms import MEDLINE_FIELDS, filtered_term, records_passing
     from ..corpus.sources import ReadReport, record_to_dict
+    from ..filters import check_fields, parse_filter
 
     want = 1 if args.pmids else 2
     if len(args.args) != want:
         raise ValueError("give QUERY OUT.jsonl, or --pmids FILE OUT.jsonl" if want == 2 else
                          "with --pmids give only OUT.jsonl")
+    where = None if args.where is None else parse_filter(args.where)
+    if where is not None:
+        check_fields(where, MEDLINE_FIELDS)  # a FilterError (exit 2) naming the field
     out = Path(args.args[-1])
     if out.exists() and not args.overwrite:
         raise FileExistsError(f"{out} exists; pass --overwrite to replace it")
@@ -112,11 +122,13 @@ def _fetch_pubmed(args: argparse.Namespace) -> int:
         if args.pmids:
             pmids = read_pmids(args.pmids)
         else:
-            pmids = src.search(args.args[0], args.retmax, args.deadline_ms, mindate=args.mindate,
-                               maxdate=args.maxdate, datetype=args.datetype)
-        records = src.fetch(pmids, args.deadline_ms, report=report)
+            pmids = src.search(filtered_term(args.args[0], where), args.retmax, args.deadline_ms,
+                               mindate=args.mindate, maxdate=args.maxdate, datetype=args.datetype)
+        fetched = src.fetch(pmids, args.deadline_ms, report=report)
+        records, failed = records_passing(fetched, where)
     write_text_atomic(out, "".join(json.dumps(record_to_dict(r), ensure_ascii=False) + "\n" for r in records))
-    missing = len(pmids) - len(records) - report.n_skipped
+    missing = len(pmids) - len(fetched) - report.n_skipped
     print(f"{out}: {len(records)} records from {len(pmids)} PMIDs ({missing} not in PubMed, "
-          f"{report.n_skipped} malformed skipped); {src.requests_sent} E-utilities requests")
+          f"{report.n_skipped} malformed skipped{f', {failed} failed --where' if where is not None else ''}); "
+          f"{src.requests_sent} E-utilities requests")
     return 0

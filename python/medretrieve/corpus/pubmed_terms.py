@@ -18,12 +18,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..filters import All, AnyOf, Compare, Filter, Flag, Member, Not
-from .metadata import date_days
+from .metadata import MetadataColumns, date_days
+from .sources import Record
 
-__all__ = ["MEDLINE_FIELDS", "esearch_filter", "filtered_term"]
+__all__ = ["MEDLINE_FIELDS", "esearch_filter", "filtered_term", "records_passing"]
 
 #: the metadata fields of a MEDLINE / PubMed record (:func:`~.sources.read_medline`), name -> type
 MEDLINE_FIELDS: Dict[str, str] = {
@@ -63,6 +64,17 @@ def filtered_term(term: str, where: Optional[Filter]) -> str:
     docstring); ``term`` as it is without a filter or a part that maps."""
     got = None if where is None else _term(where, widen=True)
     return term if got is None else got.text(f"({term})")
+
+
+def records_passing(records: Sequence[Record], where: Optional[Filter],
+                    fields: Mapping[str, str] = MEDLINE_FIELDS) -> Tuple[List[Record], int]:
+    """The ``records`` whose own metadata passes ``where`` (None: all), read with the field types ``fields``, and
+    how many did not; FilterError naming a field ``fields`` lacks or an ill-typed comparison."""
+    if where is None or not records:
+        return list(records), 0
+    passed = MetadataColumns([r.metadata for r in records], fields).mask(where)
+    kept = [r for r, ok in zip(records, passed.tolist()) if ok]
+    return kept, len(records) - len(kept)
 
 
 def _term(node: Filter, widen: bool) -> Optional[_And]:

@@ -53,8 +53,7 @@ from ..corpus.lexical import stopwords, tokenize
 from ..corpus.memory import MemoryCollection
 from ..corpus.pubmed import PubMedError, PubMedTimeout
 from ..corpus.pubmed_cache import PubMedCache
-from ..corpus.metadata import MetadataColumns
-from ..corpus.pubmed_terms import MEDLINE_FIELDS, filtered_term
+from ..corpus.pubmed_terms import MEDLINE_FIELDS, filtered_term, records_passing
 from ..corpus.snapshot import CollectionSnapshot
 from ..corpus.sources import Record
 from ..filters import All, Filter, Flag, Not, parse_filter
@@ -146,11 +145,7 @@ class OnlinePool:
 
     def keep(self, records: List[Record]) -> Tuple[List[Record], int]:
         """The ``records`` whose metadata passes :attr:`where`, and how many did not."""
-        if self.where is None or not records:
-            return records, 0
-        passed = MetadataColumns([r.metadata for r in records], self.fields).mask(self.where)
-        kept = [r for r, ok in zip(records, passed.tolist()) if ok]
-        return kept, len(records) - len(kept)
+        return records_passing(records, self.where, self.fields)
 
 
 class OnlineStage:
