@@ -141,3 +141,8 @@ def test_the_serve_facets_count_as_sharded_search(serve_doors):
         assert [(p["value"], p["count"]) for p in r.json()["facets"]["topic"]] == [tuple(p) for p in want["facets"]["topic"]]
     bad = http.http.post("/v1/facets", json={"fields": ["colour"]}, timeout=TIMEOUT_S)
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "fields"
+    handle = serve_doors[2].handle
+    assert handle.facets.remote(["topic"], top=3).result(timeout_s=TIMEOUT_S) == reference.retriever.facets(
+        ["topic"], top=3)
+    with pytest.raises(ValueError, match="colour"):
+        handle.facets.remote(["topic"], where="colour == red").result(timeout_s=TIMEOUT_S)

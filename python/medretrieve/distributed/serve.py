@@ -15,10 +15,12 @@ are the server's settings (:class:`~medretrieve.server.config.ServerConfig` fiel
 with ``mode`` ``cite``). Reloading is off: a deployment is redeployed instead.
 
 Python callers of the deployment use its handle, which searches as :meth:`ShardedRetriever.search` does (the same
-options, refused the same way) and answers the result as a dict (``SearchResult.from_dict`` reads it back)::
+options, refused the same way) and answers the result as a dict (``SearchResult.from_dict`` reads it back), and
+counts facets as :meth:`ShardedRetriever.facets` does::
 
     handle = serve.run(app("/data/pubmed-shards"))
     result = handle.search.remote("What causes gout?", k=10, deadline_ms=300).result()
+    counts = handle.facets.remote(["year"], where="not retracted").result()
 
 ``share_shards=True`` makes all replicas use one set of shard actors (named after the shard directories and
 detached, so they outlive any replica; stop them with :func:`stop_shared_shards`); otherwise each replica starts
@@ -57,6 +59,10 @@ class ShardedSearch:
         """:meth:`ShardedRetriever.search` with ``options`` (its keyword arguments, checked as it checks them), the
         result as a dict (``SearchResult.from_dict`` reads it back)."""
         return self.retriever.search(question, **options).to_dict()
+
+    def facets(self, fields: Sequence[str], **options: Any) -> Dict[str, Any]:
+        """:meth:`ShardedRetriever.facets` (``where``, ``include_retracted``, ``top``): the shards' counts summed."""
+        return self.retriever.facets(fields, **options)
 
     def __del__(self) -> None:
         retriever = getattr(self, "retriever", None)
