@@ -103,13 +103,14 @@ def _leaf(node: Filter, widen: bool) -> Optional[_And]:
     if isinstance(node, Flag) or (isinstance(node, Compare) and name == "retracted" and node.op in ("==", "!=")):
         if name != "retracted":
             return None
-        wanted = True if isinstance(node, Flag) else (node.value is True) == (node.op == "==")  # type: ignore
+        wanted = True if isinstance(node, Flag) else (node.value is True) == (node.op == "==")
         return _And([_RETRACTED]) if wanted else _And([], [_RETRACTED])
     if isinstance(node, Member):
-        parts = [_value_term(name, "==", v) for v in node.values]
-        if any(p is None for p in parts) or not parts:
+        found = [_value_term(name, "==", v) for v in node.values]
+        parts = [p for p in found if p is not None]
+        if len(parts) != len(found) or not parts:
             return None
-        return _And([parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"])  # type: ignore[arg-type]
+        return _And([parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"])
     assert isinstance(node, Compare)
     if node.op == "!=":
         equal = _value_term(name, "==", node.value)

@@ -58,6 +58,7 @@ from ..corpus.snapshot import CollectionSnapshot
 from ..corpus.sources import Record
 from ..filters import All, Filter, Flag, Not, parse_filter
 from ..outbound import Deadline
+from .collection_view import CollectionView
 from .filtered import FilteredCollection
 from .pool_filler import FillReport, PoolFiller, VectorStore
 from .query import Query
@@ -208,7 +209,7 @@ class OnlineStage:
         return float("inf") if dl.unlimited else dl.remaining_ms()
 
     # ------------------------------------------------------------- the pool
-    def pool(self, query: Query, local: Union[Collection, CollectionSnapshot, FilteredCollection],
+    def pool(self, query: Query, local: CollectionView,
              local_rows: Sequence[int], dl: Deadline, log: StageLog,
              expansions: Optional[Dict[str, List[str]]] = None, where: Any = None,
              include_retracted: bool = False) -> OnlinePool:
@@ -218,7 +219,7 @@ class OnlineStage:
         metadata filter, its PubMed tags narrowing every esearch term; the fetched records must pass it and, unless
         ``include_retracted``, not be retracted (:meth:`records_filter`; the retraction is checked on the records
         alone, the terms left as they are)."""
-        base = local.base if isinstance(local, FilteredCollection) else local
+        base: CollectionView = local.base if isinstance(local, FilteredCollection) else local
         alive = np.asarray(local.alive)
         fields = {**self.fields, **getattr(base, "metadata_fields", {})}
         online = OnlinePool(MemoryCollection.like(cast(Union[Collection, CollectionSnapshot], base)),
