@@ -138,7 +138,8 @@ def test_the_serve_facets_count_as_sharded_search(serve_doors):
         assert r.status_code == 200, r.text
         want = reference.retriever.facets(**body)
         assert r.json()["documents"] == want["documents"] > 0
-        assert [(p["value"], p["count"]) for p in r.json()["facets"]["topic"]] == [tuple(p) for p in want["facets"]["topic"]]
+        assert [(p["value"], p["count"]) for p in r.json()["facets"]["topic"]] == [
+            tuple(p) for p in want["facets"]["topic"]]
     bad = http.http.post("/v1/facets", json={"fields": ["colour"]}, timeout=TIMEOUT_S)
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "fields"
     handle = serve_doors[2].handle

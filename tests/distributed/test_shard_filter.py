@@ -39,7 +39,7 @@ def test_a_field_the_shard_lacks_has_no_values_there(shard):
         shard.passing(_where("journal == Lancet", shard))
 
 
-def test_the_shard_searches_only_the_rows_passing_and_keeps_one_view_per_version(shard, encoder_dir):
+def test_the_shard_searches_only_the_rows_passing_and_keeps_one_view_per_version(shard):
     where = _where("year >= 2006 and not retracted", shard)
     view = shard.filters.view(where)
     assert shard.filters.view(where) is view  # compiled once

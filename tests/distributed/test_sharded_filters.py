@@ -1,7 +1,7 @@
-"""Metadata filters and facets on a ShardedRetriever (issue 45): over three shards whose schemas differ (one lacks
-no field the others have but a journal only one shard's documents carry), a filtered search gives the hits of the
-same filtered search over one collection of the shards concatenated, every hit passes its filter, retracted
-articles stay out unless asked for, facet counts are one collection's, and a bad filter is refused alike."""
+"""Metadata filters and facets on a ShardedRetriever (issue 45): over three shards whose schemas differ (a journal
+only one shard's documents carry), a filtered search gives the hits of the same filtered search over one
+collection of the shards concatenated, every hit passes its filter, retracted articles stay out unless asked for,
+facet counts are one collection's, and a bad filter is refused alike."""
 from __future__ import annotations
 
 import sys
@@ -11,8 +11,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from sharded_data import (JOURNAL_SHARD, QUESTIONS, encoder_dir, metadata_corpus,  # noqa: E402,F401
-                          ray_cluster)
+from sharded_data import QUESTIONS, encoder_dir, metadata_corpus, ray_cluster  # noqa: E402,F401
 
 from medretrieve.corpus.collection import Collection  # noqa: E402
 from medretrieve.corpus.metadata import MetadataColumns  # noqa: E402

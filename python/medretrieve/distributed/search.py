@@ -98,9 +98,9 @@ class ShardedRetriever(Retriever):
             models = {"encoder": stats[0]["encoder"], "query_encoder": stats[0]["query_encoder"],
                       "index": {"normalized": stats[0]["normalized"]}}
             fields = merge_fields([s["metadata_fields"] for s in stats])
-            super().__init__(ShardedCollection(self.shard_set, summed, encoder, models, str(qdir), fields), cross_encoder,
-                             training, ranker=ranker, llm_terms=llm_terms, settings=settings, warmup=False,
-                             first_stage=self._sharded_first_stage, **tuning)
+            super().__init__(ShardedCollection(self.shard_set, summed, encoder, models, str(qdir), fields),
+                             cross_encoder, training, ranker=ranker, llm_terms=llm_terms, settings=settings,
+                             warmup=False, first_stage=self._sharded_first_stage, **tuning)
             if warmup:
                 self.warmup()
         except BaseException:
