@@ -3,6 +3,7 @@ single-machine path never imports Ray."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -81,9 +82,13 @@ def test_cli_builds_shards_and_the_single_machine_build_never_imports_ray(ray_cl
                                                                           tmp_path, capsys):
     out = tmp_path / "cli-shards"
     assert main(["build", str(corpus_files), str(out), "--encoder", str(encoder_dir), "--shards", "3", "--quiet",
-                 "--encode-batch", "32"]) == 0
+                 "--encode-batch", "32", "--declare", "year=float"]) == 0
     assert "3 shards, 40 documents" in capsys.readouterr().out
-    assert len(json.loads((out / "shards.json").read_text())["shards"]) == 3
+    names = json.loads((out / "shards.json").read_text())["shards"]
+    assert len(names) == 3
+    for name in names:  # every shard declares the types given (inferred, the years would be integers)
+        assert json.loads((out / name / "manifest.json").read_text())["metadata"] == {
+            "fields": {"year": "float"}, "declared": True}
     assert main(["build", str(corpus_files), str(tmp_path / "x"), "--encoder", str(encoder_dir), "--ray",
                  "auto"]) == 2
     assert "--ray needs --shards" in capsys.readouterr().err
@@ -108,3 +113,10 @@ def test_a_collection_split_into_shards_equals_shards_built_from_its_documents(r
         np.testing.assert_array_equal(a.vectors(range(len(a))), b.vectors(range(len(b))))  # float32: exact
     with pytest.raises(FileExistsError):
         split_collection(one, out, 2)
+    # the types a collection declared are every shard's
+    declared = tmp_path / "declared"
+    shutil.copytree(one, declared)
+    Collection.open(declared).declare_metadata({"title_year": "integer"})
+    parts = split_collection(declared, tmp_path / "declared-split", 2)
+    for name in ("shard-00000", "shard-00001"):
+        assert Collection.open(parts / name).metadata_fields == {"title_year": "integer"}

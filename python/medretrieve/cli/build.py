@@ -88,15 +88,12 @@ def _build_sharded(args: argparse.Namespace, report: Any, t0: float) -> int:
     from ..corpus.chunking import ChunkingConfig
     from ..distributed.build import build_sharded
 
-    if args.declare is not None:
-        raise ValueError("--declare is not taken by a sharded build (--shards) yet: declare the types on each shard "
-                         "afterwards (medretrieve collection metadata OUT_DIR/shard-00000 --declare ...)")
     out = build_sharded(args.source, args.out_dir, args.shards, encoder=encoder_dir(args.encoder),
                         query_encoder=args.query_encoder, chunking=ChunkingConfig(max_tokens=args.max_tokens),
                         errors=args.errors, dtype=args.dtype, M=args.M, ef_construction=args.ef_construction,
                         format=args.format, overwrite=args.overwrite, address=args.ray, encoders=args.encoders,
                         encoder_threads=args.encoder_threads, batch=args.encode_batch, batch_size=args.batch_size,
-                        threads=args.threads, report=report)
+                        threads=args.threads, report=report, metadata_fields=declared(args.declare))
     counts = read_json(out / "shards.json")["counts"]
     print(f"built {out}: {len(counts['per_shard'])} shards, {counts['documents']} documents, {counts['chunks']} "
           f"chunks in {time.perf_counter() - t0:.1f} s; {report.summary()}")

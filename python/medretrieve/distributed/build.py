@@ -24,12 +24,13 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .._files import read_json
 from ..corpus.builder import CollectionBuilder, chunk_rows, embed_chunks, encoder_info
+from ..corpus.metadata import check_declared
 from ..corpus.chunking import Chunk, ChunkingConfig, SectionPart, chunk_record
 from ..corpus.sources import FORMATS, ReadReport, Record, Section, SourceLike, detect_format, read_records
 from ..corpus.store import is_collection
@@ -102,9 +103,11 @@ class ShardWriter:
     """The writer of one shard (a Ray actor): an out-of-core build fed precomputed vectors."""
 
     def __init__(self, out_dir: str, encoder: str, query_encoder: Optional[str], chunking: Dict[str, Any],
-                 dtype: str, M: int, ef_construction: int, threads: int, overwrite: bool) -> None:
+                 dtype: str, M: int, ef_construction: int, threads: int, overwrite: bool,
+                 metadata_fields: Optional[Dict[str, str]] = None) -> None:
         self.builder = CollectionBuilder(out_dir, encoder, query_encoder, chunking, dtype, M, ef_construction,
-                                         threads=threads, overwrite=overwrite, resume=False)
+                                         threads=threads, overwrite=overwrite, resume=False,
+                                         metadata_fields=metadata_fields)
         self.seen: set = set()
         self.skipping = False
         self.records = 0
@@ -191,7 +194,7 @@ def build_sharded(source: SourceLike, out_dir: PathLike, shards: int, encoder: P
                   dtype: str = "int8", M: int = 16, ef_construction: int = 200, format: str = "auto",
                   overwrite: bool = False, address: Optional[str] = None, encoders: int = 1,
                   encoder_threads: int = 1, batch: int = 256, batch_size: int = 64, threads: int = -1,
-                  report: Optional[ReadReport] = None) -> Path:
+                  report: Optional[ReadReport] = None, metadata_fields: Optional[Mapping[str, str]] = None) -> Path:
     """Build ``source`` into ``shards`` shard collections under ``out_dir`` on Ray (module docstring); returns
     ``out_dir``, which holds ``shards.json`` and ``shard-00000`` ... (read by ``ShardedRetriever(out_dir)``).
 
@@ -200,6 +203,8 @@ def build_sharded(source: SourceLike, out_dir: PathLike, shards: int, encoder: P
     encode actors with ``encoder_threads`` ONNX threads each and ``batch`` chunks per call, ``threads`` per
     writer for its HNSW build. ``out_dir`` must be a path every node sees. ``overwrite`` replaces a previous
     sharded build there (never anything else). ``report`` receives the records skipped as malformed.
+    ``metadata_fields``: the documents' metadata fields declared, name -> type, for every shard (None: each shard
+    infers its own from its documents; a sharded search reads the fields of all shards together).
     """
     out = Path(out_dir)
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
@@ -209,6 +214,7 @@ def build_sharded(source: SourceLike, out_dir: PathLike, shards: int, encoder: P
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    declared = None if metadata_fields is None else check_declared(metadata_fields)
     _check_target(out, overwrite)
     cfg = ChunkingConfig.from_dict(chunking) if isinstance(chunking, dict) else (chunking or ChunkingConfig())
     enc = encoder_info(encoder, "models/encoder")["source"]
@@ -221,7 +227,7 @@ def build_sharded(source: SourceLike, out_dir: PathLike, shards: int, encoder: P
     (out / MANIFEST).unlink(missing_ok=True)  # the deployment is complete only when it is written again
     writer = ray.remote(ShardWriter).options(num_cpus=0)
     writers = [writer.remote(str(out / shard_name(i)), enc, qenc, cfg.to_dict(), dtype, M, ef_construction,
-                             threads, overwrite) for i in range(shards)]
+                             threads, overwrite, declared) for i in range(shards)]
     t0 = time.time()
     try:
         ds = (_records_dataset(ray, source, format, errors)
@@ -285,8 +291,8 @@ def split_collection(collection_dir: PathLike, out_dir: PathLike, shards: int, o
     without encoding anything again: each live chunk goes, with its stored vector and its section, to shard
     ``shard_of(document id, shards)`` (in row order), read and written ``batch`` rows at a time out of core
     (no Ray needed). The shards keep the collection's encoders and settings. For an int8 collection the stored
-    vectors are the dequantized ones, quantized again by each shard (scores move by about 1e-3). Returns
-    ``out_dir``."""
+    vectors are the dequantized ones, quantized again by each shard (scores move by about 1e-3); metadata fields the
+    collection declared are declared on every shard. Returns ``out_dir``."""
     from ..corpus.collection import Collection
     from ..corpus.store import read_jsonl
 
@@ -299,9 +305,12 @@ def split_collection(collection_dir: PathLike, out_dir: PathLike, shards: int, o
     (out / MANIFEST).unlink(missing_ok=True)
     m = col.manifest
     models = {key: col.directory / m[key]["dir"] for key in ("encoder", "query_encoder") if m.get(key)}
+    meta = m.get("metadata") or {}
+    declared = meta.get("fields") if meta.get("declared") else None
     builders = [CollectionBuilder(out / shard_name(i), models["encoder"], models.get("query_encoder"),
                                   m["chunking"], m["index"]["dtype"], m["index"]["M"], m["index"]["ef_construction"],
-                                  threads=threads, overwrite=overwrite, resume=False) for i in range(shards)]
+                                  threads=threads, overwrite=overwrite, resume=False, metadata_fields=declared)
+                for i in range(shards)]
     try:
         live = np.flatnonzero(col.alive)
         for a in range(0, len(live), batch):
