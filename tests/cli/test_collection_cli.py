@@ -97,10 +97,13 @@ def test_metadata_refuses_bad_declarations_and_writes_nothing(tmp_path, capsys, 
 
 def test_metadata_lenient_declares_what_does_not_fit_as_missing(tmp_path, capsys):
     col = tmp_path / "med"
-    assert main(["build", str(MEDLINE), str(col), "--quiet"]) == 0
+    assert main(["build", str(MEDLINE), str(col), "--quiet", "--declare", "year=integer,journal=float"]) == 0
+    assert "note: journal is declared float, but 5 documents hold values such as 'Diabetes care'" in \
+        capsys.readouterr().err  # a build declares leniently, and says so
     assert main(["collection", "metadata", str(col), "--declare", "journal=integer", "--lenient", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out.splitlines()[-1])["fields"] == {
-        "journal": {"type": "integer", "documents": 0}}
+    out = capsys.readouterr()
+    assert json.loads(out.out.splitlines()[-1])["fields"] == {"journal": {"type": "integer", "documents": 0}}
+    assert "note: journal is declared integer" in out.err
 
 
 def test_metadata_of_a_missing_collection_and_a_sharded_declare_are_usage_errors(tmp_path, capsys):

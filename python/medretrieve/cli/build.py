@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
-from .collection import add_declare_option, declared
+from .collection import add_declare_option, declared, misfit_notes
 from .options import HelpFormatter
 
 
@@ -80,6 +81,8 @@ def _build(args: argparse.Namespace) -> int:
                            metadata_fields=fields)
     print(f"built {col.directory}: {col.n_documents} documents, {len(col)} chunks "
           f"in {time.perf_counter() - t0:.1f} s; {report.summary()}")
+    for line in misfit_notes(col, fields) if fields is not None else ():
+        print(line, file=sys.stderr)
     return 0
 
 

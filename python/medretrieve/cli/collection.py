@@ -11,8 +11,9 @@ reads every record (exit 2 with the file and record at fault). ``metadata`` list
 from __future__ import annotations
 
 import argparse
-import time
 import json
+import sys
+import time
 from typing import Any, Dict, List, Optional
 
 from .options import HelpFormatter
@@ -84,6 +85,16 @@ def declared(values: Optional[List[str]]) -> Optional[Dict[str, str]]:
     return check_declared(fields)
 
 
+def misfit_notes(col: Any, fields: Dict[str, str]) -> List[str]:
+    """One line per declared field some documents of ``col`` hold values of another type for (they count as
+    missing it)."""
+    from ..corpus.metadata import misfits
+
+    return [f"note: {name} is declared {fields[name]}, but {count} documents hold values such as {example!r}: they "
+            "count as missing it" for name, (count, example) in sorted(misfits(col.rows.document_metadata(),
+                                                                               fields).items())]
+
+
 def _metadata(args: argparse.Namespace) -> int:
     from ..corpus.collection import Collection
 
@@ -93,6 +104,8 @@ def _metadata(args: argparse.Namespace) -> int:
     col = Collection.open(args.collection)
     if fields is not None:
         col.declare_metadata(fields, strict=not args.lenient)
+        for line in misfit_notes(col, fields):  # (lenient: what it declared anyway)
+            print(line, file=sys.stderr)
     counts = col.metadata_counts()
     types = col.metadata_fields
     how = "declared" if (col.manifest.get("metadata") or {}).get("declared") else "inferred from the values"
