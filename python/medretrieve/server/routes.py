@@ -195,7 +195,9 @@ def _answer_route(app: APIRouter, engine: Engine, metrics: ServerMetrics) -> Non
         """A grounded answer with checked citations, or an abstention with its reason (an LLM failure is reported
         in ``error``); ``shown_sources`` are the sources worth showing: the cited ones and any scoring at least the
         relevance floor. Without an LLM (no ``--llm``) the answer is extractive: the
-        evidence's own sentences that answer the question, cited (``mode`` must then be ``cite``)."""
+        evidence's own sentences that answer the question, cited (``mode`` must then be ``cite``). The evidence is
+        searched with the request's ``where``, ``include_retracted``, ``evidence_prior`` and ``recency_half_life``,
+        as ``POST /v1/search`` searches; one the collection refuses is 422 naming it, streamed or not."""
         body = await read_body(request, AnswerRequest)
         if engine.backend is None and body.mode != "cite":
             raise ApiError(422, "invalid_request", f"mode: this server has no LLM and answers extractively, which "
