@@ -23,6 +23,7 @@ struct SearchScratch {
   std::vector<uint32_t> fresh, starts;
   std::vector<Candidate> top, cand;  // beam_upper's heaps: (distance, id) and (-distance, id)
   SearchPool pool{1};
+  ScreenedPool screened;
 };
 
 namespace {
@@ -280,51 +281,45 @@ void Hnsw::beam_upper(SearchScratch& s, const QueryCtx& ctx, uint32_t ep, int le
   for (size_t i = 0; i < top.size(); ++i) s.starts[i] = top[top.size() - 1 - i].second;
 }
 
-Hnsw::MaxHeap Hnsw::search_layer0(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
-                                   const ElementFilter* filter, size_t max_evals, bool* over) const {
+std::vector<Candidate> Hnsw::search_layer0_screened(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps,
+                                                    size_t n_eps, size_t ef, const ElementFilter* filter,
+                                                    size_t max_evals, bool* over) const {
   auto vis = visited_.borrow();
-  const bool screening = filter != nullptr || store_.deleted_count() > 0;
-  MaxHeap top, cand;
-  float lower = std::numeric_limits<float>::max();
-  for (size_t e = 0; e < n_eps; ++e) {
-    const uint32_t ep = eps[e];
-    if (vis->test_and_set(ep)) continue;
-    const float d0 = store_.distance(ctx, ep);
-    if (!screening || (filter ? filter->allowed(ep) : !store_.is_deleted(ep))) {
-      top.emplace(d0, ep);
-      if (top.size() > ef) top.pop();
-      lower = top.top().first;
-    }
-    cand.emplace(-d0, ep);
-  }
-  std::vector<uint32_t> fresh(M0_);
+  ScreenedPool& pool = s.screened;
+  pool.reset(ef);
+  const auto allowed = [&](uint32_t id) { return filter ? filter->allowed(id) : !store_.is_deleted(id); };
+  const auto offer = [&](float d, uint32_t id) {
+    if (pool.admits(d)) pool.insert(d, id, allowed(id));  // the filter only for elements that would enter
+  };
+  for (size_t e = 0; e < n_eps; ++e)
+    if (!vis->test_and_set(eps[e])) offer(store_.distance(ctx, eps[e]), eps[e]);
+  s.fresh.resize(std::max(p_.M, M0_));
+  uint32_t* fresh = s.fresh.data();
   const size_t ahead = store_.prefetch_ahead();
-  while (!cand.empty()) {
-    const Candidate c = cand.top();
-    if (-c.first > lower && (top.size() >= ef || !screening)) break;
-    cand.pop();
-    const size_t m = take_unvisited0(c.second, *vis, fresh.data());
+  while (pool.has_unexpanded()) {
+    const uint32_t id = pool.expand_next();
+    uint32_t next;
+    if (pool.peek_next(next)) store_.prefetch_links0(next);
+    const size_t m = take_unvisited0(id, *vis, fresh);
     if (m > max_evals) {
       *over = true;
       break;
     }
     max_evals -= m;
-    for (size_t i = 0; i < m; ++i) {
+    size_t i = 0;
+    for (float d[4]; i + 4 <= m; i += 4) {  // as search_layer0_pool: four at a time
+      for (size_t j = i + ahead; j < std::min(i + 4 + ahead, m); ++j) store_.prefetch(fresh[j]);
+      store_.distance4(ctx, fresh + i, d);
+      for (size_t j = 0; j < 4; ++j) offer(d[j], fresh[i + j]);
+    }
+    for (; i < m; ++i) {
       if (i + ahead < m) store_.prefetch(fresh[i + ahead]);
-      const uint32_t nb = fresh[i];
-      const float d = store_.distance(ctx, nb);
-      if (top.size() < ef || d < lower) {
-        cand.emplace(-d, nb);
-        const bool ok = !screening || (filter ? filter->allowed(nb) : !store_.is_deleted(nb));
-        if (ok) {
-          top.emplace(d, nb);
-          if (top.size() > ef) top.pop();
-        }
-        if (!top.empty()) lower = top.top().first;
-      }
+      offer(store_.distance(ctx, fresh[i]), fresh[i]);
     }
   }
-  return top;
+  std::vector<Candidate> found;
+  pool.take_allowed(found);
+  return found;
 }
 
 Hnsw::MaxHeap Hnsw::search_layer0_twohop(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
@@ -381,15 +376,20 @@ Hnsw::MaxHeap Hnsw::search_layer0_twohop(const QueryCtx& ctx, const uint32_t* ep
   return top;
 }
 
-std::vector<Candidate> Hnsw::search_layer0_pool(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps,
-                                                size_t n_eps, size_t ef) const {
+template <class Visit>
+void Hnsw::walk_pool(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
+                     Visit&& visit) const {
   auto vis = visited_.borrow();
   // The pool never holds more than the stored elements; an ef past them (user input or a file's
   // default) must not reserve memory for it.
   SearchPool& pool = s.pool;
   pool.reset(std::min(ef, store_.count()));
+  const auto score = [&](float d, uint32_t id) {
+    pool.insert(d, id);
+    visit(d, id);
+  };
   for (size_t e = 0; e < n_eps; ++e)
-    if (!vis->test_and_set(eps[e])) pool.insert(store_.distance(ctx, eps[e]), eps[e]);
+    if (!vis->test_and_set(eps[e])) score(store_.distance(ctx, eps[e]), eps[e]);
   s.fresh.resize(std::max(p_.M, M0_));
   uint32_t* fresh = s.fresh.data();
   const size_t ahead = store_.prefetch_ahead();
@@ -402,16 +402,40 @@ std::vector<Candidate> Hnsw::search_layer0_pool(SearchScratch& s, const QueryCtx
     for (float d[4]; i + 4 <= m; i += 4) {  // four at a time: one kernel call, the query read once
       for (size_t j = i + ahead; j < std::min(i + 4 + ahead, m); ++j) store_.prefetch(fresh[j]);
       store_.distance4(ctx, fresh + i, d);
-      for (size_t j = 0; j < 4; ++j) pool.insert(d[j], fresh[i + j]);
+      for (size_t j = 0; j < 4; ++j) score(d[j], fresh[i + j]);
     }
     for (; i < m; ++i) {
       if (i + ahead < m) store_.prefetch(fresh[i + ahead]);
-      pool.insert(store_.distance(ctx, fresh[i]), fresh[i]);
+      score(store_.distance(ctx, fresh[i]), fresh[i]);
     }
   }
+}
+
+std::vector<Candidate> Hnsw::search_layer0_pool(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps,
+                                                size_t n_eps, size_t ef) const {
+  walk_pool(s, ctx, eps, n_eps, ef, [](float, uint32_t) {});
+  const SearchPool& pool = s.pool;
   std::vector<Candidate> found(pool.size());
   for (size_t i = 0; i < found.size(); ++i) found[i] = {pool.distance(i), pool.id(i)};
   return found;
+}
+
+bool Hnsw::search_layer0_sampled(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps,
+                                 size_t ef, const ElementFilter& filter, double share,
+                                 std::vector<Candidate>& found) const {
+  TopK top(ef);
+  size_t scored = 0, passed = 0;
+  walk_pool(s, ctx, eps, n_eps, ef, [&](float d, uint32_t id) {
+    ++scored;
+    if (!filter.stored_ok(id)) return;
+    ++passed;
+    top.offer(d, id, filter);
+  });
+  found = top.take_sorted();
+  // The walk met the filter about as often as it holds over the whole index: the allowed elements around the
+  // query are as dense as anywhere, and the closest of them were scored. Far fewer: the filter is correlated
+  // with the query (its allowed rows lie elsewhere), and the screened walk must look for them.
+  return double(passed) >= kSampledShareFloor * share * double(scored) && found.size() >= ef;
 }
 
 void Hnsw::push_distances(uint32_t base, const uint32_t* ids, size_t n, size_t keep, MaxHeap& out) const {
@@ -922,49 +946,50 @@ std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx&
   else  // the classic path: one entry point
     start = greedy_descent(ctx, ep, max_level, 0, false);
   const uint32_t* eps = starts.empty() ? &start : starts.data();
-  const size_t n_eps = starts.empty() ? 1 : starts.size();
+  size_t n_eps = starts.empty() ? 1 : starts.size();
   std::vector<Candidate> found;
+  const auto finish = [&](std::vector<Candidate>& out) {
+    if (store_.keep_float()) {  // recall recovery: exact float32 re-score of the ef candidates
+      for (Candidate& c : out) c.first = store_.exact_distance(ctx, c.second);
+      std::sort(out.begin(), out.end());
+    }
+    if (out.size() > k) out.resize(k);
+    return std::move(out);
+  };
   if (screen || store_.deleted_count() > 0) {
-    // A filter correlated with the query leaves the allowed rows far from where the walk starts, and the walk
-    // scores many more elements than the planner's estimate: once it has cost as much as scanning the allowed
-    // rows would, the walk stops and the scan answers (a search costs at most about two scans).
-    // Below kTwoHopShare allowed, a row filter walks the allowed part of the graph only (two-hop expansion);
-    // when that walk finds fewer than it should (the allowed rows far from the entry, cut off from it), the
-    // classic walk below runs.
-    if (rows && !predicate && double(rows->count) < kTwoHopShare * double(std::max<size_t>(1, count()))) {
-      MaxHeap top = search_layer0_twohop(ctx, eps, n_eps, ef, filter);
-      if (top.size() >= std::min(ef, rows->count)) {
+    // A row filter keeping kTwoHopShare or more first walks as an unfiltered search does and keeps the allowed
+    // elements it scored, unless they were too rare around the query (search_layer0_sampled).
+    if (rows && !predicate) {
+      const double share = double(rows->count) / double(std::max<size_t>(1, count()));
+      if (share >= kTwoHopShare && search_layer0_sampled(scratch, ctx, eps, n_eps, ef, filter, share, found))
+        return finish(found);
+      // Below kTwoHopShare allowed, a row filter walks the allowed part of the graph only (two-hop expansion);
+      // when that walk finds fewer than it should (the allowed rows far from the entry, cut off from it), the
+      // screened walk below runs.
+      MaxHeap top = share < kTwoHopShare ? search_layer0_twohop(ctx, eps, n_eps, ef, filter) : MaxHeap();
+      if (!top.empty() && top.size() >= std::min(ef, rows->count)) {
         found.resize(top.size());
         for (size_t i = found.size(); i-- > 0; top.pop()) found[i] = top.top();
-        if (store_.keep_float()) {
-          for (Candidate& c : found) c.first = store_.exact_distance(ctx, c.second);
-          std::sort(found.begin(), found.end());
-        }
-        if (found.size() > k) found.resize(k);
-        return found;
+        return finish(found);
       }
     }
+    // The screened walk: every element guides it, the allowed ones are kept. A filter correlated with the query
+    // leaves the allowed rows far from where the walk starts, and the walk scores many more elements than the
+    // planner's estimate: once it has cost as much as scanning the allowed rows would, the walk stops and the
+    // scan answers (a search costs at most about two scans). (A factor of 0 forces the walk: no budget.)
     bool over = false;
-    // (A factor of 0 forces the walk: no budget.)
     const size_t allowed_max = (lq || rows) && filter_exact_factor_ > 0 ? walk_budget(lq, rows) : SIZE_MAX;
     const size_t budget = allowed_max == SIZE_MAX ? SIZE_MAX : allowed_max / kWalkEvalCost;
-    MaxHeap top = search_layer0(ctx, eps, n_eps, ef, screen, budget, &over);
+    found = search_layer0_screened(scratch, ctx, eps, n_eps, ef, screen, budget, &over);
     if (over) {
       std::vector<uint32_t> ids;
       plan_exact(allowed_max, ef, lq, rows, ids, /*forced=*/true);
       return exact_topk(store_, ctx, filter, ids.data(), ids.size(), k, store_.keep_float());
     }
-    found.resize(top.size());
-    for (size_t i = found.size(); i-- > 0; top.pop()) found[i] = top.top();
   } else {
     found = search_layer0_pool(scratch, ctx, eps, n_eps, ef);
   }
-  if (store_.keep_float()) {  // recall recovery: exact float32 re-score of the ef candidates
-    for (Candidate& c : found) c.first = store_.exact_distance(ctx, c.second);
-    std::sort(found.begin(), found.end());
-  }
-  if (found.size() > k) found.resize(k);
-  return found;
+  return finish(found);
 }
 
 std::vector<Candidate> Hnsw::search_internal(const float* query, size_t k, size_t ef, const LabelQuery* lq,

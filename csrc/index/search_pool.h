@@ -71,4 +71,70 @@ class SearchPool {
   std::vector<Item> items_;
 };
 
+// The result list of a filtered (or deletion-screened) layer-0 search, as
+// hnswlib's two heaps with a filter: every element closer than the ef-th
+// allowed one found so far is a candidate to expand, allowed or not; the
+// allowed ones are the results. One sorted list holds both: it is cut after
+// its ef-th allowed element (what lies beyond would never be expanded), so
+// it grows past ef only while fewer than ef allowed elements are known.
+class ScreenedPool {
+ public:
+  void reset(size_t ef) {
+    ef_ = std::max<size_t>(ef, 1);
+    cursor_ = 0;
+    allowed_ = 0;
+    items_.clear();
+  }
+  // Whether an element at this distance would enter (test before the filter: a predicate may be costly).
+  bool admits(float distance) const { return allowed_ < ef_ || distance < items_.back().distance; }
+  void insert(float distance, uint32_t id, bool allowed) {
+    if (!admits(distance)) return;
+    const Item item{distance, id, false, allowed};
+    const auto at = std::upper_bound(items_.begin(), items_.end(), item, closer);
+    const size_t pos = size_t(at - items_.begin());
+    items_.insert(at, item);
+    if (pos < cursor_) cursor_ = pos;
+    if (allowed && ++allowed_ > ef_) {  // drop the (ef+1)-th allowed element
+      while (!items_.back().allowed) items_.pop_back();
+      items_.pop_back();
+      --allowed_;
+    }
+    if (allowed_ == ef_)  // and whatever lies behind the ef-th
+      while (!items_.back().allowed) items_.pop_back();
+    if (cursor_ > items_.size()) cursor_ = items_.size();
+  }
+  bool has_unexpanded() const { return cursor_ < items_.size(); }
+  uint32_t expand_next() {
+    Item& item = items_[cursor_];
+    item.expanded = true;
+    while (cursor_ < items_.size() && items_[cursor_].expanded) ++cursor_;
+    return item.id;
+  }
+  bool peek_next(uint32_t& id) const {
+    if (cursor_ >= items_.size()) return false;
+    id = items_[cursor_].id;
+    return true;
+  }
+  // The allowed elements, closest first (at most ef).
+  template <class Out>
+  void take_allowed(Out& out) const {
+    out.clear();
+    for (const Item& item : items_)
+      if (item.allowed) out.emplace_back(item.distance, item.id);
+  }
+
+ private:
+  struct Item {
+    float distance;
+    uint32_t id;
+    bool expanded;
+    bool allowed;
+  };
+  static bool closer(const Item& a, const Item& b) {
+    return a.distance < b.distance || (a.distance == b.distance && a.id < b.id);
+  }
+  size_t ef_ = 1, cursor_ = 0, allowed_ = 0;
+  std::vector<Item> items_;
+};
+
 }  // namespace medretrieve::index

@@ -259,9 +259,11 @@ TEST(Hnsw, LabelsRestrictResultsExactlyAndDeletedNeverReturned) {
   EXPECT_EQ(ids[0], 7);
 }
 
-// Unfiltered searches run over one sorted pool (search_pool.h), filtered ones
-// over hnswlib's two heaps; with a filter that allows everything both must
-// expand the same elements and return the same rows, scores included.
+// Unfiltered searches run over one sorted pool (search_pool.h's SearchPool),
+// screened ones (a predicate) over a ScreenedPool, row filters of a large share
+// first over the unfiltered walk (search_layer0_sampled); with a filter that
+// allows everything all must expand the same elements and return the same
+// rows, scores included.
 TEST(Hnsw, PoolSearchMatchesTheHeapSearchWhenEverythingIsAllowed) {
   const size_t n = 1500, dim = 24, nq = 40;
   for (Space space : {Space::L2, Space::IP}) {
@@ -271,11 +273,15 @@ TEST(Hnsw, PoolSearchMatchesTheHeapSearchWhenEverythingIsAllowed) {
       Hnsw h(params(space, dtype, dim, n));
       h.add(x.data(), n, nullptr, nullptr, 1, false, false);
       const IdPredicate all = [](uint32_t) { return true; };
+      const std::vector<uint64_t> every_id((n + 63) / 64, ~uint64_t(0));
+      const AllowedRows every_row = AllowedRows::from_external(h.store(), every_id.data(), every_id.size());
       for (size_t ef : {10u, 37u, 150u}) {
         for (size_t i = 0; i < nq; ++i) {
           const auto pool = h.search_internal(q.data() + i * dim, 10, ef, nullptr, nullptr);
           const auto heaps = h.search_internal(q.data() + i * dim, 10, ef, nullptr, &all);
           ASSERT_EQ(pool, heaps) << "space " << int(space) << " dtype " << int(dtype) << " ef " << ef << " q " << i;
+          const auto sampled = h.search_internal(q.data() + i * dim, 10, ef, nullptr, nullptr, &every_row);
+          ASSERT_EQ(pool, sampled) << "space " << int(space) << " dtype " << int(dtype) << " ef " << ef << " q " << i;
         }
       }
     }
