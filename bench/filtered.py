@@ -1,5 +1,6 @@
 """Filtered vector search at every selectivity: medretrieve's row filter (``search(allowed=)``) against hnswlib with a
-filter callable, faiss HNSW with an ``IDSelectorBitmap``, LanceDB (``IVF_HNSW_FLAT``, one partition, ``where(...,
+filter callable, faiss HNSW with an ``IDSelectorBitmap`` (``faiss``: float32 rows; ``faiss-sq8``: 8-bit scalar-quantized
+rows, the peer of ``medretrieve-int8``), LanceDB (``IVF_HNSW_FLAT``, one partition, ``where(...,
 prefilter=True)``) and Chroma (its HNSW, ``where={...}``), same vectors, same M / ef_construction, one run.
 
 Filters keep 50%, 10%, 1%, 0.1% and 0.01% of the rows, each two ways: ``random`` (one filter per share: the rows
@@ -15,7 +16,7 @@ the best recall seen when no ef reaches the target.
 The bitsets are built before timing (a caller caches one per filter); the unfiltered p99 of each library is the
 first line.
 
-    nice python bench/filtered.py --n 100000 --dim 384 --nq 100
+    nice python bench/filtered.py --n 100000 --dim 384 --nq 100 --libs medretrieve-int8,medretrieve,hnswlib,faiss,faiss-sq8
     MEDRETRIEVE_SIMD=avx2 nice python bench/filtered.py --n 100000 --dim 384 --nq 100
     nice python bench/filtered.py --n 100000 --dim 384 --nq 100 --libs lancedb,chroma
     nice python bench/filtered.py --n 1000000 --dim 768 --libs medretrieve      # the issue's size (slow here)
@@ -149,14 +150,20 @@ class Hnswlib(Lib):
 
 
 class Faiss(Lib):
-    name = "faiss HNSWFlat (IDSelectorBitmap)"
+    """faiss HNSW over float32 rows (``IndexHNSWFlat``) or, ``sq8``, over 8-bit scalar-quantized ones
+    (``IndexHNSWSQ`` QT_8bit, trained on the rows: the peer of medretrieve's int8 index)."""
 
-    def __init__(self, x: np.ndarray, M: int, efc: int, threads: int) -> None:
+    def __init__(self, x: np.ndarray, M: int, efc: int, threads: int, sq8: bool = False) -> None:
         import faiss
 
         self.faiss = faiss
+        self.name = f"faiss {'HNSWSQ8' if sq8 else 'HNSWFlat'} (IDSelectorBitmap)"
         faiss.omp_set_num_threads(threads)
-        self.idx = faiss.IndexHNSWFlat(x.shape[1], M, faiss.METRIC_INNER_PRODUCT)
+        if sq8:
+            self.idx = faiss.IndexHNSWSQ(x.shape[1], faiss.ScalarQuantizer.QT_8bit, M, faiss.METRIC_INNER_PRODUCT)
+            self.idx.train(x)
+        else:
+            self.idx = faiss.IndexHNSWFlat(x.shape[1], M, faiss.METRIC_INNER_PRODUCT)
         self.idx.hnsw.efConstruction = efc
         self.idx.add(x)
         faiss.omp_set_num_threads(1)
@@ -353,7 +360,7 @@ def cell(lib: Lib, q: np.ndarray, row_filters: list[RowFilter | None], truths: l
 
 # --libs name -> (the module it needs, for a clear error before anything is built)
 NEEDS = {"medretrieve": "medretrieve", "medretrieve-int8": "medretrieve", "hnswlib": "hnswlib", "faiss": "faiss",
-         "lancedb": "lancedb", "chroma": "chromadb"}
+         "faiss-sq8": "faiss", "lancedb": "lancedb", "chroma": "chromadb"}
 
 
 def chosen_libs(spec: str) -> list[str]:
@@ -376,7 +383,8 @@ def main() -> None:
     ap.add_argument("--M", type=int, default=16)
     ap.add_argument("--efc", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2, help="build threads")
-    ap.add_argument("--efs", default="16,32,64,128,256,512")
+    ap.add_argument("--efs", default="10,12,16,20,24,32,48,64,96,128,256,512",
+                    help="the ef (LanceDB, Chroma: their ef) each library sweeps, lowest first; 10 is k")
     ap.add_argument("--shares", default=",".join(str(s) for s in SHARES))
     ap.add_argument("--libs", default="medretrieve,hnswlib,faiss",
                     help=f"comma-separated, from: {', '.join(NEEDS)}")
@@ -393,6 +401,7 @@ def main() -> None:
         "medretrieve-int8": lambda: Medretrieve(x, a.M, a.efc, a.threads, "int8"),
         "hnswlib": lambda: Hnswlib(x, a.M, a.efc, a.threads),
         "faiss": lambda: Faiss(x, a.M, a.efc, a.threads),
+        "faiss-sq8": lambda: Faiss(x, a.M, a.efc, a.threads, sq8=True),
         "lancedb": lambda: LanceDB(x, fields, a.M, a.efc),
         "chroma": lambda: Chroma(x, fields, a.M, a.efc, a.threads),
     }

@@ -129,7 +129,7 @@ def test_a_database_peer_searches_inside_its_filter_and_cleans_up(bench, small, 
 
 
 def test_the_script_prints_a_row_per_filter_for_each_available_library(bench, tmp_path) -> None:
-    libs = ["medretrieve", "hnswlib", "faiss", "lancedb", "chroma"]
+    libs = ["medretrieve", "medretrieve-int8", "hnswlib", "faiss", "faiss-sq8", "lancedb", "chroma"]
     available = [name for name in libs if importlib.util.find_spec(bench.NEEDS[name]) is not None]
     run = subprocess.run(
         [sys.executable, str(BENCH / "filtered.py"), "--n", "2000", "--dim", "16", "--nq", "5", "--efs", "16,128",
