@@ -12,7 +12,8 @@ them (SQL for LanceDB, a ``where`` document for Chroma), the others as the same 
 against the exact filtered search (float32 NumPy over the allowed rows). Each library sweeps ``ef``; per cell the
 table gives the cheapest ef reaching the recall target (0.95): QPS (recall, ef, single-query p50 / p99 ms; one
 thread, one query per call, the filter passed as each library takes it; each query's best of 3 rounds); ``-`` with
-the best recall seen when no ef reaches the target.
+the best recall seen and the highest ef tried when no ef reaches the target (``--budget`` seconds of sweeping a cell
+end it early: a slow walk at 1M stops there).
 The bitsets are built before timing (a caller caches one per filter); the unfiltered p99 of each library is the
 first line.
 
@@ -345,7 +346,8 @@ def measure(lib: Lib, q: np.ndarray, row_filters: list[RowFilter | None], truths
 
 def cell(lib: Lib, q: np.ndarray, row_filters: list[RowFilter | None], truths: list[np.ndarray], efs: list[int],
          budget_s: float) -> str:
-    """The cheapest ef reaching TARGET: 'QPS (recall, ef, p50/p99 ms)', or '-' with the best recall seen."""
+    """The cheapest ef reaching TARGET: 'QPS (recall, ef, p50/p99 ms)', or '-' with the best recall seen and the
+    highest ef tried (below the last of ``efs`` when the budget ran out)."""
     best = 0.0
     start = time.monotonic()
     for ef in efs:
@@ -355,7 +357,7 @@ def cell(lib: Lib, q: np.ndarray, row_filters: list[RowFilter | None], truths: l
             return f"{qps:,.0f} ({r:.3f}, ef {ef}, {p50:.2f}/{p99:.2f})"
         if time.monotonic() - start > budget_s:
             break
-    return f"- (best {best:.3f})"
+    return f"- (best {best:.3f} to ef {ef})"
 
 
 # --libs name -> (the module it needs, for a clear error before anything is built)

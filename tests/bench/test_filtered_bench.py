@@ -87,7 +87,9 @@ def test_a_library_below_the_target_reports_its_best_recall(bench) -> None:
 
     x, q = _data()
     truths = [bench.exact_filtered(x, query, np.ones(len(x), bool)) for query in q]
-    assert bench.cell(Blind(), q, [None] * len(q), truths, [16, 32], budget_s=5) == "- (best 0.000)"
+    assert bench.cell(Blind(), q, [None] * len(q), truths, [16, 32], budget_s=5) == "- (best 0.000 to ef 32)"
+    # a budget spent on the first ef ends the sweep there, and the cell says so
+    assert bench.cell(Blind(), q, [None] * len(q), truths, [16, 32], budget_s=0) == "- (best 0.000 to ef 16)"
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +144,7 @@ def test_the_script_prints_a_row_per_filter_for_each_available_library(bench, tm
     assert header.count("|") == len(available) + 2
     assert [r.split(" | ")[0] for r in body] == [
         "| none", "| 10.00% random", "| 10.00% correlated", "| 0.50% random", "| 0.50% correlated"]
-    cell = re.compile(r"^([\d,]+ \(\d\.\d{3}, ef \d+, [\d.]+/[\d.]+\)|- \(best \d\.\d{3}\))$")
+    cell = re.compile(r"^([\d,]+ \(\d\.\d{3}, ef \d+, [\d.]+/[\d.]+\)|- \(best \d\.\d{3} to ef \d+\))$")
     for row in body:
         cells = row.strip("| ").split(" | ")[1:]
         assert len(cells) == len(available) and all(cell.match(c) for c in cells), row
