@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator, List, Tuple
 
 import pytest
+from ray_start import start_local_ray
 
 from .doors import InProcess, Outcome, Request, ThroughPage
 from .drawing import check_door, compared_or_fail
@@ -82,7 +83,7 @@ def serve_doors(demo_shards) -> Iterator[Tuple[InProcess, ThroughPage, ThroughSe
 
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        start_local_ray(ray)
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     reference = None

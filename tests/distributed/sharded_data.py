@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+from ray_start import start_local_ray
 
 _BUILT: Dict[str, Any] = {}
 
@@ -33,7 +34,7 @@ def corpus_records() -> List[Dict]:
 def ray_cluster():
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():  # each test module imports this fixture: the first one starts Ray
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        start_local_ray(ray)
     yield ray
     try:
         from ray import serve
