@@ -1,4 +1,5 @@
-// The result list of an unfiltered layer-0 search: the ef closest elements
+// The pools layer-0 searches expand from. SearchPool, the result list of an
+// unfiltered layer-0 search: the ef closest elements
 // found so far, sorted by distance, each flagged once expanded (DiskANN's
 // neighbour pool). It replaces hnswlib's two heaps: a candidate the
 // candidate heap holds beyond these ef is farther than the ef-th result, and
@@ -13,31 +14,11 @@
 
 namespace medretrieve::index {
 
-class SearchPool {
+// A sorted list of (distance, id, expanded) items and the cursor at its
+// closest unexpanded one: what both pools below expand from.
+template <class Item>
+class SortedPool {
  public:
-  explicit SearchPool(size_t capacity) { reset(capacity); }
-  // Empties the pool for a new search, keeping its memory.
-  void reset(size_t capacity) {
-    capacity_ = std::max<size_t>(capacity, 1);
-    cursor_ = 0;
-    items_.clear();
-    items_.reserve(capacity_);
-  }
-
-  // Inserts (distance, id) when it is among the `capacity` closest so far;
-  // returns whether it was.
-  bool insert(float distance, uint32_t id) {
-    const Item item{distance, id, false};
-    if (items_.size() == capacity_) {
-      if (!closer(item, items_.back())) return false;
-      items_.pop_back();
-    }
-    const auto at = std::upper_bound(items_.begin(), items_.end(), item, closer);
-    const size_t pos = size_t(at - items_.begin());
-    items_.insert(at, item);
-    if (pos < cursor_) cursor_ = pos;
-    return true;
-  }
   bool has_unexpanded() const { return cursor_ < items_.size(); }
   // The closest element not yet expanded (has_unexpanded() must hold); marks it expanded.
   uint32_t expand_next() {
@@ -52,23 +33,61 @@ class SearchPool {
     id = items_[cursor_].id;
     return true;
   }
+
+ protected:
+  // Ties (exact duplicates) go to the lower id, as std::pair orders Candidates elsewhere.
+  static bool closer(const Item& a, const Item& b) {
+    return a.distance < b.distance || (a.distance == b.distance && a.id < b.id);
+  }
+  // Inserts in order; returns the position.
+  size_t insert_sorted(const Item& item) {
+    const auto at = std::upper_bound(items_.begin(), items_.end(), item, closer);
+    const size_t pos = size_t(at - items_.begin());
+    items_.insert(at, item);
+    if (pos < cursor_) cursor_ = pos;
+    return pos;
+  }
+  void clear() {
+    cursor_ = 0;
+    items_.clear();
+  }
+  size_t cursor_ = 0;
+  std::vector<Item> items_;
+};
+
+struct PoolItem {
+  float distance;
+  uint32_t id;
+  bool expanded;
+};
+
+class SearchPool : public SortedPool<PoolItem> {
+ public:
+  explicit SearchPool(size_t capacity) { reset(capacity); }
+  // Empties the pool for a new search, keeping its memory.
+  void reset(size_t capacity) {
+    capacity_ = std::max<size_t>(capacity, 1);
+    clear();
+    items_.reserve(capacity_);
+  }
+
+  // Inserts (distance, id) when it is among the `capacity` closest so far;
+  // returns whether it was.
+  bool insert(float distance, uint32_t id) {
+    const PoolItem item{distance, id, false};
+    if (items_.size() == capacity_) {
+      if (!closer(item, items_.back())) return false;
+      items_.pop_back();
+    }
+    insert_sorted(item);
+    return true;
+  }
   size_t size() const { return items_.size(); }
   float distance(size_t i) const { return items_[i].distance; }
   uint32_t id(size_t i) const { return items_[i].id; }
 
  private:
-  struct Item {
-    float distance;
-    uint32_t id;
-    bool expanded;
-  };
-  // Ties (exact duplicates) go to the lower id, as std::pair orders Candidates elsewhere.
-  static bool closer(const Item& a, const Item& b) {
-    return a.distance < b.distance || (a.distance == b.distance && a.id < b.id);
-  }
   size_t capacity_ = 1;
-  size_t cursor_ = 0;
-  std::vector<Item> items_;
 };
 
 // The result list of a filtered (or deletion-screened) layer-0 search, as
@@ -77,23 +96,25 @@ class SearchPool {
 // allowed ones are the results. One sorted list holds both: it is cut after
 // its ef-th allowed element (what lies beyond would never be expanded), so
 // it grows past ef only while fewer than ef allowed elements are known.
-class ScreenedPool {
+struct ScreenedItem {
+  float distance;
+  uint32_t id;
+  bool expanded;
+  bool allowed;
+};
+
+class ScreenedPool : public SortedPool<ScreenedItem> {
  public:
   void reset(size_t ef) {
     ef_ = std::max<size_t>(ef, 1);
-    cursor_ = 0;
     allowed_ = 0;
-    items_.clear();
+    clear();
   }
   // Whether an element at this distance would enter (test before the filter: a predicate may be costly).
   bool admits(float distance) const { return allowed_ < ef_ || distance < items_.back().distance; }
   void insert(float distance, uint32_t id, bool allowed) {
     if (!admits(distance)) return;
-    const Item item{distance, id, false, allowed};
-    const auto at = std::upper_bound(items_.begin(), items_.end(), item, closer);
-    const size_t pos = size_t(at - items_.begin());
-    items_.insert(at, item);
-    if (pos < cursor_) cursor_ = pos;
+    insert_sorted({distance, id, false, allowed});
     if (allowed && ++allowed_ > ef_) {  // drop the (ef+1)-th allowed element
       while (!items_.back().allowed) items_.pop_back();
       items_.pop_back();
@@ -103,38 +124,16 @@ class ScreenedPool {
       while (!items_.back().allowed) items_.pop_back();
     if (cursor_ > items_.size()) cursor_ = items_.size();
   }
-  bool has_unexpanded() const { return cursor_ < items_.size(); }
-  uint32_t expand_next() {
-    Item& item = items_[cursor_];
-    item.expanded = true;
-    while (cursor_ < items_.size() && items_[cursor_].expanded) ++cursor_;
-    return item.id;
-  }
-  bool peek_next(uint32_t& id) const {
-    if (cursor_ >= items_.size()) return false;
-    id = items_[cursor_].id;
-    return true;
-  }
   // The allowed elements, closest first (at most ef).
   template <class Out>
   void take_allowed(Out& out) const {
     out.clear();
-    for (const Item& item : items_)
+    for (const ScreenedItem& item : items_)
       if (item.allowed) out.emplace_back(item.distance, item.id);
   }
 
  private:
-  struct Item {
-    float distance;
-    uint32_t id;
-    bool expanded;
-    bool allowed;
-  };
-  static bool closer(const Item& a, const Item& b) {
-    return a.distance < b.distance || (a.distance == b.distance && a.id < b.id);
-  }
-  size_t ef_ = 1, cursor_ = 0, allowed_ = 0;
-  std::vector<Item> items_;
+  size_t ef_ = 1, allowed_ = 0;
 };
 
 }  // namespace medretrieve::index

@@ -12,25 +12,14 @@
 
 #include "index/flat.h"
 #include "index/hnsw.h"
+#include "filter_rows.h"
 
 using namespace medretrieve::index;
 
+using filter_rows::bits_of;
+using filter_rows::clustered_rows;
+
 namespace {
-
-std::vector<float> rows(size_t n, size_t dim, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<float> out(n * dim);
-  for (size_t i = 0; i < n; ++i)
-    for (size_t j = 0; j < dim; ++j) out[i * dim + j] = float(i % 6) + 0.7f * nd(rng);  // six clusters
-  return out;
-}
-
-std::vector<uint64_t> bits_of(const std::vector<uint64_t>& ids, size_t size) {
-  std::vector<uint64_t> w((size + 63) / 64, 0);
-  for (uint64_t id : ids) w[id >> 6] |= uint64_t(1) << (id & 63);
-  return w;
-}
 
 // Exact filtered top-k external ids (squared L2, double), allowed by pred.
 template <typename Pred>
@@ -61,7 +50,7 @@ HnswParams params(size_t dim, size_t n) {
 
 TEST(AllowedRows, CompilesExternalIdsToSlotsEitherWay) {
   const size_t n = 300, dim = 4;
-  const auto x = rows(n, dim, 1);
+  const auto x = clustered_rows(n, dim, 1);
   std::vector<uint64_t> ext(n);
   for (size_t i = 0; i < n; ++i) ext[i] = 1000 + 3 * i;  // external ids are not the slots
   FlatIndex f(Space::L2, DType::Float32, dim);
@@ -100,7 +89,7 @@ TEST(AllowedRows, CompilesExternalIdsToSlotsEitherWay) {
 
 TEST(AllowedRows, HnswBothPlannerPathsMatchExactFilteredSearch) {
   const size_t n = 1200, dim = 8, k = 10, nq = 20;
-  const auto x = rows(n, dim, 2);
+  const auto x = clustered_rows(n, dim, 2);
   Hnsw h(params(dim, n));
   h.add(x.data(), n, nullptr, nullptr, 2, false, false);
   FlatIndex f(Space::L2, DType::Float32, dim);
@@ -148,7 +137,7 @@ TEST(AllowedRows, HnswBothPlannerPathsMatchExactFilteredSearch) {
 
 TEST(AllowedRows, DeletedRowsAndLabelsCombineWithTheFilter) {
   const size_t n = 400, dim = 8, k = 5;
-  const auto x = rows(n, dim, 3);
+  const auto x = clustered_rows(n, dim, 3);
   Hnsw h(params(dim, n));
   std::vector<std::vector<uint32_t>> labels(n);
   for (size_t i = 0; i < n; ++i) labels[i] = {uint32_t(i % 2)};

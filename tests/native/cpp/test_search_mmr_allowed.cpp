@@ -13,26 +13,15 @@
 
 #include "fusion/search_mmr.h"
 #include "index/hnsw.h"
+#include "filter_rows.h"
 
 using namespace medretrieve;
 using index::ExternalBits;
 
+using filter_rows::bits_of;
+using filter_rows::clustered_rows;
+
 namespace {
-
-std::vector<float> clustered_rows(size_t n, size_t dim, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<float> out(n * dim);
-  for (size_t i = 0; i < n; ++i)
-    for (size_t j = 0; j < dim; ++j) out[i * dim + j] = float(i % 6) + 0.7f * nd(rng);  // six clusters
-  return out;
-}
-
-std::vector<uint64_t> bits_of(const std::vector<uint64_t>& ids, size_t size) {
-  std::vector<uint64_t> w((size + 63) / 64, 0);
-  for (uint64_t id : ids) w[id >> 6] |= uint64_t(1) << (id & 63);
-  return w;
-}
 
 // The exact filtered top-k (squared L2 in double) of the rows `keep` holds, ids = positions.
 std::vector<int64_t> filtered_top(const std::vector<float>& x, size_t dim, const float* q, size_t k,

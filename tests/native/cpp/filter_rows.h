@@ -1,0 +1,29 @@
+// Test data of the row-filter tests (test_allowed_rows.cpp, test_search_mmr_allowed.cpp): clustered rows and
+// a bitset over ids.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace filter_rows {
+
+// n rows of dim floats around six cluster centres (row i in cluster i % 6).
+inline std::vector<float> clustered_rows(size_t n, size_t dim, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> out(n * dim);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < dim; ++j) out[i * dim + j] = float(i % 6) + 0.7f * nd(rng);  // six clusters
+  return out;
+}
+
+// The packed bitset (bit id % 64 of word id / 64) of `ids` over `size` ids.
+inline std::vector<uint64_t> bits_of(const std::vector<uint64_t>& ids, size_t size) {
+  std::vector<uint64_t> w((size + 63) / 64, 0);
+  for (uint64_t id : ids) w[id >> 6] |= uint64_t(1) << (id & 63);
+  return w;
+}
+
+}  // namespace filter_rows
