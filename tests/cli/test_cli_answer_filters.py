@@ -5,22 +5,18 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 import pytest
+from medline_collection import QUESTION, build_medline_collection
 
 from medretrieve.cli import build_parser, main
-from medretrieve.corpus.collection import Collection
 from medretrieve.wire import FILTER_OPTIONS
 
-MEDLINE = Path(__file__).resolve().parents[1] / "fixtures" / "medline" / "filters_sample.xml"
-QUESTION = "Is metformin the first-line drug for type 2 diabetes?"
 
 
 @pytest.fixture(scope="module")
 def medline_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("medline") / "col"
-    Collection.build(str(MEDLINE), out, "default", progress=False)
+    out = build_medline_collection(tmp_path_factory)
     return str(out)
 
 

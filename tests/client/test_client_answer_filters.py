@@ -5,9 +5,9 @@ server (422, streamed too), both naming the option."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
+from medline_collection import QUESTION, build_medline_collection
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -15,17 +15,13 @@ pytest.importorskip("uvicorn")
 from medretrieve.client import AsyncClient, Client, InvalidRequest  # noqa: E402
 from medretrieve.wire import SearchOptionTypeError  # noqa: E402
 
-MEDLINE = Path(__file__).resolve().parents[1] / "fixtures" / "medline" / "filters_sample.xml"
-QUESTION = "Is metformin the first-line drug for type 2 diabetes?"
 
 
 @pytest.fixture(scope="module")
 def medline_server(tmp_path_factory):
-    from medretrieve.corpus.collection import Collection
     from medretrieve.testing.server import ServerProcess
 
-    out = tmp_path_factory.mktemp("medline") / "col"
-    Collection.build(str(MEDLINE), out, "default", progress=False)
+    out = build_medline_collection(tmp_path_factory)
     with ServerProcess(out, ["--deadline-ms", "60000"]) as srv:
         yield srv
 

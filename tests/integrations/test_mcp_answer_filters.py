@@ -5,9 +5,9 @@ listed carries its document's year and publication types where recorded (the sea
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
+from medline_collection import QUESTION, build_medline_collection
 
 pytest.importorskip("mcp")
 
@@ -18,15 +18,12 @@ from medretrieve.integrations.mcp_server import Engine, build_server  # noqa: E4
 from medretrieve.retrieval.retriever import Retriever  # noqa: E402
 from medretrieve.wire import FILTER_OPTIONS  # noqa: E402
 
-MEDLINE = Path(__file__).resolve().parents[1] / "fixtures" / "medline" / "filters_sample.xml"
-QUESTION = "Is metformin the first-line drug for type 2 diabetes?"
 TIMEOUT_S = 120.0
 
 
 @pytest.fixture(scope="module")
 def medline_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("medline") / "col"
-    Collection.build(str(MEDLINE), out, "default", progress=False)
+    out = build_medline_collection(tmp_path_factory)
     return out
 
 

@@ -5,31 +5,19 @@ carries its document's year and publication types."""
 from __future__ import annotations
 
 import json
-import time
-from pathlib import Path
 
 import pytest
+from medline_collection import QUESTION, build_medline_collection, ready_test_client
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
 
-from medretrieve.corpus.collection import Collection  # noqa: E402
-from medretrieve.server.app import create_app  # noqa: E402
 from medretrieve.wire import FILTER_OPTIONS  # noqa: E402
 
-MEDLINE = Path(__file__).resolve().parents[1] / "fixtures" / "medline" / "filters_sample.xml"
-QUESTION = "Is metformin the first-line drug for type 2 diabetes?"
 
 
 @pytest.fixture(scope="module")
 def http(tmp_path_factory):
-    out = tmp_path_factory.mktemp("medline") / "col"
-    Collection.build(str(MEDLINE), out, "default", progress=False)
-    with TestClient(create_app(str(out))) as client:
-        deadline = time.monotonic() + 120
-        while client.get("/readyz").status_code != 200:
-            assert time.monotonic() < deadline, "the collection did not load"
-            time.sleep(0.1)
+    with ready_test_client(build_medline_collection(tmp_path_factory)) as client:
         yield client
 
 

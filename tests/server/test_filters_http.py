@@ -2,29 +2,18 @@
 refusals 422 naming where, POST /v1/facets, the fields in GET /v1/collection and the published schema."""
 from __future__ import annotations
 
-import time
-from pathlib import Path
 
 import pytest
+from medline_collection import build_medline_collection, ready_test_client
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
 
-from medretrieve.corpus.collection import Collection  # noqa: E402
-from medretrieve.server.app import create_app  # noqa: E402
 
-MEDLINE = Path(__file__).resolve().parents[1] / "fixtures" / "medline" / "filters_sample.xml"
 
 
 @pytest.fixture(scope="module")
 def http(tmp_path_factory):
-    out = tmp_path_factory.mktemp("medline") / "col"
-    Collection.build(str(MEDLINE), out, "default", progress=False)
-    with TestClient(create_app(str(out))) as client:
-        deadline = time.monotonic() + 120
-        while client.get("/readyz").status_code != 200:
-            assert time.monotonic() < deadline, "the collection did not load"
-            time.sleep(0.1)
+    with ready_test_client(build_medline_collection(tmp_path_factory)) as client:
         yield client
 
 
