@@ -946,7 +946,7 @@ std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx&
   else  // the classic path: one entry point
     start = greedy_descent(ctx, ep, max_level, 0, false);
   const uint32_t* eps = starts.empty() ? &start : starts.data();
-  size_t n_eps = starts.empty() ? 1 : starts.size();
+  const size_t n_eps = starts.empty() ? 1 : starts.size();
   std::vector<Candidate> found;
   const auto finish = [&](std::vector<Candidate>& out) {
     if (store_.keep_float()) {  // recall recovery: exact float32 re-score of the ef candidates
