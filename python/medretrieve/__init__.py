@@ -15,9 +15,31 @@ import typing as _typing
 from ._exports import attach as _attach
 
 # Developer builds: MEDRETRIEVE_CORE_DIR points at a CMake build folder that
-# holds _core*.so, so several build trees can share one source checkout.
+# holds _core*.so, so several build trees can share one source checkout. The
+# core is looked up there before any other finder runs: an editable install's
+# finder would otherwise always load the installed one.
 if _os.environ.get("MEDRETRIEVE_CORE_DIR"):
+    import importlib.machinery as _machinery
+    import sys as _sys
+
+    class _CoreDirFinder:
+        """Finds ``medretrieve._core`` in MEDRETRIEVE_CORE_DIR (nothing else)."""
+
+        def __init__(self, directory: str) -> None:
+            self.directory = directory
+
+        def find_spec(self, name: str, path: _typing.Optional[_typing.Sequence[str]] = None,
+                      target: _typing.Any = None) -> _typing.Optional[_machinery.ModuleSpec]:
+            if name != __name__ + "._core":
+                return None
+            spec = _machinery.PathFinder.find_spec(name, [self.directory])
+            if spec is None:  # not the installed core instead: the developer asked for this build
+                raise ImportError(f"MEDRETRIEVE_CORE_DIR={self.directory} holds no native core (_core*.so): "
+                                  "build it there (docs/development.md) or unset the variable")
+            return spec
+
     __path__.insert(0, _os.environ["MEDRETRIEVE_CORE_DIR"])
+    _sys.meta_path.insert(0, _CoreDirFinder(_os.environ["MEDRETRIEVE_CORE_DIR"]))
 
 if _typing.TYPE_CHECKING:  # the public API, declared once: type checkers read it here, _exports.attach at run time
     from ._version import __version__ as __version__
