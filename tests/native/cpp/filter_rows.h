@@ -1,5 +1,5 @@
-// Test data of the row-filter tests (test_allowed_rows.cpp, test_search_mmr_allowed.cpp): clustered rows and
-// a bitset over ids.
+// Test data of the row-filter tests (test_allowed_rows.cpp, test_search_mmr_allowed.cpp): graph parameters,
+// clustered rows and a bitset over ids.
 #pragma once
 
 #include <cstddef>
@@ -7,7 +7,19 @@
 #include <random>
 #include <vector>
 
+#include "index/hnsw.h"
+
 namespace filter_rows {
+
+// Small-graph parameters of these tests (M 12, ef_construction 80; default space and dtype).
+inline medretrieve::index::HnswParams params(size_t dim, size_t n) {
+  medretrieve::index::HnswParams p;
+  p.dim = dim;
+  p.max_elements = n;
+  p.M = 12;
+  p.ef_construction = 80;
+  return p;
+}
 
 // n rows of dim floats around six cluster centres (row i in cluster i % 6).
 inline std::vector<float> clustered_rows(size_t n, size_t dim, uint32_t seed) {

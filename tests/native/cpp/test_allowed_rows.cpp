@@ -18,6 +18,7 @@ using namespace medretrieve::index;
 
 using filter_rows::bits_of;
 using filter_rows::clustered_rows;
+using filter_rows::params;
 
 namespace {
 
@@ -37,14 +38,6 @@ std::vector<int64_t> truth(const std::vector<float>& x, size_t n, const float* q
   return out;
 }
 
-HnswParams params(size_t dim, size_t n) {
-  HnswParams p;
-  p.dim = dim;
-  p.max_elements = n;
-  p.M = 12;
-  p.ef_construction = 80;
-  return p;
-}
 
 }  // namespace
 

@@ -20,6 +20,7 @@ using index::ExternalBits;
 
 using filter_rows::bits_of;
 using filter_rows::clustered_rows;
+using filter_rows::params;
 
 namespace {
 
@@ -38,14 +39,6 @@ std::vector<int64_t> filtered_top(const std::vector<float>& x, size_t dim, const
   return out;
 }
 
-index::HnswParams params(size_t dim, size_t n) {
-  index::HnswParams p;
-  p.dim = dim;
-  p.max_elements = n;
-  p.M = 12;
-  p.ef_construction = 80;
-  return p;
-}
 
 }  // namespace
 
