@@ -5,7 +5,7 @@ other tests import as ``conftest``)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 from ray_start import start_local_ray
@@ -56,20 +56,11 @@ def encoder_dir():
 def sharded_corpus(tmp_path_factory, encoder_dir):
     """(shard directories, the one-collection directory, records per shard): float32 indexes, so the dense
     scores of shards and of the one collection are the same numbers."""
-    from medretrieve.corpus.collection import Collection
-    from medretrieve.distributed.layout import shard_of
-
     if "sharded" in _BUILT:  # built once per session, whichever module asks first
         return _BUILT["sharded"]
     work: Path = tmp_path_factory.mktemp("sharded")
     records = corpus_records()
-    parts = [[r for r in records if shard_of(r["id"], 2) == s] for s in range(2)]
-    dirs = []
-    for s, part in enumerate(parts):
-        Collection.build(part, work / f"shard{s}", encoder=encoder_dir, progress=False, dtype="float32")
-        dirs.append(work / f"shard{s}")
-    Collection.build([r for p in parts for r in p], work / "one", encoder=encoder_dir, progress=False,
-                     dtype="float32")
+    dirs, parts = _build_split(records, 2, work, encoder_dir)
     _BUILT["sharded"] = dirs, work / "one", parts
     return _BUILT["sharded"]
 
@@ -96,19 +87,26 @@ def metadata_records(shards: int) -> List[Dict]:
 def metadata_corpus(tmp_path_factory, encoder_dir):
     """(three shard directories, the one-collection directory of the shards concatenated) of
     :func:`metadata_records`, float32 indexes."""
-    from medretrieve.corpus.collection import Collection
-    from medretrieve.distributed.layout import shard_of
-
     if "metadata" in _BUILT:
         return _BUILT["metadata"]
     work: Path = tmp_path_factory.mktemp("metadata")
     records = metadata_records(3)
-    parts = [[r for r in records if shard_of(r["id"], 3) == s] for s in range(3)]
+    dirs, _ = _build_split(records, 3, work, encoder_dir)
+    _BUILT["metadata"] = dirs, work / "one"
+    return _BUILT["metadata"]
+
+
+def _build_split(records: List[Dict[str, Any]], shards: int, work: Path, encoder_dir: Any) -> Tuple[List[Path], list]:
+    """``records`` split by :func:`shard_of` into ``work/shard{i}`` collections and whole into ``work/one`` (float32,
+    so sharded and single searches compare exactly); (shard directories, the records of each shard)."""
+    from medretrieve.corpus.collection import Collection
+    from medretrieve.distributed.layout import shard_of
+
+    parts = [[r for r in records if shard_of(r["id"], shards) == s] for s in range(shards)]
     dirs = []
     for s, part in enumerate(parts):
         Collection.build(part, work / f"shard{s}", encoder=encoder_dir, progress=False, dtype="float32")
         dirs.append(work / f"shard{s}")
     Collection.build([r for p in parts for r in p], work / "one", encoder=encoder_dir, progress=False,
                      dtype="float32")
-    _BUILT["metadata"] = dirs, work / "one"
-    return _BUILT["metadata"]
+    return dirs, parts

@@ -2,9 +2,11 @@
 // clustered rows and a bitset over ids.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "index/hnsw.h"
@@ -36,6 +38,21 @@ inline std::vector<uint64_t> bits_of(const std::vector<uint64_t>& ids, size_t si
   std::vector<uint64_t> w((size + 63) / 64, 0);
   for (uint64_t id : ids) w[id >> 6] |= uint64_t(1) << (id & 63);
   return w;
+}
+
+// The exact top-k ids (squared L2 in double, ties by id) among `ids`, rows of dim floats in x.
+template <class Ids>
+std::vector<int64_t> exact_top(const std::vector<float>& x, size_t dim, const float* q, size_t k, const Ids& ids) {
+  std::vector<std::pair<double, int64_t>> s;
+  for (const auto j : ids) {
+    double d = 0;
+    for (size_t t = 0; t < dim; ++t) d += (double(q[t]) - x[j * dim + t]) * (double(q[t]) - x[j * dim + t]);
+    s.emplace_back(d, int64_t(j));
+  }
+  std::sort(s.begin(), s.end());
+  std::vector<int64_t> out;
+  for (size_t t = 0; t < std::min(k, s.size()); ++t) out.push_back(s[t].second);
+  return out;
 }
 
 }  // namespace filter_rows

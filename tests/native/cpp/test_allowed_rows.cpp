@@ -25,19 +25,11 @@ namespace {
 // Exact filtered top-k external ids (squared L2, double), allowed by pred.
 template <typename Pred>
 std::vector<int64_t> truth(const std::vector<float>& x, size_t n, const float* q, size_t dim, size_t k, Pred pred) {
-  std::vector<std::pair<double, int64_t>> s;
-  for (size_t j = 0; j < n; ++j) {
-    if (!pred(j)) continue;
-    double d = 0;
-    for (size_t t = 0; t < dim; ++t) d += (double(q[t]) - x[j * dim + t]) * (double(q[t]) - x[j * dim + t]);
-    s.emplace_back(d, int64_t(j));
-  }
-  std::sort(s.begin(), s.end());
-  std::vector<int64_t> out;
-  for (size_t t = 0; t < std::min(k, s.size()); ++t) out.push_back(s[t].second);
-  return out;
+  std::vector<size_t> ids;
+  for (size_t j = 0; j < n; ++j)
+    if (pred(j)) ids.push_back(j);
+  return filter_rows::exact_top(x, dim, q, k, ids);
 }
-
 
 }  // namespace
 

@@ -27,18 +27,8 @@ namespace {
 // The exact filtered top-k (squared L2 in double) of the rows `keep` holds, ids = positions.
 std::vector<int64_t> filtered_top(const std::vector<float>& x, size_t dim, const float* q, size_t k,
                                   const std::set<uint64_t>& keep) {
-  std::vector<std::pair<double, int64_t>> s;
-  for (uint64_t j : keep) {
-    double d = 0;
-    for (size_t t = 0; t < dim; ++t) d += (double(q[t]) - x[j * dim + t]) * (double(q[t]) - x[j * dim + t]);
-    s.emplace_back(d, int64_t(j));
-  }
-  std::sort(s.begin(), s.end());
-  std::vector<int64_t> out;
-  for (size_t t = 0; t < std::min(k, s.size()); ++t) out.push_back(s[t].second);
-  return out;
+  return filter_rows::exact_top(x, dim, q, k, keep);
 }
-
 
 }  // namespace
 
