@@ -17,8 +17,6 @@ namespace mi = medretrieve::index;
 namespace medretrieve::bindings {
 
 void bind_search_mmr(py::module_& m) {
-  // search_mmr(..., allowed=<packed uint64 bitset>) is understood (medretrieve/index/hnsw.py checks for it).
-  m.attr("SEARCH_MMR_ALLOWED") = true;
   m.def(
       "search_mmr",
       [](const mi::Hnsw& index, py::handle query, py::handle k_arg, py::handle fetch_k_arg, py::handle lambda_arg,

@@ -114,7 +114,6 @@ class _CudaTable:
 # --- indexes (bind_index.cpp, bind_search_mmr.cpp) ---------------------------
 
 SEARCH_ALLOWED_BITSET: bool  # Index / FlatIndex search take allowed= (a bitset over ids)
-SEARCH_MMR_ALLOWED: bool  # search_mmr takes allowed= (the same bitset)
 
 class HnswIndex:
     """Native int8/float32 HNSW index (use ``medretrieve.Index``)."""

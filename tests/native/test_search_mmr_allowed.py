@@ -8,9 +8,7 @@ import numpy as np
 import pytest
 
 import medretrieve
-import medretrieve.index.hnsw
 from medretrieve.index import allowed_bitset
-from medretrieve.index.hnsw import MMR_ALLOWED
 from index_data import embedding_like
 
 DIM = 16
@@ -78,19 +76,9 @@ def filters(x: np.ndarray, q: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-@pytest.fixture(params=["native", "in_steps"])
-def mmr_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The native search_mmr, or the steps a core without its row filter runs (filtered search, then MMR)."""
-    if request.param == "native" and not MMR_ALLOWED:
-        pytest.skip("the native core predates search_mmr(allowed=): rebuild _core")
-    monkeypatch.setattr(medretrieve.index.hnsw, "MMR_ALLOWED", request.param == "native")
-    return str(request.param)
-
-
 @pytest.mark.parametrize("space", ["l2", "ip", "cosine"])
 @pytest.mark.parametrize("lam", [0.0, 0.5, 1.0])
-def test_search_mmr_is_mmr_over_the_exact_filtered_candidates(data: tuple, space: str, lam: float,
-                                                               mmr_path: str) -> None:
+def test_search_mmr_is_mmr_over_the_exact_filtered_candidates(data: tuple, space: str, lam: float) -> None:
     x, q = data
     ext = np.arange(N, dtype=np.int64) * 3 + 50  # external ids that are not the slots
     index = build_index(x, space, ext)
@@ -117,8 +105,7 @@ def _mask_over_ids(ext: np.ndarray, keep: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
-def test_search_mmr_with_the_planner_returns_min_k_allowed_and_nothing_outside(data: tuple, dtype: str,
-                                                                              mmr_path: str) -> None:
+def test_search_mmr_with_the_planner_returns_min_k_allowed_and_nothing_outside(data: tuple, dtype: str) -> None:
     x, q = data
     index = build_index(x, "ip", np.arange(N), dtype=dtype)
     for name, keep in filters(x, q).items():
@@ -131,7 +118,7 @@ def test_search_mmr_with_the_planner_returns_min_k_allowed_and_nothing_outside(d
             assert set(ids) <= set(plain[0][plain[0] >= 0]), name
 
 
-def test_search_mmr_ids_past_the_mask_deleted_rows_and_labels(data: tuple, mmr_path: str) -> None:
+def test_search_mmr_ids_past_the_mask_deleted_rows_and_labels(data: tuple) -> None:
     x, q = data
     index = build_index(x, "l2", np.arange(N), labels=[[i % 3] for i in range(N)])
     short = np.zeros(100, bool)  # ids 100.. are past the mask's end: out
@@ -157,7 +144,7 @@ def test_search_mmr_ids_past_the_mask_deleted_rows_and_labels(data: tuple, mmr_p
     (np.array([1, 2], np.int32), TypeError),
     ("everything", TypeError),
 ])
-def test_search_mmr_refuses_a_wrong_filter_by_name(bad: object, error: type, mmr_path: str) -> None:
+def test_search_mmr_refuses_a_wrong_filter_by_name(bad: object, error: type) -> None:
     index = build_index(np.eye(DIM, dtype=np.float32), "l2", np.arange(DIM))
     with pytest.raises(error, match="allowed"):
         index.search_mmr(np.ones(DIM, np.float32), 2, allowed=bad)
@@ -168,8 +155,7 @@ def test_search_mmr_refuses_a_wrong_filter_by_name(bad: object, error: type, mmr
     (dict(lambda_=1.5), ValueError, "lambda"),
     (dict(k=10**6), ValueError, "k="),
 ])
-def test_search_mmr_with_a_filter_refuses_bad_arguments_by_name(call: dict, error: type, match: str,
-                                                                mmr_path: str) -> None:
+def test_search_mmr_with_a_filter_refuses_bad_arguments_by_name(call: dict, error: type, match: str) -> None:
     index = build_index(np.eye(DIM, dtype=np.float32), "l2", np.arange(DIM))
     args = dict(query=np.ones(DIM, np.float32), k=2, lambda_=0.5) | call
     with pytest.raises(error, match=match):

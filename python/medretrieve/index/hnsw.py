@@ -8,15 +8,10 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 import numpy as np
 
 from .. import _core
-from ..fusion import mmr
 from ._hnswlib import knn_results
 from ._inputs import IndexInputError, LabelsArg, check_dim, check_dtype, check_space
 from .allowed import AllowedArg, native_search_args, pack_allowed
 from .hnswlib_file import NotHnswlibFile, hnswlib_file_dim, lacks_medretrieve_magic, read_hnswlib_file
-
-# Whether the native search_mmr takes a row filter (with a core built before it did, search_mmr(allowed=...) runs in
-# steps: the filtered search, then MMR over the candidates' vectors).
-MMR_ALLOWED = bool(getattr(_core, "SEARCH_MMR_ALLOWED", False))
 
 @dataclass(frozen=True)
 class IndexStats:
@@ -253,33 +248,8 @@ class Index:
         ``min(k, allowed live rows)`` of them and never a row outside the filter.
         """
         extra = {} if allowed is None else {"allowed": pack_allowed(allowed)}
-        if extra and not MMR_ALLOWED:
-            ids, scores, relevance = self._search_mmr_in_steps(query, k, fetch_k, lambda_, ef, labels, extra["allowed"])
-        else:
-            ids, scores, relevance = _core.search_mmr(self._c(), query, k, fetch_k, lambda_, ef, labels, **extra)
+        ids, scores, relevance = _core.search_mmr(self._c(), query, k, fetch_k, lambda_, ef, labels, **extra)
         return (ids, scores, relevance) if return_relevance else (ids, scores)
-
-    def _search_mmr_in_steps(
-        self, query: Any, k: int, fetch_k: int, lambda_: float, ef: Optional[int], labels: Any, bits: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``search_mmr`` with a row filter on a native core built before its search_mmr took one: the filtered
-        ``search`` (same planner), ``get_items`` and ``fusion.mmr`` (int8 pairs from dequantized rows, so scores
-        differ from the native call's by rounding)."""
-        q = np.asarray(query, dtype=np.float32)
-        if q.ndim == 2 and len(q) == 1:
-            q = q[0]
-        if q.ndim != 1:
-            raise IndexInputError(f"search_mmr takes one query, got shape {q.shape}")
-        fetch = max(int(fetch_k), int(k))
-        cand, cand_scores = self.search(q, fetch, ef=max(self.ef if ef is None else ef, fetch), labels=labels,
-                                        allowed=bits)
-        found = cand[0] >= 0
-        ids, relevance = cand[0][found], cand_scores[0][found]
-        if self.space == "cosine":
-            q = q / max(float(np.linalg.norm(q)), float(np.finfo(np.float32).tiny))
-        vectors = self._c().get_items(ids) if len(ids) else np.zeros((0, self.dim), np.float32)
-        order, scores = mmr(q, vectors, int(k), lambda_, relevance, metric="l2" if self.space == "l2" else "ip")
-        return ids[order], scores.astype(np.float32, copy=False), relevance[order]
 
     def labels_of(self, id: int) -> list[int]:
         """The labels element ``id`` carries."""
