@@ -14,7 +14,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, TypeVar
 
 from medretrieve.records import SearchResult
 from medretrieve.wire import SEARCH_OPTIONS, STAGE_SWITCHES
@@ -76,7 +76,7 @@ class Door(Protocol):
 COARSE_REFUSALS = ("usage", "http")  # a CLI usage error, an HTTP 4xx: refused, naming the option, of no Python type
 
 
-def same(reference: Outcome, other: Outcome, door: str) -> None:
+def same(reference: Outcome, other: Outcome, door: str, reference_door: str = "Retriever.search") -> None:
     """Assert that ``other`` (answered by ``door``) is ``reference``: the same hits in the same order with the same
     scores (to :data:`SCORE_TOLERANCE`) and the same stage log, or the same refusal naming the same option (of the
     same Python type, where the door has one)."""
@@ -84,7 +84,7 @@ def same(reference: Outcome, other: Outcome, door: str) -> None:
         kinds_agree = other.refused == reference.refused or (
             other.refused in COARSE_REFUSALS and reference.refused is not None)
         assert kinds_agree and other.option == reference.option, \
-            f"{door} answered {other} where Retriever.search answered {reference}"
+            f"{door} answered {other} where {reference_door} answered {reference}"
         return
     assert [c for c, _ in other.hits] == [c for c, _ in reference.hits], f"{door}: other hits or another order"
     for (chunk, want), (_, got) in zip(reference.hits, other.hits):
@@ -105,6 +105,13 @@ class InProcess:
             return Outcome.of(self.retriever.search(request.question, **request.options))
         except (TypeError, ValueError) as exc:
             return Outcome.refusal(exc)
+
+
+T = TypeVar("T")
+
+
+def _outcome(outcome: Outcome) -> Any:
+    return outcome
 
 
 def _refusal_or_raise(exc: BaseException) -> Outcome:
@@ -128,10 +135,15 @@ class ThroughClient:
         self.client = Client(url)
 
     def search(self, request: Request) -> Outcome:
+        return self.asked(lambda: Outcome.of(self.client.search(request.question, **request.options)))
+
+    @staticmethod
+    def asked(call: Callable[[], T], refused: Callable[[Outcome], T] = _outcome) -> T:
+        """``call()``, or ``refused`` of its refusal (:func:`_refusal_or_raise`)."""
         try:
-            return Outcome.of(self.client.search(request.question, **request.options))
+            return call()
         except Exception as exc:
-            return _refusal_or_raise(exc)
+            return refused(_refusal_or_raise(exc))
 
     def close(self) -> None:
         self.client.close()
@@ -150,10 +162,10 @@ class ThroughAsyncClient:
         self.client = AsyncClient(url)
 
     def search(self, request: Request) -> Outcome:
-        try:
-            return Outcome.of(self.loop.run_until_complete(self.client.search(request.question, **request.options)))
-        except Exception as exc:
-            return _refusal_or_raise(exc)
+        return self.asked(
+            lambda: Outcome.of(self.loop.run_until_complete(self.client.search(request.question, **request.options))))
+
+    asked = staticmethod(ThroughClient.asked)
 
     def close(self) -> None:
         self.loop.run_until_complete(self.client.aclose())
@@ -190,12 +202,19 @@ class ThroughPage:
         assert body is not None, f"JSON cannot write {request}"
         reply = self.http.post("/v1/search", content=body, headers={"content-type": "application/json"})
         if reply.status_code == 422:
-            named = reply.json()["error"]["field"]
-            # a stage switch's field is stages.NAME; the rule over dense and bm25 is stages
-            return Outcome(refused="http", option=None if named is None else named.split(".")[-1]
-                           if not named.split(".")[-1].isdigit() else named.split(".")[0])
+            return self.refusal(reply.json())
         assert reply.status_code == 200, f"POST /v1/search answered {reply.status_code}: {reply.text[:500]}"
         return Outcome.of(SearchResult.from_dict(reply.json()))
+
+    @staticmethod
+    def refusal(error: Dict[str, Any]) -> Outcome:
+        """The refusal a 422's documented JSON error names (its ``field``: a stage switch's is stages.NAME; the
+        rule over dense and bm25 is stages; an item's is NAME.INDEX)."""
+        named = error["error"]["field"]
+        if named is None:
+            return Outcome(refused="http")
+        parts = named.split(".")
+        return Outcome(refused="http", option=parts[0] if parts[-1].isdigit() else parts[-1])
 
     def close(self) -> None:
         self.http.close()
@@ -216,6 +235,12 @@ class ThroughCli:
     def argv(request: Request) -> Optional[List[str]]:
         """The command line of ``request`` (flags as ``add_search_options`` builds them from the declaration), or
         None when a command line cannot write it."""
+        flags = ThroughCli.flags(request)
+        return None if flags is None else [sys.executable, "-m", "medretrieve", "search", *flags, "--json"]
+
+    @staticmethod
+    def flags(request: Request) -> Optional[List[str]]:
+        """The flags of ``request``'s options (None when a command line cannot write them or its question)."""
         if not isinstance(request.question, str) or request.question.startswith("-"):
             return None
         out: List[str] = []
@@ -240,15 +265,23 @@ class ThroughCli:
                 return None
             else:
                 out += [flag, repr(value)]
-        return [sys.executable, "-m", "medretrieve", "search", *out, "--json"]
+        return out
+
+    def run(self, args: List[str], question: str) -> "subprocess.CompletedProcess[str]":
+        """``python -m medretrieve ARGS COLLECTION QUESTION``, its output captured."""
+        return subprocess.run([sys.executable, "-m", "medretrieve", *args, self.collection, question],
+                              capture_output=True, text=True, timeout=self.timeout_s)
+
+    @staticmethod
+    def usage_refusal(stderr: str) -> Outcome:
+        return Outcome(refused="usage", option=_named(stderr))
 
     def search(self, request: Request) -> Outcome:
-        argv = self.argv(request)
-        assert argv is not None, f"a command line cannot write {request}"
-        done = subprocess.run([*argv, self.collection, request.question], capture_output=True, text=True,
-                              timeout=self.timeout_s)
+        flags = self.flags(request)
+        assert flags is not None, f"a command line cannot write {request}"
+        done = self.run(["search", *flags, "--json"], request.question)
         if done.returncode == 2:
-            return Outcome(refused="usage", option=_named(done.stderr))
+            return self.usage_refusal(done.stderr)
         assert done.returncode == 0, f"medretrieve search exited {done.returncode}: {done.stderr[-2000:]}"
         return Outcome.of(SearchResult.from_dict(json.loads(done.stdout)))
 

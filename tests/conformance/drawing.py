@@ -16,7 +16,7 @@ EXAMPLES = 40  # drawn requests per door (each a search at both doors)
 
 # deadlines long enough for no stage to be cut on a loaded machine (a cut search depends on timing, not on the
 # door; absent: the default, 300 ms, where a cut is retried and then left out)
-_VALID: Dict[str, Any] = {
+VALID_VALUES: Dict[str, Any] = {
     "k": st.integers(1, MAX_K), "deadline_ms": st.sampled_from([5_000, 60_000.0, MAX_DEADLINE_MS]),
     "per_document": st.integers(1, 4),
     "sections": st.lists(st.sampled_from(SECTIONS), min_size=1, max_size=3, unique=True),
@@ -28,7 +28,7 @@ _VALID: Dict[str, Any] = {
     "include_retracted": st.booleans(), "evidence_prior": st.booleans(),
     "recency_half_life": st.sampled_from([0.5, 5, 20.0, 1000]),
     **{name: st.booleans() for name in STAGE_SWITCHES}}
-_INVALID: Dict[str, Any] = {
+INVALID_VALUES: Dict[str, Any] = {
     "k": st.sampled_from(["5", True, 0, MAX_K + 1, 2.5, float("inf")]),
     "deadline_ms": st.sampled_from(["300", True, 0, -5, MAX_DEADLINE_MS * 2, float("nan")]),
     "per_document": st.sampled_from(["2", False, 0, MAX_K + 1]),
@@ -41,7 +41,7 @@ _INVALID: Dict[str, Any] = {
     **{name: st.sampled_from([1, 0, "false", "true"]) for name in STAGE_SWITCHES}}
 _MISSPELT = st.sampled_from(["section", "recover", "lexical", "diversify", "top_k", "K", "deadline"])
 _BAD_QUESTIONS = st.sampled_from([" ", "?!", "", 42, "x" * 4001])
-assert set(_VALID) == set(_INVALID) == set(SEARCH_OPTIONS)  # every declared option is drawn
+assert set(VALID_VALUES) == set(INVALID_VALUES) == set(SEARCH_OPTIONS)  # every declared option is drawn
 
 
 @st.composite
@@ -49,14 +49,14 @@ def requests(draw: Any, questions: Any) -> Request:
     """A request with at most one fault (a bad question, one bad value, or one misspelt name), so that every door
     has one thing to refuse and the refusals can be compared."""
     names = draw(st.lists(st.sampled_from(sorted(SEARCH_OPTIONS)), max_size=4, unique=True))
-    options = {name: draw(_VALID[name]) for name in names}
+    options = {name: draw(VALID_VALUES[name]) for name in names}
     fault = draw(st.sampled_from(["none", "none", "question", "value", "name"]))
     if fault != "none" and options.get("dense") is False and options.get("bm25") is False:
         options["bm25"] = True  # both off is a fault of its own
     question = draw(_BAD_QUESTIONS) if fault == "question" else draw(st.sampled_from(questions))
     if fault == "value":
         name = draw(st.sampled_from(sorted(SEARCH_OPTIONS)))
-        options[name] = draw(_INVALID[name])
+        options[name] = draw(INVALID_VALUES[name])
     elif fault == "name":
         options[draw(_MISSPELT)] = draw(st.sampled_from([1, True, ["treatment"]]))
     return Request(question, options)

@@ -4,7 +4,10 @@ hits, scores and stage log, or refuses with a tool error naming the same option.
 
 The tool's arguments are the body of ``POST /v1/search`` (stage switches under ``stages``), so a request goes to it
 as JSON, as an agent sends it; a request JSON cannot write (NaN) is not asked. A tool error carries no Python type:
-it is compared as a refusal naming the option, as an HTTP 422 is."""
+it is compared as a refusal naming the option, as an HTTP 422 is.
+
+The ``answer`` tool answers as ``Answerer.answer`` does (answers.py): the same sources (every one read, with
+``all_sources``), text and citations for the same ``k`` and filter options, or a tool error naming the option."""
 from __future__ import annotations
 
 import asyncio
@@ -20,13 +23,14 @@ import pytest
 
 from mcp_process import mcp_http
 
+from .answers import Answered, InProcessAnswers, check_answer_door
 from .doors import Outcome, Request, ThroughPage
 from .drawing import check_door, compared_or_fail
 
 pytest.importorskip("mcp")
 
 TIMEOUT_S = 120.0  # the longest wait for a session to open or a tool call to answer
-_FIELD = re.compile(r"Error executing tool search: ([\w.]+):")
+_FIELD = re.compile(r"Error executing tool \w+: ([\w.]+):")
 
 
 def tool_arguments(request: Request) -> Optional[Dict[str, Any]]:
@@ -78,11 +82,14 @@ class ThroughMcp:
         self._session = asyncio.run_coroutine_threadsafe(hold(), self.loop)
         self.client = opened.result(TIMEOUT_S)
 
+    def call(self, tool: str, arguments: Dict[str, Any]) -> Any:
+        """The tool's result (``is_error``, ``content``, ``structured_content``)."""
+        return asyncio.run_coroutine_threadsafe(self.client.call_tool(tool, arguments), self.loop).result(TIMEOUT_S)
+
     def search(self, request: Request) -> Outcome:
         arguments = tool_arguments(request)
         assert arguments is not None, f"JSON cannot write {request}"
-        result = asyncio.run_coroutine_threadsafe(self.client.call_tool("search", arguments),
-                                                  self.loop).result(TIMEOUT_S)
+        result = self.call("search", arguments)
         if result.is_error:
             return Outcome(refused="http", option=named_option(result.content[0].text))
         out = result.structured_content
@@ -97,6 +104,22 @@ class ThroughMcp:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(TIMEOUT_S)
             self.loop.close()
+
+
+class McpAnswers:
+    """The ``answer`` tool in a :class:`ThroughMcp`'s session, with every source read (``all_sources``)."""
+
+    def __init__(self, door: ThroughMcp) -> None:
+        self.name = f"{door.name}: answer"
+        self.door = door
+
+    def answer(self, request: Request) -> Answered:
+        result = self.door.call("answer", {"question": request.question, **request.options, "all_sources": True})
+        if result.is_error:
+            return Answered.refused(Outcome(refused="http", option=named_option(result.content[0].text)))
+        out = result.structured_content
+        return Answered([(s["chunk_id"], s["score"]) for s in out["sources"]], out["text"], out["abstained"],
+                        [c["sources"] for c in out["citations"]])
 
 
 @pytest.fixture(scope="module")
@@ -133,9 +156,14 @@ def test_the_mcp_door_answers_the_issues_requests(mcp_stdio_door, in_process, op
     compared_or_fail(in_process, mcp_stdio_door, Request("Which drugs lower serum urate in gout?", options))
 
 
+def test_the_mcp_answer_tool_answers_as_answerer(mcp_stdio_door, in_process, conformance_questions):
+    check_answer_door(InProcessAnswers(in_process.retriever), McpAnswers(mcp_stdio_door), conformance_questions)
+
+
 def test_named_option_reads_the_tool_errors():
     assert named_option("Error executing tool search: k: Input should be a valid integer (the arguments: ...)") == "k"
     assert named_option("Error executing tool search: stages.mmr: Input should be a valid boolean") == "mmr"
     assert named_option("Error executing tool search: sections.0: Input should be 'treatment'") == "sections"
     assert named_option("Error executing tool search: section: unknown argument (the arguments: ...)") == "section"
+    assert named_option("Error executing tool answer: where: unknown field 'yeer'") == "where"
     assert named_option("something else") is None
