@@ -322,64 +322,69 @@ std::vector<Candidate> Hnsw::search_layer0_screened(SearchScratch& s, const Quer
   return found;
 }
 
-Hnsw::MaxHeap Hnsw::search_layer0_twohop(const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
-                                          const ElementFilter& filter) const {
-  auto vis = visited_.borrow();
-  MaxHeap top, cand;  // cand holds (-distance, id)
-  float lower = std::numeric_limits<float>::max();
-  const auto keep = [&](float d, uint32_t id) {
-    top.emplace(d, id);
-    if (top.size() > ef) top.pop();
-    lower = top.top().first;
-  };
-  for (size_t e = 0; e < n_eps; ++e) {  // the entry points may be filtered out: expanded, never returned
-    if (vis->test_and_set(eps[e])) continue;
-    const float d = store_.distance(ctx, eps[e]);
-    cand.emplace(-d, eps[e]);
-    if (filter.allowed(eps[e])) keep(d, eps[e]);
-  }
+size_t Hnsw::take_twohop0(uint32_t id, VisitedList& vis, const ElementFilter& filter, uint32_t* fresh) const {
+  const uint32_t n = store_.link_count0(id);
   const size_t limit = store_.capacity();
-  std::vector<uint32_t> pick;
-  pick.reserve(M0_);
-  while (!cand.empty()) {
-    const Candidate c = cand.top();
-    if (-c.first > lower && top.size() >= ef) break;
-    cand.pop();
-    // ACORN's expansion: the allowed neighbours, then the allowed neighbours of the filtered-out ones, up to
-    // M0 in all; only allowed elements are scored, so the walk stays on the allowed part of the graph.
-    pick.clear();
-    const uint32_t n = store_.link_count0(c.second);
-    // The filtered-out neighbours' lists are read below, one after the other: fetched together first (1M x 384
-    // int8 at 10% random: 3-6% more QPS).
-    for (uint32_t i = 0; i < n; ++i) {
-      const uint32_t nb = store_.link0(c.second, i);
-      if (nb < limit && !filter.allowed(nb)) store_.prefetch_links0(nb);
+  // The filtered-out neighbours' lists are read below, one after the other: fetched together first (1M x 384
+  // int8 at 10% random: 3-6% more QPS).
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t nb = store_.link0(id, i);
+    if (nb < limit && !filter.allowed(nb)) store_.prefetch_links0(nb);
+  }
+  size_t m = 0;
+  for (uint32_t i = 0; i < n && m < M0_; ++i) {
+    const uint32_t nb = store_.link0(id, i);
+    if (nb >= limit || vis.test_and_set(nb)) continue;
+    if (filter.allowed(nb)) {
+      fresh[m++] = nb;
+      continue;
     }
-    for (uint32_t i = 0; i < n && pick.size() < M0_; ++i) {
-      const uint32_t nb = store_.link0(c.second, i);
-      if (nb >= limit || vis->test_and_set(nb)) continue;
-      if (filter.allowed(nb)) {
-        pick.push_back(nb);
-        continue;
-      }
-      const uint32_t n2 = store_.link_count0(nb);
-      for (uint32_t j = 0; j < n2 && pick.size() < M0_; ++j) {
-        const uint32_t nb2 = store_.link0(nb, j);
-        if (nb2 < limit && filter.allowed(nb2) && !vis->test_and_set(nb2)) pick.push_back(nb2);
-      }
-    }
-    const size_t ahead = store_.prefetch_ahead();
-    for (size_t i = 0; i < std::min(ahead, pick.size()); ++i) store_.prefetch(pick[i]);
-    for (size_t i = 0; i < pick.size(); ++i) {
-      if (i + ahead < pick.size()) store_.prefetch(pick[i + ahead]);
-      const float d = store_.distance(ctx, pick[i]);
-      if (top.size() < ef || d < lower) {
-        cand.emplace(-d, pick[i]);
-        keep(d, pick[i]);
-      }
+    const uint32_t n2 = store_.link_count0(nb);
+    for (uint32_t j = 0; j < n2 && m < M0_; ++j) {
+      const uint32_t nb2 = store_.link0(nb, j);
+      if (nb2 < limit && filter.allowed(nb2) && !vis.test_and_set(nb2)) fresh[m++] = nb2;
     }
   }
-  return top;
+  for (size_t i = 0; i < std::min(m, store_.prefetch_ahead()); ++i) store_.prefetch(fresh[i]);
+  return m;
+}
+
+std::vector<Candidate> Hnsw::search_layer0_twohop(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps,
+                                                  size_t n_eps, size_t ef, const ElementFilter& filter) const {
+  auto vis = visited_.borrow();
+  SearchPool& pool = s.pool;  // allowed elements only: every element scored is one
+  pool.reset(std::min(ef, store_.count()));
+  s.fresh.resize(std::max(p_.M, M0_));
+  uint32_t* fresh = s.fresh.data();
+  const size_t ahead = store_.prefetch_ahead();
+  const auto score = [&](size_t m) {
+    size_t i = 0;
+    for (float d[4]; i + 4 <= m; i += 4) {  // as walk_pool: four at a time
+      for (size_t j = i + ahead; j < std::min(i + 4 + ahead, m); ++j) store_.prefetch(fresh[j]);
+      store_.distance4(ctx, fresh + i, d);
+      for (size_t j = 0; j < 4; ++j) pool.insert(d[j], fresh[i + j]);
+    }
+    for (; i < m; ++i) {
+      if (i + ahead < m) store_.prefetch(fresh[i + ahead]);
+      pool.insert(store_.distance(ctx, fresh[i]), fresh[i]);
+    }
+  };
+  for (size_t e = 0; e < n_eps; ++e) {  // a filtered-out entry point is expanded at once, never kept
+    if (vis->test_and_set(eps[e])) continue;
+    if (filter.allowed(eps[e]))
+      pool.insert(store_.distance(ctx, eps[e]), eps[e]);
+    else
+      score(take_twohop0(eps[e], *vis, filter, fresh));
+  }
+  while (pool.has_unexpanded()) {
+    const uint32_t id = pool.expand_next();
+    uint32_t next;
+    if (pool.peek_next(next)) store_.prefetch_links0(next);
+    score(take_twohop0(id, *vis, filter, fresh));
+  }
+  std::vector<Candidate> found(pool.size());
+  for (size_t i = 0; i < found.size(); ++i) found[i] = {pool.distance(i), pool.id(i)};
+  return found;
 }
 
 template <class Visit>
@@ -972,11 +977,9 @@ std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx&
       // Below kTwoHopShare allowed, a row filter walks the allowed part of the graph only (two-hop expansion);
       // when that walk finds fewer than it should (the allowed rows far from the entry, cut off from it), the
       // screened walk below runs.
-      MaxHeap top = share < kTwoHopShare ? search_layer0_twohop(ctx, eps, n_eps, ef, filter) : MaxHeap();
-      if (!top.empty() && top.size() >= std::min(ef, rows->count)) {
-        found.resize(top.size());
-        for (size_t i = found.size(); i-- > 0; top.pop()) found[i] = top.top();
-        return finish(found);
+      if (share < kTwoHopShare) {
+        found = search_layer0_twohop(scratch, ctx, eps, n_eps, ef, filter);
+        if (!found.empty() && found.size() >= std::min(ef, rows->count)) return finish(found);
       }
     }
     // The screened walk: every element guides it, the allowed ones are kept. A filter correlated with the query
