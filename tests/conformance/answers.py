@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from medretrieve.records import Answer
 from medretrieve.wire import DEFAULT_DEADLINE_MS, FILTER_OPTIONS
 
-from .doors import Outcome, Request, ThroughAsyncClient, ThroughCli, ThroughClient, ThroughPage, same
+from .doors import Outcome, Request, ThroughAsyncClient, ThroughCli, ThroughClient, ThroughPage, asked, same
 from .drawing import INVALID_VALUES, VALID_VALUES
 
 ANSWER_DEADLINE_MS = 120_000  # the whole answer's deadline, sent by every door (retrieval keeps its own, 300 ms)
@@ -91,8 +91,8 @@ class ClientAnswers:
         self.door = door
 
     def answer(self, request: Request) -> Answered:
-        return self.door.asked(lambda: Answered.of(self.door.client.answer(request.question, **_options(request))),
-                               Answered.refused)
+        return asked(lambda: Answered.of(self.door.client.answer(request.question, **_options(request))),
+                     Answered.refused)
 
 
 class AsyncClientAnswers:
@@ -104,9 +104,8 @@ class AsyncClientAnswers:
 
     def answer(self, request: Request) -> Answered:
         client, loop = self.door.client, self.door.loop
-        return self.door.asked(
-            lambda: Answered.of(loop.run_until_complete(client.answer(request.question, **_options(request)))),
-            Answered.refused)
+        return asked(lambda: Answered.of(loop.run_until_complete(client.answer(request.question, **_options(request)))),
+                     Answered.refused)
 
 
 class HttpAnswers:

@@ -110,10 +110,6 @@ class InProcess:
 T = TypeVar("T")
 
 
-def _outcome(outcome: Outcome) -> Any:
-    return outcome
-
-
 def _refusal_or_raise(exc: BaseException) -> Outcome:
     """A client's refusal of the request (before sending, or the server's 4xx) as an Outcome; anything else (the
     server down, a 5xx) is a failure of the test, raised."""
@@ -122,6 +118,18 @@ def _refusal_or_raise(exc: BaseException) -> Outcome:
     if isinstance(exc, (TypeError, InvalidRequest)) or (isinstance(exc, ValueError) and hasattr(exc, "option")):
         return Outcome.refusal(exc)
     raise exc
+
+
+def asked(call: Callable[[], T], refused: Callable[[Outcome], T]) -> T:
+    """``call()`` (a client's request), or ``refused`` of the client's refusal (:func:`_refusal_or_raise`)."""
+    try:
+        return call()
+    except Exception as exc:
+        return refused(_refusal_or_raise(exc))
+
+
+def _as_is(outcome: Outcome) -> Outcome:
+    return outcome
 
 
 class ThroughClient:
@@ -135,15 +143,7 @@ class ThroughClient:
         self.client = Client(url)
 
     def search(self, request: Request) -> Outcome:
-        return self.asked(lambda: Outcome.of(self.client.search(request.question, **request.options)))
-
-    @staticmethod
-    def asked(call: Callable[[], T], refused: Callable[[Outcome], T] = _outcome) -> T:
-        """``call()``, or ``refused`` of its refusal (:func:`_refusal_or_raise`)."""
-        try:
-            return call()
-        except Exception as exc:
-            return refused(_refusal_or_raise(exc))
+        return asked(lambda: Outcome.of(self.client.search(request.question, **request.options)), _as_is)
 
     def close(self) -> None:
         self.client.close()
@@ -162,10 +162,9 @@ class ThroughAsyncClient:
         self.client = AsyncClient(url)
 
     def search(self, request: Request) -> Outcome:
-        return self.asked(
-            lambda: Outcome.of(self.loop.run_until_complete(self.client.search(request.question, **request.options))))
-
-    asked = staticmethod(ThroughClient.asked)
+        return asked(
+            lambda: Outcome.of(self.loop.run_until_complete(self.client.search(request.question, **request.options))),
+            _as_is)
 
     def close(self) -> None:
         self.loop.run_until_complete(self.client.aclose())
