@@ -431,9 +431,9 @@ std::vector<Candidate> Hnsw::search_layer0_pool(SearchScratch& s, const QueryCtx
   return found;
 }
 
-bool Hnsw::search_layer0_sampled(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps,
-                                 size_t ef, const ElementFilter& filter, double share,
-                                 std::vector<Candidate>& found) const {
+double Hnsw::search_layer0_sampled(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps,
+                                   size_t ef, const ElementFilter& filter, double share,
+                                   std::vector<Candidate>& found) const {
   TopK top(ef);
   size_t scored = 0, passed = 0;
   walk_pool(s, ctx, eps, n_eps, ef, [&](float d, uint32_t id) {
@@ -443,10 +443,25 @@ bool Hnsw::search_layer0_sampled(SearchScratch& s, const QueryCtx& ctx, const ui
     top.offer(d, id, filter);
   });
   found = top.take_sorted();
-  // The walk met the filter about as often as it holds over the whole index: the allowed elements around the
-  // query are as dense as anywhere, and the closest of them were scored. Far fewer: the filter is correlated
-  // with the query (its allowed rows lie elsewhere), and the screened walk must look for them.
-  return double(passed) >= kSampledShareFloor * share * double(scored) && found.size() >= ef;
+  // About 1: the allowed elements around the query are as dense as anywhere, and the closest of them were scored.
+  // Far less: the filter is correlated with the query (its allowed rows lie elsewhere).
+  return double(passed) / std::max(1.0, share * double(scored));
+}
+
+double Hnsw::allowed_met_near(const uint32_t* eps, size_t n_eps, const ElementFilter& filter, double share) const {
+  size_t seen = 0, passed = 0;
+  const size_t limit = store_.capacity();
+  for (size_t e = 0; e < n_eps; ++e) {
+    const uint32_t n = store_.link_count0(eps[e]);
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t nb = store_.link0(eps[e], i);
+      if (nb >= limit) continue;
+      ++seen;
+      passed += filter.stored_ok(nb);
+    }
+  }
+  const double expected = share * double(seen);
+  return expected < kMetProbeExpected ? 1.0 : double(passed) / expected;
 }
 
 void Hnsw::push_distances(uint32_t base, const uint32_t* ids, size_t n, size_t keep, MaxHeap& out) const {
@@ -968,16 +983,27 @@ std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx&
     return std::move(out);
   };
   if (screen || store_.deleted_count() > 0) {
-    // A row filter keeping kTwoHopShare or more first walks as an unfiltered search does and keeps the allowed
-    // elements it scored, unless they were too rare around the query (search_layer0_sampled).
+    // The exact scan of the allowed elements (the planner's, forced). A factor of 0 forces the walk instead.
+    const bool may_scan = (lq || rows) && filter_exact_factor_ > 0;
+    const auto scan = [&] {
+      std::vector<uint32_t> ids;
+      plan_exact(walk_budget(lq, rows), ef, lq, rows, ids, /*forced=*/true);
+      return exact_topk(store_, ctx, filter, ids.data(), ids.size(), k, store_.keep_float());
+    };
     if (rows && !predicate) {
+      // How often the walk meets the allowed elements around the query, against their share of the index (1:
+      // as often as anywhere). Below kDisjointMet the filter is correlated with the query so strongly that its
+      // allowed elements lie elsewhere and a walk from here ends among the wrong ones: the scan answers.
       const double share = double(rows->count) / double(std::max<size_t>(1, count()));
-      if (share >= kTwoHopShare && search_layer0_sampled(scratch, ctx, eps, n_eps, ef, filter, share, found))
-        return finish(found);
-      // Below kTwoHopShare allowed, a row filter walks the allowed part of the graph only (two-hop expansion);
-      // when that walk finds fewer than it should (the allowed rows far from the entry, cut off from it), the
-      // screened walk below runs.
-      if (share < kTwoHopShare) {
+      if (share >= kTwoHopShare) {
+        // Walk as an unfiltered search does, keeping the allowed elements scored (search_layer0_sampled).
+        const double met = search_layer0_sampled(scratch, ctx, eps, n_eps, ef, filter, share, found);
+        if (met >= kSampledShareFloor && found.size() >= ef) return finish(found);
+        if (met < kDisjointMet && may_scan) return scan();
+      } else {
+        if (may_scan && allowed_met_near(eps, n_eps, filter, share) < kDisjointMet) return scan();
+        // Walk the allowed part of the graph only (two-hop expansion); when that walk finds fewer than it should
+        // (the allowed rows cut off from the entry), the screened walk below runs.
         found = search_layer0_twohop(scratch, ctx, eps, n_eps, ef, filter);
         if (!found.empty() && found.size() >= std::min(ef, rows->count)) return finish(found);
       }
@@ -985,16 +1011,11 @@ std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx&
     // The screened walk: every element guides it, the allowed ones are kept. A filter correlated with the query
     // leaves the allowed rows far from where the walk starts, and the walk scores many more elements than the
     // planner's estimate: once it has cost as much as scanning the allowed rows would, the walk stops and the
-    // scan answers (a search costs at most about two scans). (A factor of 0 forces the walk: no budget.)
+    // scan answers (a search costs at most about two scans).
     bool over = false;
-    const size_t allowed_max = (lq || rows) && filter_exact_factor_ > 0 ? walk_budget(lq, rows) : SIZE_MAX;
-    const size_t budget = allowed_max == SIZE_MAX ? SIZE_MAX : allowed_max / kWalkEvalCost;
+    const size_t budget = may_scan ? walk_budget(lq, rows) / kWalkEvalCost : SIZE_MAX;
     found = search_layer0_screened(scratch, ctx, eps, n_eps, ef, screen, budget, &over);
-    if (over) {
-      std::vector<uint32_t> ids;
-      plan_exact(allowed_max, ef, lq, rows, ids, /*forced=*/true);
-      return exact_topk(store_, ctx, filter, ids.data(), ids.size(), k, store_.keep_float());
-    }
+    if (over) return scan();
   } else {
     found = search_layer0_pool(scratch, ctx, eps, n_eps, ef);
   }

@@ -148,3 +148,34 @@ TEST(AllowedRows, DeletedRowsAndLabelsCombineWithTheFilter) {
   h.search(x.data(), 1, k, nullptr, 0, nullptr, nullptr, 1, ids.data(), sc.data(), &nothing);
   EXPECT_EQ(std::count(ids.begin(), ids.end(), -1), int(k));
 }
+
+// A filter disjoint from the queries' neighbourhood (the allowed rows all in far clusters: the queries lie in
+// cluster 0, the filter keeps clusters 3-5, then 4-5, then cluster 5 only) gets the exact filtered top k, on both
+// sides of the two-hop share. (At this size the walk finds them too; at 1M it does not, and the planner scans the
+// allowed rows when the walk meets almost none of them around the query: Hnsw::kDisjointMet, bench/RESULTS.md.)
+TEST(AllowedRows, HnswFilterDisjointFromTheQueryIsExact) {
+  const size_t n = 3000, dim = 8, k = 10;
+  const auto x = clustered_rows(n, dim, 3);
+  Hnsw h(params(dim, n));
+  h.add(x.data(), n, nullptr, nullptr, 2, false, false);
+  std::vector<float> queries;
+  for (size_t i = 0; i < n && queries.size() < 20 * dim; i += 6)  // rows of cluster 0
+    queries.insert(queries.end(), &x[i * dim], &x[i * dim] + dim);
+  const size_t nq = queries.size() / dim;
+  for (size_t first_cluster : {3, 4, 5}) {
+    std::vector<uint64_t> keep;
+    for (size_t i = 0; i < n; ++i)
+      if (i % 6 >= first_cluster) keep.push_back(i);
+    const auto words = bits_of(keep, n);
+    const ExternalBits bits{words.data(), words.size()};
+    std::vector<int64_t> ids(nq * k);
+    std::vector<float> sc(nq * k);
+    const size_t ef = 4 * k;  // an entry beam (ef / 8 elements) with links enough for the probe to tell
+    h.search(queries.data(), nq, k, &ef, 1, nullptr, nullptr, 1, ids.data(), sc.data(), &bits);
+    for (size_t q = 0; q < nq; ++q) {
+      const auto t = filter_rows::exact_top(x, dim, &queries[q * dim], k, keep);
+      EXPECT_EQ(std::vector<int64_t>(ids.begin() + q * k, ids.begin() + (q + 1) * k), t)
+          << "clusters from " << first_cluster << ", query " << q;
+    }
+  }
+}
