@@ -281,6 +281,21 @@ void Hnsw::beam_upper(SearchScratch& s, const QueryCtx& ctx, uint32_t ep, int le
   for (size_t i = 0; i < top.size(); ++i) s.starts[i] = top[top.size() - 1 - i].second;
 }
 
+template <class Take>
+void Hnsw::score_fresh(const QueryCtx& ctx, const uint32_t* fresh, size_t m, Take&& take) const {
+  const size_t ahead = store_.prefetch_ahead();
+  size_t i = 0;
+  for (float d[4]; i + 4 <= m; i += 4) {  // four at a time: one kernel call, the query read once
+    for (size_t j = i + ahead; j < std::min(i + 4 + ahead, m); ++j) store_.prefetch(fresh[j]);
+    store_.distance4(ctx, fresh + i, d);
+    for (size_t j = 0; j < 4; ++j) take(d[j], fresh[i + j]);
+  }
+  for (; i < m; ++i) {
+    if (i + ahead < m) store_.prefetch(fresh[i + ahead]);
+    take(store_.distance(ctx, fresh[i]), fresh[i]);
+  }
+}
+
 std::vector<Candidate> Hnsw::search_layer0_screened(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps,
                                                     size_t n_eps, size_t ef, const ElementFilter* filter,
                                                     size_t max_evals, bool* over) const {
@@ -295,7 +310,6 @@ std::vector<Candidate> Hnsw::search_layer0_screened(SearchScratch& s, const Quer
     if (!vis->test_and_set(eps[e])) offer(store_.distance(ctx, eps[e]), eps[e]);
   s.fresh.resize(std::max(p_.M, M0_));
   uint32_t* fresh = s.fresh.data();
-  const size_t ahead = store_.prefetch_ahead();
   while (pool.has_unexpanded()) {
     const uint32_t id = pool.expand_next();
     uint32_t next;
@@ -306,16 +320,7 @@ std::vector<Candidate> Hnsw::search_layer0_screened(SearchScratch& s, const Quer
       break;
     }
     max_evals -= m;
-    size_t i = 0;
-    for (float d[4]; i + 4 <= m; i += 4) {  // as search_layer0_pool: four at a time
-      for (size_t j = i + ahead; j < std::min(i + 4 + ahead, m); ++j) store_.prefetch(fresh[j]);
-      store_.distance4(ctx, fresh + i, d);
-      for (size_t j = 0; j < 4; ++j) offer(d[j], fresh[i + j]);
-    }
-    for (; i < m; ++i) {
-      if (i + ahead < m) store_.prefetch(fresh[i + ahead]);
-      offer(store_.distance(ctx, fresh[i]), fresh[i]);
-    }
+    score_fresh(ctx, fresh, m, offer);
   }
   std::vector<Candidate> found;
   pool.take_allowed(found);
@@ -356,19 +361,8 @@ std::vector<Candidate> Hnsw::search_layer0_twohop(SearchScratch& s, const QueryC
   pool.reset(std::min(ef, store_.count()));
   s.fresh.resize(std::max(p_.M, M0_));
   uint32_t* fresh = s.fresh.data();
-  const size_t ahead = store_.prefetch_ahead();
-  const auto score = [&](size_t m) {
-    size_t i = 0;
-    for (float d[4]; i + 4 <= m; i += 4) {  // as walk_pool: four at a time
-      for (size_t j = i + ahead; j < std::min(i + 4 + ahead, m); ++j) store_.prefetch(fresh[j]);
-      store_.distance4(ctx, fresh + i, d);
-      for (size_t j = 0; j < 4; ++j) pool.insert(d[j], fresh[i + j]);
-    }
-    for (; i < m; ++i) {
-      if (i + ahead < m) store_.prefetch(fresh[i + ahead]);
-      pool.insert(store_.distance(ctx, fresh[i]), fresh[i]);
-    }
-  };
+  const auto keep = [&](float d, uint32_t id) { pool.insert(d, id); };
+  const auto score = [&](size_t m) { score_fresh(ctx, fresh, m, keep); };
   for (size_t e = 0; e < n_eps; ++e) {  // a filtered-out entry point is expanded at once, never kept
     if (vis->test_and_set(eps[e])) continue;
     if (filter.allowed(eps[e]))
@@ -403,22 +397,11 @@ void Hnsw::walk_pool(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps,
     if (!vis->test_and_set(eps[e])) score(store_.distance(ctx, eps[e]), eps[e]);
   s.fresh.resize(std::max(p_.M, M0_));
   uint32_t* fresh = s.fresh.data();
-  const size_t ahead = store_.prefetch_ahead();
   while (pool.has_unexpanded()) {
     const uint32_t id = pool.expand_next();
     uint32_t next;
     if (pool.peek_next(next)) store_.prefetch_links0(next);  // most often the one expanded next
-    const size_t m = take_unvisited0(id, *vis, fresh);
-    size_t i = 0;
-    for (float d[4]; i + 4 <= m; i += 4) {  // four at a time: one kernel call, the query read once
-      for (size_t j = i + ahead; j < std::min(i + 4 + ahead, m); ++j) store_.prefetch(fresh[j]);
-      store_.distance4(ctx, fresh + i, d);
-      for (size_t j = 0; j < 4; ++j) score(d[j], fresh[i + j]);
-    }
-    for (; i < m; ++i) {
-      if (i + ahead < m) store_.prefetch(fresh[i + ahead]);
-      score(store_.distance(ctx, fresh[i]), fresh[i]);
-    }
+    score_fresh(ctx, fresh, take_unvisited0(id, *vis, fresh), score);
   }
 }
 

@@ -235,6 +235,10 @@ class Hnsw {
   std::vector<Candidate> search_layer0_screened(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps,
                                                 size_t n_eps, size_t ef, const ElementFilter* filter,
                                                 size_t max_evals, bool* over) const;
+  // Scores fresh[0..m) (its first elements prefetched by take_unvisited0 / take_twohop0), four at a time, calling
+  // take(distance, id) for each.
+  template <class Take>
+  void score_fresh(const QueryCtx& ctx, const uint32_t* fresh, size_t m, Take&& take) const;
   // ACORN's two-hop expansion of `id`: its allowed unvisited neighbours, then the allowed unvisited neighbours of
   // its filtered-out ones, M0 at most, into fresh (marked visited; returns how many), the first ones prefetched.
   size_t take_twohop0(uint32_t id, VisitedList& vis, const ElementFilter& filter, uint32_t* fresh) const;
