@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
@@ -84,28 +84,20 @@ class InProcessAnswers:
 
 
 class ClientAnswers:
-    """``Client.answer`` (through a :class:`~.doors.ThroughClient`'s client)."""
+    """``Client.answer`` or ``AsyncClient.answer`` (awaited on the door's loop), through a
+    :class:`~.doors.ThroughClient`'s or :class:`~.doors.ThroughAsyncClient`'s client."""
 
-    def __init__(self, door: ThroughClient) -> None:
-        self.name = "Client.answer"
+    def __init__(self, door: Union[ThroughClient, ThroughAsyncClient]) -> None:
+        self.name = f"{door.name}.answer"
         self.door = door
 
     def answer(self, request: Request) -> Answered:
-        return asked(lambda: Answered.of(self.door.client.answer(request.question, **_options(request))),
-                     Answered.refused)
+        def call() -> Answered:
+            reply = self.door.client.answer(request.question, **_options(request))
+            loop = getattr(self.door, "loop", None)
+            return Answered.of(loop.run_until_complete(reply) if loop is not None else reply)
 
-
-class AsyncClientAnswers:
-    """``AsyncClient.answer`` (on a :class:`~.doors.ThroughAsyncClient`'s loop)."""
-
-    def __init__(self, door: ThroughAsyncClient) -> None:
-        self.name = "AsyncClient.answer"
-        self.door = door
-
-    def answer(self, request: Request) -> Answered:
-        client, loop = self.door.client, self.door.loop
-        return asked(lambda: Answered.of(loop.run_until_complete(client.answer(request.question, **_options(request)))),
-                     Answered.refused)
+        return asked(call, Answered.refused)
 
 
 class HttpAnswers:

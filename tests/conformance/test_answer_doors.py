@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from .answers import (AsyncClientAnswers, ClientAnswers, CliAnswers, HttpAnswers, InProcessAnswers,
-                      check_answer_door, compared_answers)
+from .answers import ClientAnswers, CliAnswers, HttpAnswers, InProcessAnswers, check_answer_door, compared_answers
 from .doors import Request
 
-ADAPTERS = {"client_door": ClientAnswers, "async_client_door": AsyncClientAnswers, "page_door": HttpAnswers}
+ADAPTERS = {"client_door": ClientAnswers, "async_client_door": ClientAnswers, "page_door": HttpAnswers}
 
 
 @pytest.fixture(scope="session")
