@@ -385,7 +385,7 @@ def main() -> None:
     ap.add_argument("--M", type=int, default=16)
     ap.add_argument("--efc", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2, help="build threads")
-    ap.add_argument("--efs", default="10,12,16,20,24,32,48,64,96,128,256,512",
+    ap.add_argument("--efs", default="10,12,16,20,24,32,40,48,56,64,80,96,128,192,256,512",
                     help="the ef (LanceDB, Chroma: their ef) each library sweeps, lowest first; 10 is k")
     ap.add_argument("--shares", default=",".join(str(s) for s in SHARES))
     ap.add_argument("--libs", default="medretrieve,hnswlib,faiss",

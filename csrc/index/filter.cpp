@@ -1,5 +1,7 @@
 #include "index/filter.h"
 
+#include "kernels/distances.h"
+
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
@@ -60,26 +62,32 @@ std::vector<uint32_t> AllowedRows::ids() const {
   if (!listed.empty() || count == 0) return listed;
   std::vector<uint32_t> out;
   out.reserve(count);
-  for (size_t w = 0; w < words.size(); ++w)
+  for (size_t w = 0; w < n_words; ++w)
     for (uint64_t bits = words[w]; bits; bits &= bits - 1) out.push_back(uint32_t(w * 64 + __builtin_ctzll(bits)));
   return out;
 }
 
 AllowedRows AllowedRows::from_external(const VectorStore& store, const uint64_t* ext_words, size_t n_words) {
-  const size_t slots = store.count();
+  const size_t slots = store.count(), slot_words = (slots + 63) / 64;
+  const kernels::KernelTable& kt = kernels::active();
   AllowedRows rows;
-  rows.words.assign((slots + 63) / 64, 0);
-  const auto set_slot = [&rows](uint32_t id) { rows.words[id >> 6] |= uint64_t(1) << (id & 63); };
-  // A hash look-up costs several sequential reads of an external id: look the
-  // set ids up when they are few, else test every slot's external id.
-  constexpr size_t kReadsPerLookup = 8;
-  size_t ext_set = 0;
-  if (store.ids_are_slots()) {  // the caller's bitset is over the slots already: copy it, cut at the count
-    std::copy_n(ext_words, std::min(n_words, rows.words.size()), rows.words.begin());
-    if (slots % 64 && rows.words.size() <= n_words) rows.words.back() &= (uint64_t(1) << (slots % 64)) - 1;
+  if (store.ids_are_slots()) {  // the caller's bitset is over the slots already: view it, cut at the count
+    rows.n_words = std::min(n_words, slot_words);
+    const uint64_t past_slots = slots % 64 && rows.n_words == slot_words ? ~((uint64_t(1) << (slots % 64)) - 1) : 0;
+    if (!(past_slots && (ext_words[rows.n_words - 1] & past_slots))) {
+      rows.words = ext_words;
+    } else {  // bits set past the slots (ids not in the index): a copy with the last word cut
+      rows.owned.assign(ext_words, ext_words + rows.n_words);
+      rows.owned.back() &= ~past_slots;
+      rows.words = rows.owned.data();
+    }
   } else {
-    for (size_t w = 0; w < n_words; ++w) ext_set += size_t(__builtin_popcountll(ext_words[w]));
-    if (ext_set * kReadsPerLookup < slots) {
+    rows.owned.assign(slot_words, 0);
+    const auto set_slot = [&rows](uint32_t id) { rows.owned[id >> 6] |= uint64_t(1) << (id & 63); };
+    // A hash look-up costs several sequential reads of an external id: look the
+    // set ids up when they are few, else test every slot's external id.
+    constexpr size_t kReadsPerLookup = 8;
+    if (kt.count_bits(ext_words, n_words) * kReadsPerLookup < slots) {
       for (size_t w = 0; w < n_words; ++w)
         for (uint64_t bits = ext_words[w]; bits; bits &= bits - 1) {
           uint32_t id;
@@ -92,8 +100,10 @@ AllowedRows AllowedRows::from_external(const VectorStore& store, const uint64_t*
         if (ext < limit && (ext_words[ext >> 6] >> (ext & 63) & 1)) set_slot(uint32_t(i));
       }
     }
+    rows.words = rows.owned.data();
+    rows.n_words = rows.owned.size();
   }
-  for (uint64_t w : rows.words) rows.count += size_t(__builtin_popcountll(w));
+  rows.count = kt.count_bits(rows.words, rows.n_words);
   if (double(rows.count) <= kListedShare * double(slots)) rows.listed = rows.ids();
   return rows;
 }

@@ -418,30 +418,43 @@ double Hnsw::search_layer0_sampled(SearchScratch& s, const QueryCtx& ctx, const 
                                    size_t ef, const ElementFilter& filter, double share,
                                    std::vector<Candidate>& found) const {
   TopK top(ef);
-  size_t scored = 0, passed = 0;
+  size_t tested = 0, passed = 0;
   walk_pool(s, ctx, eps, n_eps, ef, [&](float d, uint32_t id) {
-    ++scored;
+    // An element farther than the ef-th allowed one kept cannot enter: its filter bit is not read. The walk is
+    // bound by memory reads, and a bit read for every element scored cost ~15% of the walk at 1M x 384.
+    if (!(d < top.bound())) return;
+    ++tested;
     if (!filter.stored_ok(id)) return;
     ++passed;
     top.offer(d, id, filter);
   });
   found = top.take_sorted();
-  // About 1: the allowed elements around the query are as dense as anywhere, and the closest of them were scored.
-  // Far less: the filter is correlated with the query (its allowed rows lie elsewhere).
-  return double(passed) / std::max(1.0, share * double(scored));
+  // Among the elements tested (every one until ef allowed are kept, then those closer than the ef-th): about 1, the
+  // allowed elements around the query are as dense as anywhere, and the closest of them were scored. Far less: the
+  // filter is correlated with the query (its allowed rows lie elsewhere).
+  return double(passed) / std::max(1.0, share * double(tested));
 }
 
 double Hnsw::allowed_met_near(const uint32_t* eps, size_t n_eps, const ElementFilter& filter, double share) const {
   size_t seen = 0, passed = 0;
   const size_t limit = store_.capacity();
-  for (size_t e = 0; e < n_eps; ++e) {
-    const uint32_t n = store_.link_count0(eps[e]);
+  const auto probe = [&](uint32_t id) {
+    const uint32_t n = store_.link_count0(id);
     for (uint32_t i = 0; i < n; ++i) {
-      const uint32_t nb = store_.link0(eps[e], i);
+      const uint32_t nb = store_.link0(id, i);
       if (nb >= limit) continue;
       ++seen;
       passed += filter.stored_ok(nb);
     }
+  };
+  for (size_t e = 0; e < n_eps; ++e) probe(eps[e]);
+  // Too few links to tell (a small ef's narrow beam): the links of the entry points' neighbours too, until enough
+  // are expected allowed. Before, such queries walked first at 1M x 384, 10% correlated, and scanned after the walk
+  // ran over its budget: p99 106 ms against a 7 ms scan.
+  for (size_t e = 0; e < n_eps && share * double(seen) < kMetProbeExpected; ++e) {
+    const uint32_t n = store_.link_count0(eps[e]);
+    for (uint32_t i = 0; i < n && share * double(seen) < kMetProbeExpected; ++i)
+      if (store_.link0(eps[e], i) < limit) probe(store_.link0(eps[e], i));
   }
   const double expected = share * double(seen);
   return expected < kMetProbeExpected ? 1.0 : double(passed) / expected;

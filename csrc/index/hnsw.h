@@ -257,7 +257,8 @@ class Hnsw {
   // `share` (about 1 for a filter independent of the query; trusted from kSampledShareFloor).
   double search_layer0_sampled(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
                                const ElementFilter& filter, double share, std::vector<Candidate>& found) const;
-  // The allowed share of the layer-0 links of eps[0..n_eps), against `share` (1 when too few links to tell).
+  // The allowed share of the layer-0 links of eps[0..n_eps) (and of their neighbours' links when too few of them
+  // are expected allowed), against `share` (1 when still too few to tell).
   double allowed_met_near(const uint32_t* eps, size_t n_eps, const ElementFilter& filter, double share) const;
   // Unfiltered layer-0 search from eps[0..n_eps) over one sorted pool (search_pool.h); the ef closest, closest first.
   std::vector<Candidate> search_layer0_pool(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps,

@@ -233,7 +233,7 @@ class VectorStore {
   // --- external ids ---
   uint64_t ext_id(uint32_t id) const { return ext_[id]; }
   // Whether every slot's external id is the slot itself (ids 0..count-1 added in order, the common case):
-  // a bitset over external ids is then one over slots (AllowedRows::from_external copies it).
+  // a bitset over external ids is then one over slots (AllowedRows::from_external reads it in place).
   bool ids_are_slots() const { return foreign_ids_.load(std::memory_order_acquire) == 0; }
   bool find(uint64_t ext, uint32_t& id) const;
   // Appends n new elements with the given external ids; returns the first

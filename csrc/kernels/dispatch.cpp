@@ -29,6 +29,7 @@ SimdLevel detect() {
   unsigned eax, ebx, ecx, edx;
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return SimdLevel::Scalar;
   const bool osxsave = ecx & (1u << 27), fma = ecx & (1u << 12), f16c = ecx & (1u << 29);
+  const bool popcnt = ecx & (1u << 23);
   if (!osxsave) return SimdLevel::Scalar;
   unsigned xlo, xhi;
   __asm__("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
@@ -39,7 +40,7 @@ SimdLevel detect() {
   const bool avx512f = ebx & (1u << 16), avx512dq = ebx & (1u << 17);
   const bool avx512bw = ebx & (1u << 30), avx512vl = ebx & (1u << 31);
   const bool vnni = ecx & (1u << 11);
-  if (!(ymm_state && avx2 && fma && f16c)) return SimdLevel::Scalar;
+  if (!(ymm_state && avx2 && fma && f16c && popcnt)) return SimdLevel::Scalar;
   if (!(zmm_state && avx512f && avx512dq && avx512bw && avx512vl)) return SimdLevel::AVX2;
   return vnni ? SimdLevel::AVX512VNNI : SimdLevel::AVX512;
 #else

@@ -125,7 +125,8 @@ void dot_i8_x4(const int8_t* q, const int8_t* const* b, size_t n, int32_t* out) 
 
 const KernelTable& avx2_table() {
   static const KernelTable t{SimdLevel::AVX2, dot_f32, l2sq_f32, dot_i8, dot_i8_x4,
-                             each_row_f32<dot_f32>, each_row_f32<l2sq_f32>};
+                             each_row_f32<dot_f32>, each_row_f32<l2sq_f32>,
+                             count_bits_words};
   return t;
 }
 

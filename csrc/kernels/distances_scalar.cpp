@@ -41,7 +41,8 @@ int32_t dot_i8(const int8_t* a, const int8_t* b, size_t n) {
 
 const KernelTable& scalar_table() {
   static const KernelTable t{SimdLevel::Scalar, dot_f32, l2sq_f32, dot_i8, dot_i8_x4_each<dot_i8>,
-                             each_row_f32<dot_f32>, each_row_f32<l2sq_f32>};
+                             each_row_f32<dot_f32>, each_row_f32<l2sq_f32>,
+                             count_bits_words};
   return t;
 }
 

@@ -57,13 +57,29 @@ TEST(AllowedRows, CompilesExternalIdsToSlotsEitherWay) {
   const std::vector<uint64_t> none(2, ~uint64_t(0));
   EXPECT_EQ(AllowedRows::from_external(f.store(), none.data(), none.size()).count, 0u);
   EXPECT_EQ(AllowedRows::from_external(f.store(), nullptr, 0).count, 0u);
-  // Ids that are the slots: the bitset is copied, cut at the element count.
+  // Ids that are the slots: the bitset is read in place, or copied and cut at the element count when bits past
+  // the slots are set.
   FlatIndex g(Space::L2, DType::Float32, dim);
   g.add(x.data(), 70, nullptr, nullptr, 1);
   ASSERT_TRUE(g.store().ids_are_slots());
   const std::vector<uint64_t> all(4, ~uint64_t(0));
   const AllowedRows every = AllowedRows::from_external(g.store(), all.data(), all.size());
   EXPECT_EQ(every.count, 70u);
+  EXPECT_EQ(every.n_words, 2u);
+  EXPECT_NE(every.words, all.data());  // bits 70..127 are set: copied, cut
+  EXPECT_EQ(every.ids().back(), 69u);
+  const std::vector<uint64_t> exact{~uint64_t(0), (uint64_t(1) << 6) - 1, ~uint64_t(0)};
+  const AllowedRows viewed = AllowedRows::from_external(g.store(), exact.data(), exact.size());
+  EXPECT_EQ(viewed.words, exact.data());  // nothing past the slots: the caller's words
+  EXPECT_EQ(viewed.n_words, 2u);
+  EXPECT_EQ(viewed.count, 70u);
+  EXPECT_TRUE(viewed.test(69));
+  EXPECT_FALSE(viewed.test(130));  // past the viewed words
+  AllowedRows moved = AllowedRows::from_external(g.store(), all.data(), all.size());
+  const uint64_t* own = moved.words;
+  const AllowedRows target = std::move(moved);
+  EXPECT_EQ(target.words, own);  // the owned words move with it
+  EXPECT_EQ(target.count, 70u);
   const std::vector<uint64_t> first(1, ~uint64_t(0));
   EXPECT_EQ(AllowedRows::from_external(g.store(), first.data(), first.size()).count, 64u);
   const uint64_t odd_id = 5000;

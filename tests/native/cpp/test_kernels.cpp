@@ -64,6 +64,20 @@ TEST(Kernels, Int8DotIsExact) {
   }
 }
 
+TEST(Kernels, CountBitsMatchesABitByBitCount) {
+  std::mt19937_64 rng(5);
+  for (const KernelTable* t : levels()) {
+    for (size_t n : kSizes) {
+      std::vector<uint64_t> w(n);
+      for (size_t i = 0; i < n; ++i) w[i] = i % 5 == 0 ? ~uint64_t(0) : i % 5 == 1 ? 0 : rng();
+      size_t ref = 0;
+      for (uint64_t v : w)
+        for (int b = 0; b < 64; ++b) ref += v >> b & 1;
+      EXPECT_EQ(t->count_bits(w.data(), n), ref) << level_name(t->level) << " n=" << n;
+    }
+  }
+}
+
 TEST(Kernels, Int8DotOfFourIsExactAndEqualsFourDots) {
   std::mt19937 rng(13);
   std::uniform_int_distribution<int> ud(-127, 127);
