@@ -420,8 +420,8 @@ double Hnsw::search_layer0_sampled(SearchScratch& s, const QueryCtx& ctx, const 
   TopK top(ef);
   size_t tested = 0, passed = 0;
   walk_pool(s, ctx, eps, n_eps, ef, [&](float d, uint32_t id) {
-    // An element farther than the ef-th allowed one kept cannot enter: its filter bit is not read. The walk is
-    // bound by memory reads, and a bit read for every element scored cost ~15% of the walk at 1M x 384.
+    // An element farther than the ef-th allowed one kept cannot enter: its filter bit is not read (the walk is
+    // bound by memory reads; most elements it scores are farther).
     if (!(d < top.bound())) return;
     ++tested;
     if (!filter.stored_ok(id)) return;

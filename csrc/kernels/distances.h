@@ -32,7 +32,7 @@ struct KernelTable {
   void (*dot_f32_rows)(const float* q, const char* rows, size_t stride, size_t dim, size_t n, float* out);
   void (*l2sq_f32_rows)(const float* q, const char* rows, size_t stride, size_t dim, size_t n, float* out);
   // The set bits of words[0..n): a row filter's size, counted on every filtered search (a 1M-row filter is 15,625
-  // words; without the popcnt instruction each word costs a libgcc call, ~5x the time).
+  // words; without the popcnt instruction each word costs a libgcc call).
   size_t (*count_bits)(const uint64_t* words, size_t n);
 };
 
