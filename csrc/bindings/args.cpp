@@ -220,8 +220,16 @@ std::optional<std::vector<uint64_t>> ids_arg(py::handle v, size_t n) {
     throw py::type_error("ids must be integers, got " + type_name(v));
   // Python sequences: NumPy's conversion when it gives integers (lists of ints), else item by item (a list mixing
   // large and negative ints would become float64, and floats must be refused, not rounded).
+  // A bool among ints converts to an integer array too ([0, True] -> [0, 1]): such a list goes item by item, where
+  // id_arg refuses the bool.
+  const auto holds_bool = [&v] {
+    if (!py::isinstance<py::list>(v) && !py::isinstance<py::tuple>(v)) return false;
+    for (py::handle item : py::reinterpret_borrow<py::iterable>(v))
+      if (PyBool_Check(item.ptr()) || py::isinstance(item, numpy().attr("bool_"))) return true;
+    return false;
+  };
   py::array a = as_array(v);
-  if (is_int_kind(a)) return ids_of_array(a, n);
+  if (is_int_kind(a) && !holds_bool()) return ids_of_array(a, n);
   if (!py::isinstance<py::iterable>(v)) throw py::type_error("ids must be integers, got " + type_name(v));
   std::vector<uint64_t> out;
   for (py::handle item : py::reinterpret_borrow<py::iterable>(v)) out.push_back(id_arg(item));

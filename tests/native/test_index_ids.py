@@ -69,6 +69,8 @@ def test_ids_beyond_int64_are_rejected(adder: str, ids: object) -> None:
         ([3, 4.0], "float"),
         (np.array([True, False]), "bool"),
         ([True, False], "bool"),
+        ([3, True], "bool"),  # NumPy converts it to int64 [3, 1]: hypothesis found it accepted
+        ((3, np.True_), "bool"),
         (np.array([3, 4], dtype=object), "object"),
         (["3", "4"], "str"),
         ("", "str"),  # iterable, and empty: it once passed as zero ids for zero rows
