@@ -95,6 +95,9 @@ std::vector<uint64_t> ids_of_array(py::array a, size_t n) {
                         [](uint64_t v) { return "id " + std::to_string(v) + " is out of range: " + kIdRule; });
 }
 
+// A Python or NumPy bool: never an id, though NumPy converts one among ints to an int.
+bool is_bool(py::handle v) { return PyBool_Check(v.ptr()) || py::isinstance(v, numpy().attr("bool_")); }
+
 }  // namespace
 
 void register_input_error(py::module_& m) {
@@ -194,8 +197,7 @@ Rows rows_arg(py::handle v, size_t dim, const char* what) {
 uint64_t id_arg(py::handle v) {
   const auto i = index_of(v);
   if (!i) {
-    if (PyBool_Check(v.ptr()) || PyFloat_Check(v.ptr()) || py::isinstance(v, numpy().attr("floating")) ||
-        py::isinstance(v, numpy().attr("bool_")))
+    if (is_bool(v) || PyFloat_Check(v.ptr()) || py::isinstance(v, numpy().attr("floating")))
       throw py::type_error("ids must be integers, got " + type_name(v) + " " + std::string(py::repr(v)));
     throw py::type_error("ids must be integers, got " + type_name(v));
   }
@@ -225,7 +227,7 @@ std::optional<std::vector<uint64_t>> ids_arg(py::handle v, size_t n) {
   const auto holds_bool = [&v] {
     if (!py::isinstance<py::list>(v) && !py::isinstance<py::tuple>(v)) return false;
     for (py::handle item : py::reinterpret_borrow<py::iterable>(v))
-      if (PyBool_Check(item.ptr()) || py::isinstance(item, numpy().attr("bool_"))) return true;
+      if (is_bool(item)) return true;
     return false;
   };
   py::array a = as_array(v);
