@@ -15,12 +15,14 @@ thread, one query per call, the filter passed as each library takes it; each que
 the best recall seen and the highest ef tried when no ef reaches the target (``--budget`` seconds of sweeping a cell
 end it early: a slow walk at 1M stops there).
 The bitsets are built before timing (a caller caches one per filter); the unfiltered p99 of each library is the
-first line.
+first line. The last column says where each cell's answers lie: the place of a query's 10th true answer among all
+rows, unfiltered (median / max over the queries), the least a walk from beside the query must score.
 
     nice python bench/filtered.py --n 100000 --dim 384 --nq 100 --libs medretrieve-int8,medretrieve,hnswlib,faiss,faiss-sq8
     MEDRETRIEVE_SIMD=avx2 nice python bench/filtered.py --n 100000 --dim 384 --nq 100
     nice python bench/filtered.py --n 100000 --dim 384 --nq 100 --libs lancedb,chroma
     nice python bench/filtered.py --n 1000000 --dim 768 --libs medretrieve      # the issue's size (slow here)
+    nice python bench/filtered.py --shape default-bioasq --n 112511 --nq 100    # real vectors: BioASQ at its size
 
 LanceDB runs with ``LANCE_CPU_THREADS=1`` (its build too) and Chroma's HNSW with ``num_threads`` 1 after the build,
 both in a temporary directory removed at exit; their ``ef`` is LanceDB's ``ef`` (``nprobes`` 1, the one partition)
@@ -321,6 +323,15 @@ def exact_filtered(x: np.ndarray, query: np.ndarray, mask: np.ndarray) -> np.nda
     return rows[top]
 
 
+def answer_depth(sims: np.ndarray, truths: list[np.ndarray]) -> str:
+    """Where a cell's answers lie: the place of each query's last (K-th) true answer among all rows, unfiltered,
+    closest first ('median / max' over the queries; K when the filter keeps the nearest rows). ``sims``: each
+    query's similarity to every row (``q @ x.T``). A walk that starts beside the query scores at least that many
+    elements before it can return the answer."""
+    depth = [int(np.count_nonzero(row > row[truth[-1]])) + 1 for row, truth in zip(sims, truths)]
+    return f"{np.median(depth):,.0f} / {max(depth):,}"
+
+
 def measure(lib: Lib, q: np.ndarray, row_filters: list[RowFilter | None], truths: list[np.ndarray], ef: int
             ) -> tuple[float, float, float, float]:
     """(recall, p50 ms, p99 ms, QPS) of single-query filtered searches at this ef."""
@@ -380,7 +391,11 @@ def chosen_libs(spec: str) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=100_000)
-    ap.add_argument("--dim", type=int, default=384)
+    ap.add_argument("--dim", type=int, default=384, help="the embedding-like shape's dimension")
+    ap.add_argument("--shape", default="embedding-like", choices=["embedding-like", *datagen.SHAPES, *datagen.REAL_SHAPES],
+                    help="embedding-like (datagen's defaults at --dim), or a named shape of bench/datagen.py: "
+                         "default-bioasq (the embedded encoder's vectors of the BioASQ passages, 384-d, at most "
+                         "112,511) and minilm-bioasq are the real ones")
     ap.add_argument("--nq", type=int, default=100)
     ap.add_argument("--M", type=int, default=16)
     ap.add_argument("--efc", type=int, default=100)
@@ -394,9 +409,12 @@ def main() -> None:
     a = ap.parse_args()
     names = chosen_libs(a.libs)
     efs = [int(e) for e in a.efs.split(",")]
-    spec = datagen.DataSpec(a.n, a.nq, dim=a.dim)
-    x, q, _ = datagen.load(spec, k=K)
-    owner, centres = cluster_of(x, max(16, a.n // 500))
+    if a.shape == "embedding-like":
+        x, q, _ = datagen.load(datagen.DataSpec(a.n, a.nq, dim=a.dim), k=K)
+        described = f"{a.n} x {a.dim} embedding-like (datagen), {a.nq} queries"
+    else:
+        x, q, _, described = datagen.load_shape(a.shape, a.n, a.nq, k=K)
+    owner, centres = cluster_of(x, max(16, len(x) // 500))
     fields = row_fields(owner)
     makers: dict[str, Callable[[], Lib]] = {
         "medretrieve": lambda: Medretrieve(x, a.M, a.efc, a.threads, "float32"),
@@ -413,31 +431,33 @@ def main() -> None:
             t = time.perf_counter()
             libs.append(makers[name]())
             print(f"built {libs[-1].name} in {time.perf_counter() - t:.1f} s", flush=True)
-        table(libs, x, q, fields, centres, efs, [float(s) for s in a.shares.split(",")], a)
+        table(libs, x, q, fields, centres, efs, [float(s) for s in a.shares.split(",")], a, described)
     finally:
         for lib in libs:
             lib.close()
 
 
 def table(libs: list[Lib], x: np.ndarray, q: np.ndarray, fields: RowFields, centres: np.ndarray, efs: list[int],
-          shares: list[float], a: argparse.Namespace) -> None:
-    """Print the Markdown table: a row per filter, a cell per library."""
+          shares: list[float], a: argparse.Namespace, described: str) -> None:
+    """Print the Markdown table (the data ``described`` first): a row per filter, a cell per library."""
     simd = medretrieve.Index("ip", 4)
     simd.init_index(1)
-    print(f"\n{a.n} x {a.dim} embedding-like (datagen), {a.nq} queries, M={a.M} efc={a.efc}, recall@{K} target "
+    print(f"\n{described}, M={a.M} efc={a.efc}, recall@{K} target "
           f"{TARGET}, SIMD {simd.stats().simd_level}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
     cols = [lib.name for lib in libs]
-    print("| filter | " + " | ".join(cols) + " |")
-    print("|---|" + "---|" * len(cols))
+    print("| filter | " + " | ".join(cols) + f" | {K}th answer's unfiltered rank |")
+    print("|---|" + "---|" * (len(cols) + 1))
     everything: list[RowFilter | None] = [None] * len(q)
+    sims = q @ x.T  # for answer_depth: nq x n
     truths = [exact_filtered(x, query, np.ones(len(x), bool)) for query in q]
-    print("| none | " + " | ".join(cell(lib, q, everything, truths, efs, a.budget) for lib in libs) + " |", flush=True)
+    row = [cell(lib, q, everything, truths, efs, a.budget) for lib in libs]
+    print("| none | " + " | ".join(row) + f" | {answer_depth(sims, truths)} |", flush=True)
     for share in shares:
         for kind in ("random", "correlated"):
             row_filters: list[RowFilter | None] = list(filters(q, share, kind, fields, centres))
             truths = [exact_filtered(x, query, f.mask) for query, f in zip(q, row_filters) if f is not None]
             row = [cell(lib, q, row_filters, truths, efs, a.budget) for lib in libs]
-            print(f"| {share:.2%} {kind} | " + " | ".join(row) + " |", flush=True)
+            print(f"| {share:.2%} {kind} | " + " | ".join(row) + f" | {answer_depth(sims, truths)} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -78,6 +78,14 @@ def test_reference_is_the_exact_filtered_top_k(bench) -> None:
     assert sims[top].min() >= sims[mask][np.argsort(-sims[mask])[bench.K - 1]]
 
 
+def test_answer_depth_is_the_last_answers_place_among_all_rows(bench) -> None:
+    x = np.zeros((12, 4), np.float32)
+    x[np.arange(12), np.arange(12) % 4] = np.arange(12, 0, -1)  # row i: 12 - i along axis i % 4
+    q = np.array([[1, 0, 0, 0], [1, 0, 0, 0]], np.float32)  # rows 0, 4, 8 point along the query, in that order
+    truths = [np.array([0]), np.array([8])]  # the nearest row; the third along the query (past 0 and 4)
+    assert bench.answer_depth(q @ x.T, truths) == "2 / 3"
+
+
 def test_a_library_below_the_target_reports_its_best_recall(bench) -> None:
     class Blind(bench.Lib):
         name = "blind"
@@ -141,13 +149,31 @@ def test_the_script_prints_a_row_per_filter_for_each_available_library(bench, tm
     assert run.returncode == 0, run.stderr[-2000:]
     rows = [line for line in run.stdout.splitlines() if line.startswith("| ")]
     header, body = rows[0], rows[1:]
-    assert header.count("|") == len(available) + 2
+    assert header.count("|") == len(available) + 3 and header.endswith("| 10th answer's unfiltered rank |")
     assert [r.split(" | ")[0] for r in body] == [
         "| none", "| 10.00% random", "| 10.00% correlated", "| 0.50% random", "| 0.50% correlated"]
     cell = re.compile(r"^([\d,]+ \(\d\.\d{3}, ef \d+, [\d.]+/[\d.]+\)|- \(best \d\.\d{3} to ef \d+\))$")
+    depth = re.compile(r"^[\d,]+ / [\d,]+$")
     for row in body:
-        cells = row.strip("| ").split(" | ")[1:]
+        *cells, where = row.strip("| ").split(" | ")[1:]
         assert len(cells) == len(available) and all(cell.match(c) for c in cells), row
+        assert depth.match(where), row
+    assert body[0].endswith("| 10 / 10 |")  # unfiltered, the 10th answer is the 10th row
+
+
+def test_a_named_data_shape_is_searched_and_described(tmp_path) -> None:
+    run = subprocess.run(
+        [sys.executable, str(BENCH / "filtered.py"), "--shape", "uniform-32d", "--n", "1500", "--nq", "4",
+         "--efs", "16", "--shares", "0.1", "--budget", "5", "--libs", "medretrieve"],
+        check=False, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "MEDRETRIEVE_BENCH_CACHE": str(tmp_path)})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "uniform-32d (latent=32, clusters=1, centre_scale=0.0, offset=0.0) 1500x" in run.stdout
+    assert [line.split(" | ")[0] for line in run.stdout.splitlines() if line.startswith("| ")][1:] == [
+        "| none", "| 10.00% random", "| 10.00% correlated"]
+    unknown = subprocess.run([sys.executable, str(BENCH / "filtered.py"), "--shape", "nope"],
+                             check=False, capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 2 and "invalid choice: 'nope'" in unknown.stderr
 
 
 def test_a_missing_or_unknown_library_is_named(bench, monkeypatch) -> None:
