@@ -336,8 +336,9 @@ size_t Hnsw::take_twohop0(uint32_t id, VisitedList& vis, const ElementFilter& fi
     const uint32_t nb = store_.link0(id, i);
     if (nb < limit && !filter.allowed(nb)) store_.prefetch_links0(nb);
   }
+  const size_t room = kTwoHopRoom * M0_;
   size_t m = 0;
-  for (uint32_t i = 0; i < n && m < M0_; ++i) {
+  for (uint32_t i = 0; i < n && m < room; ++i) {
     const uint32_t nb = store_.link0(id, i);
     if (nb >= limit || vis.test_and_set(nb)) continue;
     if (filter.allowed(nb)) {
@@ -345,7 +346,7 @@ size_t Hnsw::take_twohop0(uint32_t id, VisitedList& vis, const ElementFilter& fi
       continue;
     }
     const uint32_t n2 = store_.link_count0(nb);
-    for (uint32_t j = 0; j < n2 && m < M0_; ++j) {
+    for (uint32_t j = 0; j < n2 && m < room; ++j) {
       const uint32_t nb2 = store_.link0(nb, j);
       if (nb2 < limit && filter.allowed(nb2) && !vis.test_and_set(nb2)) fresh[m++] = nb2;
     }
@@ -359,7 +360,7 @@ std::vector<Candidate> Hnsw::search_layer0_twohop(SearchScratch& s, const QueryC
   auto vis = visited_.borrow();
   SearchPool& pool = s.pool;  // allowed elements only: every element scored is one
   pool.reset(std::min(ef, store_.count()));
-  s.fresh.resize(std::max(p_.M, M0_));
+  s.fresh.resize(kTwoHopRoom * M0_);
   uint32_t* fresh = s.fresh.data();
   const auto keep = [&](float d, uint32_t id) { pool.insert(d, id); };
   const auto score = [&](size_t m) { score_fresh(ctx, fresh, m, keep); };
@@ -416,10 +417,12 @@ std::vector<Candidate> Hnsw::search_layer0_pool(SearchScratch& s, const QueryCtx
 
 double Hnsw::search_layer0_sampled(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps,
                                    size_t ef, const ElementFilter& filter, double share,
-                                   std::vector<Candidate>& found) const {
+                                   std::vector<Candidate>& found, size_t& scored) const {
   TopK top(ef);
   size_t tested = 0, passed = 0;
+  scored = 0;
   walk_pool(s, ctx, eps, n_eps, ef, [&](float d, uint32_t id) {
+    ++scored;
     // An element farther than the ef-th allowed one kept cannot enter: its filter bit is not read (the walk is
     // bound by memory reads; most elements it scores are farther).
     if (!(d < top.bound())) return;
@@ -993,9 +996,18 @@ std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx&
       const double share = double(rows->count) / double(std::max<size_t>(1, count()));
       if (share >= kTwoHopShare) {
         // Walk as an unfiltered search does, keeping the allowed elements scored (search_layer0_sampled).
-        const double met = search_layer0_sampled(scratch, ctx, eps, n_eps, ef, filter, share, found);
+        size_t scored;
+        const double met = search_layer0_sampled(scratch, ctx, eps, n_eps, ef, filter, share, found, scored);
         if (met >= kSampledShareFloor && found.size() >= ef) return finish(found);
-        if (met < kDisjointMet && may_scan) return scan();
+        if (met < kDisjointMet && may_scan) {
+          // Rare around the query, yet within reach: the walk found at least 1/kReachableShare of the ef allowed
+          // elements it needs, so the screened walk (below) finds the rest a few walks deeper. It may score
+          // kReachWalks times what this walk did; past that (the allowed elements thin out beyond), the scan.
+          if (found.size() * kReachableShare < ef) return scan();
+          bool over = false;
+          found = search_layer0_screened(scratch, ctx, eps, n_eps, ef, screen, kReachWalks * scored, &over);
+          return over ? scan() : finish(found);
+        }
       } else {
         if (may_scan && allowed_met_near(eps, n_eps, filter, share) < kDisjointMet) return scan();
         // Walk the allowed part of the graph only (two-hop expansion); when that walk finds fewer than it should
