@@ -33,6 +33,22 @@ std::vector<int64_t> truth(const std::vector<float>& x, size_t n, const float* q
 
 }  // namespace
 
+// An index of 3000 rows in six clusters (row i in cluster i % 6) and 20 queries, the first rows of cluster 0.
+class ClusterZeroQueries : public ::testing::Test {
+ protected:
+  static constexpr size_t n = 3000, dim = 8, k = 10;
+  void SetUp() override {
+    h.add(x.data(), n, nullptr, nullptr, 2, false, false);
+    for (size_t i = 0; i < n && queries.size() < 20 * dim; i += 6)
+      queries.insert(queries.end(), &x[i * dim], &x[i * dim] + dim);
+    nq = queries.size() / dim;
+  }
+  const std::vector<float> x = clustered_rows(n, dim, 3);
+  Hnsw h{params(dim, n)};
+  std::vector<float> queries;
+  size_t nq = 0;
+};
+
 TEST(AllowedRows, CompilesExternalIdsToSlotsEitherWay) {
   const size_t n = 300, dim = 4;
   const auto x = clustered_rows(n, dim, 1);
@@ -169,15 +185,7 @@ TEST(AllowedRows, DeletedRowsAndLabelsCombineWithTheFilter) {
 // cluster 0, the filter keeps clusters 3-5, then 4-5, then cluster 5 only) gets the exact filtered top k, on both
 // sides of the two-hop share. (At this size the walk finds them too; at 1M it does not, and the planner scans the
 // allowed rows when the walk meets almost none of them around the query: Hnsw::kDisjointMet, bench/RESULTS.md.)
-TEST(AllowedRows, HnswFilterDisjointFromTheQueryIsExact) {
-  const size_t n = 3000, dim = 8, k = 10;
-  const auto x = clustered_rows(n, dim, 3);
-  Hnsw h(params(dim, n));
-  h.add(x.data(), n, nullptr, nullptr, 2, false, false);
-  std::vector<float> queries;
-  for (size_t i = 0; i < n && queries.size() < 20 * dim; i += 6)  // rows of cluster 0
-    queries.insert(queries.end(), &x[i * dim], &x[i * dim] + dim);
-  const size_t nq = queries.size() / dim;
+TEST_F(ClusterZeroQueries, HnswFilterDisjointFromTheQueryIsExact) {
   for (size_t first_cluster : {3, 4, 5}) {
     std::vector<uint64_t> keep;
     for (size_t i = 0; i < n; ++i)
@@ -200,18 +208,10 @@ TEST(AllowedRows, HnswFilterDisjointFromTheQueryIsExact) {
 // queries lie) is met under Hnsw::kDisjointMet of its share, yet the unfiltered walk finds a quarter of its ef: the
 // screened walk finds the rest (Hnsw::kReachableShare), or the scan does once that walk runs over its budget. Either
 // way: k hits, all allowed, at recall 0.95 or more against the exact filtered search.
-TEST(AllowedRows, HnswFilterRareAroundTheQueryKeepsItsRecall) {
-  const size_t n = 3000, dim = 8, k = 10;
-  const auto x = clustered_rows(n, dim, 3);
-  Hnsw h(params(dim, n));
-  h.add(x.data(), n, nullptr, nullptr, 2, false, false);
-  std::vector<float> queries;
+TEST_F(ClusterZeroQueries, HnswFilterRareAroundTheQueryKeepsItsRecall) {
   std::vector<uint64_t> keep;
-  for (size_t i = 0; i < n; ++i) {
-    if (i % 6 == 0 && queries.size() < 20 * dim) queries.insert(queries.end(), &x[i * dim], &x[i * dim] + dim);
+  for (size_t i = 0; i < n; ++i)
     if (i % 6 >= 3 || i % 48 == 0) keep.push_back(i);  // clusters 3-5, an eighth of cluster 0
-  }
-  const size_t nq = queries.size() / dim;
   const auto words = bits_of(keep, n);
   const std::set<int64_t> allowed(keep.begin(), keep.end());
   const ExternalBits bits{words.data(), words.size()};
