@@ -125,7 +125,7 @@ def test_a_writer_gets_in_while_searches_continue(tmp_path, kind: str) -> None:
     arriving meanwhile must finish before they do, not after (a reader-preferring lock made it wait for the last
     search)."""
     rng = np.random.default_rng(13)
-    per = 12  # searches per thread, each tens of ms
+    per = 24  # searches per thread, each tens of ms (enough that a writer starved of CPU by a loaded box still gets in early)
     if kind == "FlatIndex":
         dim, n = 256, 10000
         idx: object = medretrieve.FlatIndex("ip", dim)
