@@ -1001,8 +1001,8 @@ std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx&
         if (met >= kSampledShareFloor && found.size() >= ef) return finish(found);
         if (met < kDisjointMet && may_scan) {
           // Rare around the query, yet within reach: the walk found at least 1/kReachableShare of the ef allowed
-          // elements it needs, so the screened walk (below) finds the rest a few walks deeper. It may score
-          // kReachWalks times what this walk did; past that (the allowed elements thin out beyond), the scan.
+          // elements it needs, so the screened walk finds the rest some walks deeper. It may score kReachWalks
+          // times what this walk did; past that (the allowed elements thin out beyond), the scan.
           if (found.size() * kReachableShare < ef) return scan();
           bool over = false;
           found = search_layer0_screened(scratch, ctx, eps, n_eps, ef, screen, kReachWalks * scored, &over);

@@ -99,8 +99,8 @@ class Hnsw {
   // recall 0.95: 1.7x the scan's QPS on the BioASQ passages by the default encoder, 112k, and 1.4x at 100k x 384,
   // for a p99 1.2-1.3x the scan's; at 1M x 384, where the 10th answer lies 9,000 rows deep, the scan's QPS and p99.)
   static constexpr size_t kReachableShare = 4, kReachWalks = 32;
-  // ACORN's two-hop expansion lists up to kTwoHopRoom * M0 allowed elements per node (bench/filtered.py, 10% random:
-  // 1.3x the QPS at 100k x 384 and 1.1x on the BioASQ passages, with M0; even at 1M).
+  // ACORN's two-hop expansion lists up to kTwoHopRoom * M0 allowed elements per node (bench/filtered.py, 10% random,
+  // against M0: 1.3x the QPS at 100k x 384, 1.1x on the BioASQ passages, the same at 1M).
   static constexpr size_t kTwoHopRoom = 2;
   // prune_alpha's relaxed links leave 1/kRelaxedSlack of a list free (select_neighbors).
   static constexpr size_t kRelaxedSlack = 4;
