@@ -327,55 +327,90 @@ std::vector<Candidate> Hnsw::search_layer0_screened(SearchScratch& s, const Quer
   return found;
 }
 
-size_t Hnsw::take_twohop0(uint32_t id, VisitedList& vis, const ElementFilter& filter, uint32_t* fresh) const {
-  const uint32_t n = store_.link_count0(id);
+// The walk reads about 17 lists per element it expands (10% random): their reading is what it costs. Fetching only the
+// unvisited ones, testing the filter without a branch and RowBits below gave 1.3x the QPS at 10% random (100k and
+// 1M x 384, 1M x 768, the BioASQ passages; int8), at the same recall.
+template <class Allowed>
+size_t Hnsw::take_twohop0(uint32_t id, VisitedList& vis, const Allowed& allowed, uint32_t* fresh) const {
   const size_t limit = store_.capacity();
-  // The filtered-out neighbours' lists are read below, one after the other: fetched together first (1M x 384
-  // int8 at 10% random: 3-6% more QPS).
+  const size_t room = kTwoHopRoom * M0_;
+  uint32_t* out = fresh + room;   // the filtered-out neighbours not yet expanded, their lists being fetched
+  uint32_t* passed = out + M0_;   // one such list's allowed ids
+  const uint32_t n = store_.link_count0(id);
+  size_t m = 0;
+  uint32_t n_out = 0;
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t nb = store_.link0(id, i);
-    if (nb < limit && !filter.allowed(nb)) store_.prefetch_links0(nb);
-  }
-  const size_t room = kTwoHopRoom * M0_;
-  size_t m = 0;
-  for (uint32_t i = 0; i < n && m < room; ++i) {
-    const uint32_t nb = store_.link0(id, i);
-    if (nb >= limit || vis.test_and_set(nb)) continue;
-    if (filter.allowed(nb)) {
+    if (nb >= limit || vis.visited(nb)) continue;
+    if (allowed(nb)) {
+      vis.test_and_set(nb);
       fresh[m++] = nb;
-      continue;
+    } else {
+      // Their lists are read below, one after the other: fetched together now.
+      store_.prefetch_links0(nb);
+      out[n_out++] = nb;
     }
-    const uint32_t n2 = store_.link_count0(nb);
-    for (uint32_t j = 0; j < n2 && m < room; ++j) {
-      const uint32_t nb2 = store_.link0(nb, j);
-      if (nb2 < limit && filter.allowed(nb2) && !vis.test_and_set(nb2)) fresh[m++] = nb2;
+  }
+  for (uint32_t i = 0; i < n_out && m < room; ++i) {
+    if (vis.test_and_set(out[i])) continue;
+    // The allowed ids first, without a branch on the filter (about one in ten passes: such a branch mispredicts
+    // often), then the visited test for those few.
+    const uint32_t n2 = store_.link_count0(out[i]);
+    uint32_t n_passed = 0;
+    for (uint32_t j = 0; j < n2; ++j) {
+      const uint32_t nb2 = store_.link0(out[i], j);
+      passed[n_passed] = nb2;
+      n_passed += nb2 < limit && allowed(nb2);
     }
+    for (uint32_t j = 0; j < n_passed && m < room; ++j)
+      if (!vis.test_and_set(passed[j])) fresh[m++] = passed[j];
   }
   for (size_t i = 0; i < std::min(m, store_.prefetch_ahead()); ++i) store_.prefetch(fresh[i]);
   return m;
 }
 
+namespace {
+// A row filter's bits as the two-hop walk tests them, held in locals: the walk tests about 30 ids per element it
+// expands, and ElementFilter::allowed re-reads its members (labels, predicate, deletions) for each one.
+struct RowBits {
+  const uint64_t* words;
+  size_t n_words;
+  bool operator()(uint32_t id) const {
+    const size_t w = id >> 6;
+    return w < n_words && (words[w] >> (id & 63) & 1);
+  }
+};
+}  // namespace
+
 std::vector<Candidate> Hnsw::search_layer0_twohop(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps,
                                                   size_t n_eps, size_t ef, const ElementFilter& filter) const {
+  if (filter.rows && !filter.query && !filter.fn && store_.deleted_count() == 0)
+    return walk_twohop(s, ctx, eps, n_eps, ef, RowBits{filter.rows->words, filter.rows->n_words});
+  return walk_twohop(s, ctx, eps, n_eps, ef, [&filter](uint32_t id) { return filter.allowed(id); });
+}
+
+template <class Allowed>
+std::vector<Candidate> Hnsw::walk_twohop(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps,
+                                         size_t ef, const Allowed& allowed) const {
   auto vis = visited_.borrow();
   SearchPool& pool = s.pool;  // allowed elements only: every element scored is one
   pool.reset(std::min(ef, store_.count()));
-  s.fresh.resize(kTwoHopRoom * M0_);
+  s.fresh.resize((kTwoHopRoom + 2) * M0_);  // take_twohop0's room, then its two lists
   uint32_t* fresh = s.fresh.data();
   const auto keep = [&](float d, uint32_t id) { pool.insert(d, id); };
   const auto score = [&](size_t m) { score_fresh(ctx, fresh, m, keep); };
   for (size_t e = 0; e < n_eps; ++e) {  // a filtered-out entry point is expanded at once, never kept
     if (vis->test_and_set(eps[e])) continue;
-    if (filter.allowed(eps[e]))
+    if (allowed(eps[e]))
       pool.insert(store_.distance(ctx, eps[e]), eps[e]);
     else
-      score(take_twohop0(eps[e], *vis, filter, fresh));
+      score(take_twohop0(eps[e], *vis, allowed, fresh));
   }
   while (pool.has_unexpanded()) {
     const uint32_t id = pool.expand_next();
     uint32_t next;
     if (pool.peek_next(next)) store_.prefetch_links0(next);
-    score(take_twohop0(id, *vis, filter, fresh));
+    score(take_twohop0(id, *vis, allowed, fresh));
   }
   std::vector<Candidate> found(pool.size());
   for (size_t i = 0; i < found.size(); ++i) found[i] = {pool.distance(i), pool.id(i)};

@@ -252,12 +252,16 @@ class Hnsw {
   void score_fresh(const QueryCtx& ctx, const uint32_t* fresh, size_t m, Take&& take) const;
   // ACORN's two-hop expansion of `id`: its allowed unvisited neighbours, then the allowed unvisited neighbours of
   // its filtered-out ones, kTwoHopRoom * M0 at most, into fresh (marked visited; returns how many), the first ones
-  // prefetched.
-  size_t take_twohop0(uint32_t id, VisitedList& vis, const ElementFilter& filter, uint32_t* fresh) const;
+  // prefetched. `allowed(id)`: whether id passes the filter; fresh holds (kTwoHopRoom + 2) * M0 (working room).
+  template <class Allowed>
+  size_t take_twohop0(uint32_t id, VisitedList& vis, const Allowed& allowed, uint32_t* fresh) const;
   // Layer-0 search of a row filter that scores allowed elements only (take_twohop0), over one sorted pool
   // (search_pool.h) from eps[0..n_eps): the ef closest found, closest first.
   std::vector<Candidate> search_layer0_twohop(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps,
                                               size_t n_eps, size_t ef, const ElementFilter& filter) const;
+  template <class Allowed>
+  std::vector<Candidate> walk_twohop(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps,
+                                     size_t ef, const Allowed& allowed) const;
 
   // The unfiltered layer-0 walk over one sorted pool (s.pool, search_pool.h) from eps[0..n_eps), calling
   // visit(distance, id) for every element it scores.
