@@ -14,8 +14,9 @@ table gives the cheapest ef reaching the recall target (0.95): QPS (recall, ef, 
 thread, one query per call, the filter passed as each library takes it; each query's best of 3 rounds); ``-`` with
 the best recall seen and the highest ef tried when no ef reaches the target (``--budget`` seconds of sweeping a cell
 end it early: a slow walk at 1M stops there).
-The bitsets are built before timing (a caller caches one per filter); the unfiltered p99 of each library is the
-first line. The last column says where each cell's answers lie: the place of a query's 10th true answer among all
+The bitsets are built before timing (a caller caches one per filter), and medretrieve compiles a filter all the
+queries share (the random ones) once, untimed too (``Index.compile_filter``; its time and size are printed under
+the table; ``--bitsets-only`` passes bitsets); the unfiltered p99 of each library is the first line. The last column says where each cell's answers lie: the place of a query's 10th true answer among all
 rows, unfiltered (median / max over the queries), the least a walk from beside the query must score.
 
     nice python bench/filtered.py --n 100000 --dim 384 --nq 100 --libs medretrieve-int8,medretrieve,hnswlib,faiss,faiss-sq8
@@ -106,6 +107,10 @@ class Lib:
     def prepare(self, row_filter: RowFilter | None) -> Any:
         return None if row_filter is None else row_filter.mask
 
+    def prepare_all(self, row_filters: list[RowFilter | None]) -> list[Any]:
+        """Each query's filter in the library's form (untimed)."""
+        return [self.prepare(f) for f in row_filters]
+
     def one(self, q: np.ndarray, ef: int, allowed: Any) -> np.ndarray:
         raise NotImplementedError
 
@@ -114,15 +119,37 @@ class Lib:
 
 
 class Medretrieve(Lib):
-    def __init__(self, x: np.ndarray, M: int, efc: int, threads: int, dtype: str) -> None:
+    """A filter several queries share (the random ones) is compiled once (``Index.compile_filter``), as a service
+    keeps it per filter; its compile time and size are reported under the table (``compiled``). A filter of one
+    query (the correlated ones) is a plain bitset. ``compile=False``: bitsets only."""
+
+    def __init__(self, x: np.ndarray, M: int, efc: int, threads: int, dtype: str, compile: bool = True) -> None:
         self.name = f"medretrieve {dtype}"
         self.idx = medretrieve.Index("ip", x.shape[1])
         self.idx.init_index(len(x), M=M, ef_construction=efc, dtype=dtype)
         self.idx.add(x, num_threads=threads)
         self.idx.set_num_threads(1)
+        self.compile = compile
+        self.compiled: dict[str, str] = {}  # share -> "compile ms, MB": the notes under the table
+        self._last: tuple[Any, Any] = (None, None)  # (mask, its compiled filter): one cell sweeps ef over one
 
     def prepare(self, row_filter: RowFilter | None) -> Any:
         return None if row_filter is None else pack_allowed(row_filter.mask)
+
+    def prepare_all(self, row_filters: list[RowFilter | None]) -> list[Any]:
+        masks = [None if f is None else f.mask for f in row_filters]
+        shared = len(masks) > 1 and masks[0] is not None and all(m is masks[0] for m in masks)
+        if not (self.compile and shared):
+            return super().prepare_all(row_filters)
+        if self._last[0] is not masks[0]:
+            t = time.perf_counter()
+            compiled = self.idx.compile_filter(masks[0], num_threads=1)
+            ms = (time.perf_counter() - t) * 1e3
+            share = f"{compiled.count / len(masks[0]):.2%}"
+            self.compiled[share] = (f"{ms:.1f} ms, {compiled.memory_bytes / 2**20:.1f} MB"
+                                    + ("" if compiled.linked else ", no links"))
+            self._last = (masks[0], compiled)
+        return [self._last[1]] * len(masks)
 
     def one(self, q: np.ndarray, ef: int, allowed: Any) -> np.ndarray:
         return self.idx.search(q, K, ef=ef, allowed=allowed)[0][0]
@@ -335,7 +362,7 @@ def answer_depth(sims: np.ndarray, truths: list[np.ndarray]) -> str:
 def measure(lib: Lib, q: np.ndarray, row_filters: list[RowFilter | None], truths: list[np.ndarray], ef: int
             ) -> tuple[float, float, float, float]:
     """(recall, p50 ms, p99 ms, QPS) of single-query filtered searches at this ef."""
-    prepared = [lib.prepare(f) for f in row_filters]
+    prepared = lib.prepare_all(row_filters)
     for i in range(min(5, len(q))):  # warm-up
         lib.one(q[i], ef, prepared[i])
     times = np.full(len(q), np.inf)
@@ -406,6 +433,8 @@ def main() -> None:
     ap.add_argument("--libs", default="medretrieve,hnswlib,faiss",
                     help=f"comma-separated, from: {', '.join(NEEDS)}")
     ap.add_argument("--budget", type=float, default=60.0, help="seconds per cell before giving up on higher ef")
+    ap.add_argument("--bitsets-only", action="store_true",
+                    help="medretrieve: pass every filter as a bitset (no Index.compile_filter for shared ones)")
     a = ap.parse_args()
     names = chosen_libs(a.libs)
     efs = [int(e) for e in a.efs.split(",")]
@@ -417,8 +446,8 @@ def main() -> None:
     owner, centres = cluster_of(x, max(16, len(x) // 500))
     fields = row_fields(owner)
     makers: dict[str, Callable[[], Lib]] = {
-        "medretrieve": lambda: Medretrieve(x, a.M, a.efc, a.threads, "float32"),
-        "medretrieve-int8": lambda: Medretrieve(x, a.M, a.efc, a.threads, "int8"),
+        "medretrieve": lambda: Medretrieve(x, a.M, a.efc, a.threads, "float32", not a.bitsets_only),
+        "medretrieve-int8": lambda: Medretrieve(x, a.M, a.efc, a.threads, "int8", not a.bitsets_only),
         "hnswlib": lambda: Hnswlib(x, a.M, a.efc, a.threads),
         "faiss": lambda: Faiss(x, a.M, a.efc, a.threads),
         "faiss-sq8": lambda: Faiss(x, a.M, a.efc, a.threads, sq8=True),
@@ -458,6 +487,10 @@ def table(libs: list[Lib], x: np.ndarray, q: np.ndarray, fields: RowFields, cent
             truths = [exact_filtered(x, query, f.mask) for query, f in zip(q, row_filters) if f is not None]
             row = [cell(lib, q, row_filters, truths, efs, a.budget) for lib in libs]
             print(f"| {share:.2%} {kind} | " + " | ".join(row) + f" | {answer_depth(sims, truths)} |", flush=True)
+    for lib in libs:
+        if isinstance(lib, Medretrieve) and lib.compiled:
+            print(f"\n{lib.name}: each random filter compiled once (Index.compile_filter, one thread, untimed as the "
+                  "bitsets): " + "; ".join(f"{share} {note}" for share, note in lib.compiled.items()))
 
 
 if __name__ == "__main__":

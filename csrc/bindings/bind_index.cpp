@@ -141,6 +141,23 @@ void bind_index(py::module_& m) {
   // search(..., allowed=<packed uint64 bitset>) is understood (medretrieve/index/allowed.py checks for it).
   m.attr("SEARCH_ALLOWED_BITSET") = true;
 
+  py::class_<mi::CompiledFilter, std::shared_ptr<mi::CompiledFilter>>(
+      m, "CompiledFilter",
+      "A row filter compiled by one HNSW index for the searches that reuse it (Index.compile_filter): "
+      "search(..., allowed=it).")
+      .def_property_readonly("count", [](const mi::CompiledFilter& f) { return f.rows.count; },
+                             "Allowed elements when compiled.")
+      .def_property_readonly("linked", [](const mi::CompiledFilter& f) { return f.graph.built(); },
+                             "Whether the allowed elements' two-hop links were built (filters under 35% of the rows).")
+      .def_property_readonly("memory_bytes", [](const mi::CompiledFilter& f) { return f.memory_bytes(); },
+                             "Bytes it holds (bitsets and links).")
+      .def_property_readonly(
+          "bits",
+          [](const mi::CompiledFilter& f) {
+            return py::array_t<uint64_t>(py::ssize_t(f.ext_words.size()), f.ext_words.data());  // a copy
+          },
+          "The bitset over external ids it was compiled from (a copy).");
+
   py::class_<mi::Hnsw>(m, "HnswIndex", "Native int8/float32 HNSW index (use medretrieve.Index).")
       .def(py::init([](const std::string& space, const std::string& dtype, size_t dim, py::object max_elements,
                        py::object M, py::object ef_construction, py::object seed, bool keep_float,
@@ -198,7 +215,10 @@ void bind_index(py::module_& m) {
              auto lq = label_query(labels);
              auto pred = predicate_of(self, filter_arg(filter));
              const int threads = threads_arg(num_threads);
-             const auto allowed = allowed_arg(allowed_v);
+             // allowed: a bitset, or a filter compile_filter made (held by this frame for the call)
+             std::shared_ptr<mi::CompiledFilter> compiled;
+             if (py::isinstance<mi::CompiledFilter>(allowed_v)) compiled = allowed_v.cast<std::shared_ptr<mi::CompiledFilter>>();
+             const auto allowed = compiled ? std::nullopt : allowed_arg(allowed_v);
              const mi::ExternalBits bits = external_bits(allowed);
              mi::check_k(k, self.count());  // before allocating the padded rows
              std::vector<int64_t> ids(mi::result_cells(rows.n, k));
@@ -206,13 +226,26 @@ void bind_index(py::module_& m) {
              {
                py::gil_scoped_release nogil;
                self.search(q, rows.n, k, efs.empty() ? nullptr : efs.data(), efs.size(), lq ? &*lq : nullptr,
-                           pred ? &*pred : nullptr, threads, ids.data(), scores.data(), allowed ? &bits : nullptr);
+                           pred ? &*pred : nullptr, threads, ids.data(), scores.data(), allowed ? &bits : nullptr,
+                           compiled.get());
              }
              return result_arrays(rows.n, k, ids, scores);
            },
            py::arg("queries"), py::arg("k"), py::arg("ef") = py::none(), py::arg("labels") = py::none(),
            py::arg("filter") = py::none(), py::arg("num_threads") = py::none(), py::arg("allowed") = py::none(),
-           "allowed: None or a packed uint64 bitset over external ids (args.h, allowed_arg).")
+           "allowed: None, a packed uint64 bitset over external ids (args.h, allowed_arg) or a CompiledFilter of "
+           "this index.")
+      .def("compile_filter",
+           [](const mi::Hnsw& self, py::handle allowed_v, py::handle num_threads) {
+             const auto allowed = allowed_arg(allowed_v);
+             if (!allowed) throw py::type_error("compile_filter: allowed must be a packed uint64 bitset, not None");
+             const int threads = threads_arg(num_threads);
+             py::gil_scoped_release nogil;
+             return self.compile_filter(allowed->words, allowed->n_words, threads);
+           },
+           py::arg("allowed"), py::arg("num_threads") = py::none(),
+           "A CompiledFilter of a packed uint64 bitset over external ids, for search(..., allowed=it).")
+      .def_property_readonly("epoch", &mi::Hnsw::epoch, "Changes with every add and deletion.")
       .def("train",
            [](mi::Hnsw& self, py::handle sample) {
              const Rows rows = rows_arg(sample, self.params().dim, "training vectors");

@@ -38,12 +38,15 @@ struct IdPredicate : std::function<bool(uint32_t)> {
 // by copy zero-filled and copied 125 KB per search, a third of a filtered
 // search's time at small ef. Otherwise they are `owned`. Not copyable: a copy
 // would point at the source's words.
+struct FilterGraph;
+
 struct AllowedRows {
   const uint64_t* words = nullptr;
   size_t n_words = 0;
   size_t count = 0;
   std::vector<uint32_t> listed;  // the set ids when count <= kListedShare of the slots, else empty
   std::vector<uint64_t> owned;   // the words, when compiled rather than viewed
+  const FilterGraph* graph = nullptr;  // the allowed elements' links (a CompiledFilter's), else null
 
   AllowedRows() = default;
   AllowedRows(AllowedRows&&) = default;  // a vector's move keeps its buffer: `words` stays valid
@@ -73,6 +76,39 @@ struct AllowedRows {
 struct ExternalBits {
   const uint64_t* words = nullptr;
   size_t n_words = 0;
+};
+
+// The links of a row filter's allowed elements among themselves: each one's ACORN two-hop expansion (its allowed
+// neighbours, then those of its filtered-out neighbours; Hnsw::take_twohop0), computed once. The two-hop walk reads
+// about 17 link lists per element it expands at 10% allowed; a walk over these reads one (Hnsw::walk_allowed).
+// CSR over the slots: element id's links are links[begin[id] .. begin[id + 1]), empty for a filtered-out one.
+struct FilterGraph {
+  std::vector<uint32_t> begin;  // count() + 1 entries when built, else empty
+  std::vector<uint32_t> links;
+
+  bool built() const { return !begin.empty(); }
+  size_t memory_bytes() const { return (begin.capacity() + links.capacity()) * sizeof(uint32_t); }
+};
+
+// A row filter compiled once against one state of an index (Hnsw::compile_filter) for the searches that reuse it:
+// the caller's bitset (copied), its rows over the slots and, when the filter is walked two-hop, its FilterGraph.
+// Valid while the index's `epoch` is unchanged (adds, deletions): after that a search compiles the rows from
+// `ext_words` again, as for a plain bitset, and walks without the graph (the same results, at the plain speed).
+// Not copyable or movable: `rows` points into `ext_words` and at `graph`.
+struct CompiledFilter {
+  uint64_t index = 0;   // the compiling index's instance number: another index refuses it
+  uint64_t epoch = 0;   // the index's epoch it was compiled at
+  std::vector<uint64_t> ext_words;
+  AllowedRows rows;
+  FilterGraph graph;
+
+  CompiledFilter() = default;
+  CompiledFilter(const CompiledFilter&) = delete;
+  CompiledFilter& operator=(const CompiledFilter&) = delete;
+  size_t memory_bytes() const {
+    return ext_words.capacity() * sizeof(uint64_t) + rows.owned.capacity() * sizeof(uint64_t) +
+           rows.listed.capacity() * sizeof(uint32_t) + graph.memory_bytes();
+  }
 };
 
 struct ElementFilter {

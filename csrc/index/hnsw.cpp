@@ -60,6 +60,13 @@ class ScratchLease {
 };
 }  // namespace
 
+namespace {
+uint64_t next_instance() {
+  static std::atomic<uint64_t> last{0};
+  return ++last;
+}
+}  // namespace
+
 Hnsw::Hnsw(const HnswParams& params)
     : p_(params),
       M0_(2 * params.M),
@@ -67,7 +74,8 @@ Hnsw::Hnsw(const HnswParams& params)
       store_(params.space, params.dtype, params.dim, 2 * params.M, params.keep_float),
       visited_(0),
       ep_state_(pack_ep(kNone, -1)),
-      level_rng_(params.seed) {
+      level_rng_(params.seed),
+      instance_(next_instance()) {
   if (params.M < 2 || params.M > 2048) throw std::invalid_argument("M must be in [2, 2048]");
   if (params.ef_construction == 0) throw std::invalid_argument("ef_construction must be positive");
   // Checked where users set it (the binding) and where files bring it (load checks).
@@ -384,14 +392,91 @@ struct RowBits {
 
 std::vector<Candidate> Hnsw::search_layer0_twohop(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps,
                                                   size_t n_eps, size_t ef, const ElementFilter& filter) const {
+  const FilterGraph* graph = filter.rows && !filter.query && !filter.fn ? filter.rows->graph : nullptr;
+  const auto walk = [&](const auto& allowed) {
+    if (!graph)
+      return walk_allowed(s, ctx, eps, n_eps, ef, allowed, [&](uint32_t id, uint32_t next, VisitedList& vis,
+                                                               uint32_t* fresh) {
+        if (next != kNone) store_.prefetch_links0(next);
+        return take_twohop0(id, vis, allowed, fresh);
+      });
+    // A compiled filter of this epoch: one list per element expanded. (Elements added since, by an add still in
+    // flight, have none.)
+    const size_t listed = graph->begin.size() - 1;
+    const uint32_t* begin = graph->begin.data();
+    const uint32_t* links = graph->links.data();
+    return walk_allowed(s, ctx, eps, n_eps, ef, allowed, [&](uint32_t id, uint32_t next, VisitedList& vis,
+                                                             uint32_t* fresh) {
+      if (next < listed) __builtin_prefetch(links + begin[next]);
+      size_t m = 0;
+      if (id < listed)
+        for (uint32_t j = begin[id]; j < begin[id + 1]; ++j)
+          if (!vis.test_and_set(links[j])) fresh[m++] = links[j];
+      for (size_t i = 0; i < std::min(m, store_.prefetch_ahead()); ++i) store_.prefetch(fresh[i]);
+      return m;
+    });
+  };
   if (filter.rows && !filter.query && !filter.fn && store_.deleted_count() == 0)
-    return walk_twohop(s, ctx, eps, n_eps, ef, RowBits{filter.rows->words, filter.rows->n_words});
-  return walk_twohop(s, ctx, eps, n_eps, ef, [&filter](uint32_t id) { return filter.allowed(id); });
+    return walk(RowBits{filter.rows->words, filter.rows->n_words});
+  return walk([&filter](uint32_t id) { return filter.allowed(id); });
 }
 
-template <class Allowed>
-std::vector<Candidate> Hnsw::walk_twohop(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps,
-                                         size_t ef, const Allowed& allowed) const {
+void Hnsw::link_allowed(const AllowedRows& rows, int num_threads, FilterGraph& graph) const {
+  const std::vector<uint32_t> ids = rows.ids();  // ascending
+  const size_t room = kTwoHopRoom * M0_, n = store_.count();
+  if (ids.empty() || ids.size() * room > UINT32_MAX) return;  // CSR offsets are 32-bit: left unbuilt (the plain walk)
+  // Expanded a block at a time into `block`, then appended: the working memory stays a block's whatever the count.
+  constexpr size_t kBlock = 4096;
+  std::vector<uint32_t> block(std::min(kBlock, ids.size()) * room), sizes(block.size() / room);
+  std::vector<uint32_t> first(ids.size() + 1);  // where each allowed element's links start
+  const size_t workers = std::min(resolve_threads(num_threads), sizes.size());
+  std::vector<std::vector<uint32_t>> fresh(workers, std::vector<uint32_t>((kTwoHopRoom + 2) * M0_));
+  const auto expand = [&](const auto& allowed) {
+    for (size_t from = 0; from < ids.size(); from += kBlock) {
+      const size_t len = std::min(kBlock, ids.size() - from);
+      parallel_for(0, len, (long long)workers, [&](size_t i, size_t w) {
+        auto vis = visited_.borrow();
+        vis->test_and_set(ids[from + i]);  // not its own neighbour
+        sizes[i] = uint32_t(take_twohop0(ids[from + i], *vis, allowed, fresh[w].data()));
+        std::copy(fresh[w].begin(), fresh[w].begin() + sizes[i], block.begin() + i * room);
+      });
+      for (size_t i = 0; i < len; ++i) {
+        first[from + i] = uint32_t(graph.links.size());
+        graph.links.insert(graph.links.end(), block.begin() + i * room, block.begin() + i * room + sizes[i]);
+      }
+    }
+  };
+  if (store_.deleted_count() == 0)
+    expand(RowBits{rows.words, rows.n_words});
+  else
+    expand([&](uint32_t id) { return rows.test(id) && !store_.is_deleted(id); });
+  first[ids.size()] = uint32_t(graph.links.size());
+  graph.links.shrink_to_fit();
+  graph.begin.resize(n + 1);
+  for (size_t id = 0, j = 0; id <= n; ++id) {  // a filtered-out element's list: empty, where the next one's starts
+    while (j < ids.size() && ids[j] < id) ++j;
+    graph.begin[id] = first[j];
+  }
+}
+
+std::shared_ptr<CompiledFilter> Hnsw::compile_filter(const uint64_t* words, size_t n_words, int num_threads) const {
+  std::shared_lock<SharedMutex> g(mu_);
+  auto out = std::make_shared<CompiledFilter>();
+  out->index = instance_;
+  out->epoch = epoch();  // read first: an add that starts during the build makes the graph unused
+  out->ext_words.assign(words, words + n_words);
+  out->rows = AllowedRows::from_external(store_, out->ext_words.data(), out->ext_words.size());
+  const size_t live = count() - std::min(count(), store_.deleted_count());
+  if (out->rows.count >= kMinGraphRows && double(out->rows.count) < kTwoHopShare * double(live)) {
+    link_allowed(out->rows, num_threads, out->graph);
+    if (out->graph.built()) out->rows.graph = &out->graph;
+  }
+  return out;
+}
+
+template <class Allowed, class Expand>
+std::vector<Candidate> Hnsw::walk_allowed(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps,
+                                          size_t ef, const Allowed& allowed, Expand&& expand) const {
   auto vis = visited_.borrow();
   SearchPool& pool = s.pool;  // allowed elements only: every element scored is one
   pool.reset(std::min(ef, store_.count()));
@@ -409,8 +494,7 @@ std::vector<Candidate> Hnsw::walk_twohop(SearchScratch& s, const QueryCtx& ctx, 
   while (pool.has_unexpanded()) {
     const uint32_t id = pool.expand_next();
     uint32_t next;
-    if (pool.peek_next(next)) store_.prefetch_links0(next);
-    score(take_twohop0(id, *vis, allowed, fresh));
+    score(expand(id, pool.peek_next(next) ? next : kNone, *vis, fresh));
   }
   std::vector<Candidate> found(pool.size());
   for (size_t i = 0; i < found.size(); ++i) found[i] = {pool.distance(i), pool.id(i)};
@@ -744,6 +828,7 @@ void Hnsw::add(const float* data, size_t n, const uint64_t* ids, const std::vect
   std::shared_lock<SharedMutex> g(mu_);
   if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot add items");
   const InFlight in_flight(adds_in_flight_);
+  const EpochBump bump(epoch_);  // compiled filters' graphs stop being used from here
   if (replace_deleted && !p_.allow_replace_deleted)
     throw std::runtime_error("Replacement of deleted elements is disabled in constructor");
   const size_t dim = p_.dim;
@@ -1079,12 +1164,17 @@ std::optional<AllowedRows> Hnsw::compile_rows(const ExternalBits* allowed) const
 
 void Hnsw::search(const float* queries, size_t nq, size_t k, const size_t* ef, size_t n_ef, const LabelQuery* lq,
                   const IdPredicate* predicate, int num_threads, int64_t* out_ids, float* out_scores,
-                  const ExternalBits* allowed) const {
+                  const ExternalBits* allowed, const CompiledFilter* compiled) const {
   if (ef && n_ef != 1 && n_ef != nq) throw std::invalid_argument("ef must be one value or one per query");
+  if (compiled && compiled->index != instance_)
+    throw std::invalid_argument("allowed: this compiled filter was compiled by another index (compile_filter)");
   std::shared_lock<SharedMutex> g(mu_);
   check_k(k, count());
-  const std::optional<AllowedRows> rows = compile_rows(allowed);  // once for the batch
-  const AllowedRows* rows_p = rows ? &*rows : nullptr;
+  // A compiled filter of this epoch is used as it is; an older one's bitset is compiled again, as a plain one.
+  const bool current = compiled && compiled->epoch == epoch();
+  const ExternalBits own = compiled ? ExternalBits{compiled->ext_words.data(), compiled->ext_words.size()} : ExternalBits{};
+  const std::optional<AllowedRows> rows = current ? std::nullopt : compile_rows(compiled ? &own : allowed);
+  const AllowedRows* rows_p = current ? &compiled->rows : rows ? &*rows : nullptr;
   parallel_for(0, nq, num_threads, [&](size_t i, size_t) {
     const size_t ef_i = ef ? ef[n_ef == 1 ? 0 : i] : ef_.load();
     std::vector<Candidate> found = search_internal(queries + i * p_.dim, k, ef_i, lq, predicate, rows_p);
@@ -1097,6 +1187,7 @@ void Hnsw::search(const float* queries, size_t nq, size_t k, const size_t* ef, s
 
 void Hnsw::mark_deleted(uint64_t ext) {
   std::shared_lock<SharedMutex> g(mu_);
+  const EpochBump bump(epoch_);
   if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot delete items");
   uint32_t id;
   if (!store_.find(ext, id)) throw std::runtime_error("Label not found");
@@ -1110,6 +1201,7 @@ void Hnsw::mark_deleted(uint64_t ext) {
 
 void Hnsw::unmark_deleted(uint64_t ext) {
   std::shared_lock<SharedMutex> g(mu_);
+  const EpochBump bump(epoch_);
   if (read_only()) throw std::runtime_error("read-only memory-mapped index: cannot undelete items");
   uint32_t id;
   if (!store_.find(ext, id)) throw std::runtime_error("Label not found");

@@ -115,6 +115,18 @@ class _CudaTable:
 
 SEARCH_ALLOWED_BITSET: bool  # Index / FlatIndex search take allowed= (a bitset over ids)
 
+class CompiledFilter:
+    """A row filter compiled by one HNSW index for the searches that reuse it (``HnswIndex.compile_filter``)."""
+
+    @property
+    def count(self) -> int: ...  # allowed elements when compiled
+    @property
+    def linked(self) -> bool: ...  # whether the allowed elements' two-hop links were built
+    @property
+    def memory_bytes(self) -> int: ...
+    @property
+    def bits(self) -> _U64: ...  # the bitset over external ids it was compiled from (a copy)
+
 class HnswIndex:
     """Native int8/float32 HNSW index (use ``medretrieve.Index``)."""
 
@@ -149,7 +161,11 @@ class HnswIndex:
         labels: Any = None,  # an int or an iterable of ints
         filter: Optional[Callable[[int], bool]] = None,
         num_threads: Any = None,
+        allowed: Union[None, _U64, CompiledFilter] = None,  # a packed bitset over external ids, or compiled here
     ) -> tuple[_I64, _F32]: ...
+    def compile_filter(self, allowed: _U64, num_threads: Any = None) -> CompiledFilter: ...
+    @property
+    def epoch(self) -> int: ...  # changes with every add and deletion
     def train(self, sample: Any, /) -> None: ...
     def mark_deleted(self, id: Any, /) -> None: ...
     def unmark_deleted(self, id: Any, /) -> None: ...

@@ -275,6 +275,37 @@ def test_the_native_row_filter_is_used_and_checked():
         assert got[i].tolist() == rows[np.argsort(-(v[rows] @ v[i]), kind="stable")][:10].tolist()
 
 
+def test_a_filter_searched_again_is_compiled_by_the_hnsw_index_in_the_background():
+    import time
+
+    import medretrieve
+    from medretrieve.index import CompiledFilter
+
+    rng = np.random.default_rng(5)
+    v = rng.normal(size=(12000, 16)).astype(np.float32)
+    index = medretrieve.Index("ip", 16)
+    index.init_index(len(v), M=12, ef_construction=80)
+    index.add(v)
+    col = _Col(v, np.arange(10))
+    col.dense = index
+    mask = rng.random(len(v)) < 0.1
+    dense = FilteredDense(col, mask)
+    q = rng.normal(size=(3, 16)).astype(np.float32)
+    first = dense.search(q, k=10, ef=64)[0]
+    assert isinstance(dense.row_filter(), np.ndarray)  # the second search starts the compile, on the bitset still
+    deadline = time.monotonic() + 30
+    while not isinstance(dense.row_filter(), CompiledFilter) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    compiled = dense.row_filter()
+    assert isinstance(compiled, CompiledFilter) and compiled.linked and compiled.count == int(mask.sum())
+    again = dense.search(q, k=10, ef=64)[0]
+    rows = np.flatnonzero(mask)
+    for i in range(3):
+        want = set(rows[np.argsort(-(v[rows] @ q[i]))][:10].tolist())
+        assert mask[again[i]].all() and len(set(again[i].tolist()) & want) >= 9
+        assert len(set(first[i].tolist()) & set(again[i].tolist())) >= 9
+
+
 def test_a_collection_without_metadata_columns_refuses_where_naming_it(medline_collection):
     from medretrieve.outbound import Deadline
     from medretrieve.retrieval.results import StageLog

@@ -34,16 +34,18 @@ larger ``k`` could only add padding (``k = 10**9`` would allocate 12 GB per quer
 ``k``.
 
 Row filters: ``search(..., allowed=...)`` keeps only the external ids a bool mask or a packed ``uint64`` bitset
-allows (``allowed.py``: ``allowed_bitset`` from ids, ``pack_allowed`` from a mask, ``allowed_count``).
+allows (``allowed.py``: ``allowed_bitset`` from ids, ``pack_allowed`` from a mask, ``allowed_count``);
+``Index.compile_filter`` compiles one for the searches that reuse it (a ``CompiledFilter``).
 """
 from __future__ import annotations
 
 from ._inputs import IndexInputError
-from .allowed import allowed_bitset, allowed_count, pack_allowed
+from .allowed import CompiledFilter, allowed_bitset, allowed_count, pack_allowed
 from .bruteforce import BFIndex
 from .flat import FlatIndex
 from .hnsw import Index, IndexStats
 
 __all__ = [
-    "Index", "FlatIndex", "BFIndex", "IndexInputError", "IndexStats", "allowed_bitset", "allowed_count", "pack_allowed",
+    "Index", "FlatIndex", "BFIndex", "IndexInputError", "IndexStats", "CompiledFilter", "allowed_bitset",
+    "allowed_count", "pack_allowed",
 ]

@@ -5,7 +5,8 @@ A filter is a packed bitset over external ids: a C-contiguous ``uint64`` array i
 builds one from ids, ``pack_allowed`` from a NumPy bool mask (``mask[id]``). Build it once per distinct filter and
 collection version and pass the same array to every search: the indexes read it in place (no copy for a packed
 bitset), the popcount decides between a graph walk and an exact scan of the allowed rows (``docs/index.md``,
-"Filtered search").
+"Filtered search"). A filter that many searches of one HNSW ``Index`` reuse can be compiled by it once
+(``Index.compile_filter``: a :class:`CompiledFilter`), which ``Index.search`` takes as ``allowed`` too.
 """
 from __future__ import annotations
 
@@ -16,7 +17,12 @@ import numpy as np
 from .. import _core
 from ._inputs import IndexInputError
 
-__all__ = ["AllowedArg", "allowed_bitset", "pack_allowed", "allowed_count"]
+__all__ = ["AllowedArg", "CompiledFilter", "allowed_bitset", "pack_allowed", "allowed_count"]
+
+#: A row filter an HNSW ``Index`` compiled for the searches that reuse it (``Index.compile_filter``): its ``count``
+#: (allowed rows when compiled), ``linked`` (whether the allowed rows' two-hop links were built), ``memory_bytes``
+#: and ``bits`` (the bitset it was compiled from).
+CompiledFilter = _core.CompiledFilter
 
 # Whether the native core reads the bitset itself (a core built before it did gets a predicate: same results, slower,
 # without the planner's exact scan of few allowed rows).
@@ -49,6 +55,9 @@ def allowed_bitset(ids: Any, size: int = 0) -> np.ndarray:
 def pack_allowed(allowed: AllowedArg) -> np.ndarray:
     """``allowed`` as a packed uint64 bitset: a bool mask (``mask[id]``, 1-d) is packed (``len(mask) / 8`` bytes);
     a 1-d ``uint64`` array is taken as a bitset already, unchanged (made C-contiguous). Anything else: TypeError."""
+    if isinstance(allowed, CompiledFilter):
+        raise TypeError("allowed: a CompiledFilter is read only by the HNSW Index that compiled it; pass its bool "
+                        "mask or packed bitset here")
     arr = np.asarray(allowed)
     if arr.dtype not in (np.bool_, np.uint64):
         raise TypeError(
@@ -69,11 +78,13 @@ def allowed_count(bitset: np.ndarray) -> int:
     return int(np.unpackbits(np.ascontiguousarray(bitset).view(np.uint8)).sum(dtype=np.int64))
 
 
-def native_search_args(allowed: AllowedArg, filter: Any) -> tuple[Any, dict[str, Any]]:
+def native_search_args(allowed: AllowedArg, filter: Any, compiled: bool = False) -> tuple[Any, dict[str, Any]]:
     """``(filter, extra keyword arguments)`` for a native ``search`` given ``allowed`` and a caller's ``filter``
-    callable (either may be None)."""
+    callable (either may be None); ``compiled``: the search takes a CompiledFilter too (the HNSW index's)."""
     if allowed is None:
         return filter, {}
+    if compiled and isinstance(allowed, CompiledFilter):
+        return filter, {"allowed": allowed}
     bits = pack_allowed(allowed)
     if NATIVE_BITSET:
         return filter, {"allowed": bits}

@@ -10,7 +10,7 @@ import numpy as np
 from .. import _core
 from ._hnswlib import knn_results
 from ._inputs import IndexInputError, LabelsArg, check_dim, check_dtype, check_space
-from .allowed import AllowedArg, native_search_args, pack_allowed
+from .allowed import AllowedArg, CompiledFilter, native_search_args, pack_allowed
 from .hnswlib_file import NotHnswlibFile, hnswlib_file_dim, lacks_medretrieve_magic, read_hnswlib_file
 
 @dataclass(frozen=True)
@@ -218,10 +218,33 @@ class Index:
         would visit pass (the planner, ``docs/index.md``): it returns ``min(k, allowed live rows)`` hits and never
         a row that fails the filter. The bitset is compiled to the index's slots once per call, not per query: a
         copy when the ids are the slots (0..n-1 added in order), else a pass over the stored ids (or a hash look-up
-        per allowed id when few are set).
+        per allowed id when few are set). ``allowed`` may also be a :class:`CompiledFilter` of this index
+        (``compile_filter``): compiled once for every search that reuses it.
         """
-        filter, extra = native_search_args(allowed, None)
+        filter, extra = native_search_args(allowed, None, compiled=True)
         return self._c().search(queries, k, ef, labels, filter, self._threads(num_threads), **extra)
+
+    def compile_filter(self, allowed: AllowedArg, num_threads: int = -1) -> CompiledFilter:
+        """``allowed`` (a bool mask or packed ``uint64`` bitset over external ids, as ``search`` takes it) compiled
+        once for the searches that reuse it: pass the result as ``search(..., allowed=...)``.
+
+        It holds the filter's rows over the index's slots and, when fewer than 35% of the live rows pass (1024 at
+        least), each allowed row's links to the allowed rows around it (ACORN's two-hop expansion, done once): the
+        graph walk then reads one link list per row it expands instead of about 17 at 10% allowed (1.6-1.7x the
+        QPS at the same recall on 112,511 BioASQ passages; ``docs/index.md``, "Compiled filters"). Compiling costs
+        about one two-hop expansion per allowed row, on ``num_threads`` threads (20-30 ms for 11,000 of 112,511
+        rows), and ``memory_bytes`` (about 4 bytes per row plus 4 per link: 2.2 MB there).
+
+        It stays correct forever: after an add or a deletion (``epoch`` changes) a search with it compiles its
+        bitset again, as for a plain one, and walks without the links; compile it again to get them back. Another
+        index refuses it (ValueError).
+        """
+        return self._c().compile_filter(pack_allowed(allowed), self._threads(num_threads))
+
+    @property
+    def epoch(self) -> int:
+        """Changes with every add and deletion (a :class:`CompiledFilter` of an older one walks unlinked)."""
+        return int(self._c().epoch)
 
     def search_mmr(
         self,
@@ -247,6 +270,8 @@ class Index:
         ``labels`` if given): the ``fetch_k`` candidates are that filtered search, planner included, so MMR picks
         ``min(k, allowed live rows)`` of them and never a row outside the filter.
         """
+        if isinstance(allowed, CompiledFilter):  # MMR's fetch reads the bitset it was compiled from
+            allowed = allowed.bits
         extra = {} if allowed is None else {"allowed": pack_allowed(allowed)}
         ids, scores, relevance = _core.search_mmr(self._c(), query, k, fetch_k, lambda_, ef, labels, **extra)
         return (ids, scores, relevance) if return_relevance else (ids, scores)

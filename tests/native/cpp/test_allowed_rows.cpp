@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <set>
 #include <vector>
@@ -225,6 +226,72 @@ TEST(AllowedRows, HnswTwoHopWalkHonoursDeletionsAndLabels) {
     want += t.size();
   }
   EXPECT_GE(double(hit), 0.95 * double(want));
+}
+
+// A compiled filter (compile_filter: the allowed rows' two-hop links built once) returns only allowed, live rows at
+// the recall of the plain walk; rows deleted before compiling are left out of its links, and once the index changes
+// (a deletion, an add) it still never returns what fails it: the rows compiled again, the links unused.
+TEST(AllowedRows, HnswCompiledFilterWalksItsLinksAndGoesStaleSafely) {
+  const size_t n = 6000, dim = 8, k = 10, nq = 20;
+  const auto x = clustered_rows(n, dim, 3);
+  Hnsw h(params(dim, n + 10));
+  h.add(x.data(), n, nullptr, nullptr, 2, false, false);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<uint64_t> keep;
+  for (size_t i = 0; i < n + 10; ++i)
+    if (u(rng) < 0.2 || i >= n) keep.push_back(i);  // 20% of the rows, and every id added later
+  std::set<int64_t> deleted;
+  for (size_t i = 0; i < keep.size() && keep[i] < n; i += 7) {
+    h.mark_deleted(keep[i]);
+    deleted.insert(int64_t(keep[i]));
+  }
+  const auto words = bits_of(keep, n + 10);
+  const std::shared_ptr<CompiledFilter> compiled = h.compile_filter(words.data(), words.size(), 2);
+  ASSERT_TRUE(compiled->graph.built());
+  EXPECT_EQ(compiled->rows.count, keep.size() - 10);  // ids past the rows are not slots yet
+  for (uint32_t id = 0; id < n; ++id)  // links only between allowed, live rows
+    for (uint32_t j = compiled->graph.begin[id]; j < compiled->graph.begin[id + 1]; ++j) {
+      const uint32_t to = compiled->graph.links[j];
+      EXPECT_TRUE(std::binary_search(keep.begin(), keep.end(), to) && !deleted.count(to)) << id << " -> " << to;
+    }
+  h.set_filter_exact_factor(0.0);  // walk, never scan
+  const size_t ef = 64;
+  std::vector<int64_t> ids(nq * k);
+  std::vector<float> sc(nq * k);
+  const auto check = [&](const char* what) {
+    const auto passes = [&](size_t j) {
+      return !deleted.count(int64_t(j)) && std::binary_search(keep.begin(), keep.end(), j);
+    };
+    h.search(x.data(), nq, k, &ef, 1, nullptr, nullptr, 1, ids.data(), sc.data(), nullptr, compiled.get());
+    size_t hit = 0, want = 0;
+    for (size_t q = 0; q < nq; ++q) {
+      const auto t = truth(x, n, x.data() + q * dim, dim, k, passes);
+      const std::set<int64_t> ts(t.begin(), t.end());
+      for (size_t j = 0; j < k; ++j) {
+        const int64_t id = ids[q * k + j];
+        ASSERT_GE(id, 0) << what;
+        EXPECT_TRUE(passes(size_t(id))) << what << ": " << id;
+        hit += ts.count(id);
+      }
+      want += t.size();
+    }
+    EXPECT_GE(double(hit), 0.95 * double(want)) << what;
+  };
+  check("compiled");
+  const int64_t gone = ids[0];  // query 0's best allowed row, deleted after compiling
+  h.mark_deleted(uint64_t(gone));
+  deleted.insert(gone);
+  EXPECT_NE(h.epoch(), compiled->epoch);
+  check("after a deletion");
+  h.add(x.data(), 1, std::vector<uint64_t>{n + 3}.data(), nullptr, 1, false, false);  // query 0's twin, allowed
+  h.search(x.data(), 1, k, &ef, 1, nullptr, nullptr, 1, ids.data(), sc.data(), nullptr, compiled.get());
+  EXPECT_EQ(ids[0], int64_t(n + 3));  // the stale filter's bitset compiled again: the new row passes
+  Hnsw other(params(dim, n));
+  other.add(x.data(), 100, nullptr, nullptr, 1, false, false);
+  EXPECT_THROW(other.search(x.data(), 1, k, &ef, 1, nullptr, nullptr, 1, ids.data(), sc.data(), nullptr,
+                            compiled.get()),
+               std::invalid_argument);
 }
 
 // A filter disjoint from the queries' neighbourhood (the allowed rows all in far clusters: the queries lie in
