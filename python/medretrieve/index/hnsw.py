@@ -230,10 +230,11 @@ class Index:
 
         It holds the filter's rows over the index's slots and, when fewer than 35% of the live rows pass (1024 at
         least), each allowed row's links to the allowed rows around it (ACORN's two-hop expansion, done once): the
-        graph walk then reads one link list per row it expands instead of about 17 at 10% allowed (1.6-1.7x the
-        QPS at the same recall on 112,511 BioASQ passages; ``docs/index.md``, "Compiled filters"). Compiling costs
-        about one two-hop expansion per allowed row, on ``num_threads`` threads (20-30 ms for 11,000 of 112,511
-        rows), and ``memory_bytes`` (about 4 bytes per row plus 4 per link: 2.2 MB there).
+        graph walk then reads one link list per row it expands instead of about 17 at 10% allowed (1.5-1.8x the
+        QPS at recall 0.95 on 112,511 BioASQ passages and at 1M x 768; ``docs/index.md``, "Compiled filters").
+        Compiling costs about one two-hop expansion per allowed row, on ``num_threads`` threads (about 30 ms for
+        11,000 of 112,511 rows on one, 470 ms for 100,000 of 1M), and ``memory_bytes`` (about 4 bytes per row plus 4
+        per link: 2 MB and 23 MB there).
 
         It stays correct forever: after an add or a deletion (``epoch`` changes) a search with it compiles its
         bitset again, as for a plain one, and walks without the links; compile it again to get them back. Another
