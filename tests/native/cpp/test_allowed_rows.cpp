@@ -32,6 +32,25 @@ std::vector<int64_t> truth(const std::vector<float>& x, size_t n, const float* q
   return filter_rows::exact_top(x, dim, q, k, ids);
 }
 
+// Every one of the nq x k ids found for the queries x[0..nq) passes, and they hold 0.95 of the exact filtered top k.
+template <typename Pred>
+void expect_passing_recall(const std::vector<int64_t>& ids, const std::vector<float>& x, size_t n, size_t dim,
+                           size_t nq, size_t k, Pred passes, const char* what) {
+  size_t hit = 0, want = 0;
+  for (size_t q = 0; q < nq; ++q) {
+    const auto t = truth(x, n, x.data() + q * dim, dim, k, passes);
+    const std::set<int64_t> ts(t.begin(), t.end());
+    for (size_t j = 0; j < k; ++j) {
+      const int64_t id = ids[q * k + j];
+      ASSERT_GE(id, 0) << what;
+      EXPECT_TRUE(passes(size_t(id))) << what << ": " << id;
+      hit += ts.count(id);
+    }
+    want += t.size();
+  }
+  EXPECT_GE(double(hit), 0.95 * double(want)) << what;
+}
+
 }  // namespace
 
 // An index of 3000 rows in six clusters (row i in cluster i % 6) and 20 queries, the first rows of cluster 0.
@@ -213,19 +232,7 @@ TEST(AllowedRows, HnswTwoHopWalkHonoursDeletionsAndLabels) {
   std::vector<float> sc(nq * k);
   const size_t ef = 64;
   h.search(x.data(), nq, k, &ef, 1, &even, nullptr, 1, ids.data(), sc.data(), &bits);
-  size_t hit = 0, want = 0;
-  for (size_t q = 0; q < nq; ++q) {
-    const auto t = truth(x, n, x.data() + q * dim, dim, k, passes);
-    const std::set<int64_t> ts(t.begin(), t.end());
-    for (size_t j = 0; j < k; ++j) {
-      const int64_t id = ids[q * k + j];
-      ASSERT_GE(id, 0);
-      EXPECT_TRUE(passes(size_t(id))) << id;
-      hit += ts.count(id);
-    }
-    want += t.size();
-  }
-  EXPECT_GE(double(hit), 0.95 * double(want));
+  expect_passing_recall(ids, x, n, dim, nq, k, passes, "two-hop");
 }
 
 // A compiled filter (compile_filter: the allowed rows' two-hop links built once) returns only allowed, live rows at
@@ -264,19 +271,7 @@ TEST(AllowedRows, HnswCompiledFilterWalksItsLinksAndGoesStaleSafely) {
       return !deleted.count(int64_t(j)) && std::binary_search(keep.begin(), keep.end(), j);
     };
     h.search(x.data(), nq, k, &ef, 1, nullptr, nullptr, 1, ids.data(), sc.data(), nullptr, compiled.get());
-    size_t hit = 0, want = 0;
-    for (size_t q = 0; q < nq; ++q) {
-      const auto t = truth(x, n, x.data() + q * dim, dim, k, passes);
-      const std::set<int64_t> ts(t.begin(), t.end());
-      for (size_t j = 0; j < k; ++j) {
-        const int64_t id = ids[q * k + j];
-        ASSERT_GE(id, 0) << what;
-        EXPECT_TRUE(passes(size_t(id))) << what << ": " << id;
-        hit += ts.count(id);
-      }
-      want += t.size();
-    }
-    EXPECT_GE(double(hit), 0.95 * double(want)) << what;
+    expect_passing_recall(ids, x, n, dim, nq, k, passes, what);
   };
   check("compiled");
   const int64_t gone = ids[0];  // query 0's best allowed row, deleted after compiling
