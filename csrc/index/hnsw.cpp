@@ -1172,7 +1172,8 @@ void Hnsw::search(const float* queries, size_t nq, size_t k, const size_t* ef, s
   check_k(k, count());
   // A compiled filter of this epoch is used as it is; an older one's bitset is compiled again, as a plain one.
   const bool current = compiled && compiled->epoch == epoch();
-  const ExternalBits own = compiled ? ExternalBits{compiled->ext_words.data(), compiled->ext_words.size()} : ExternalBits{};
+  const ExternalBits own =
+      compiled ? ExternalBits{compiled->ext_words.data(), compiled->ext_words.size()} : ExternalBits{};
   const std::optional<AllowedRows> rows = current ? std::nullopt : compile_rows(compiled ? &own : allowed);
   const AllowedRows* rows_p = current ? &compiled->rows : rows ? &*rows : nullptr;
   parallel_for(0, nq, num_threads, [&](size_t i, size_t) {
