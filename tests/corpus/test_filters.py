@@ -4,6 +4,10 @@ that every hit of a search passes, retracted articles out by default, live add /
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +18,7 @@ from medretrieve.corpus.collection import Collection
 from medretrieve.corpus.metadata import MetadataColumns, infer_fields
 from medretrieve.corpus.sources import read_records
 from medretrieve.filters import All, AnyOf, Compare, Flag, FilterError, Member, Not, parse_filter
-from medretrieve.retrieval.filtered import FilteredDense
+from medretrieve.retrieval.filtered import COMPILE_THREAD, FilteredDense
 from medretrieve.retrieval.retriever import Retriever
 
 MEDLINE = Path(__file__).resolve().parents[1] / "fixtures" / "medline" / "filters_sample.xml"
@@ -293,6 +297,8 @@ def test_a_filter_searched_again_is_compiled_by_the_hnsw_index_in_the_background
     q = rng.normal(size=(3, 16)).astype(np.float32)
     first = dense.search(q, k=10, ef=64)[0]
     assert isinstance(dense.row_filter(), np.ndarray)  # the second search starts the compile, on the bitset still
+    compiling = [t for t in threading.enumerate() if t.name == COMPILE_THREAD]
+    assert all(not t.daemon for t in compiling)  # an exit waits for it (a daemon one aborted in native code)
     deadline = time.monotonic() + 30
     while not isinstance(dense.row_filter(), CompiledFilter) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -304,6 +310,33 @@ def test_a_filter_searched_again_is_compiled_by_the_hnsw_index_in_the_background
         want = set(rows[np.argsort(-(v[rows] @ q[i]))][:10].tolist())
         assert mask[again[i]].all() and len(set(again[i].tolist()) & want) >= 9
         assert len(set(first[i].tolist()) & set(again[i].tolist())) >= 9
+
+
+def test_a_process_that_exits_while_a_filter_compiles_exits_cleanly(tmp_path):
+    script = tmp_path / "exit_while_compiling.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np, medretrieve
+        from medretrieve.retrieval.filtered import FilteredDense
+
+        class Col:
+            def __init__(self, v, dense):
+                self.v, self.dense, self.dim = v, dense, v.shape[1]
+
+            def vectors(self, rows):
+                return self.v[np.asarray(rows)]
+
+        rng = np.random.default_rng(0)
+        v = rng.normal(size=(60000, 16)).astype(np.float32)
+        index = medretrieve.Index("ip", 16)
+        index.init_index(len(v), M=16, ef_construction=40)
+        index.add(v)
+        dense = FilteredDense(Col(v, index), rng.random(len(v)) < 0.3)
+        dense.search(v[:1], k=5)
+        dense.search(v[:1], k=5)  # starts compiling 18,000 rows' links; the script ends at once
+    """))
+    for _ in range(3):  # with a daemon compile thread, about one exit in three aborted
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_a_collection_without_metadata_columns_refuses_where_naming_it(medline_collection):

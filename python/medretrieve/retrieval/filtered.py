@@ -32,6 +32,8 @@ EXACT_SHARE = 0.1
 #: at most this many allowed rows are scanned exactly whatever their share (a scan of 4096 x 768 int8 rows costs
 #: about what a graph walk at a high ef does)
 EXACT_ROWS = 4096
+#: the name of the thread that compiles a filter searched twice (FilteredDense.row_filter)
+COMPILE_THREAD = "medretrieve-compile-filter"
 #: allowed rows whose vectors one exact scan reads at a time (bounds its memory: 8192 x 768 floats = 24 MiB)
 SCAN_BLOCK = 8192
 
@@ -119,8 +121,9 @@ class FilteredDense:
         """The filter as the index reads it: the packed bitset, or the HNSW index's compiled filter once it is
         ready. A view lives as long as its filter and version in the retriever's cache, so a filter searched twice
         is compiled (``Index.compile_filter``, 20-30 ms for 11,000 of 112,511 rows) on a background thread: no search
-        waits for it, and a filter searched once costs nothing more. The compiled filters of all views are bounded
-        in bytes (``compiled_filters.COMPILED``); one let go is not compiled again."""
+        waits for it, and a filter searched once costs nothing more; a process that exits meanwhile waits for it
+        (a daemon thread would be stopped inside the native compile: an abort). The compiled filters of all views
+        are bounded in bytes (``compiled_filters.COMPILED``); one let go is not compiled again."""
         compiled = COMPILED.get(self)
         if compiled is not None:
             return compiled
@@ -129,9 +132,8 @@ class FilteredDense:
             with self._compile_lock:
                 self._searches += 1
                 start = self._searches == 2
-            if start:
-                threading.Thread(target=self._compile, args=(dense,), name="medretrieve-compile-filter",
-                                 daemon=True).start()
+            if start:  # not a daemon: the interpreter's exit waits for it rather than stopping it in native code
+                threading.Thread(target=self._compile, args=(dense,), name=COMPILE_THREAD).start()
         return self.bitset()
 
     def _compile(self, dense: Index) -> None:
