@@ -16,8 +16,9 @@ the best recall seen and the highest ef tried when no ef reaches the target (``-
 end it early: a slow walk at 1M stops there).
 The bitsets are built before timing (a caller caches one per filter), and medretrieve compiles a filter all the
 queries share (the random ones) once, untimed too (``Index.compile_filter``; its time and size are printed under
-the table; ``--bitsets-only`` passes bitsets); the unfiltered p99 of each library is the first line. The last column says where each cell's answers lie: the place of a query's 10th true answer among all
-rows, unfiltered (median / max over the queries), the least a walk from beside the query must score.
+the table; ``--bitsets-only`` passes bitsets); the unfiltered p99 of each library is the first line. The last
+column says where each cell's answers lie: the place of a query's 10th true answer among all rows, unfiltered
+(median / max over the queries), the least a walk from beside the query must score.
 
     nice python bench/filtered.py --n 100000 --dim 384 --nq 100 --libs medretrieve-int8,medretrieve,hnswlib,faiss,faiss-sq8
     MEDRETRIEVE_SIMD=avx2 nice python bench/filtered.py --n 100000 --dim 384 --nq 100
@@ -121,15 +122,16 @@ class Lib:
 class Medretrieve(Lib):
     """A filter several queries share (the random ones) is compiled once (``Index.compile_filter``), as a service
     keeps it per filter; its compile time and size are reported under the table (``compiled``). A filter of one
-    query (the correlated ones) is a plain bitset. ``compile=False``: bitsets only."""
+    query (the correlated ones) is a plain bitset. ``compile_shared=False``: bitsets only."""
 
-    def __init__(self, x: np.ndarray, M: int, efc: int, threads: int, dtype: str, compile: bool = True) -> None:
+    def __init__(self, x: np.ndarray, M: int, efc: int, threads: int, dtype: str, compile_shared: bool = True
+                 ) -> None:
         self.name = f"medretrieve {dtype}"
         self.idx = medretrieve.Index("ip", x.shape[1])
         self.idx.init_index(len(x), M=M, ef_construction=efc, dtype=dtype)
         self.idx.add(x, num_threads=threads)
         self.idx.set_num_threads(1)
-        self.compile = compile
+        self.compile_shared = compile_shared
         self.compiled: dict[str, str] = {}  # share -> "compile ms, MB": the notes under the table
         self._last: tuple[Any, Any] = (None, None)  # (mask, its compiled filter): one cell sweeps ef over one
 
@@ -139,7 +141,7 @@ class Medretrieve(Lib):
     def prepare_all(self, row_filters: list[RowFilter | None]) -> list[Any]:
         masks = [None if f is None else f.mask for f in row_filters]
         shared = len(masks) > 1 and masks[0] is not None and all(m is masks[0] for m in masks)
-        if not (self.compile and shared):
+        if not (self.compile_shared and shared):
             return super().prepare_all(row_filters)
         if self._last[0] is not masks[0]:
             t = time.perf_counter()

@@ -10,7 +10,7 @@ bitset), the popcount decides between a graph walk and an exact scan of the allo
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,7 +22,10 @@ __all__ = ["AllowedArg", "CompiledFilter", "allowed_bitset", "pack_allowed", "al
 #: A row filter an HNSW ``Index`` compiled for the searches that reuse it (``Index.compile_filter``): its ``count``
 #: (allowed rows when compiled), ``linked`` (whether the allowed rows' two-hop links were built), ``memory_bytes``
 #: and ``bits`` (the bitset it was compiled from).
-CompiledFilter = _core.CompiledFilter
+if TYPE_CHECKING:
+    from .._core import CompiledFilter
+else:  # a core built before compile_filter: a class nothing is an instance of
+    CompiledFilter = getattr(_core, "CompiledFilter", None) or type("CompiledFilter", (), {})
 
 # Whether the native core reads the bitset itself (a core built before it did gets a predicate: same results, slower,
 # without the planner's exact scan of few allowed rows).
