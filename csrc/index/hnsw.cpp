@@ -1120,10 +1120,10 @@ std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx&
         const double met = search_layer0_sampled(scratch, ctx, eps, n_eps, ef, filter, share, found, scored);
         if (met >= kSampledShareFloor && found.size() >= ef) return finish(found);
         if (met < kDisjointMet && may_scan) {
-          // Rare around the query, yet within reach: the walk found at least 1/kReachableShare of the ef allowed
-          // elements it needs, so the screened walk finds the rest some walks deeper. It may score kReachWalks
-          // times what this walk did; past that (the allowed elements thin out beyond), the scan.
-          if (found.size() * kReachableShare < ef) return scan();
+          // Rare around the query: met at kFarMet of the filter's share or less, the allowed elements lie so far
+          // that the scan answers; above it they lie some walks deeper, where the screened walk finds them. It may
+          // score kReachWalks times what this walk did; past that (the allowed elements thin out beyond), the scan.
+          if (met <= kFarMet) return scan();
           bool over = false;
           found = search_layer0_screened(scratch, ctx, eps, n_eps, ef, screen, kReachWalks * scored, &over);
           return over ? scan() : finish(found);

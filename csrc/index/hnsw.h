@@ -94,11 +94,14 @@ class Hnsw {
   static constexpr double kDisjointMet = 0.3;
   static constexpr double kMetProbeExpected = 16;
   // A filter from kTwoHopShare up met under kDisjointMet is walked (the screened walk) rather than scanned when the
-  // unfiltered walk found 1/kReachableShare of its ef or more: the rest lie some walks deeper. That walk may score
+  // unfiltered walk met it at more than kFarMet of its share: the rest lie some walks deeper. That walk may score
   // kReachWalks times the unfiltered walk's elements before the scan answers. (bench/filtered.py, 50% correlated,
-  // recall 0.95: 1.7x the scan's QPS on the BioASQ passages by the default encoder, 112k, and 1.4x at 100k x 384,
-  // for a p99 1.2-1.3x the scan's; at 1M x 384, where the 10th answer lies 9,000 rows deep, the scan's QPS and p99.)
-  static constexpr size_t kReachableShare = 4, kReachWalks = 32;
+  // int8: at 100k x 384, where the 10th answer lies a median 700 rows deep, 8 queries in 10 walk, for 1.4x the QPS at
+  // recall 0.95; at 1M x 768, 8,700 rows deep, 98 in 100 scan at once, as they did when the rule was a quarter of
+  // ef found (kReachableShare 4), which scanned most queries at 100k x 384 too. At kFarMet 0, 27 in 100 at 1M x 768
+  // walked over budget before the scan: 1.5x its time.)
+  static constexpr double kFarMet = 0.01;
+  static constexpr size_t kReachWalks = 32;
   // ACORN's two-hop expansion lists up to kTwoHopRoom * M0 allowed elements per node (bench/filtered.py, 10% random,
   // against M0: 1.3x the QPS at 100k x 384, 1.1x on the BioASQ passages, the same at 1M).
   static constexpr size_t kTwoHopRoom = 2;

@@ -313,9 +313,9 @@ TEST_F(ClusterZeroQueries, HnswFilterDisjointFromTheQueryIsExact) {
 }
 
 // A filter rare around the query but not absent (half the rows: clusters 3-5, and an eighth of cluster 0, where the
-// queries lie) is met under Hnsw::kDisjointMet of its share, yet the unfiltered walk finds a quarter of its ef: the
-// screened walk finds the rest (Hnsw::kReachableShare), or the scan does once that walk runs over its budget. Either
-// way: k hits, all allowed, at recall 0.95 or more against the exact filtered search.
+// queries lie) is met under Hnsw::kDisjointMet of its share, yet above Hnsw::kFarMet of it: the screened walk finds
+// the rest, or the scan does once that walk runs over its budget. Either way: k hits, all allowed, at recall 0.95 or
+// more against the exact filtered search.
 TEST_F(ClusterZeroQueries, HnswFilterRareAroundTheQueryKeepsItsRecall) {
   std::vector<uint64_t> keep;
   for (size_t i = 0; i < n; ++i)
