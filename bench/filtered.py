@@ -11,8 +11,8 @@ neighbours). Every row carries ``rank``, ``cluster`` and ``slot``: the databases
 them (SQL for LanceDB, a ``where`` document for Chroma), the others as the same rows' bitset. Recall@10 is
 against the exact filtered search (float32 NumPy over the allowed rows). Each library sweeps ``ef``; per cell the
 table gives the cheapest ef reaching the recall target (0.95): QPS (recall, ef, single-query p50 / p99 ms; one
-thread, one query per call, the filter passed as each library takes it; each query's best of 3 rounds); ``-`` with
-the best recall seen and the highest ef tried when no ef reaches the target (``--budget`` seconds of sweeping a cell
+thread, one query per call, the filter passed as each library takes it; each query's best of 5 rounds, the
+libraries of a row timed in turn in each round, so that a box's drift moves them alike); ``-`` with the best recall seen and the highest ef tried when no ef reaches the target (``--budget`` seconds of sweeping a cell
 end it early: a slow walk at 1M stops there).
 The bitsets are built before timing (a caller caches one per filter), and medretrieve compiles a filter all the
 queries share (the random ones) once, untimed too (``Index.compile_filter``; its time and size are printed under
@@ -57,7 +57,7 @@ TARGET = 0.95
 SHARES = (0.5, 0.1, 0.01, 0.001, 0.0001)
 # Each query's time is its best of ROUNDS rounds (a box shared with other work adds stalls of milliseconds to single
 # calls), unless a round takes SLOW_ROUND_S or more.
-ROUNDS, SLOW_ROUND_S = 3, 5.0
+ROUNDS, SLOW_ROUND_S = 5, 5.0
 
 
 @dataclass(frozen=True)
@@ -361,43 +361,82 @@ def answer_depth(sims: np.ndarray, truths: list[np.ndarray]) -> str:
     return f"{np.median(depth):,.0f} / {max(depth):,}"
 
 
-def measure(lib: Lib, q: np.ndarray, row_filters: list[RowFilter | None], truths: list[np.ndarray], ef: int
-            ) -> tuple[float, float, float, float]:
-    """(recall, p50 ms, p99 ms, QPS) of single-query filtered searches at this ef."""
-    prepared = lib.prepare_all(row_filters)
-    for i in range(min(5, len(q))):  # warm-up
-        lib.one(q[i], ef, prepared[i])
-    times = np.full(len(q), np.inf)
+def recall_at(lib: Lib, q: np.ndarray, prepared: list[Any], truths: list[np.ndarray], ef: int) -> float:
+    """Recall@K of one library's searches at this ef (the filters in its form: ``prepared``)."""
     hits = want = 0
-    clock = time.perf_counter
-    for round_ in range(ROUNDS):
-        for i, query in enumerate(q):
-            t = clock()
-            found = lib.one(query, ef, prepared[i])
-            times[i] = min(times[i], clock() - t)
-            if round_ == 0:
-                hits += len(set(found.tolist()) & set(truths[i].tolist()))
-                want += len(truths[i])
-        if times.sum() > SLOW_ROUND_S:  # a slow cell: one round
-            break
-    return hits / max(want, 1), float(np.percentile(times, 50) * 1e3), float(np.percentile(times, 99) * 1e3), \
-        float(len(q) / times.sum())
+    for query, allowed, truth in zip(q, prepared, truths):
+        hits += len(set(lib.one(query, ef, allowed).tolist()) & set(truth.tolist()))
+        want += len(truth)
+    return hits / max(want, 1)
 
 
-def cell(lib: Lib, q: np.ndarray, row_filters: list[RowFilter | None], truths: list[np.ndarray], efs: list[int],
-         budget_s: float) -> str:
-    """The cheapest ef reaching TARGET: 'QPS (recall, ef, p50/p99 ms)', or '-' with the best recall seen and the
-    highest ef tried (below the last of ``efs`` when the budget ran out)."""
+@dataclass(frozen=True)
+class Sweep:
+    """Where a library's ef sweep of one cell stopped: ``ef`` the cheapest reaching TARGET (None: none did),
+    ``recall`` there (or the best seen), ``last`` the highest ef tried."""
+
+    ef: int | None
+    recall: float
+    last: int
+
+
+def sweep(lib: Lib, q: np.ndarray, prepared: list[Any], truths: list[np.ndarray], efs: list[int],
+          budget_s: float) -> Sweep:
+    """The cheapest ef whose recall reaches TARGET, ``efs`` lowest first, until ``budget_s`` seconds are spent."""
     best = 0.0
     start = time.monotonic()
     for ef in efs:
-        r, p50, p99, qps = measure(lib, q, row_filters, truths, ef)
-        best = max(best, r)
+        r = recall_at(lib, q, prepared, truths, ef)
         if r >= TARGET:
-            return f"{qps:,.0f} ({r:.3f}, ef {ef}, {p50:.2f}/{p99:.2f})"
+            return Sweep(ef, r, ef)
+        best = max(best, r)
         if time.monotonic() - start > budget_s:
             break
-    return f"- (best {best:.3f} to ef {ef})"
+    return Sweep(None, best, ef)
+
+
+def time_together(runs: list[tuple[Lib, list[Any], int]], q: np.ndarray) -> list[np.ndarray]:
+    """Each (library, its filters, ef)'s seconds per query, its best of ROUNDS rounds. A round runs every library's
+    queries in turn, the order rotated from round to round: a box whose speed drifts over minutes (shared, or
+    throttled) moves each library of a row alike, and their ratio holds. A library whose round takes SLOW_ROUND_S
+    or more runs one round."""
+    times = [np.full(len(q), np.inf) for _ in runs]
+    for lib, prepared, ef in runs:  # warm-up
+        for i in range(min(5, len(q))):
+            lib.one(q[i], ef, prepared[i])
+    slow = [False] * len(runs)
+    clock = time.perf_counter
+    for round_ in range(ROUNDS):
+        for j in np.roll(np.arange(len(runs)), -round_).tolist():
+            if slow[j]:
+                continue
+            lib, prepared, ef = runs[j]
+            for i, query in enumerate(q):
+                t = clock()
+                lib.one(query, ef, prepared[i])
+                times[j][i] = min(times[j][i], clock() - t)
+            slow[j] = times[j].sum() > SLOW_ROUND_S
+    return times
+
+
+def cells(libs: list[Lib], q: np.ndarray, row_filters: list[RowFilter | None], truths: list[np.ndarray],
+          efs: list[int], budget_s: float) -> list[str]:
+    """One row of the table: per library, the cheapest ef reaching TARGET, timed beside the others' (time_together):
+    'QPS (recall, ef, p50/p99 ms)', or '-' with the best recall seen and the highest ef tried (below the last of
+    ``efs`` when the budget ran out)."""
+    prepared = [lib.prepare_all(row_filters) for lib in libs]
+    found = [sweep(lib, q, p, truths, efs, budget_s) for lib, p in zip(libs, prepared)]
+    reached = [j for j, s in enumerate(found) if s.ef is not None]
+    times = dict(zip(reached, time_together([(libs[j], prepared[j], found[j].ef) for j in reached], q)))
+    row = []
+    for j, s in enumerate(found):
+        if s.ef is None:
+            row.append(f"- (best {s.recall:.3f} to ef {s.last})")
+            continue
+        t = times[j]
+        row.append(f"{len(q) / t.sum():,.0f} ({s.recall:.3f}, ef {s.ef}, "
+                   f"{np.percentile(t, 50) * 1e3:.2f}/{np.percentile(t, 99) * 1e3:.2f})")
+    return row
 
 
 # --libs name -> (the module it needs, for a clear error before anything is built)
@@ -481,13 +520,13 @@ def table(libs: list[Lib], x: np.ndarray, q: np.ndarray, fields: RowFields, cent
     everything: list[RowFilter | None] = [None] * len(q)
     sims = q @ x.T  # for answer_depth: nq x n
     truths = [exact_filtered(x, query, np.ones(len(x), bool)) for query in q]
-    row = [cell(lib, q, everything, truths, efs, a.budget) for lib in libs]
+    row = cells(libs, q, everything, truths, efs, a.budget)
     print("| none | " + " | ".join(row) + f" | {answer_depth(sims, truths)} |", flush=True)
     for share in shares:
         for kind in ("random", "correlated"):
             row_filters: list[RowFilter | None] = list(filters(q, share, kind, fields, centres))
             truths = [exact_filtered(x, query, f.mask) for query, f in zip(q, row_filters) if f is not None]
-            row = [cell(lib, q, row_filters, truths, efs, a.budget) for lib in libs]
+            row = cells(libs, q, row_filters, truths, efs, a.budget)
             print(f"| {share:.2%} {kind} | " + " | ".join(row) + f" | {answer_depth(sims, truths)} |", flush=True)
     for lib in libs:
         if isinstance(lib, Medretrieve) and lib.compiled:

@@ -95,9 +95,48 @@ def test_a_library_below_the_target_reports_its_best_recall(bench) -> None:
 
     x, q = _data()
     truths = [bench.exact_filtered(x, query, np.ones(len(x), bool)) for query in q]
-    assert bench.cell(Blind(), q, [None] * len(q), truths, [16, 32], budget_s=5) == "- (best 0.000 to ef 32)"
+    assert bench.cells([Blind()], q, [None] * len(q), truths, [16, 32], budget_s=5) == ["- (best 0.000 to ef 32)"]
     # a budget spent on the first ef ends the sweep there, and the cell says so
-    assert bench.cell(Blind(), q, [None] * len(q), truths, [16, 32], budget_s=0) == "- (best 0.000 to ef 16)"
+    assert bench.cells([Blind()], q, [None] * len(q), truths, [16, 32], budget_s=0) == ["- (best 0.000 to ef 16)"]
+
+
+def test_a_rows_libraries_are_timed_in_turn_at_their_own_ef(bench) -> None:
+    """Each library is timed at the cheapest ef reaching the target (found first, by recall alone); the timed rounds
+    take the libraries in turn, the order rotated, so that a box's drift moves them alike."""
+    x, q = _data()
+    truths = [bench.exact_filtered(x, query, np.ones(len(x), bool)) for query in q]
+    timed: list[tuple[str, int]] = []
+
+    class Exact(bench.Lib):
+        """Exact from ``good_from`` on, blind below; records (name, ef) of each call after its sweep."""
+
+        def __init__(self, name: str, good_from: int) -> None:
+            self.name, self.good_from, self.swept = name, good_from, False
+
+        def one(self, query, ef, allowed):
+            if self.swept:
+                timed.append((self.name, ef))
+            return bench.exact_filtered(x, query, np.ones(len(x), bool)) if ef >= self.good_from else \
+                np.full(bench.K, -1, np.int64)
+
+    libs = [Exact("a", 16), Exact("b", 32)]
+    real_sweep = bench.sweep
+
+    def sweep_then_mark(lib, *args):
+        found = real_sweep(lib, *args)
+        lib.swept = True
+        return found
+
+    bench.sweep = sweep_then_mark
+    try:
+        row = bench.cells(libs, q, [None] * len(q), truths, [10, 16, 32], budget_s=5)
+    finally:
+        bench.sweep = real_sweep
+    assert [re.match(r"[\d,]+ \(1\.000, ef (\d+), ", c).group(1) for c in row] == ["16", "32"]
+    assert set(timed) == {("a", 16), ("b", 32)}  # each at its own ef, nothing else
+    # past the warm-up: rounds of len(q) queries each, "a" first, then "b" first, and so on
+    rounds = [timed[i][0] for i in range(10, len(timed), len(q))]
+    assert rounds == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b"][:len(rounds)] and len(rounds) == 2 * bench.ROUNDS
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +235,8 @@ def test_a_database_peers_ef_changes_its_search(bench, name: str) -> None:
     try:
         truths = [bench.exact_filtered(x, query, np.ones(len(x), bool)) for query in q]
         # ef 10 measured again last: the sweep going back down (next cell) must take effect too
-        recall = {ef: bench.measure(lib, q, [None] * len(q), truths, ef)[0] for ef in (10, 300, 10)}
+        prepared = lib.prepare_all([None] * len(q))
+        recall = {ef: bench.recall_at(lib, q, prepared, truths, ef) for ef in (10, 300, 10)}
     finally:
         lib.close()
     assert recall[10] < recall[300] - 0.1, recall
