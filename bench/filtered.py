@@ -12,8 +12,9 @@ them (SQL for LanceDB, a ``where`` document for Chroma), the others as the same 
 against the exact filtered search (float32 NumPy over the allowed rows). Each library sweeps ``ef``; per cell the
 table gives the cheapest ef reaching the recall target (0.95): QPS (recall, ef, single-query p50 / p99 ms; one
 thread, one query per call, the filter passed as each library takes it; each query's best of 5 rounds, the
-libraries of a row timed in turn in each round, so that a box's drift moves them alike); ``-`` with the best recall seen and the highest ef tried when no ef reaches the target (``--budget`` seconds of sweeping a cell
-end it early: a slow walk at 1M stops there).
+libraries of a row timed in turn in each round, so that a box's drift moves them alike); ``-`` with the best recall
+seen and the highest ef tried when no ef reaches the target (``--budget`` seconds of sweeping a cell by recall end
+it early: a slow walk at 1M stops there).
 The bitsets are built before timing (a caller caches one per filter), and medretrieve compiles a filter all the
 queries share (the random ones) once, untimed too (``Index.compile_filter``; its time and size are printed under
 the table; ``--bitsets-only`` passes bitsets); the unfiltered p99 of each library is the first line. The last
