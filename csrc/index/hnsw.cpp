@@ -540,16 +540,24 @@ double Hnsw::search_layer0_sampled(SearchScratch& s, const QueryCtx& ctx, const 
   TopK top(ef);
   size_t tested = 0, passed = 0;
   scored = 0;
-  walk_pool(s, ctx, eps, n_eps, ef, [&](float d, uint32_t id) {
-    ++scored;
-    // An element farther than the ef-th allowed one kept cannot enter: its filter bit is not read (the walk is
-    // bound by memory reads; most elements it scores are farther).
-    if (!(d < top.bound())) return;
-    ++tested;
-    if (!filter.stored_ok(id)) return;
-    ++passed;
-    top.offer(d, id, filter);
-  });
+  const auto walk = [&](const auto& stored_ok) {
+    walk_pool(s, ctx, eps, n_eps, ef, [&](float d, uint32_t id) {
+      ++scored;
+      // An element farther than the ef-th allowed one kept cannot enter: its filter bit is not read (the walk is
+      // bound by memory reads; most elements it scores are farther).
+      if (!(d < top.bound())) return;
+      ++tested;
+      if (!stored_ok(id)) return;
+      ++passed;
+      top.offer(d, id, filter);
+    });
+  };
+  // The bits in locals, as the two-hop walk tests them (1.05x the QPS at 50% random on the BioASQ passages, ef 24,
+  // twelve interleaved runs).
+  if (filter.rows && !filter.query && store_.deleted_count() == 0)
+    walk(RowBits{filter.rows->words, filter.rows->n_words});
+  else
+    walk([&](uint32_t id) { return filter.stored_ok(id); });
   found = top.take_sorted();
   // Among the elements tested (every one until ef allowed are kept, then those closer than the ef-th): about 1, the
   // allowed elements around the query are as dense as anywhere, and the closest of them were scored. Far less: the
