@@ -96,10 +96,10 @@ class Hnsw {
   // A filter from kTwoHopShare up met under kDisjointMet is walked (the screened walk) rather than scanned when the
   // unfiltered walk met it at more than kFarMet of its share: the rest lie some walks deeper. That walk may score
   // kReachWalks times the unfiltered walk's elements before the scan answers. (bench/filtered.py, 50% correlated,
-  // int8: at 100k x 384, where the 10th answer lies a median 700 rows deep, 8 queries in 10 walk, for 1.4x the QPS at
-  // recall 0.95; at 1M x 768, 8,700 rows deep, 98 in 100 scan at once, as they did when the rule was a quarter of
-  // ef found (kReachableShare 4), which scanned most queries at 100k x 384 too. At kFarMet 0, 27 in 100 at 1M x 768
-  // walked over budget before the scan: 1.5x its time.)
+  // int8: at 100k x 384, where the 10th answer lies a median 700 rows deep, 8 queries in 10 walk to their answers,
+  // for 1.25x the QPS at recall 0.95; at 1M x 768, 8,700 rows deep, 98 in 100 scan at once, as they did when the rule
+  // was a quarter of ef found (kReachableShare 4), which scanned most queries at 100k x 384 too. At kFarMet 0, 27 in
+  // 100 at 1M x 768 walked over budget before the scan: 1.5x its time.)
   static constexpr double kFarMet = 0.01;
   static constexpr size_t kReachWalks = 32;
   // ACORN's two-hop expansion lists up to kTwoHopRoom * M0 allowed elements per node (bench/filtered.py, 10% random,

@@ -100,7 +100,7 @@ def test_a_library_below_the_target_reports_its_best_recall(bench) -> None:
     assert bench.cells([Blind()], q, [None] * len(q), truths, [16, 32], budget_s=0) == ["- (best 0.000 to ef 16)"]
 
 
-def test_a_rows_libraries_are_timed_in_turn_at_their_own_ef(bench) -> None:
+def test_a_rows_libraries_are_timed_in_turn_at_their_own_ef(bench, monkeypatch) -> None:
     """Each library is timed at the cheapest ef reaching the target (found first, by recall alone); the timed rounds
     take the libraries in turn, the order rotated, so that a box's drift moves them alike."""
     x, q = _data()
@@ -116,10 +116,10 @@ def test_a_rows_libraries_are_timed_in_turn_at_their_own_ef(bench) -> None:
         def one(self, query, ef, allowed):
             if self.swept:
                 timed.append((self.name, ef))
-            return bench.exact_filtered(x, query, np.ones(len(x), bool)) if ef >= self.good_from else \
-                np.full(bench.K, -1, np.int64)
+            if ef < self.good_from:
+                return np.full(bench.K, -1, np.int64)
+            return bench.exact_filtered(x, query, np.ones(len(x), bool))
 
-    libs = [Exact("a", 16), Exact("b", 32)]
     real_sweep = bench.sweep
 
     def sweep_then_mark(lib, *args):
@@ -127,16 +127,13 @@ def test_a_rows_libraries_are_timed_in_turn_at_their_own_ef(bench) -> None:
         lib.swept = True
         return found
 
-    bench.sweep = sweep_then_mark
-    try:
-        row = bench.cells(libs, q, [None] * len(q), truths, [10, 16, 32], budget_s=5)
-    finally:
-        bench.sweep = real_sweep
+    monkeypatch.setattr(bench, "sweep", sweep_then_mark)
+    row = bench.cells([Exact("a", 16), Exact("b", 32)], q, [None] * len(q), truths, [10, 16, 32], budget_s=5)
     assert [re.match(r"[\d,]+ \(1\.000, ef (\d+), ", c).group(1) for c in row] == ["16", "32"]
     assert set(timed) == {("a", 16), ("b", 32)}  # each at its own ef, nothing else
-    # past the warm-up: rounds of len(q) queries each, "a" first, then "b" first, and so on
+    # past the warm-up (5 queries each): rounds of len(q) queries, "a" first, then "b" first, and so on
     rounds = [timed[i][0] for i in range(10, len(timed), len(q))]
-    assert rounds == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b"][:len(rounds)] and len(rounds) == 2 * bench.ROUNDS
+    assert rounds == (["a", "b", "b", "a"] * bench.ROUNDS)[:2 * bench.ROUNDS]
 
 
 @pytest.fixture(scope="module")
