@@ -12,9 +12,10 @@ them (SQL for LanceDB, a ``where`` document for Chroma), the others as the same 
 against the exact filtered search (float32 NumPy over the allowed rows). Each library sweeps ``ef``; per cell the
 table gives the cheapest ef reaching the recall target (0.95): QPS (recall, ef, single-query p50 / p99 ms; one
 thread, one query per call, the filter passed as each library takes it; each query's best of 5 rounds, the
-libraries of a row timed in turn in each round, so that a box's drift moves them alike); ``-`` with the best recall
-seen and the highest ef tried when no ef reaches the target (``--budget`` seconds of sweeping a cell by recall end
-it early: a slow walk at 1M stops there).
+libraries of a row timed in turn in each round, each after an untimed pass, so that a box's drift moves them alike
+and each runs with its index in the caches, as alone); ``-`` with the best recall seen and the highest ef tried
+when no ef reaches the target (``--budget`` seconds of sweeping a cell by recall end it early: a slow walk at 1M
+stops there).
 The bitsets are built before timing (a caller caches one per filter), and medretrieve compiles a filter all the
 queries share (the random ones) once, untimed too (``Index.compile_filter``; its time and size are printed under
 the table; ``--bitsets-only`` passes bitsets); the unfiltered p99 of each library is the first line. The last
@@ -398,13 +399,10 @@ def sweep(lib: Lib, q: np.ndarray, prepared: list[Any], truths: list[np.ndarray]
 
 def time_together(runs: list[tuple[Lib, list[Any], int]], q: np.ndarray) -> list[np.ndarray]:
     """Each (library, its filters, ef)'s seconds per query, its best of ROUNDS rounds. A round runs every library's
-    queries in turn, the order rotated from round to round: a box whose speed drifts over minutes (shared, or
-    throttled) moves each library of a row alike, and their ratio holds. A library whose round takes SLOW_ROUND_S
-    or more runs one round."""
+    queries in turn (each library's once untimed, then timed), the order rotated from round to round: a box whose
+    speed drifts over minutes (shared, or throttled) moves each library of a row alike, and their ratio holds. A
+    library whose round takes SLOW_ROUND_S or more runs one round."""
     times = [np.full(len(q), np.inf) for _ in runs]
-    for lib, prepared, ef in runs:  # warm-up
-        for i in range(min(5, len(q))):
-            lib.one(q[i], ef, prepared[i])
     slow = [False] * len(runs)
     clock = time.perf_counter
     for round_ in range(ROUNDS):
@@ -412,6 +410,10 @@ def time_together(runs: list[tuple[Lib, list[Any], int]], q: np.ndarray) -> list
             if slow[j]:
                 continue
             lib, prepared, ef = runs[j]
+            # The round's queries once untimed first: the other libraries' rounds evicted this one's index from the
+            # caches (with 5 queries of warm-up, every library ran 5-25% slower than alone in the process).
+            for i, query in enumerate(q):
+                lib.one(query, ef, prepared[i])
             for i, query in enumerate(q):
                 t = clock()
                 lib.one(query, ef, prepared[i])

@@ -131,9 +131,10 @@ def test_a_rows_libraries_are_timed_in_turn_at_their_own_ef(bench, monkeypatch) 
     row = bench.cells([Exact("a", 16), Exact("b", 32)], q, [None] * len(q), truths, [10, 16, 32], budget_s=5)
     assert [re.match(r"[\d,]+ \(1\.000, ef (\d+), ", c).group(1) for c in row] == ["16", "32"]
     assert set(timed) == {("a", 16), ("b", 32)}  # each at its own ef, nothing else
-    # past the warm-up (5 queries each): rounds of len(q) queries, "a" first, then "b" first, and so on
-    rounds = [timed[i][0] for i in range(10, len(timed), len(q))]
-    assert rounds == (["a", "b", "b", "a"] * bench.ROUNDS)[:2 * bench.ROUNDS]
+    # rounds of 2 x len(q) calls of one library (its queries untimed, then timed), "a" first, then "b" first, ...
+    blocks = [timed[i:i + 2 * len(q)] for i in range(0, len(timed), 2 * len(q))]
+    assert all(len({name for name, _ in block}) == 1 for block in blocks)
+    assert [block[0][0] for block in blocks] == (["a", "b", "b", "a"] * bench.ROUNDS)[:2 * bench.ROUNDS]
 
 
 @pytest.fixture(scope="module")
