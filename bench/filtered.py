@@ -397,28 +397,35 @@ def sweep(lib: Lib, q: np.ndarray, prepared: list[Any], truths: list[np.ndarray]
     return Sweep(None, best, ef)
 
 
+def one_pass(lib: Lib, q: np.ndarray, prepared: list[Any], ef: int) -> np.ndarray:
+    """Seconds of each query's search, one after the other."""
+    times = np.empty(len(q))
+    clock = time.perf_counter
+    for i, query in enumerate(q):
+        t = clock()
+        lib.one(query, ef, prepared[i])
+        times[i] = clock() - t
+    return times
+
+
 def time_together(runs: list[tuple[Lib, list[Any], int]], q: np.ndarray) -> list[np.ndarray]:
     """Each (library, its filters, ef)'s seconds per query, its best of ROUNDS rounds. A round runs every library's
     queries in turn (each library's once untimed, then timed), the order rotated from round to round: a box whose
     speed drifts over minutes (shared, or throttled) moves each library of a row alike, and their ratio holds. A
-    library whose round takes SLOW_ROUND_S or more runs one round."""
+    library whose pass takes SLOW_ROUND_S or more runs one pass, its only round."""
     times = [np.full(len(q), np.inf) for _ in runs]
     slow = [False] * len(runs)
-    clock = time.perf_counter
     for round_ in range(ROUNDS):
         for j in np.roll(np.arange(len(runs)), -round_).tolist():
             if slow[j]:
                 continue
             lib, prepared, ef = runs[j]
             # The round's queries once untimed first: the other libraries' rounds evicted this one's index from the
-            # caches (with 5 queries of warm-up, every library ran 5-25% slower than alone in the process).
-            for i, query in enumerate(q):
-                lib.one(query, ef, prepared[i])
-            for i, query in enumerate(q):
-                t = clock()
-                lib.one(query, ef, prepared[i])
-                times[j][i] = min(times[j][i], clock() - t)
-            slow[j] = times[j].sum() > SLOW_ROUND_S
+            # caches (with 5 queries of warm-up, every library ran 5-25% slower than alone in the process). A pass
+            # of seconds is a round itself: its queries take milliseconds, for which the caches matter little.
+            warm = one_pass(lib, q, prepared, ef)
+            slow[j] = warm.sum() > SLOW_ROUND_S
+            times[j] = np.minimum(times[j], warm if slow[j] else one_pass(lib, q, prepared, ef))
     return times
 
 

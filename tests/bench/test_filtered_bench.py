@@ -135,6 +135,11 @@ def test_a_rows_libraries_are_timed_in_turn_at_their_own_ef(bench, monkeypatch) 
     blocks = [timed[i:i + 2 * len(q)] for i in range(0, len(timed), 2 * len(q))]
     assert all(len({name for name, _ in block}) == 1 for block in blocks)
     assert [block[0][0] for block in blocks] == (["a", "b", "b", "a"] * bench.ROUNDS)[:2 * bench.ROUNDS]
+    # a library whose pass takes SLOW_ROUND_S or more runs that one pass: it is its round
+    timed.clear()
+    monkeypatch.setattr(bench, "SLOW_ROUND_S", 0.0)
+    bench.cells([Exact("a", 16), Exact("b", 32)], q, [None] * len(q), truths, [10, 16, 32], budget_s=5)
+    assert [name for name, _ in timed] == ["a"] * len(q) + ["b"] * len(q)
 
 
 @pytest.fixture(scope="module")
