@@ -20,6 +20,7 @@ collection's fields by :func:`check_fields` (``medretrieve.corpus.metadata`` run
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
@@ -234,8 +235,12 @@ def _value(tok: Tuple[str, str, int]) -> Value:
     if low in ("true", "false"):
         return low == "true"
     if _NUMBER.match(text):
+        if re.fullmatch(r"[+-]?\d+", text):
+            return int(text)
         number = float(text)
-        return int(text) if re.fullmatch(r"[+-]?\d+", text) else number
+        if not math.isfinite(number):  # 1e400: its text form would read back as the word 'inf'
+            raise FilterError(f"where: the number {text} at position {pos + 1} is out of range")
+        return number
     return text
 
 
@@ -313,7 +318,7 @@ def _parse_text(text: str) -> Filter:
 
 # ------------------------------------------------------------------ JSON form
 def _is_value(v: Any) -> bool:
-    return isinstance(v, (str, bool, int, float)) and not (isinstance(v, float) and v != v)
+    return isinstance(v, (str, bool, int)) or (isinstance(v, float) and math.isfinite(v))
 
 
 def _parse_json(obj: Any, depth: int) -> Filter:
@@ -353,7 +358,7 @@ def _parse_json(obj: Any, depth: int) -> Filter:
         raise FilterError(f"where: unknown operator {op!r} for {name}; known: {', '.join(COMPARISONS)}, in, "
                           f"not_in, is_true", name)
     if not _is_value(value):
-        raise FilterError(f"where: {name} {op} takes a string, number or boolean, got {value!r}", name)
+        raise FilterError(f"where: {name} {op} takes a string, finite number or boolean, got {value!r}", name)
     return Compare(name, op, value)  # type: ignore[arg-type]  # (_is_value checked it)
 
 

@@ -66,7 +66,9 @@ def test_the_text_and_json_forms_are_one_filter():
     ("and", "field name"), ("year in 2015", "expected '('"), ("", "empty"), ("year ~ 2", "unexpected character"),
     ({"field": "year", "op": "~", "value": 1}, "unknown operator"), ({"and": []}, "non-empty"),
     ({"field": "year"}, "condition"), (5, "filter string or object"), ("not " * 40 + "x", "nested deeper"),
-    ({"field": "year", "op": "in", "value": 2015}, "list")])
+    ({"field": "year", "op": "in", "value": 2015}, "list"), ("year > 1e400", "1e400 at position 8 is out of range"),
+    ({"field": "year", "op": ">=", "value": float("inf")}, "finite number"),
+    ({"field": "year", "op": "in", "value": [1, float("-inf")]}, "list of values")])
 def test_unreadable_filters_are_refused_with_the_place(bad, words):
     with pytest.raises(FilterError, match=re.escape(words)):
         parse_filter(bad)
@@ -75,7 +77,8 @@ def test_unreadable_filters_are_refused_with_the_place(bad, words):
 @settings(max_examples=60, deadline=None)
 @given(st.recursive(
     st.builds(Compare, st.sampled_from(["year", "journal"]), st.sampled_from(["==", "!=", "<", ">="]),
-              st.one_of(st.integers(-5, 3000), st.text("ab ()'\"\\,", min_size=1, max_size=6))),
+              st.one_of(st.integers(-5, 3000), st.floats(allow_nan=False, allow_infinity=False),
+                        st.text("ab ()'\"\\,", min_size=1, max_size=6))),
     lambda inner: st.one_of(st.builds(Not, inner), st.builds(lambda xs: All(tuple(xs)), st.lists(inner, min_size=2,
                                                                                                   max_size=3)),
                             st.builds(lambda xs: AnyOf(tuple(xs)), st.lists(inner, min_size=2, max_size=3))),
