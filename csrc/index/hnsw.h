@@ -77,29 +77,28 @@ class Hnsw {
   // A filtered walk's distance evaluation costs about this many of an exact scan's (random reads, heap
   // updates, visited marks; bench/filtered.py, 20k x 384 float32): the walk's budget is allowed / this.
   static constexpr size_t kWalkEvalCost = 2;
-  // Row filters keeping less than this share of the elements walk with two-hop expansion (search_layer0_twohop).
-  // (bench/filtered.py, 100k x 384: at 10% random it beats the unfiltered walk of search_layer0_sampled.)
+  // Row filters keeping less than this share of the elements walk with two-hop expansion (search_layer0_twohop;
+  // bench/filtered.py, 100k x 384: at 10% random it beats the walks below). Those keeping more walk as hnswlib
+  // does (search_layer0_screened: ef allowed elements kept, every element guiding): at 50% random, recall 0.95,
+  // 1.2-1.3x the QPS of faiss's walk (the unfiltered walk, keeping the allowed elements it scores) on the BioASQ
+  // passages and at 100k x 384 / 768, and as fast at 1M x 768.
   static constexpr double kTwoHopShare = 0.35;
-  // Row filters keeping more first try the unfiltered walk (search_layer0_sampled), trusted when it scored
-  // allowed elements at kSampledShareFloor of their share or more (bench/filtered.py, 100k x 384: 50% random
-  // ~1.4x the screened walk's QPS at recall 0.95).
-  static constexpr double kSampledShareFloor = 0.5;
   // A row filter met around the query at less than this share of its share of the index is disjoint from the
   // query's neighbourhood: a walk from there ends among the wrong allowed elements (bench/filtered.py, 1M x 384
-  // int8, 50% / 10% correlated: recall 0.58 / 0.88 at best), so the allowed rows are scanned. Under kTwoHopShare the
-  // entry points' links (and their neighbours' links) are the probe (allowed_met_near), trusted when at least
-  // kMetProbeExpected of them are expected allowed: a random filter then reads as disjoint (at most 4 met) for about
-  // 1 query in 2,500 (Poisson(16)). With 8 it was about 1 in 70: at 100k x 768, 10% random, a query's scan made the
-  // p99 7x the p50.
+  // int8, 50% / 10% correlated: recall 0.58 / 0.88 at best), so the allowed rows are scanned. The probe is the
+  // entry points' links (and their neighbours' links; allowed_met_near), trusted when at least kMetProbeExpected of
+  // them are expected allowed: a random filter then reads as disjoint (at most 4 met) for about 1 query in 2,500
+  // (Poisson(16)). With 8 it was about 1 in 70: at 100k x 768, 10% random, a query's scan made the p99 7x the p50.
   static constexpr double kDisjointMet = 0.3;
   static constexpr double kMetProbeExpected = 16;
-  // A filter from kTwoHopShare up met under kDisjointMet is walked (the screened walk) rather than scanned when the
-  // unfiltered walk met it at more than kFarMet of its share: the rest lie some walks deeper. That walk may score
-  // kReachWalks times the unfiltered walk's elements before the scan answers. (bench/filtered.py, 50% correlated,
-  // int8: at 100k x 384, where the 10th answer lies a median 700 rows deep, 8 queries in 10 walk to their answers,
-  // for 1.25x the QPS at recall 0.95; at 1M x 768, 8,700 rows deep, 98 in 100 scan at once, as they did when the rule
-  // was a quarter of ef found (kReachableShare 4), which scanned most queries at 100k x 384 too. At kFarMet 0, 27 in
-  // 100 at 1M x 768 walked over budget before the scan: 1.5x its time.)
+  // From kTwoHopShare up, a filter the probe finds disjoint is measured again over the unfiltered walk
+  // (filter_met_on_walk), and walked (the screened walk) rather than scanned when that walk met it at more than
+  // kFarMet of its share: the rest lie some walks deeper. That walk may score kReachWalks times the unfiltered walk's
+  // elements before the scan answers. (bench/filtered.py, 50% correlated, int8: at 100k x 384, where the 10th answer
+  // lies a median 700 rows deep, 8 queries in 10 walk to their answers, for 1.25x the QPS at recall 0.95; at 1M x
+  // 768, 8,700 rows deep, 98 in 100 scan at once, as they did when the rule was a quarter of ef found
+  // (kReachableShare 4), which scanned most queries at 100k x 384 too. At kFarMet 0, 27 in 100 at 1M x 768 walked
+  // over budget before the scan: 1.5x its time.)
   static constexpr double kFarMet = 0.01;
   static constexpr size_t kReachWalks = 32;
   // ACORN's two-hop expansion lists up to kTwoHopRoom * M0 allowed elements per node (bench/filtered.py, 10% random,
@@ -291,13 +290,11 @@ class Hnsw {
   template <class Visit>
   void walk_pool(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
                  Visit&& visit) const;
-  // A row filter keeping `share` of the elements, searched as faiss does: the unfiltered walk, the ef closest
-  // allowed elements it scored into `found` (closest first). Returns how often it met allowed elements against
-  // `share` (about 1 for a filter independent of the query; trusted from kSampledShareFloor); `scored`: the elements
-  // it scored.
-  double search_layer0_sampled(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
-                               const ElementFilter& filter, double share, std::vector<Candidate>& found,
-                               size_t& scored) const;
+  // A row filter keeping `share` of the elements that the entry points' neighbourhood holds almost none of: how
+  // often the unfiltered walk from eps[0..n_eps) meets its allowed elements against `share` (about 1 for a filter
+  // independent of the query; under kDisjointMet correlated with it); `scored`: the elements it scored.
+  double filter_met_on_walk(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
+                            const ElementFilter& filter, double share, size_t& scored) const;
   // The allowed share of the layer-0 links of eps[0..n_eps) (and of their neighbours' links when too few of them
   // are expected allowed), against `share` (1 when still too few to tell).
   double allowed_met_near(const uint32_t* eps, size_t n_eps, const ElementFilter& filter, double share) const;

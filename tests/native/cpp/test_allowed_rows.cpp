@@ -172,6 +172,38 @@ TEST(AllowedRows, HnswBothPlannerPathsMatchExactFilteredSearch) {
   }
 }
 
+// From 35% allowed up, `ef` means what it means in hnswlib: the walk keeps ef allowed elements and every element
+// guides it, as with a predicate (hnswlib's filter callable). From the same entry point (a beam of 1) and with the
+// walk forced (factor 0), a row filter and the predicate of its rows return the same candidates at every ef.
+TEST(AllowedRows, WideRowFilterWalksAsItsPredicateDoes) {
+  const size_t n = 1500, dim = 8, nq = 25;
+  const auto x = clustered_rows(n, dim, 9);
+  Hnsw h(params(dim, n));
+  h.add(x.data(), n, nullptr, nullptr, 2, false, false);
+  h.set_entry_beam(1);
+  h.set_filter_exact_factor(0.0);
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (double share : {0.4, 0.5, 0.8}) {
+    std::vector<uint64_t> keep;
+    std::vector<char> kept(n, 0);
+    for (size_t i = 0; i < n; ++i)
+      if (u(rng) < share) keep.push_back(i), kept[i] = 1;
+    const auto words = bits_of(keep, n);
+    const AllowedRows rows = AllowedRows::from_external(h.store(), words.data(), words.size());
+    ASSERT_GE(double(rows.count), 0.35 * double(n));
+    const IdPredicate pred = [&](uint32_t slot) { return kept[h.store().ext_id(slot)] != 0; };
+    for (size_t ef : {10u, 24u, 80u}) {
+      for (size_t q = 0; q < nq; ++q) {
+        const float* query = x.data() + (q * 37 % n) * dim;
+        const auto by_rows = h.search_internal(query, 10, ef, nullptr, nullptr, &rows);
+        ASSERT_EQ(by_rows.size(), 10u);
+        ASSERT_EQ(by_rows, h.search_internal(query, 10, ef, nullptr, &pred)) << "share " << share << " ef " << ef;
+      }
+    }
+  }
+}
+
 TEST(AllowedRows, DeletedRowsAndLabelsCombineWithTheFilter) {
   const size_t n = 400, dim = 8, k = 5;
   const auto x = clustered_rows(n, dim, 3);

@@ -260,10 +260,9 @@ TEST(Hnsw, LabelsRestrictResultsExactlyAndDeletedNeverReturned) {
 }
 
 // Unfiltered searches run over one sorted pool (search_pool.h's SearchPool),
-// screened ones (a predicate) over a ScreenedPool, row filters of a large share
-// first over the unfiltered walk (search_layer0_sampled); with a filter that
-// allows everything all must expand the same elements and return the same
-// rows, scores included.
+// screened ones (a predicate, a row filter of a large share) over a
+// ScreenedPool; with a filter that allows everything all must expand the same
+// elements and return the same rows, scores included.
 TEST(Hnsw, PoolSearchMatchesTheHeapSearchWhenEverythingIsAllowed) {
   const size_t n = 1500, dim = 24, nq = 40;
   for (Space space : {Space::L2, Space::IP}) {
@@ -280,8 +279,8 @@ TEST(Hnsw, PoolSearchMatchesTheHeapSearchWhenEverythingIsAllowed) {
           const auto pool = h.search_internal(q.data() + i * dim, 10, ef, nullptr, nullptr);
           const auto heaps = h.search_internal(q.data() + i * dim, 10, ef, nullptr, &all);
           ASSERT_EQ(pool, heaps) << "space " << int(space) << " dtype " << int(dtype) << " ef " << ef << " q " << i;
-          const auto sampled = h.search_internal(q.data() + i * dim, 10, ef, nullptr, nullptr, &every_row);
-          ASSERT_EQ(pool, sampled) << "space " << int(space) << " dtype " << int(dtype) << " ef " << ef << " q " << i;
+          const auto by_rows = h.search_internal(q.data() + i * dim, 10, ef, nullptr, nullptr, &every_row);
+          ASSERT_EQ(pool, by_rows) << "space " << int(space) << " dtype " << int(dtype) << " ef " << ef << " q " << i;
         }
       }
     }
