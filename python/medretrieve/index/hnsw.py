@@ -214,11 +214,11 @@ class Index:
         ``allowed``: keep only these external ids: a bool mask (``allowed[id]``; ids past its end are out) or a
         packed ``uint64`` bitset (``medretrieve.index.allowed_bitset``, ``pack_allowed``; read in place, so build it
         once per filter). Labels and ``allowed`` may be combined (both must pass). A restricted search walks the
-        graph keeping only allowed elements, or scores the allowed ones exactly when fewer of them than the walk
-        would visit pass (the planner, ``docs/index.md``): it returns ``min(k, allowed live rows)`` hits and never
-        a row that fails the filter. The bitset is compiled to the index's slots once per call, not per query: a
-        copy when the ids are the slots (0..n-1 added in order), else a pass over the stored ids (or a hash look-up
-        per allowed id when few are set). ``allowed`` may also be a :class:`CompiledFilter` of this index
+        graph keeping ``ef`` allowed elements (as hnswlib's filtered search does), or scores the allowed ones exactly
+        when fewer of them than the walk would visit pass (the planner, ``docs/index.md``): it returns ``min(k,
+        allowed live rows)`` hits and never a row that fails the filter. The bitset is compiled to the index's slots
+        once per call, not per query: a copy when the ids are the slots (0..n-1 added in order), else a pass over the
+        stored ids (or a hash look-up per allowed id when few are set). ``allowed`` may also be a :class:`CompiledFilter` of this index
         (``compile_filter``): compiled once for every search that reuses it.
         """
         filter, extra = native_search_args(allowed, None, compiled=True)
