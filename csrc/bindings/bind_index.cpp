@@ -130,6 +130,7 @@ py::dict hnsw_stats(const mi::Hnsw& h) {
   }
   d["memory_bytes"] = memory;
   d["filter_exact_factor"] = h.filter_exact_factor();
+  d["scan_sketches"] = h.scan_sketches();
   d["simd_level"] = medretrieve::kernels::level_name(medretrieve::kernels::active().level);
   return d;
 }
@@ -289,6 +290,10 @@ void bind_index(py::module_& m) {
            })
       .def_property_readonly("entry_beam", &mi::Hnsw::entry_beam)
       .def("set_filter_exact_factor", &mi::Hnsw::set_filter_exact_factor)
+      .def("set_scan_sketches", [](mi::Hnsw& self, bool on) {
+        py::gil_scoped_release nogil;  // deriving them reads every code
+        self.set_scan_sketches(on);
+      })
       .def_property_readonly("count", &mi::Hnsw::count)
       .def_property_readonly("deleted_count", &mi::Hnsw::deleted_count)
       .def_property_readonly("capacity", &mi::Hnsw::capacity)

@@ -1,5 +1,6 @@
 #include "index/hnsw.h"
 #include "index/search_pool.h"
+#include "index/sketch_scan.h"
 
 #include <algorithm>
 #include <cassert>
@@ -71,7 +72,7 @@ Hnsw::Hnsw(const HnswParams& params)
     : p_(params),
       M0_(2 * params.M),
       mult_(params.M > 1 ? 1.0 / std::log(double(params.M)) : 1.0),
-      store_(params.space, params.dtype, params.dim, 2 * params.M, params.keep_float),
+      store_(params.space, params.dtype, params.dim, 2 * params.M, params.keep_float, /*sketch=*/true),
       visited_(0),
       ep_state_(pack_ep(kNone, -1)),
       level_rng_(params.seed),
@@ -1029,18 +1030,18 @@ size_t Hnsw::walk_budget(const LabelQuery* lq, const AllowedRows* rows) const {
   return allowed_max;
 }
 
-bool Hnsw::plan_exact(size_t allowed_max, size_t ef, const LabelQuery* lq, const AllowedRows* rows,
+bool Hnsw::plan_exact(size_t allowed_max, double scan_rows, size_t ef, const LabelQuery* lq, const AllowedRows* rows,
                       std::vector<uint32_t>& ids, bool forced) const {
   const size_t live = std::max<size_t>(1, count() - deleted_count());
   const double selectivity = std::min(1.0, double(allowed_max) / double(live));
   // The graph search keeps only allowed elements in its result list, so it
-  // expands about ef / selectivity nodes of ~M fresh neighbours each; exact
-  // search costs one evaluation per allowed element. The factor 0.75 is
-  // calibrated on 200k x 768 int8 (bench/ann.py --filter-only, RESULTS.md):
-  // exact wins at 2% and 5% allowed, the graph at 10% (exact over 20k
-  // elements no longer runs from cache).
+  // expands about ef / selectivity nodes of ~M fresh neighbours each; the
+  // exact scan costs one evaluation per allowed element (the sketch scan
+  // less: scan_rows). The factor 0.75 is calibrated on 200k x 768 int8
+  // (bench/ann.py --filter-only, RESULTS.md): exact wins at 2% and 5% allowed,
+  // the graph at 10% (exact over 20k elements no longer runs from cache).
   const double graph_cost = double(ef) / selectivity * kGraphCostPerNode * double(p_.M);
-  if (!forced && double(allowed_max) > filter_exact_factor_ * graph_cost) return false;
+  if (!forced && scan_rows > filter_exact_factor_ * graph_cost) return false;
   if (rows && (!lq || rows->count <= labels_.upper_bound(*lq))) {  // the shorter list; the filter checks the other
     ids = rows->ids();
     return true;
@@ -1057,6 +1058,13 @@ bool Hnsw::plan_exact(size_t allowed_max, size_t ef, const LabelQuery* lq, const
   return true;
 }
 
+std::vector<Candidate> Hnsw::scan_allowed(const QueryCtx& ctx, const ElementFilter& filter,
+                                          const std::vector<uint32_t>& ids, size_t k, size_t ef) const {
+  if (sketch_scan_applies(store_, filter, ids.size(), k, ef))
+    return sketch_topk(store_, ctx, filter, ids.data(), ids.size(), k, ef, store_.keep_float());
+  return exact_topk(store_, ctx, filter, ids.data(), ids.size(), k, store_.keep_float());
+}
+
 std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx& ctx, size_t k, size_t ef,
                                          const LabelQuery* lq, const IdPredicate* predicate,
                                          const AllowedRows* rows) const {
@@ -1066,12 +1074,13 @@ std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx&
   if (ep == kNone) return {};
   ef = std::max(ef, k);
   ElementFilter filter{&store_, &labels_, lq, predicate, rows};
+  double scan_rows = 0;  // what a scan of the allowed elements costs, in exact-scan rows
   if (lq || rows) {
     const size_t allowed_max = walk_budget(lq, rows);
     if (allowed_max == 0) return {};
+    scan_rows = scan_cost(store_, filter, allowed_max, k, ef);
     std::vector<uint32_t> ids;
-    if (plan_exact(allowed_max, ef, lq, rows, ids))
-      return exact_topk(store_, ctx, filter, ids.data(), ids.size(), k, store_.keep_float());
+    if (plan_exact(allowed_max, scan_rows, ef, lq, rows, ids)) return scan_allowed(ctx, filter, ids, k, ef);
   }
   const int max_level = std::min<int>(int(int32_t(state >> 32)), level_of(ep));
   // Layer 0 starts from the best elements of a beam search on layer 1, ef / 8 of them unless set
@@ -1107,8 +1116,8 @@ std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx&
     const bool may_scan = (lq || rows) && filter_exact_factor_ > 0;
     const auto scan = [&] {
       std::vector<uint32_t> ids;
-      plan_exact(walk_budget(lq, rows), ef, lq, rows, ids, /*forced=*/true);
-      return exact_topk(store_, ctx, filter, ids.data(), ids.size(), k, store_.keep_float());
+      plan_exact(walk_budget(lq, rows), scan_rows, ef, lq, rows, ids, /*forced=*/true);
+      return scan_allowed(ctx, filter, ids, k, ef);
     };
     if (rows && !predicate) {
       // How often a walk meets the allowed elements around the query, against their share of the index (1: as
@@ -1143,7 +1152,7 @@ std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx&
     // planner's estimate: once it has cost as much as scanning the allowed rows would, the walk stops and the
     // scan answers (a search costs at most about two scans).
     bool over = false;
-    const size_t budget = may_scan ? walk_budget(lq, rows) / kWalkEvalCost : SIZE_MAX;
+    const size_t budget = may_scan ? size_t(scan_rows / double(kWalkEvalCost)) : SIZE_MAX;
     found = search_layer0_screened(scratch, ctx, eps, n_eps, ef, screen, budget, &over);
     if (over) return scan();
   } else {
@@ -1214,6 +1223,11 @@ void Hnsw::unmark_deleted(uint64_t ext) {
     std::lock_guard<std::mutex> dg(deleted_mu_);
     deleted_slots_.erase(std::remove(deleted_slots_.begin(), deleted_slots_.end(), id), deleted_slots_.end());
   }
+}
+
+void Hnsw::set_scan_sketches(bool on) {
+  std::unique_lock<SharedMutex> g(mu_);
+  store_.keep_sketches(on);
 }
 
 void Hnsw::set_allow_replace_deleted(bool allow) {

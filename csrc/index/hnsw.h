@@ -75,7 +75,7 @@ class Hnsw {
   // Filtered-search cost model: distance evaluations per expanded node, in units of M.
   static constexpr double kGraphCostPerNode = 0.75;
   // A filtered walk's distance evaluation costs about this many of an exact scan's (random reads, heap
-  // updates, visited marks; bench/filtered.py, 20k x 384 float32): the walk's budget is allowed / this.
+  // updates, visited marks; bench/filtered.py, 20k x 384 float32): the walk's budget is the scan's cost / this.
   static constexpr size_t kWalkEvalCost = 2;
   // Row filters keeping less than this share of the elements walk with two-hop expansion (search_layer0_twohop;
   // bench/filtered.py, 100k x 384: at 10% random it beats the walks below). Those keeping more walk as hnswlib
@@ -176,6 +176,10 @@ class Hnsw {
   // graph cost = ef / selectivity * kGraphCostPerNode * M distance evaluations), and when a walk scores
   // more elements than that size (a filter correlated with the query); 0 forces graph search.
   void set_filter_exact_factor(double f) { filter_exact_factor_ = f; }
+  // Whether the scans of many allowed rows read sign sketches first (index/sketch_scan.h; on by default for int8
+  // inner-product and cosine indexes, dim / 8 + 8 bytes a row); off frees them and every scan is exact. Not saved.
+  void set_scan_sketches(bool on);
+  bool scan_sketches() const { return store_.sketches() != nullptr; }
   double filter_exact_factor() const { return filter_exact_factor_; }
 
   // External ids of every stored element (deleted ones included, as hnswlib).
@@ -307,12 +311,17 @@ class Hnsw {
   std::vector<Candidate> search_with(SearchScratch& s, const QueryCtx& ctx, size_t k, size_t ef, const LabelQuery* labels,
                                      const IdPredicate* predicate, const AllowedRows* rows) const;
   // The planner of a restricted search: the allowed elements to scan exactly (true), or false
-  // when the graph walk is cheaper. allowed_max: an upper bound on the allowed count (> 0).
+  // when the graph walk is cheaper. allowed_max: an upper bound on the allowed count (> 0); scan_rows: what
+  // scanning them costs, in exact-scan rows (index/sketch_scan.h, scan_cost).
   // forced: list them whatever the estimate (the walk ran past its budget).
-  bool plan_exact(size_t allowed_max, size_t ef, const LabelQuery* labels, const AllowedRows* rows,
+  bool plan_exact(size_t allowed_max, double scan_rows, size_t ef, const LabelQuery* labels, const AllowedRows* rows,
                   std::vector<uint32_t>& ids, bool forced = false) const;
-  // An upper bound on the allowed count of a label and / or row restriction: also the distance evaluations a
-  // filtered walk may spend before the planner scans the allowed rows instead.
+  // The k closest of the allowed elements the planner listed: the sketch scan (index/sketch_scan.h) on long
+  // lists, else the exact scan.
+  std::vector<Candidate> scan_allowed(const QueryCtx& ctx, const ElementFilter& filter, const std::vector<uint32_t>& ids,
+                                      size_t k, size_t ef) const;
+  // An upper bound on the allowed count of a label and / or row restriction (a filtered walk may spend the
+  // evaluations their scan would cost before the planner scans them instead).
   size_t walk_budget(const LabelQuery* labels, const AllowedRows* rows) const;
   // Compiles a caller's bitset over external ids (null: none) under the lock the search holds.
   std::optional<AllowedRows> compile_rows(const ExternalBits* allowed) const;

@@ -104,7 +104,7 @@ void check_components(const float* x, size_t n, size_t dim, const std::string& w
 
 const char* dtype_name(DType d) { return d == DType::Int8 ? "int8" : "float32"; }
 
-VectorStore::VectorStore(Space space, DType dtype, size_t dim, size_t link_slots, bool keep_float)
+VectorStore::VectorStore(Space space, DType dtype, size_t dim, size_t link_slots, bool keep_float, bool sketch)
     : space_(space), dtype_(dtype), dim_(dim), link_slots_(link_slots),
       keep_float_(keep_float && dtype == DType::Int8), kt_(&kernels::active()), centre_(dim, 0.f) {
   if (dim == 0) throw std::invalid_argument("dim must be positive");
@@ -113,6 +113,18 @@ VectorStore::VectorStore(Space space, DType dtype, size_t dim, size_t link_slots
   if (link_slots > kCountMask) throw std::invalid_argument("too many links per element");
   set_layout(kMinLinkBits);
   if (dtype == DType::Float32) trained_ = true;  // nothing to train
+  if (sketch) keep_sketches(true);
+}
+
+void VectorStore::keep_sketches(bool keep) {
+  if (!keep || dtype_ != DType::Int8 || space_ == Space::L2) {
+    sketches_.reset();
+    return;
+  }
+  if (sketches_) return;
+  sketches_.emplace(dim_);
+  sketches_->reserve(capacity_, 0);
+  for (size_t i = 0; i < count(); ++i) sketches_->set(uint32_t(i), code_i8(uint32_t(i)), scale(uint32_t(i)), dim_);
 }
 
 void VectorStore::set_layout(uint32_t bits) {
@@ -157,6 +169,7 @@ void VectorStore::reserve(size_t capacity) {
   if (capacity < n) capacity = n;
   if (capacity == capacity_) return;
   const uint32_t bits = std::max(link_bits_, link_bits_for(capacity));
+  if (sketches_) sketches_->reserve(capacity, n);  // first: a failed allocation here leaves the slabs as they were
   char* data;
   if (bits == link_bits_ || link_slots_ == 0) {
     data = alloc_zeroed(capacity * stride_);
@@ -284,6 +297,7 @@ void VectorStore::encode(uint32_t id, const float* x) {
       aux = float(cr * scale);
     }
     if (floats_) std::memcpy(floats_ + size_t(id) * dim_, x, dim_ * sizeof(float));
+    if (sketches_) sketches_->set(id, code, scale, dim_);
   } else {
     std::memcpy(s + off_code_, x, dim_ * sizeof(float));
   }
@@ -383,6 +397,10 @@ void VectorStore::restore(size_t count, const uint64_t* ext) {
     if (header(uint32_t(i)) & kDeletedBit) ++deleted;
     foreign += ext[i] != i;
   }
+  if (sketches_) {  // not saved: derived from the codes on load
+    sketches_->reserve(capacity_, 0);
+    for (size_t i = 0; i < count; ++i) sketches_->set(uint32_t(i), code_i8(uint32_t(i)), scale(uint32_t(i)), dim_);
+  }
   foreign_ids_.store(foreign, std::memory_order_release);
   count_.store(count, std::memory_order_release);
   deleted_.store(deleted);
@@ -401,6 +419,7 @@ void VectorStore::attach_readonly(char* slabs, float* floats, size_t count, cons
 size_t VectorStore::memory_bytes() const {
   size_t b = owned_ ? capacity_ * stride_ + (floats_ ? capacity_ * dim_ * sizeof(float) : 0) : 0;
   b += ext_.capacity() * sizeof(uint64_t) + centre_.capacity() * sizeof(float);
+  if (sketches_) b += sketches_->memory_bytes();
   // unordered_map: one node (key, value, next pointer, cached hash) + one bucket pointer per element.
   b += map_.size() * 32 + map_.bucket_count() * sizeof(void*);
   return b;

@@ -30,11 +30,13 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "common/metric.h"
+#include "index/sketch.h"
 #include "kernels/distances.h"
 
 namespace medretrieve::index {
@@ -93,7 +95,9 @@ class VectorStore {
   // is too little to estimate a mean from).
   static constexpr size_t kMinTrainRows = 256;
 
-  VectorStore(Space space, DType dtype, size_t dim, size_t link_slots, bool keep_float);
+  // sketch: keep the int8 codes' sign sketches (index/sketch.h) for the filtered search's scans; inner product and
+  // cosine only (a squared L2 distance also needs the row's norm, which signs do not give).
+  VectorStore(Space space, DType dtype, size_t dim, size_t link_slots, bool keep_float, bool sketch = false);
   ~VectorStore();
   VectorStore(const VectorStore&) = delete;
   VectorStore& operator=(const VectorStore&) = delete;
@@ -227,6 +231,11 @@ class VectorStore {
   float distance_between(uint32_t a, uint32_t b) const;
   // |x| of a stored element, inner-product space (from its int8 code: ~1% rounding).
   float ip_norm(uint32_t id) const;
+  // The rows' sign sketches, or null when the store keeps none.
+  const SignSketches* sketches() const { return sketches_ ? &*sketches_ : nullptr; }
+  // Derives them from the stored codes (int8, inner product or cosine; otherwise none are kept), or frees them.
+  // Exclusive lock held by the caller.
+  void keep_sketches(bool keep);
   // Dequantized (or copied) vector of `id`.
   void decode(uint32_t id, float* out) const;
 
@@ -281,6 +290,7 @@ class VectorStore {
 
   std::vector<float> centre_;
   float centre_norm2_ = 0.f;
+  std::optional<SignSketches> sketches_;
   bool trained_ = false;
 
   std::vector<uint64_t> ext_;

@@ -34,7 +34,19 @@ struct KernelTable {
   // The set bits of words[0..n): a row filter's size, counted on every filtered search (a 1M-row filter is 15,625
   // words; without the popcnt instruction each word costs a libgcc call).
   size_t (*count_bits)(const uint64_t* words, size_t n);
+  // out[j] = the sum of q[d] over the set bits d of row ids[j] (bit d % 64 of word d / 64: `words` u64 at
+  // rows + ids[j] * stride); q holds 64 * words bytes, zero past the dimension. The sign-sketch estimate of the
+  // filtered search's scans (index/sketch.h); rows are prefetched ahead.
+  void (*sketch_sums)(const int8_t* q, const uint64_t* rows, size_t stride, size_t words, const uint32_t* ids,
+                      size_t n, int32_t* out);
 };
+
+// Sketch rows sketch_sums keeps in flight ahead of the one it sums.
+constexpr size_t kSketchRowsAhead = 16;
+static inline void prefetch_sketch_row(const uint64_t* row, size_t words) {
+  for (size_t w = 0; w < words; w += 8) __builtin_prefetch(row + w);
+  __builtin_prefetch(row + words - 1);
+}
 
 // dot_i8_x4 as four calls of a level's dot_i8 (levels whose one-vector kernel
 // is already bound by memory rather than by instructions).

@@ -121,12 +121,38 @@ void dot_i8_x4(const int8_t* q, const int8_t* const* b, size_t n, int32_t* out) 
   }
 }
 
+// Each 32 bits of a row become 32 bytes of 0 / 1 (the word broadcast, byte j of a lane picked from the bits' byte
+// j / 8, then tested for bit j % 8), multiplied by the query's bytes and summed into int32 lanes.
+void sketch_sums(const int8_t* q, const uint64_t* rows, size_t stride, size_t words, const uint32_t* ids, size_t n,
+                 int32_t* out) {
+  const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201ull));
+  const __m256i one8 = _mm256_set1_epi8(1), one16 = _mm256_set1_epi16(1);
+  const auto half = [&](__m256i acc, uint32_t bits, const int8_t* qh) {
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(bits)), pick);
+    const __m256i set = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), one8);
+    const __m256i pairs = _mm256_maddubs_epi16(set, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh)));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, one16));
+  };
+  for (size_t j = 0; j < n; ++j) {
+    if (j + kSketchRowsAhead < n) prefetch_sketch_row(rows + size_t(ids[j + kSketchRowsAhead]) * stride, stride);
+    const uint64_t* row = rows + size_t(ids[j]) * stride;
+    __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+    for (size_t w = 0; w < words; ++w) {
+      acc0 = half(acc0, uint32_t(row[w]), q + 64 * w);
+      acc1 = half(acc1, uint32_t(row[w] >> 32), q + 64 * w + 32);
+    }
+    out[j] = hsum256_epi32(_mm256_add_epi32(acc0, acc1));
+  }
+}
+
 }  // namespace
 
 const KernelTable& avx2_table() {
   static const KernelTable t{SimdLevel::AVX2, dot_f32, l2sq_f32, dot_i8, dot_i8_x4,
                              each_row_f32<dot_f32>, each_row_f32<l2sq_f32>,
-                             count_bits_words};
+                             count_bits_words, sketch_sums};
   return t;
 }
 

@@ -157,3 +157,39 @@ def test_allowed_bitset_refuses_negative_and_non_integer_ids() -> None:
         allowed_bitset([-1])
     with pytest.raises(TypeError, match="allowed ids"):
         allowed_bitset([0.5])
+
+
+@pytest.mark.skipif(not NATIVE_BITSET, reason="the planner's paths need a core with native bitsets (rebuild _core)")
+@pytest.mark.parametrize("space", ["ip", "cosine"])
+def test_sketch_scans_keep_recall_and_can_be_turned_off(space: str, tmp_path) -> None:
+    n, dim = 20_000, 64
+    x, q = embedding_like(n, dim, seed=5), embedding_like(20, dim, seed=6)
+    index = medretrieve.Index(space, dim)
+    index.init_index(n, M=12, ef_construction=64, dtype="int8")
+    index.add(x)
+    assert index.stats().scan_sketches
+    far = np.zeros(n, bool)
+    far[np.argsort(x @ q.mean(0))[: n // 2]] = True  # half the rows, the farthest from the queries
+    truth = filtered_truth(x, q, K, space, far)
+    index._c().set_filter_exact_factor(1e9)  # every filtered search scans: 10,000 rows, the sketch scan's
+    found = {}
+    for on in (True, False):
+        index.set_scan_sketches(on)
+        assert index.stats().scan_sketches is on
+        found[on], _ = index.search(q, K, ef=10, allowed=far)
+        assert np.isin(found[on], np.flatnonzero(far)).all()
+        assert sum(len(set(row) & set(t)) for row, t in zip(found[on], truth)) >= 0.95 * K * len(q), on
+    index.set_scan_sketches(True)
+    with_sketches = index.memory_bytes()
+    index.set_scan_sketches(False)
+    assert with_sketches - index.memory_bytes() == n * (dim // 8 + 8)  # the signs and a scale a row
+    # Not saved: a loaded index keeps them again, and scans as the one saved did.
+    index.set_scan_sketches(True)
+    index.save(tmp_path / "i.mr")
+    for mmap in (False, True):
+        loaded = medretrieve.Index.load(tmp_path / "i.mr", mmap=mmap)
+        assert loaded.stats().scan_sketches
+        loaded._c().set_filter_exact_factor(1e9)
+        np.testing.assert_array_equal(loaded.search(q, K, ef=10, allowed=far)[0], found[True])
+    with pytest.raises(TypeError, match="enabled must be a bool"):
+        index.set_scan_sketches("yes")  # type: ignore[arg-type]

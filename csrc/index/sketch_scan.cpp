@@ -1,0 +1,75 @@
+#include "index/sketch_scan.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <utility>
+
+#include "kernels/distances.h"
+
+namespace medretrieve::index {
+
+namespace {
+
+size_t rerank_count(size_t k, size_t ef) { return kSketchRerankPerResult * std::max(k, ef); }
+
+}  // namespace
+
+bool sketch_scan_applies(const VectorStore& store, const ElementFilter& filter, size_t n, size_t k, size_t ef) {
+  return store.sketches() != nullptr && !filter.fn && n >= kSketchMinListPerRerank * rerank_count(k, ef);
+}
+
+double scan_cost(const VectorStore& store, const ElementFilter& filter, size_t n, size_t k, size_t ef) {
+  if (!sketch_scan_applies(store, filter, n, k, ef)) return double(n);
+  return double(n) * kSketchRowCost + double(rerank_count(k, ef));
+}
+
+std::vector<Candidate> sketch_topk(const VectorStore& store, const QueryCtx& ctx, const ElementFilter& filter,
+                                   const uint32_t* ids, size_t n, size_t k, size_t ef, bool use_exact) {
+  if (n == 0) return {};
+  const SignSketches& sketches = *store.sketches();
+  const size_t words = sketches.words();
+  std::vector<int8_t> q(64 * words, 0);  // the query's code, zero past the dimension
+  std::copy(ctx.code.begin(), ctx.code.end(), q.begin());
+  const kernels::KernelTable& kt = kernels::active();
+  const size_t keep = std::min(n, rerank_count(k, ef));
+  // The best estimates so far, (estimate, id): filled to twice `keep`, then cut back to the best `keep`, whose
+  // worst is the floor a row must beat (amortised O(1) a row, no heap).
+  using Estimate = std::pair<float, uint32_t>;
+  std::vector<Estimate> best;
+  best.reserve(2 * keep);
+  float floor = -std::numeric_limits<float>::infinity();
+  const auto cut = [&] {
+    std::nth_element(best.begin(), best.begin() + ptrdiff_t(keep - 1), best.end(), std::greater<Estimate>());
+    best.resize(keep);
+    floor = best[keep - 1].first;
+  };
+  const bool check_stored = filter.checks_stored();
+  constexpr size_t kBlock = 256;
+  int32_t sums[kBlock];
+  for (size_t first = 0; first < n; first += kBlock) {
+    const size_t len = std::min(kBlock, n - first);
+    kt.sketch_sums(q.data(), sketches.data(), sketches.stride(), words, ids + first, len, sums);
+    for (size_t j = 0; j < len; ++j) {
+      const uint32_t id = ids[first + j];
+      const float estimate = float(sums[j]) * sketches.scale(id);  // the row the kernel just read
+      if (!(estimate > floor)) continue;
+      // Tested only for rows that would be kept: the deletion bit and labels lie in the slab the sketch spares.
+      if (check_stored && !filter.stored_ok(id)) continue;
+      best.emplace_back(estimate, id);
+      if (best.size() == 2 * keep) cut();
+    }
+  }
+  if (best.size() > keep) cut();
+  TopK top(k);
+  const size_t ahead = store.prefetch_ahead();
+  for (size_t i = 0; i < std::min(best.size(), ahead); ++i) store.prefetch(best[i].second);
+  for (size_t i = 0; i < best.size(); ++i) {
+    if (i + ahead < best.size()) store.prefetch(best[i + ahead].second);
+    const uint32_t id = best[i].second;
+    top.offer(use_exact ? store.exact_distance(ctx, id) : store.distance(ctx, id), id, filter);
+  }
+  return top.take_sorted();
+}
+
+}  // namespace medretrieve::index
