@@ -21,7 +21,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <vector>
+#include <memory>
+
+#include "index/huge_pages.h"
 
 namespace medretrieve::index {
 
@@ -36,19 +38,19 @@ class SignSketches {
   void reserve(size_t capacity, size_t keep);
   // Row `id` from its int8 code (bit d set when code[d] > 0) and the code's scale s (r = s * code).
   void set(uint32_t id, const int8_t* code, float scale, size_t dim);
-  const uint64_t* data() const { return bits_.data(); }
-  const uint64_t* row(uint32_t id) const { return bits_.data() + size_t(id) * stride(); }
+  const uint64_t* data() const { return bits_.get(); }
+  const uint64_t* row(uint32_t id) const { return bits_.get() + size_t(id) * stride(); }
   // |r|^2 / |r|_1 of row `id`.
   float scale(uint32_t id) const {
     float f;
     std::memcpy(&f, row(id) + words_, sizeof f);
     return f;
   }
-  size_t memory_bytes() const { return bits_.capacity() * sizeof(uint64_t); }
+  size_t memory_bytes() const { return capacity_ * stride() * sizeof(uint64_t); }
 
  private:
-  size_t words_;
-  std::vector<uint64_t> bits_;
+  size_t words_, capacity_ = 0;
+  std::unique_ptr<uint64_t[], FreeDeleter> bits_;  // huge pages: a scan reads rows at random places
 };
 
 }  // namespace medretrieve::index

@@ -7,37 +7,17 @@
 #include <stdexcept>
 #include <string>
 
-#include <sys/mman.h>
-
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
+#include "index/huge_pages.h"
 #include "kernels/quantizer.h"
 
 namespace medretrieve::index {
 
 namespace {
 size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
-// Graph search reads vectors at random places: with 4 KiB pages nearly every
-// read misses the TLB as well as the cache. Arrays of 2 MiB and more are
-// aligned to 2 MiB and offered to transparent huge pages (a hint: where THP is
-// off, nothing changes).
-constexpr size_t kHugePage = size_t(2) << 20;
-
-char* alloc_zeroed(size_t bytes) {
-  if (bytes == 0) return nullptr;
-  const size_t align = bytes >= kHugePage ? kHugePage : 64;
-  const size_t size = align_up(bytes, align);
-  void* p = std::aligned_alloc(align, size);
-  if (!p) throw std::bad_alloc();
-#if defined(MADV_HUGEPAGE)
-  if (align == kHugePage) ::madvise(p, size, MADV_HUGEPAGE);
-#endif
-  std::memset(p, 0, size);
-  return static_cast<char*>(p);
-}
 
 // The query's constant terms in double precision (they shift every score of a
 // query alike, and their rounding would show in reported scores), with four
@@ -123,8 +103,12 @@ void VectorStore::keep_sketches(bool keep) {
   }
   if (sketches_) return;
   sketches_.emplace(dim_);
+  derive_sketches(count());
+}
+
+void VectorStore::derive_sketches(size_t count) {
   sketches_->reserve(capacity_, 0);
-  for (size_t i = 0; i < count(); ++i) sketches_->set(uint32_t(i), code_i8(uint32_t(i)), scale(uint32_t(i)), dim_);
+  for (size_t i = 0; i < count; ++i) sketches_->set(uint32_t(i), code_i8(uint32_t(i)), scale(uint32_t(i)), dim_);
 }
 
 void VectorStore::set_layout(uint32_t bits) {
@@ -397,10 +381,7 @@ void VectorStore::restore(size_t count, const uint64_t* ext) {
     if (header(uint32_t(i)) & kDeletedBit) ++deleted;
     foreign += ext[i] != i;
   }
-  if (sketches_) {  // not saved: derived from the codes on load
-    sketches_->reserve(capacity_, 0);
-    for (size_t i = 0; i < count; ++i) sketches_->set(uint32_t(i), code_i8(uint32_t(i)), scale(uint32_t(i)), dim_);
-  }
+  if (sketches_) derive_sketches(count);  // not saved: derived from the codes on load
   foreign_ids_.store(foreign, std::memory_order_release);
   count_.store(count, std::memory_order_release);
   deleted_.store(deleted);

@@ -265,6 +265,8 @@ class VectorStore {
 
  private:
   void free_buffers();
+  // The sketches of the first `count` rows, from their codes, in room for the capacity.
+  void derive_sketches(size_t count);
   Space space_;
   DType dtype_;
   // Offsets and stride of the layout with `bits`-wide level-0 ids.
