@@ -176,11 +176,11 @@ class Hnsw {
   // graph cost = ef / selectivity * kGraphCostPerNode * M distance evaluations), and when a walk scores
   // more elements than that size (a filter correlated with the query); 0 forces graph search.
   void set_filter_exact_factor(double f) { filter_exact_factor_ = f; }
+  double filter_exact_factor() const { return filter_exact_factor_; }
   // Whether the scans of many allowed rows read sign sketches first (index/sketch_scan.h; on by default for int8
   // inner-product and cosine indexes, dim / 8 + 8 bytes a row); off frees them and every scan is exact. Not saved.
   void set_scan_sketches(bool on);
   bool scan_sketches() const { return store_.sketches() != nullptr; }
-  double filter_exact_factor() const { return filter_exact_factor_; }
 
   // External ids of every stored element (deleted ones included, as hnswlib).
   std::vector<uint64_t> ids() const;
@@ -314,12 +314,12 @@ class Hnsw {
   // when the graph walk is cheaper. allowed_max: an upper bound on the allowed count (> 0); scan_rows: what
   // scanning them costs, in exact-scan rows (index/sketch_scan.h, scan_cost).
   // forced: list them whatever the estimate (the walk ran past its budget).
-  bool plan_exact(size_t allowed_max, double scan_rows, size_t ef, const LabelQuery* labels, const AllowedRows* rows,
-                  std::vector<uint32_t>& ids, bool forced = false) const;
+  bool plan_exact(size_t allowed_max, double scan_rows, size_t ef, const LabelQuery* labels,
+                  const AllowedRows* rows, std::vector<uint32_t>& ids, bool forced = false) const;
   // The k closest of the allowed elements the planner listed: the sketch scan (index/sketch_scan.h) on long
   // lists, else the exact scan.
-  std::vector<Candidate> scan_allowed(const QueryCtx& ctx, const ElementFilter& filter, const std::vector<uint32_t>& ids,
-                                      size_t k, size_t ef) const;
+  std::vector<Candidate> scan_allowed(const QueryCtx& ctx, const ElementFilter& filter,
+                                      const std::vector<uint32_t>& ids, size_t k, size_t ef) const;
   // An upper bound on the allowed count of a label and / or row restriction (a filtered walk may spend the
   // evaluations their scan would cost before the planner scans them instead).
   size_t walk_budget(const LabelQuery* labels, const AllowedRows* rows) const;

@@ -43,9 +43,9 @@ struct KernelTable {
 
 // Sketch rows sketch_sums keeps in flight ahead of the one it sums.
 constexpr size_t kSketchRowsAhead = 16;
-static inline void prefetch_sketch_row(const uint64_t* row, size_t words) {
-  for (size_t w = 0; w < words; w += 8) __builtin_prefetch(row + w);
-  __builtin_prefetch(row + words - 1);
+static inline void prefetch_sketch_row(const uint64_t* row, size_t stride) {  // each line of the row's u64s
+  for (size_t w = 0; w < stride; w += 8) __builtin_prefetch(row + w);
+  __builtin_prefetch(row + stride - 1);
 }
 
 // dot_i8_x4 as four calls of a level's dot_i8 (levels whose one-vector kernel
