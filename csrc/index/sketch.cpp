@@ -32,9 +32,9 @@ void SignSketches::set(uint32_t id, const int8_t* code, float scale, size_t dim)
   }
 #endif
   for (; d < dim; ++d) out[d >> 6] |= uint64_t(code[d] > 0) << (d & 63);
-  int32_t l1 = 0, l2 = 0;  // at most 127^2 * 2^17 (kMaxInt8Dim): no overflow
+  int64_t l1 = 0, l2 = 0;  // a loaded file's codes may hold -128: 128^2 * 2^17 (kMaxInt8Dim) passes int32
   for (d = 0; d < dim; ++d) {
-    const int32_t c = code[d];
+    const int64_t c = code[d];
     l1 += c < 0 ? -c : c;
     l2 += c * c;
   }

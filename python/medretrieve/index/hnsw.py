@@ -165,7 +165,7 @@ class Index:
         indexes in ``ip`` / ``cosine`` space; on by default there, ignored elsewhere). They cost ``dim / 8 + 8``
         bytes a row (15% of the int8 codes at 384-d; in ``memory_bytes``) and make such scans 4-8x faster
         (``docs/index.md``, "Filtered search"); off frees them and every scan is exact. Turning them on derives
-        them from the stored codes (73 ms for 200k rows at 768-d). Not saved: a loaded index has them on, derived as
+        them from the stored codes (55 ms for 200k rows at 768-d). Not saved: a loaded index has them on, derived as
         it opens."""
         if not isinstance(enabled, (bool, np.bool_)):
             raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
