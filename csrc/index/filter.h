@@ -47,6 +47,7 @@ struct AllowedRows {
   std::vector<uint32_t> listed;  // the set ids when count <= kListedShare of the slots, else empty
   std::vector<uint64_t> owned;   // the words, when compiled rather than viewed
   const FilterGraph* graph = nullptr;  // the allowed elements' links (a CompiledFilter's), else null
+  double clumping = 0;  // a compiled filter's Hnsw::allowed_clumping when walked two-hop, else 0 (not measured)
 
   AllowedRows() = default;
   AllowedRows(AllowedRows&&) = default;  // a vector's move keeps its buffer: `words` stays valid

@@ -471,6 +471,7 @@ std::shared_ptr<CompiledFilter> Hnsw::compile_filter(const uint64_t* words, size
   if (out->rows.count >= kMinGraphRows && double(out->rows.count) < kTwoHopShare * double(live)) {
     link_allowed(out->rows, num_threads, out->graph);
     if (out->graph.built()) out->rows.graph = &out->graph;
+    out->rows.clumping = allowed_clumping(out->rows, double(out->rows.count) / double(std::max<size_t>(1, live)));
   }
   return out;
 }
@@ -536,12 +537,10 @@ std::vector<Candidate> Hnsw::search_layer0_pool(SearchScratch& s, const QueryCtx
 }
 
 double Hnsw::filter_met_on_walk(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
-                                const ElementFilter& filter, double share, size_t& scored) const {
+                                const ElementFilter& filter, double share) const {
   TopK top(ef);
   size_t tested = 0, passed = 0;
-  scored = 0;
   walk_pool(s, ctx, eps, n_eps, ef, [&](float d, uint32_t id) {
-    ++scored;
     if (!(d < top.bound())) return;  // farther than the ef-th allowed one met: not tested
     ++tested;
     if (!filter.stored_ok(id)) return;
@@ -577,6 +576,35 @@ double Hnsw::allowed_met_near(const uint32_t* eps, size_t n_eps, const ElementFi
   }
   const double expected = share * double(seen);
   return expected < kMetProbeExpected ? 1.0 : double(passed) / expected;
+}
+
+double Hnsw::allowed_clumping(const AllowedRows& rows, double share) const {
+  size_t seen = 0, passed = 0;
+  const size_t limit = store_.capacity();
+  const auto probe = [&](uint32_t id) {
+    const uint32_t n = store_.link_count0(id);
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t nb = store_.link0(id, i);
+      if (nb >= limit) continue;
+      ++seen;
+      passed += rows.test(nb);
+    }
+  };
+  // kClumpSamples allowed elements spread over the slots: the first set bit from each of as many equal stretches
+  // of the words (or of the listed ids). The same filter always reads the same ones.
+  if (!rows.listed.empty()) {
+    for (size_t i = 0; i < kClumpSamples; ++i) probe(rows.listed[i * rows.listed.size() / kClumpSamples]);
+  } else {
+    const size_t n_words = std::min(rows.n_words, (limit + 63) / 64);
+    for (size_t i = 0, w = 0; i < kClumpSamples; ++i, ++w) {
+      w = std::max(w, i * n_words / kClumpSamples);
+      while (w < n_words && rows.words[w] == 0) ++w;
+      if (w == n_words) break;
+      const size_t id = w * 64 + size_t(__builtin_ctzll(rows.words[w]));
+      if (id < limit) probe(uint32_t(id));
+    }
+  }
+  return double(passed) / std::max(1.0, share * double(seen));
 }
 
 void Hnsw::push_distances(uint32_t base, const uint32_t* ids, size_t n, size_t keep, MaxHeap& out) const {
@@ -1121,26 +1149,21 @@ std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx&
     };
     if (rows && !predicate) {
       // How often a walk meets the allowed elements around the query, against their share of the index (1: as
-      // often as anywhere). Below kDisjointMet the filter is correlated with the query so strongly that its
-      // allowed elements lie elsewhere and a walk from here ends among the wrong ones: the scan answers.
-      const bool disjoint = may_scan && allowed_met_near(eps, n_eps, filter, share) < kDisjointMet;
+      // often as anywhere). Far less: the filter is correlated with the query, its allowed elements lie elsewhere
+      // and a walk from here ends among the wrong ones: the scan answers.
+      const double met_near = may_scan ? allowed_met_near(eps, n_eps, filter, share) : 1.0;
       if (share >= kTwoHopShare) {
-        if (disjoint) {
-          // Rare beside the entry points: the unfiltered walk tells how rare around the query. Met at kFarMet of
-          // the filter's share or less, the allowed elements lie so far that the scan answers; under kDisjointMet
-          // they lie some walks deeper, where the screened walk finds them. It may score kReachWalks times what
-          // the unfiltered walk did; past that (the allowed elements thin out beyond), the scan.
-          size_t scored;
-          const double met = filter_met_on_walk(scratch, ctx, eps, n_eps, ef, filter, share, scored);
-          if (met <= kFarMet) return scan();
-          if (met < kDisjointMet) {
-            bool over = false;
-            found = search_layer0_screened(scratch, ctx, eps, n_eps, ef, screen, kReachWalks * scored, &over);
-            return over ? scan() : finish(found);
-          }
-        }
+        // Rare beside the entry points: the unfiltered walk tells how rare around the query.
+        if (met_near < kWideProbeMet && filter_met_on_walk(scratch, ctx, eps, n_eps, ef, filter, share) < kWideWalkMet)
+          return scan();
       } else {
-        if (disjoint) return scan();
+        if (met_near < kDisjointMet) return scan();
+        // Allowed elements gathered in places (each one's neighbours allowed kClumped times as often as the
+        // filter's share) with the query outside them: a walk from here ends in the wrong place.
+        if (may_scan) {
+          const double clumping = rows->clumping > 0 ? rows->clumping : allowed_clumping(*rows, share);
+          if (clumping >= kClumped && met_near < kInClump * clumping) return scan();
+        }
         // Walk the allowed part of the graph only (two-hop expansion); when that walk finds fewer than it should
         // (the allowed rows cut off from the entry), the screened walk below runs.
         found = search_layer0_twohop(scratch, ctx, eps, n_eps, ef, filter);

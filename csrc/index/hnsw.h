@@ -87,20 +87,25 @@ class Hnsw {
   // query's neighbourhood: a walk from there ends among the wrong allowed elements (bench/filtered.py, 1M x 384
   // int8, 50% / 10% correlated: recall 0.58 / 0.88 at best), so the allowed rows are scanned. The probe is the
   // entry points' links (and their neighbours' links; allowed_met_near), trusted when at least kMetProbeExpected of
-  // them are expected allowed: a random filter then reads as disjoint (at most 4 met) for about 1 query in 2,500
-  // (Poisson(16)). With 8 it was about 1 in 70: at 100k x 768, 10% random, a query's scan made the p99 7x the p50.
+  // them are expected allowed: a random filter then reads as disjoint (at most 9 met) for about 1 query in 50,000
+  // (Poisson(32)), and under kWideProbeMet at 50% for about 1 in 1,000 (binomial, 64 links).
   static constexpr double kDisjointMet = 0.3;
-  static constexpr double kMetProbeExpected = 16;
-  // From kTwoHopShare up, a filter the probe finds disjoint is measured again over the unfiltered walk
-  // (filter_met_on_walk), and walked (the screened walk) rather than scanned when that walk met it at more than
-  // kFarMet of its share: the rest lie some walks deeper. That walk may score kReachWalks times the unfiltered walk's
-  // elements before the scan answers. (bench/filtered.py, 50% correlated, int8: at 100k x 384, where the 10th answer
-  // lies a median 700 rows deep, 8 queries in 10 walk to their answers, for 1.25x the QPS at recall 0.95; at 1M x
-  // 768, 8,700 rows deep, 98 in 100 scan at once, as they did when the rule was a quarter of ef found
-  // (kReachableShare 4), which scanned most queries at 100k x 384 too. At kFarMet 0, 27 in 100 at 1M x 768 walked
-  // over budget before the scan: 1.5x its time.)
-  static constexpr double kFarMet = 0.01;
-  static constexpr size_t kReachWalks = 32;
+  static constexpr double kMetProbeExpected = 32;
+  // From kTwoHopShare up, a filter the probe meets at less than kWideProbeMet of its share is measured again over
+  // the unfiltered walk (filter_met_on_walk) and scanned when that walk met it at less than kWideWalkMet of its
+  // share (the screened walk from there scores many elements, and some such walks end among the wrong allowed
+  // ones). bench/filtered.py, BioASQ passages, int8, 50% correlated: the walk met 0.01-0.6 of the share (random:
+  // 0.7 and up); scanned at ef 10, recall 0.97 and a p99 of 0.54 ms, where the walk needed ef 32 for 0.954 and
+  // ran to a p99 of 2.0 ms (kept for some queries, kReachWalks, it had made 100k x 384 1.25x faster at 0.95).
+  static constexpr double kWideProbeMet = 0.6, kWideWalkMet = 0.5;
+  // Under kTwoHopShare, a filter whose allowed elements have allowed neighbours kClumped times as often as its
+  // share (allowed_clumping: they lie together) is scanned when it is met around the query at less than kInClump
+  // times that (the query lies outside them): the two-hop walk would end among the wrong allowed elements.
+  // (bench/filtered.py, BioASQ passages, int8, ef 16: the correlated filters keeping 10% read 1.9-4.8 clumped and
+  // 0.0-0.53 of that around the query, where the two-hop walk's recall was 0.73; the random one read 0.94.)
+  // kClumpSamples elements' lists: about a microsecond a query for a plain bitset; compile_filter measures it once.
+  static constexpr double kClumped = 1.5, kInClump = 0.75;
+  static constexpr size_t kClumpSamples = 16;
   // ACORN's two-hop expansion lists up to kTwoHopRoom * M0 allowed elements per node (bench/filtered.py, 10% random,
   // against M0: 1.3x the QPS at 100k x 384, 1.1x on the BioASQ passages, the same at 1M).
   static constexpr size_t kTwoHopRoom = 2;
@@ -294,14 +299,17 @@ class Hnsw {
   template <class Visit>
   void walk_pool(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
                  Visit&& visit) const;
-  // A row filter keeping `share` of the elements that the entry points' neighbourhood holds almost none of: how
-  // often the unfiltered walk from eps[0..n_eps) meets its allowed elements against `share` (about 1 for a filter
-  // independent of the query; under kDisjointMet correlated with it); `scored`: the elements it scored.
+  // A row filter keeping `share` of the elements that the entry points' neighbourhood holds few of: how often the
+  // unfiltered walk from eps[0..n_eps) meets its allowed elements against `share` (about 1 for a filter
+  // independent of the query; under kWideWalkMet correlated with it).
   double filter_met_on_walk(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
-                            const ElementFilter& filter, double share, size_t& scored) const;
+                            const ElementFilter& filter, double share) const;
   // The allowed share of the layer-0 links of eps[0..n_eps) (and of their neighbours' links when too few of them
   // are expected allowed), against `share` (1 when still too few to tell).
   double allowed_met_near(const uint32_t* eps, size_t n_eps, const ElementFilter& filter, double share) const;
+  // The allowed share of the layer-0 links of kClumpSamples allowed elements against `share`: about 1 when the
+  // filter keeps rows anywhere, more when its allowed rows lie together (a filter correlated with the vectors).
+  double allowed_clumping(const AllowedRows& rows, double share) const;
   // Unfiltered layer-0 search from eps[0..n_eps) over one sorted pool (search_pool.h); the ef closest, closest first.
   std::vector<Candidate> search_layer0_pool(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps,
                                             size_t ef) const;

@@ -344,10 +344,46 @@ TEST_F(ClusterZeroQueries, HnswFilterDisjointFromTheQueryIsExact) {
   }
 }
 
+// compile_filter measures how its allowed rows lie: a filter keeping one cluster of six (its rows' neighbours in
+// it about 6 times as often as the share) reads clumped, one keeping every sixth row (neighbours allowed as often as
+// anywhere) does not. The queries of the first cluster then get the exact filtered top k from the clumped filter
+// far from them (the planner's scan: Hnsw::kClumped).
+TEST(AllowedRows, HnswCompiledFilterMeasuresHowItsRowsLieTogether) {
+  const size_t n = 12000, dim = 8, k = 10;
+  const auto x = clustered_rows(n, dim, 5);  // row i in cluster i % 6
+  Hnsw h(params(dim, n));
+  h.add(x.data(), n, nullptr, nullptr, 2, false, false);
+  std::vector<uint64_t> cluster, spread;
+  for (size_t i = 0; i < n; ++i) {
+    if (i % 6 == 5) cluster.push_back(i);
+    if ((i / 6) % 6 == i % 6) spread.push_back(i);  // as many rows, as many of each cluster
+  }
+  const auto clustered_words = bits_of(cluster, n), spread_words = bits_of(spread, n);
+  const auto clumped = h.compile_filter(clustered_words.data(), clustered_words.size(), 2);
+  const auto even = h.compile_filter(spread_words.data(), spread_words.size(), 2);
+  ASSERT_TRUE(clumped->graph.built() && even->graph.built());
+  EXPECT_GE(clumped->rows.clumping, 2 * Hnsw::kClumped);
+  EXPECT_GT(even->rows.clumping, 0.5);
+  EXPECT_LT(even->rows.clumping, Hnsw::kClumped);
+  std::vector<float> queries;
+  for (size_t i = 0; i < 20 * 6; i += 6) queries.insert(queries.end(), &x[i * dim], &x[i * dim] + dim);
+  const size_t nq = queries.size() / dim, ef = k;
+  for (const ExternalBits bits : {ExternalBits{clustered_words.data(), clustered_words.size()}, ExternalBits{}}) {
+    std::vector<int64_t> ids(nq * k);
+    std::vector<float> sc(nq * k);
+    h.search(queries.data(), nq, k, &ef, 1, nullptr, nullptr, 1, ids.data(), sc.data(), bits.words ? &bits : nullptr,
+             bits.words ? nullptr : clumped.get());
+    for (size_t q = 0; q < nq; ++q)
+      EXPECT_EQ(std::vector<int64_t>(ids.begin() + q * k, ids.begin() + (q + 1) * k),
+                filter_rows::exact_top(x, dim, &queries[q * dim], k, cluster))
+          << (bits.words ? "bitset" : "compiled") << ", query " << q;
+  }
+}
+
 // A filter rare around the query but not absent (half the rows: clusters 3-5, and an eighth of cluster 0, where the
-// queries lie) is met under Hnsw::kDisjointMet of its share, yet above Hnsw::kFarMet of it: the screened walk finds
-// the rest, or the scan does once that walk runs over its budget. Either way: k hits, all allowed, at recall 0.95 or
-// more against the exact filtered search.
+// queries lie) is met under Hnsw::kWideProbeMet of its share: the scan answers when the unfiltered walk meets it under
+// Hnsw::kWideWalkMet too, else the screened walk (or the scan, once that walk runs over its budget). Either way: k
+// hits, all allowed, at recall 0.95 or more against the exact filtered search.
 TEST_F(ClusterZeroQueries, HnswFilterRareAroundTheQueryKeepsItsRecall) {
   std::vector<uint64_t> keep;
   for (size_t i = 0; i < n; ++i)
