@@ -33,34 +33,37 @@ std::vector<Candidate> sketch_topk(const VectorStore& store, const QueryCtx& ctx
   std::copy(ctx.code.begin(), ctx.code.end(), q.begin());
   const kernels::KernelTable& kt = kernels::active();
   const size_t keep = std::min(n, rerank_count(k, ef));
-  // The best estimates so far, (estimate, id): filled to twice `keep`, then cut back to the best `keep`, whose
-  // worst is the floor a row must beat (amortised O(1) a row, no heap).
+  // The best estimates so far, (estimate, id): filled to kBestSlack times `keep`, then cut back to the best `keep`,
+  // whose worst is the floor a row must beat (amortised O(1) a row, no heap).
   using Estimate = std::pair<float, uint32_t>;
-  std::vector<Estimate> best;
-  best.reserve(2 * keep);
+  constexpr size_t kBestSlack = 4;
+  std::vector<Estimate> best(kBestSlack * keep);
+  size_t held = 0;
   float floor = -std::numeric_limits<float>::infinity();
   const auto cut = [&] {
-    std::nth_element(best.begin(), best.begin() + ptrdiff_t(keep - 1), best.end(), std::greater<Estimate>());
-    best.resize(keep);
-    floor = best[keep - 1].first;
+    std::nth_element(best.begin(), best.begin() + ptrdiff_t(keep - 1), best.begin() + ptrdiff_t(held),
+                     std::greater<Estimate>());
+    held = keep;
+    return best[keep - 1].first;
   };
   const bool check_stored = filter.checks_stored();
   constexpr size_t kBlock = 256;
   int32_t sums[kBlock];
   for (size_t first = 0; first < n; first += kBlock) {
     const size_t len = std::min(kBlock, n - first);
-    kt.sketch_sums(q.data(), sketches.data(), sketches.stride(), words, ids + first, len, sums);
+    const uint32_t* block = ids + first;
+    kt.sketch_sums(q.data(), sketches.data(), sketches.stride(), words, block, len, sums);
     for (size_t j = 0; j < len; ++j) {
-      const uint32_t id = ids[first + j];
-      const float estimate = float(sums[j]) * sketches.scale(id);  // the row the kernel just read
+      const float estimate = float(sums[j]) * sketches.scale(block[j]);  // the row the kernel just read
       if (!(estimate > floor)) continue;
       // Tested only for rows that would be kept: the deletion bit and labels lie in the slab the sketch spares.
-      if (check_stored && !filter.stored_ok(id)) continue;
-      best.emplace_back(estimate, id);
-      if (best.size() == 2 * keep) cut();
+      if (check_stored && !filter.stored_ok(block[j])) continue;
+      best[held++] = {estimate, block[j]};
+      if (held == best.size()) floor = cut();
     }
   }
-  if (best.size() > keep) cut();
+  if (held > keep) cut();
+  best.resize(held);
   TopK top(k);
   const size_t ahead = store.prefetch_ahead();
   for (size_t i = 0; i < std::min(best.size(), ahead); ++i) store.prefetch(best[i].second);
