@@ -60,12 +60,10 @@ void exact_topk_scan(const VectorStore& store, const QueryCtx* ctxs, size_t nq, 
 
 std::vector<uint32_t> AllowedRows::ids() const {
   if (!listed.empty() || count == 0) return listed;
-  std::vector<uint32_t> out(count);  // written through a pointer: push_back's capacity test cost a third
-  uint32_t* next = out.data();
-  uint32_t* const end = next + count;
-  for (size_t w = 0; w < n_words && next != end; ++w)
-    for (uint64_t bits = words[w]; bits && next != end; bits &= bits - 1) *next++ = uint32_t(w * 64 + __builtin_ctzll(bits));
-  out.resize(size_t(next - out.data()));
+  std::vector<uint32_t> out;
+  out.reserve(count);
+  for (size_t w = 0; w < n_words; ++w)
+    for (uint64_t bits = words[w]; bits; bits &= bits - 1) out.push_back(uint32_t(w * 64 + __builtin_ctzll(bits)));
   return out;
 }
 
