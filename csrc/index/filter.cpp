@@ -59,12 +59,20 @@ void exact_topk_scan(const VectorStore& store, const QueryCtx* ctxs, size_t nq, 
 }
 
 std::vector<uint32_t> AllowedRows::ids() const {
-  if (!listed.empty() || count == 0) return listed;
   std::vector<uint32_t> out;
+  ids(out);
+  return out;
+}
+
+void AllowedRows::ids(std::vector<uint32_t>& out) const {
+  out.clear();
+  if (!listed.empty() || count == 0) {
+    out.assign(listed.begin(), listed.end());
+    return;
+  }
   out.reserve(count);
   for (size_t w = 0; w < n_words; ++w)
     for (uint64_t bits = words[w]; bits; bits &= bits - 1) out.push_back(uint32_t(w * 64 + __builtin_ctzll(bits)));
-  return out;
 }
 
 AllowedRows AllowedRows::from_external(const VectorStore& store, const uint64_t* ext_words, size_t n_words) {

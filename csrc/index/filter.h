@@ -65,6 +65,7 @@ struct AllowedRows {
   }
   // The set ids, ascending (listed, or decoded from the words).
   std::vector<uint32_t> ids() const;
+  void ids(std::vector<uint32_t>& out) const;  // into `out`, whose memory is reused
   // The slots of `store` whose external id has its bit set in ext_words[0..n_words)
   // (bit ext % 64 of word ext / 64; ids past the words are not allowed). Deleted
   // slots may be set: searches drop them. A view of ext_words when the external

@@ -9,7 +9,7 @@
 // sum_d code_q[d] * b[d] * |r|^2 / |r|_1 (RaBitQ's estimator without its
 // rotation: the signs' projection on q, divided by their cosine with r, of
 // which |r|_1 / |r| is the part that varies by row). Ranked as that scale
-// times the sum of code_q[d] over the row's set bits (kernels' sketch_sums),
+// times the sum of code_q[d] over the row's set bits (kernels' sketch_estimates),
 // the query's own int8 code against the row's signs. Without the scale the
 // best 400 estimates held 79-96% of the exact top 10 on rows whose norms
 // about the centre vary (tests' embedding-like rows, 20k x 64 / 384); with it

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace medretrieve::kernels {
 
@@ -35,14 +36,20 @@ struct KernelTable {
   // words; without the popcnt instruction each word costs a libgcc call).
   size_t (*count_bits)(const uint64_t* words, size_t n);
   // out[j] = the sum of q[d] over the set bits d of row ids[j] (bit d % 64 of word d / 64: `words` u64 at
-  // rows + ids[j] * stride); q holds 64 * words bytes, zero past the dimension. The sign-sketch estimate of the
-  // filtered search's scans (index/sketch.h); rows are prefetched ahead.
-  void (*sketch_sums)(const int8_t* q, const uint64_t* rows, size_t stride, size_t words, const uint32_t* ids,
-                      size_t n, int32_t* out);
+  // rows + ids[j] * stride), as a float, times the row's scale (the float in the low four bytes of its word
+  // `words`); q holds 64 * words bytes, zero past the dimension. The sign-sketch estimates of the filtered
+  // search's scans (index/sketch.h), scaled where the row is at hand; rows are prefetched ahead.
+  void (*sketch_estimates)(const int8_t* q, const uint64_t* rows, size_t stride, size_t words, const uint32_t* ids,
+                           size_t n, float* out);
 };
 
-// Sketch rows sketch_sums keeps in flight ahead of the one it sums.
+// Sketch rows sketch_estimates keeps in flight ahead of the one it sums.
 constexpr size_t kSketchRowsAhead = 16;
+static inline float sketch_row_scale(const uint64_t* row, size_t words) {
+  float f;
+  std::memcpy(&f, row + words, sizeof f);
+  return f;
+}
 static inline void prefetch_sketch_row(const uint64_t* row, size_t stride) {  // each line of the row's u64s
   for (size_t w = 0; w < stride; w += 8) __builtin_prefetch(row + w);
   __builtin_prefetch(row + stride - 1);

@@ -123,8 +123,8 @@ void dot_i8_x4(const int8_t* q, const int8_t* const* b, size_t n, int32_t* out) 
 
 // Each 32 bits of a row become 32 bytes of 0 / 1 (the word broadcast, byte j of a lane picked from the bits' byte
 // j / 8, then tested for bit j % 8), multiplied by the query's bytes and summed into int32 lanes.
-void sketch_sums(const int8_t* q, const uint64_t* rows, size_t stride, size_t words, const uint32_t* ids, size_t n,
-                 int32_t* out) {
+void sketch_estimates(const int8_t* q, const uint64_t* rows, size_t stride, size_t words, const uint32_t* ids,
+                      size_t n, float* out) {
   const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
   const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201ull));
@@ -143,7 +143,7 @@ void sketch_sums(const int8_t* q, const uint64_t* rows, size_t stride, size_t wo
       acc0 = half(acc0, uint32_t(row[w]), q + 64 * w);
       acc1 = half(acc1, uint32_t(row[w] >> 32), q + 64 * w + 32);
     }
-    out[j] = hsum256_epi32(_mm256_add_epi32(acc0, acc1));
+    out[j] = float(hsum256_epi32(_mm256_add_epi32(acc0, acc1))) * sketch_row_scale(row, words);
   }
 }
 
@@ -152,7 +152,7 @@ void sketch_sums(const int8_t* q, const uint64_t* rows, size_t stride, size_t wo
 const KernelTable& avx2_table() {
   static const KernelTable t{SimdLevel::AVX2, dot_f32, l2sq_f32, dot_i8, dot_i8_x4,
                              each_row_f32<dot_f32>, each_row_f32<l2sq_f32>,
-                             count_bits_words, sketch_sums};
+                             count_bits_words, sketch_estimates};
   return t;
 }
 

@@ -37,15 +37,15 @@ int32_t dot_i8(const int8_t* a, const int8_t* b, size_t n) {
   return s;
 }
 
-void sketch_sums(const int8_t* q, const uint64_t* rows, size_t stride, size_t words, const uint32_t* ids, size_t n,
-                 int32_t* out) {
+void sketch_estimates(const int8_t* q, const uint64_t* rows, size_t stride, size_t words, const uint32_t* ids,
+                      size_t n, float* out) {
   for (size_t j = 0; j < n; ++j) {
     if (j + kSketchRowsAhead < n) prefetch_sketch_row(rows + size_t(ids[j + kSketchRowsAhead]) * stride, stride);
     const uint64_t* row = rows + size_t(ids[j]) * stride;
     int32_t s = 0;
     for (size_t w = 0; w < words; ++w)
       for (uint64_t bits = row[w]; bits; bits &= bits - 1) s += q[64 * w + size_t(__builtin_ctzll(bits))];
-    out[j] = s;
+    out[j] = float(s) * sketch_row_scale(row, words);
   }
 }
 
@@ -54,7 +54,7 @@ void sketch_sums(const int8_t* q, const uint64_t* rows, size_t stride, size_t wo
 const KernelTable& scalar_table() {
   static const KernelTable t{SimdLevel::Scalar, dot_f32, l2sq_f32, dot_i8, dot_i8_x4_each<dot_i8>,
                              each_row_f32<dot_f32>, each_row_f32<l2sq_f32>,
-                             count_bits_words, sketch_sums};
+                             count_bits_words, sketch_estimates};
   return t;
 }
 

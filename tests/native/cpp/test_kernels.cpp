@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -78,28 +79,34 @@ TEST(Kernels, CountBitsMatchesABitByBitCount) {
   }
 }
 
-TEST(Kernels, SketchSumsAddTheQuerysBytesOverTheSetBits) {
+TEST(Kernels, SketchEstimatesScaleTheQuerysBytesOverTheSetBits) {
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> code(-127, 127);
+  std::uniform_real_distribution<float> scale(0.01f, 3.f);
   for (const KernelTable* t : levels())
     for (size_t dim : kSizes)
       for (size_t n : {1, 3, 4, 37}) {  // rows summed four at a time, and the rest one by one
         const size_t words = (dim + 63) / 64;
         std::vector<int8_t> q(64 * words, 0);
         for (size_t d = 0; d < dim; ++d) q[d] = int8_t(code(rng));
-        const size_t stride = words + 1;  // a word past the signs (the sketches' scale), not summed
+        const size_t stride = words + 1;  // the signs, then the row's scale (the sketches' layout)
         std::vector<uint64_t> rows(n * stride);
+        std::vector<float> scales(n);
         for (uint64_t& w : rows) w = (uint64_t(rng()) << 32) | rng();
-        for (size_t i = 0; i < n; ++i)  // no bit past the dimension (the sketches' padding)
-          if (dim % 64) rows[i * stride + words - 1] &= (uint64_t(1) << (dim % 64)) - 1;
+        for (size_t i = 0; i < n; ++i) {
+          if (dim % 64) rows[i * stride + words - 1] &= (uint64_t(1) << (dim % 64)) - 1;  // no bit past the dimension
+          scales[i] = scale(rng);
+          std::memcpy(&rows[i * stride + words], &scales[i], sizeof(float));  // the high bytes stay random
+        }
         std::vector<uint32_t> ids(n);
         for (uint32_t i = 0; i < n; ++i) ids[i] = (i * 7) % n;  // out of order
-        std::vector<int32_t> out(n, -1);
-        t->sketch_sums(q.data(), rows.data(), stride, words, ids.data(), n, out.data());
+        std::vector<float> out(n, -1.f);
+        t->sketch_estimates(q.data(), rows.data(), stride, words, ids.data(), n, out.data());
         for (size_t j = 0; j < n; ++j) {
-          int64_t want = 0;
-          for (size_t d = 0; d < dim; ++d) want += (rows[ids[j] * stride + d / 64] >> (d % 64) & 1) ? q[d] : 0;
-          ASSERT_EQ(out[j], want) << "dim " << dim << " rows " << n << " level " << level_name(t->level);
+          int64_t sum = 0;
+          for (size_t d = 0; d < dim; ++d) sum += (rows[ids[j] * stride + d / 64] >> (d % 64) & 1) ? q[d] : 0;
+          ASSERT_EQ(out[j], float(sum) * scales[ids[j]]) << "dim " << dim << " rows " << n << " level "
+                                                         << level_name(t->level);
         }
       }
 }
