@@ -1,6 +1,8 @@
 // AVX2 + FMA kernels. Compiled with -mavx2 -mfma; internal linkage only.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "kernels/distances.h"
 
 namespace medretrieve::kernels {
@@ -121,30 +123,57 @@ void dot_i8_x4(const int8_t* q, const int8_t* const* b, size_t n, int32_t* out) 
   }
 }
 
-// Each 32 bits of a row become 32 bytes of 0 / 1 (the word broadcast, byte j of a lane picked from the bits' byte
-// j / 8, then tested for bit j % 8), multiplied by the query's bytes and summed into int32 lanes.
-void sketch_estimates(const int8_t* q, const uint64_t* rows, size_t stride, size_t words, const uint32_t* ids,
-                      size_t n, float* out) {
-  const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
-                                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+// The 64 bits of a word, broadcast, become 64 byte masks (byte j of a 32-byte half picks the bits' byte j / 8, then
+// tests bit j % 8) that keep the query's bytes where set; vpmaddubsw sums those in pairs into int16 lanes (at most
+// 2 x 127 each), kept in int16 over kSketchWordsPer16 words, then widened into int32 lanes. Four rows' int32 sums
+// reduced together.
+constexpr size_t kSketchWordsPer16 = 32;  // 64 pair sums of 254 at most a lane: under 2^15
+
+inline __m256i sketch_row_avx2(const uint64_t* row, const int8_t* q, size_t words) {
+  const __m256i pick_lo = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                           2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i pick_hi = _mm256_add_epi8(pick_lo, _mm256_set1_epi8(4));
   const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201ull));
   const __m256i one8 = _mm256_set1_epi8(1), one16 = _mm256_set1_epi16(1);
-  const auto half = [&](__m256i acc, uint32_t bits, const int8_t* qh) {
-    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(bits)), pick);
-    const __m256i set = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), one8);
-    const __m256i pairs = _mm256_maddubs_epi16(set, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh)));
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, one16));
+  const auto half = [&](__m256i acc, __m256i word, __m256i pick, const int8_t* qh) {
+    const __m256i spread = _mm256_and_si256(_mm256_shuffle_epi8(word, pick), bit);
+    const __m256i kept = _mm256_and_si256(_mm256_cmpeq_epi8(spread, bit), load256(qh));
+    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(one8, kept));
   };
-  for (size_t j = 0; j < n; ++j) {
-    if (j + kSketchRowsAhead < n) prefetch_sketch_row(rows + size_t(ids[j + kSketchRowsAhead]) * stride, stride);
-    const uint64_t* row = rows + size_t(ids[j]) * stride;
-    __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
-    for (size_t w = 0; w < words; ++w) {
-      acc0 = half(acc0, uint32_t(row[w]), q + 64 * w);
-      acc1 = half(acc1, uint32_t(row[w] >> 32), q + 64 * w + 32);
+  __m256i acc32 = _mm256_setzero_si256();
+  for (size_t first = 0; first < words; first += kSketchWordsPer16) {
+    __m256i acc16 = _mm256_setzero_si256();
+    for (size_t w = first; w < std::min(words, first + kSketchWordsPer16); ++w) {
+      const __m256i word = _mm256_set1_epi64x(int64_t(row[w]));
+      acc16 = half(acc16, word, pick_lo, q + 64 * w);
+      acc16 = half(acc16, word, pick_hi, q + 64 * w + 32);
     }
-    out[j] = float(hsum256_epi32(_mm256_add_epi32(acc0, acc1))) * sketch_row_scale(row, words);
+    acc32 = _mm256_add_epi32(acc32, _mm256_madd_epi16(acc16, one16));
   }
+  return acc32;
+}
+
+// The sums of the int32 lanes of a, b, c and d, as the four lanes of one register.
+inline __m128i reduce4_epi32(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i abcd = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+  return _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
+}
+
+void sketch_estimates(const int8_t* q, const uint64_t* rows, size_t stride, size_t words, const uint32_t* ids,
+                      size_t n, float* out) {
+  const auto row_of = [&](size_t j) { return rows + size_t(ids[j]) * stride; };
+  const auto sum = [&](size_t j) {
+    if (j + kSketchRowsAhead < n) prefetch_sketch_row(row_of(j + kSketchRowsAhead), stride);
+    return sketch_row_avx2(row_of(j), q, words);
+  };
+  const auto scale = [&](size_t j) { return sketch_row_scale(row_of(j), words); };
+  size_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const __m256i a = sum(j), b = sum(j + 1), c = sum(j + 2), d = sum(j + 3);
+    const __m128 scales = _mm_setr_ps(scale(j), scale(j + 1), scale(j + 2), scale(j + 3));
+    _mm_storeu_ps(out + j, _mm_mul_ps(_mm_cvtepi32_ps(reduce4_epi32(a, b, c, d)), scales));
+  }
+  for (; j < n; ++j) out[j] = float(hsum256_epi32(sum(j))) * scale(j);
 }
 
 }  // namespace

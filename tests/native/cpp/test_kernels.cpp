@@ -2,6 +2,7 @@
 // reference, on awkward sizes (0, 1, primes, just below/above block sizes).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -108,6 +109,26 @@ TEST(Kernels, SketchEstimatesScaleTheQuerysBytesOverTheSetBits) {
           ASSERT_EQ(out[j], float(sum) * scales[ids[j]]) << "dim " << dim << " rows " << n << " level "
                                                          << level_name(t->level);
         }
+      }
+}
+
+// Rows long enough that a level's narrow partial sums must be widened on the way (AVX2 keeps int16 lanes over 32
+// words), every bit set and every query byte at its extreme.
+TEST(Kernels, SketchEstimatesHoldLongRowsOfExtremeBytes) {
+  for (const KernelTable* t : levels())
+    for (size_t dim : {2048, 2049, 4160})
+      for (int8_t byte : {int8_t(127), int8_t(-127)}) {
+        const size_t words = (dim + 63) / 64, stride = words + 1;
+        std::vector<int8_t> q(64 * words, 0);
+        std::fill(q.begin(), q.begin() + ptrdiff_t(dim), byte);
+        std::vector<uint64_t> rows(stride, ~uint64_t(0));
+        if (dim % 64) rows[words - 1] = (uint64_t(1) << (dim % 64)) - 1;
+        const float one = 1.f;
+        std::memcpy(&rows[words], &one, sizeof one);
+        const uint32_t id = 0;
+        float out = 0;
+        t->sketch_estimates(q.data(), rows.data(), stride, words, &id, 1, &out);
+        EXPECT_EQ(out, float(int64_t(byte) * int64_t(dim))) << "dim " << dim << " level " << level_name(t->level);
       }
 }
 
