@@ -556,17 +556,23 @@ double Hnsw::filter_met_on_walk(SearchScratch& s, const QueryCtx& ctx, const uin
   return double(passed) / std::max(1.0, share * double(tested));
 }
 
+template <class Allowed>
+void Hnsw::count_allowed_links(uint32_t id, const Allowed& allowed, size_t& seen, size_t& passed) const {
+  const size_t limit = store_.capacity();
+  const uint32_t n = store_.link_count0(id);
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t nb = store_.link0(id, i);
+    if (nb >= limit) continue;
+    ++seen;
+    passed += allowed(nb);
+  }
+}
+
 double Hnsw::allowed_met_near(const uint32_t* eps, size_t n_eps, const ElementFilter& filter, double share) const {
   size_t seen = 0, passed = 0;
   const size_t limit = store_.capacity();
   const auto probe = [&](uint32_t id) {
-    const uint32_t n = store_.link_count0(id);
-    for (uint32_t i = 0; i < n; ++i) {
-      const uint32_t nb = store_.link0(id, i);
-      if (nb >= limit) continue;
-      ++seen;
-      passed += filter.stored_ok(nb);
-    }
+    count_allowed_links(id, [&](uint32_t nb) { return filter.stored_ok(nb); }, seen, passed);
   };
   for (size_t e = 0; e < n_eps; ++e) probe(eps[e]);
   // Too few links to tell (a small ef's narrow beam): the links of the entry points' neighbours too, until enough
@@ -585,13 +591,7 @@ double Hnsw::allowed_clumping(const AllowedRows& rows, double share) const {
   size_t seen = 0, passed = 0;
   const size_t limit = store_.capacity();
   const auto probe = [&](uint32_t id) {
-    const uint32_t n = store_.link_count0(id);
-    for (uint32_t i = 0; i < n; ++i) {
-      const uint32_t nb = store_.link0(id, i);
-      if (nb >= limit) continue;
-      ++seen;
-      passed += rows.test(nb);
-    }
+    count_allowed_links(id, [&](uint32_t nb) { return rows.test(nb); }, seen, passed);
   };
   // kClumpSamples allowed elements spread over the slots: the first set bit from each of as many equal stretches
   // of the words (or of the listed ids). The same filter always reads the same ones.

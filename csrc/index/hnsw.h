@@ -305,6 +305,9 @@ class Hnsw {
   // independent of the query; under kWideWalkMet correlated with it).
   double filter_met_on_walk(SearchScratch& s, const QueryCtx& ctx, const uint32_t* eps, size_t n_eps, size_t ef,
                             const ElementFilter& filter, double share) const;
+  // Adds the layer-0 links of `id` to `seen` and those `allowed` accepts to `passed`.
+  template <class Allowed>
+  void count_allowed_links(uint32_t id, const Allowed& allowed, size_t& seen, size_t& passed) const;
   // The allowed share of the layer-0 links of eps[0..n_eps) (and of their neighbours' links when too few of them
   // are expected allowed), against `share` (1 when still too few to tell).
   double allowed_met_near(const uint32_t* eps, size_t n_eps, const ElementFilter& filter, double share) const;
