@@ -132,6 +132,50 @@ TEST(SketchScan, SkipsDeletedRowsAndPredicatesAndTheL2Space) {
   EXPECT_EQ(VectorStore(Space::IP, DType::Float32, dim, 0, false, true).sketches(), nullptr);
 }
 
+// The scan's first floor comes from a sample of the list, deleted rows included. Here every second row lies right
+// beside the query and is deleted, so every live row lies below that floor: the scan reads the list again without
+// it and returns the k best live rows (one row in 32 lies at a spread of angles from the query, the rest at random).
+TEST(SketchScan, FindsTheLiveRowsBelowADeletedFloor) {
+  const size_t n = 8192, dim = 32, k = 10;
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::uniform_real_distribution<float> lean(0.1f, 2.f);
+  std::vector<float> x(n * dim);
+  for (size_t i = 0; i < n; ++i) {
+    float* row = &x[i * dim];
+    for (size_t j = 0; j < dim; ++j) row[j] = (i % 2 == 0 ? 0.05f : 1.f) * nd(rng);
+    if (i % 2 == 0) row[0] += 1.f;               // beside the query (e_0)
+    if (i % 32 == 1) row[0] += 4.f * lean(rng);  // toward it, by a spread of angles
+    double norm = 0;
+    for (size_t j = 0; j < dim; ++j) norm += double(row[j]) * row[j];
+    for (size_t j = 0; j < dim; ++j) row[j] = float(row[j] / std::sqrt(norm));
+  }
+  VectorStore s(Space::IP, DType::Int8, dim, 0, false, /*sketch=*/true);
+  fill(s, x, n);
+  std::vector<uint32_t> ids(n);
+  for (uint32_t i = 0; i < n; ++i) ids[i] = i;
+  for (uint32_t i = 0; i < n; i += 2) {
+    s.set_deleted(i, true);
+    s.note_deleted_delta(1);
+  }
+  std::vector<float> query(dim, 0.f);
+  query[0] = 1.f;
+  QueryCtx ctx;
+  s.prepare_query(query.data(), ctx);
+  ElementFilter filter{&s, nullptr, nullptr, nullptr, nullptr};
+  const auto exact = exact_topk(s, ctx, filter, ids.data(), n, k, false);
+  const auto found = sketch_topk(s, ctx, filter, ids.data(), n, k, k, false);
+  ASSERT_EQ(found.size(), k);
+  std::set<uint32_t> truth;
+  for (const Candidate& c : exact) truth.insert(c.second);
+  size_t hit = 0;
+  for (const Candidate& c : found) {
+    EXPECT_FALSE(s.is_deleted(c.second)) << c.second;
+    hit += truth.count(c.second);
+  }
+  EXPECT_GE(hit, 9u);
+}
+
 TEST(SignSketches, ALoadDerivesTheSketchesTheAddsWrote) {
   const size_t n = 500, dim = 40;
   const std::vector<float> x = unit_rows(n, dim, 5);
