@@ -65,14 +65,13 @@ std::vector<uint32_t> AllowedRows::ids() const {
 }
 
 void AllowedRows::ids(std::vector<uint32_t>& out) const {
-  out.clear();
   if (!listed.empty() || count == 0) {
     out.assign(listed.begin(), listed.end());
     return;
   }
-  out.reserve(count);
-  for (size_t w = 0; w < n_words; ++w)
-    for (uint64_t bits = words[w]; bits; bits &= bits - 1) out.push_back(uint32_t(w * 64 + __builtin_ctzll(bits)));
+  // Grown only (a scan's list is kept from search to search: zeroing it whole each time cost as much as the ids).
+  if (out.size() < count + kernels::kSetBitIdsSlack) out.resize(count + kernels::kSetBitIdsSlack);
+  out.resize(kernels::active().set_bit_ids(words, n_words, out.data()));
 }
 
 AllowedRows AllowedRows::from_external(const VectorStore& store, const uint64_t* ext_words, size_t n_words) {

@@ -41,7 +41,13 @@ struct KernelTable {
   // search's scans (index/sketch.h), scaled where the row is at hand; rows are prefetched ahead.
   void (*sketch_estimates)(const int8_t* q, const uint64_t* rows, size_t stride, size_t words, const uint32_t* ids,
                            size_t n, float* out);
+  // Writes the indices of the set bits of words[0..n) (bit i % 64 of word i / 64), ascending, to out and returns
+  // how many: a row filter's allowed ids before a scan (56k of 112k: 42 us one by one, 9 us by vectors at
+  // AVX-512). out holds count_bits(words, n) + kSetBitIdsSlack ids: the vector levels store whole registers.
+  size_t (*set_bit_ids)(const uint64_t* words, size_t n, uint32_t* out);
 };
+
+constexpr size_t kSetBitIdsSlack = 16;
 
 // Sketch rows sketch_estimates keeps in flight ahead of the one it sums.
 constexpr size_t kSketchRowsAhead = 16;
@@ -96,6 +102,20 @@ static inline size_t count_bits_words(const uint64_t* words, size_t n) {
   for (; i < n; ++i) s0 += size_t(__builtin_popcountll(words[i]));
   return (s0 + s1) + (s2 + s3);
 }
+
+// set_bit_ids one bit at a time: the scalar level's, and the vector levels' for words with few bits set (static, as
+// count_bits_words).
+static inline uint32_t* set_bit_ids_sparse(uint64_t bits, uint32_t base, uint32_t* out) {
+  for (; bits; bits &= bits - 1) *out++ = base + uint32_t(__builtin_ctzll(bits));
+  return out;
+}
+static inline size_t set_bit_ids_words(const uint64_t* words, size_t n, uint32_t* out) {
+  uint32_t* o = out;
+  for (size_t w = 0; w < n; ++w) o = set_bit_ids_sparse(words[w], uint32_t(w * 64), o);
+  return size_t(o - out);
+}
+// Below this many set bits a word's ids are written one by one at the vector levels too.
+constexpr int kDenseWordBits = 8;
 
 // Highest level this CPU and OS support (XSAVE-enabled register state).
 SimdLevel cpu_level();

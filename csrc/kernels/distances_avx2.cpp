@@ -176,12 +176,44 @@ void sketch_estimates(const int8_t* q, const uint64_t* rows, size_t stride, size
   for (; j < n; ++j) out[j] = float(hsum256_epi32(sum(j))) * scale(j);
 }
 
+// Each dense word's ids a byte at a time: the byte's set bits' places (up to eight, from a table of 256), widened
+// to eight int32 lanes plus the byte's first id, stored whole.
+struct BytePlaces {
+  uint64_t places[256];  // byte b: the places of its set bits, ascending, one per byte, low byte first
+  constexpr BytePlaces() : places() {
+    for (int b = 0; b < 256; ++b) {
+      int k = 0;
+      for (int i = 0; i < 8; ++i)
+        if (b >> i & 1) places[b] |= uint64_t(i) << (8 * k++);
+    }
+  }
+};
+constexpr BytePlaces kBytePlaces;
+
+size_t set_bit_ids(const uint64_t* words, size_t n, uint32_t* out) {
+  uint32_t* o = out;
+  for (size_t w = 0; w < n; ++w) {
+    const uint64_t bits = words[w];
+    if (__builtin_popcountll(bits) < kDenseWordBits) {
+      o = set_bit_ids_sparse(bits, uint32_t(w * 64), o);
+      continue;
+    }
+    for (int b = 0; b < 8; ++b) {
+      const unsigned byte = unsigned(bits >> (8 * b)) & 0xFF;
+      const __m256i places = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(kBytePlaces.places[byte])));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_add_epi32(places, _mm256_set1_epi32(int(w * 64 + 8 * b))));
+      o += __builtin_popcount(byte);
+    }
+  }
+  return size_t(o - out);
+}
+
 }  // namespace
 
 const KernelTable& avx2_table() {
   static const KernelTable t{SimdLevel::AVX2, dot_f32, l2sq_f32, dot_i8, dot_i8_x4,
                              each_row_f32<dot_f32>, each_row_f32<l2sq_f32>,
-                             count_bits_words, sketch_estimates};
+                             count_bits_words, sketch_estimates, set_bit_ids};
   return t;
 }
 

@@ -11,7 +11,7 @@ namespace medretrieve::kernels {
 const KernelTable& avx512_table() {
   static const KernelTable t{SimdLevel::AVX512, dot_f32, l2sq_f32, dot_i8, dot_i8_x4_each<dot_i8>,
                              each_row_f32<dot_f32>, each_row_f32<l2sq_f32>,
-                             count_bits_words, sketch_estimates};
+                             count_bits_words, sketch_estimates, set_bit_ids};
   return t;
 }
 }  // namespace medretrieve::kernels

@@ -54,7 +54,7 @@ void sketch_estimates(const int8_t* q, const uint64_t* rows, size_t stride, size
 const KernelTable& scalar_table() {
   static const KernelTable t{SimdLevel::Scalar, dot_f32, l2sq_f32, dot_i8, dot_i8_x4_each<dot_i8>,
                              each_row_f32<dot_f32>, each_row_f32<l2sq_f32>,
-                             count_bits_words, sketch_estimates};
+                             count_bits_words, sketch_estimates, set_bit_ids_words};
   return t;
 }
 

@@ -80,6 +80,26 @@ TEST(Kernels, CountBitsMatchesABitByBitCount) {
   }
 }
 
+TEST(Kernels, SetBitIdsListEveryBitInOrder) {
+  std::mt19937_64 rng(9);
+  for (const KernelTable* t : levels()) {
+    for (size_t n : kSizes) {
+      // Words empty, full, with one bit, with a few (written one by one) and dense random ones (by vectors).
+      std::vector<uint64_t> w(n);
+      for (size_t i = 0; i < n; ++i)
+        w[i] = i % 6 == 0 ? ~uint64_t(0) : i % 6 == 1 ? 0 : i % 6 == 2 ? uint64_t(1) << (i % 64)
+             : i % 6 == 3 ? rng() & rng() & rng() & rng() : rng();
+      std::vector<uint32_t> ref;
+      for (size_t i = 0; i < n * 64; ++i)
+        if (w[i / 64] >> (i % 64) & 1) ref.push_back(uint32_t(i));
+      std::vector<uint32_t> out(ref.size() + kSetBitIdsSlack, 0xDEADBEEF);
+      const size_t got = t->set_bit_ids(w.data(), n, out.data());
+      ASSERT_EQ(got, ref.size()) << level_name(t->level) << " n=" << n;
+      EXPECT_EQ(std::vector<uint32_t>(out.begin(), out.begin() + ptrdiff_t(got)), ref) << level_name(t->level) << " n=" << n;
+    }
+  }
+}
+
 TEST(Kernels, SketchEstimatesScaleTheQuerysBytesOverTheSetBits) {
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> code(-127, 127);
