@@ -1156,12 +1156,12 @@ std::vector<Candidate> Hnsw::search_with(SearchScratch& scratch, const QueryCtx&
       // often as anywhere). Far less: the filter is correlated with the query, its allowed elements lie elsewhere
       // and a walk from here ends among the wrong ones: the scan answers.
       const double met_near = may_scan ? allowed_met_near(eps, n_eps, filter, share) : 1.0;
+      if (met_near < kDisjointMet) return scan();
       if (share >= kTwoHopShare) {
         // Rare beside the entry points: the unfiltered walk tells how rare around the query.
         if (met_near < kWideProbeMet && filter_met_on_walk(scratch, ctx, eps, n_eps, ef, filter, share) < kWideWalkMet)
           return scan();
       } else {
-        if (met_near < kDisjointMet) return scan();
         // Allowed elements gathered in places (each one's neighbours allowed kClumped times as often as the
         // filter's share) with the query outside them: a walk from here ends in the wrong place.
         if (may_scan) {
