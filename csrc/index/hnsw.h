@@ -94,11 +94,12 @@ class Hnsw {
   // A filter met under kDisjointMet is scanned at any share (at 50% correlated on the BioASQ passages, skipping the
   // walk below took a query from 0.291 to 0.268 ms, same recall). From kTwoHopShare up, a filter the probe meets at
   // kDisjointMet to kWideProbeMet of its share is measured again over the unfiltered walk (filter_met_on_walk) and
-  // scanned when that walk met it at less than kWideWalkMet of its share (the screened walk from there scores many elements, and some such walks end among the wrong allowed
-  // ones). bench/filtered.py, BioASQ passages, int8, 50% correlated: the walk met 0.01-0.6 of the share (random:
-  // 0.7 and up); scanned at ef 10, recall 0.97 and a p99 of 0.54 ms, where the walk needed ef 32 for 0.954 and
-  // ran to a p99 of 2.0 ms. (The deeper screened walk this replaced, for filters met at 0.01-0.3 of their share,
-  // had made 100k x 384 embedding-like rows 1.25x faster at recall 0.95.)
+  // scanned when that walk met it at less than kWideWalkMet of its share (the screened walk from there scores many
+  // elements, and some such walks end among the wrong allowed ones). bench/filtered.py, BioASQ passages, int8, 50%
+  // correlated: the walk met 0.01-0.6 of the share (random: 0.7 and up); scanned at ef 10, recall 0.97 and a p99
+  // of 0.54 ms, where the walk needed ef 32 for 0.954 and ran to a p99 of 2.0 ms. (The deeper screened walk this
+  // replaced, for filters met at 0.01-0.3 of their share, had made 100k x 384 embedding-like rows 1.25x faster at
+  // recall 0.95.)
   static constexpr double kWideProbeMet = 0.6, kWideWalkMet = 0.5;
   // Under kTwoHopShare, a filter whose allowed elements have allowed neighbours kClumped times as often as its
   // share (allowed_clumping: they lie together) is scanned when it is met around the query at less than kInClump

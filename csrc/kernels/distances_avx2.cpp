@@ -201,7 +201,8 @@ size_t set_bit_ids(const uint64_t* words, size_t n, uint32_t* out) {
     for (int b = 0; b < 8; ++b) {
       const unsigned byte = unsigned(bits >> (8 * b)) & 0xFF;
       const __m256i places = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(kBytePlaces.places[byte])));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_add_epi32(places, _mm256_set1_epi32(int(w * 64 + 8 * b))));
+      const __m256i ids = _mm256_add_epi32(places, _mm256_set1_epi32(int(w * 64 + 8 * b)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), ids);
       o += __builtin_popcount(byte);
     }
   }

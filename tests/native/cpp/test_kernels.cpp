@@ -95,7 +95,8 @@ TEST(Kernels, SetBitIdsListEveryBitInOrder) {
       std::vector<uint32_t> out(ref.size() + kSetBitIdsSlack, 0xDEADBEEF);
       const size_t got = t->set_bit_ids(w.data(), n, out.data());
       ASSERT_EQ(got, ref.size()) << level_name(t->level) << " n=" << n;
-      EXPECT_EQ(std::vector<uint32_t>(out.begin(), out.begin() + ptrdiff_t(got)), ref) << level_name(t->level) << " n=" << n;
+      EXPECT_EQ(std::vector<uint32_t>(out.begin(), out.begin() + ptrdiff_t(got)), ref)
+          << level_name(t->level) << " n=" << n;
     }
   }
 }
