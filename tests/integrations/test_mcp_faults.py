@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from mcp import Client  # noqa: E402
 from mcp_process import mcp_http  # noqa: E402
@@ -173,11 +173,15 @@ def test_every_broken_body_gets_a_json_rpc_error_over_http(medretrieve_collectio
                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
                            max_leaves=20),
        id_first=st.booleans(), cut=st.integers(0, 40))
+@example(request_id=1, params={"id": {"1": None}}, id_first=False, cut=1)  # an "id" key in params, before the id
 def test_the_id_is_read_from_a_line_cut_anywhere_after_it(request_id, params, id_first, cut):
     members = [("id", request_id), ("params", params)] if id_first else [("params", params), ("id", request_id)]
     line = json.dumps({"jsonrpc": "2.0", "method": "tools/call", **dict(members)})
     assert readable_id(line) == request_id
-    id_end = line.index(json.dumps(request_id), line.index('"id":')) + len(json.dumps(request_id))
+    # The top-level id's member: right after the method, or the line's last one (params may hold "id" keys too).
+    member = '"tools/call", "id": ' if id_first else '"id": '
+    id_start = line.index(member) + len(member) if id_first else line.rindex(member) + len(member)
+    id_end = id_start + len(json.dumps(request_id))
     broken = line[:id_end + cut] if id_end + cut < len(line) else line
     if id_end + cut < len(line) and broken[-1].isdigit() and isinstance(request_id, int):
         return  # a number cut mid-digits is another number
