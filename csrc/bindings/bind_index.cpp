@@ -218,7 +218,7 @@ void bind_index(py::module_& m) {
              const int threads = threads_arg(num_threads);
              // allowed: a bitset, or a filter compile_filter made (held by this frame for the call)
              std::shared_ptr<mi::CompiledFilter> compiled;
-             if (py::isinstance<mi::CompiledFilter>(allowed_v))
+             if (!allowed_v.is_none() && py::isinstance<mi::CompiledFilter>(allowed_v))
                compiled = allowed_v.cast<std::shared_ptr<mi::CompiledFilter>>();
              const auto allowed = compiled ? std::nullopt : allowed_arg(allowed_v);
              const mi::ExternalBits bits = external_bits(allowed);

@@ -1,6 +1,8 @@
 """medretrieve.Index: native API (search, labels, ef arrays, update, deletions) and input errors."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -101,6 +103,19 @@ def test_per_query_ef_array_and_ef_below_k() -> None:
     with pytest.raises(TypeError, match="ef must be an integer"):
         idx.set_ef(12.5)
     assert idx.ef == 1  # a rejected value leaves the setting as it was
+
+
+@pytest.mark.parametrize("bad", [0, -1, -2**63, 2**63, 2**64, 2**70, -2**70])
+def test_a_python_int_ef_is_refused_as_a_list_of_it(bad: int) -> None:
+    # One Python int is read without NumPy's conversion: the same refusal, word for word, as [bad] gets.
+    idx, _ = build("ip", "int8")
+    q = embedding_like(2, DIM, seed=5)
+    with pytest.raises(IndexInputError) as as_list:
+        idx.search(q, 3, ef=[bad])
+    with pytest.raises(IndexInputError, match=re.escape(str(as_list.value))):
+        idx.search(q, 3, ef=bad)
+    with pytest.raises(TypeError, match="ef must be an int"):
+        idx.search(q, 3, ef=True)
 
 
 def test_entry_beam_seeds_layer0_from_several_elements() -> None:
