@@ -284,7 +284,7 @@ std::vector<size_t> ef_arg(py::handle v, size_t nq) {
   if (v.is_none()) return {};
   const char* const kRange = "ef values must be integers in [1, 2**63 - 1]";
   if (PyBool_Check(v.ptr())) throw py::type_error("ef must be an int or an array of ints");
-  if (PyLong_Check(v.ptr())) {  // one Python int, the common call: read as it is (NumPy's conversion cost ~0.5 us)
+  if (PyLong_Check(v.ptr())) {  // one Python int, the common call, read as it is (NumPy took half a 1.9 us call)
     int overflow = 0;
     const long long x = to_long_long(py::reinterpret_borrow<py::int_>(v), &overflow);
     if (overflow) throw InputError(kRange);
