@@ -230,8 +230,8 @@ class Index:
         graph keeping ``ef`` allowed elements (as hnswlib's filtered search does), or scores the allowed ones exactly
         when fewer of them than the walk would visit pass (the planner, ``docs/index.md``): it returns ``min(k,
         allowed live rows)`` hits and never a row that fails the filter. The bitset is compiled to the index's slots
-        once per call, not per query: a copy when the ids are the slots (0..n-1 added in order), else a pass over the
-        stored ids (or a hash look-up per allowed id when few are set). ``allowed`` may also be a
+        once per call, not per query: read as it is when the ids are the slots (0..n-1 added in order), else a pass
+        over the stored ids (or a hash look-up per allowed id when few are set). ``allowed`` may also be a
         :class:`CompiledFilter` of this index (``compile_filter``): compiled once for every search that reuses it.
         """
         filter, extra = native_search_args(allowed, None, compiled=True)
